@@ -1,0 +1,35 @@
+# The README's two commands: `make demo` and `make test`. Both create .venv if needed.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+EXTRAS := aws,trainer,report,local,dev
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test lint compile install clean
+
+$(STAMP): setup.cfg pyproject.toml constraints.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[$(EXTRAS)]'
+	touch $@
+
+install: $(STAMP)
+
+compile: $(STAMP)
+	$(PY) -m pipelines.compile
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
+
+test: lint
+	$(PY) -m pytest
+
+demo: compile
+	@test -f pipelines/precision_sweep.py || { \
+	  echo "make demo: pipelines/precision_sweep.py does not exist yet (issue #8)," \
+	       "so there is no sweep to run. Nothing was run."; exit 1; }
+	$(PY) pipelines/precision_sweep.py --run-local
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

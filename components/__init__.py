@@ -1,0 +1,8 @@
+"""Kubeflow Pipelines components for training transformer LLMs on SageMaker Blackwell.
+
+Importing this package is cheap (no kfp, boto3, torch or SageMaker SDK): each
+component lives in its own sub-package, e.g.
+``from components.sagemaker_training import sagemaker_training``.
+"""
+
+__version__ = "0.1.0"

@@ -1,0 +1,1 @@
+"""Shared plumbing: AWS clients, names, tags, resource records, component conventions."""

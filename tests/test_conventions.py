@@ -1,0 +1,100 @@
+import json
+import subprocess
+import sys
+
+import pytest
+
+from components.common import aws
+from components.common.errors import UserError
+
+
+def test_import_components_is_fast_and_loads_no_heavy_library():
+    code = (
+        "import time, sys, json; t=time.perf_counter(); import components; "
+        "d=time.perf_counter()-t; "
+        "print(json.dumps({'s': d, 'mods': [m for m in ('torch','transformer_engine',"
+        "'sagemaker','boto3','kfp') if m in sys.modules]}))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
+    data = json.loads(out.stdout)
+    assert data["mods"] == []
+    assert data["s"] < 1.5
+
+
+def test_importing_every_component_module_loads_no_torch_or_sagemaker_sdk():
+    code = (
+        "import sys, json; from pipelines.compile import discover_components, "
+        "discover_pipelines; discover_components(); discover_pipelines(); "
+        "print(json.dumps([m for m in ('torch','transformer_engine','sagemaker') "
+        "if m in sys.modules]))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
+    assert json.loads(out.stdout) == []
+
+
+def test_component_helper_sets_image_no_kfp_install_and_no_cache_for_aws(tmp_path):
+    from kfp import compiler, dsl
+
+    from components import __version__
+    from components.common.component import component, components_image
+
+    @component(aws=True)
+    def touches_aws(x: int) -> int:
+        return x
+
+    @component(aws=False)
+    def pure(x: int) -> int:
+        return x
+
+    @dsl.pipeline
+    def p(x: int = 1):
+        a = touches_aws(x=x)
+        pure(x=a.output)
+
+    path = tmp_path / "p.yaml"
+    compiler.Compiler().compile(p, str(path))
+    text = path.read_text()
+    assert components_image().endswith(f":{__version__}")
+    assert f"image: {components_image()}" in text
+    assert "pip install" not in text
+    import yaml
+
+    tasks = yaml.safe_load(text)["root"]["dag"]["tasks"]
+    assert tasks["touches-aws"]["cachingOptions"] == {}
+    assert tasks["pure"]["cachingOptions"] == {"enableCache": True}
+
+
+def test_components_image_refuses_a_tag_in_the_repository(monkeypatch):
+    from components.common.component import components_image
+
+    monkeypatch.setenv("KFP_SAGEMAKER_COMPONENTS_IMAGE", "example.com/x:latest")
+    with pytest.raises(ValueError, match="without a tag"):
+        components_image()
+
+
+def test_client_factory_uses_region_retries_and_endpoint(monkeypatch):
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
+    c = aws.client("s3", "eu-west-1")
+    assert c.meta.region_name == "eu-west-1"
+    assert c.meta.endpoint_url == "http://127.0.0.1:9"
+    assert c.meta.config.retries["mode"] == "adaptive"
+    # botocore counts the first call too: max_attempts retries = max_attempts + 1 calls.
+    assert c.meta.config.retries["total_max_attempts"] == aws.DEFAULT_MAX_ATTEMPTS + 1
+
+
+def test_client_factory_without_region_names_the_fix(monkeypatch):
+    monkeypatch.delenv("AWS_REGION", raising=False)
+    monkeypatch.delenv("AWS_DEFAULT_REGION", raising=False)
+    with pytest.raises(UserError, match="AWS_REGION"):
+        aws.client("s3")
+
+
+def test_package_version_matches_setup_cfg():
+    import configparser
+    from pathlib import Path
+
+    from components import __version__
+
+    cfg = configparser.ConfigParser()
+    cfg.read(Path(__file__).resolve().parent.parent / "setup.cfg")
+    assert cfg["metadata"]["version"] == __version__

@@ -1,0 +1,201 @@
+"""GPUs, SageMaker instance types and which precisions they run.
+
+Torch-free: the planner (memory estimate, training component validation) uses
+this table to refuse a precision before any AWS call, and the trainer uses the
+same table at start-up against the real device.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+# Precisions the trainer understands, in the order a sweep usually lists them.
+PRECISIONS = ("fp32", "bf16", "fp16", "fp8", "fp8-current", "fp8-block", "mxfp8", "nvfp4")
+
+# TransformerEngine recipe class per low-precision format (transformer_engine.common.recipe).
+TE_RECIPES = {
+    "fp8": "DelayedScaling",
+    "fp8-current": "Float8CurrentScaling",
+    "fp8-block": "Float8BlockScaling",
+    "mxfp8": "MXFP8BlockScaling",
+    "nvfp4": "NVFP4BlockScaling",
+}
+LOW_PRECISIONS = tuple(TE_RECIPES)
+
+# Minimum CUDA compute capability per precision on the TE backend, and the
+# maximum (exclusive) where a family is known not to run it: MXFP8 needs the
+# datacenter Blackwell family (sm_100/sm_103), not consumer Blackwell (sm_120).
+_MIN_CC: dict[str, tuple[int, int]] = {
+    "fp32": (0, 0),
+    "bf16": (8, 0),
+    "fp16": (7, 0),
+    "fp8": (8, 9),
+    "fp8-current": (8, 9),
+    "fp8-block": (9, 0),
+    "mxfp8": (10, 0),
+    "nvfp4": (10, 0),
+}
+_EXCLUDED_CC: dict[str, tuple[tuple[int, int], ...]] = {"mxfp8": ((12, 0), (12, 1))}
+
+
+def precision_supported_on_cc(precision: str, cc: tuple[int, int]) -> bool:
+    check_precision_name(precision)
+    if cc in _EXCLUDED_CC.get(precision, ()):
+        return False
+    return cc >= _MIN_CC[precision]
+
+
+def check_precision_name(precision: str) -> str:
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision={precision!r}: unknown; choose one of {', '.join(PRECISIONS)}")
+    return precision
+
+
+@dataclass(frozen=True)
+class GPU:
+    name: str
+    compute_capability: tuple[int, int]
+    memory_bytes: int  # as reported by torch.cuda.get_device_properties().total_memory
+    # Dense tensor-core peak per GPU in TFLOP/s by compute dtype (vendor datasheets).
+    peak_tflops: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def memory_gib(self) -> float:
+        return self.memory_bytes / 2**30
+
+    def supports(self, precision: str) -> bool:
+        return precision_supported_on_cc(precision, self.compute_capability)
+
+    def supported_precisions(self) -> list[str]:
+        return [p for p in PRECISIONS if self.supports(p)]
+
+    def peak_for(self, precision: str) -> float | None:
+        """Dense peak TFLOP/s for the GEMM dtype a precision uses (None if unknown)."""
+        key = {
+            "fp32": "tf32",
+            "bf16": "bf16",
+            "fp16": "bf16",
+            "nvfp4": "fp4",
+        }.get(precision, "fp8")
+        return self.peak_tflops.get(key)
+
+
+_MiB = 2**20
+# Memory: nvidia-smi totals (MiB) of the SXM parts. Peaks: NVIDIA datasheets, dense
+# (no sparsity); REFERENCE.md lists H100/H200 989/1979, B200 2250/4500/9000.
+GPUS: dict[str, GPU] = {
+    "A100-40GB": GPU("A100-40GB", (8, 0), 40960 * _MiB, {"tf32": 156, "bf16": 312}),
+    "A100": GPU("A100", (8, 0), 81920 * _MiB, {"tf32": 156, "bf16": 312}),
+    "A10G": GPU("A10G", (8, 6), 23028 * _MiB, {"tf32": 35, "bf16": 70}),
+    "L4": GPU("L4", (8, 9), 23034 * _MiB, {"tf32": 60, "bf16": 121, "fp8": 242}),
+    "L40S": GPU("L40S", (8, 9), 46068 * _MiB, {"tf32": 183, "bf16": 362, "fp8": 733}),
+    "H100": GPU("H100", (9, 0), 81559 * _MiB, {"tf32": 494, "bf16": 989, "fp8": 1979}),
+    "H200": GPU("H200", (9, 0), 143771 * _MiB, {"tf32": 494, "bf16": 989, "fp8": 1979}),
+    "B200": GPU(
+        "B200", (10, 0), 183359 * _MiB, {"tf32": 1100, "bf16": 2250, "fp8": 4500, "fp4": 9000}
+    ),
+    # B300: ~268-288 GB per GPU (REFERENCE.md); dense FP4 ~13-15 PFLOP/s, 14000 taken.
+    "B300": GPU(
+        "B300", (10, 3), 275040 * _MiB, {"tf32": 1100, "bf16": 2250, "fp8": 4500, "fp4": 14000}
+    ),
+}
+
+_GPU_ALIASES = {
+    "a100-80gb": "A100",
+    "h100-80gb": "H100",
+    "nvidia h100 80gb hbm3": "H100",
+    "nvidia h200": "H200",
+    "nvidia b200": "B200",
+    "nvidia b300": "B300",
+    "nvidia a100-sxm4-80gb": "A100",
+    "nvidia a100-sxm4-40gb": "A100-40GB",
+    "nvidia a10g": "A10G",
+    "nvidia l4": "L4",
+    "nvidia l40s": "L40S",
+}
+
+
+@dataclass(frozen=True)
+class InstanceType:
+    name: str
+    gpu: str
+    gpus_per_node: int
+
+    @property
+    def gpu_spec(self) -> GPU:
+        return GPUS[self.gpu]
+
+
+INSTANCE_TYPES: dict[str, InstanceType] = {
+    it.name: it
+    for it in (
+        InstanceType("ml.p6-b200.48xlarge", "B200", 8),
+        InstanceType("ml.p6-b300.48xlarge", "B300", 8),
+        InstanceType("ml.p5.48xlarge", "H100", 8),
+        InstanceType("ml.p5e.48xlarge", "H200", 8),
+        InstanceType("ml.p5en.48xlarge", "H200", 8),
+        InstanceType("ml.p4d.24xlarge", "A100-40GB", 8),
+        InstanceType("ml.p4de.24xlarge", "A100", 8),
+        InstanceType("ml.g6e.48xlarge", "L40S", 8),
+        InstanceType("ml.g6e.12xlarge", "L40S", 4),
+        InstanceType("ml.g6e.xlarge", "L40S", 1),
+        InstanceType("ml.g6.48xlarge", "L4", 8),
+        InstanceType("ml.g6.xlarge", "L4", 1),
+        InstanceType("ml.g5.48xlarge", "A10G", 8),
+        InstanceType("ml.g5.xlarge", "A10G", 1),
+    )
+}
+
+
+def gpu(name: str) -> GPU:
+    """Looks up a GPU by short name (B200) or by torch's device name (NVIDIA H200)."""
+    key = name.strip()
+    if key in GPUS:
+        return GPUS[key]
+    lowered = key.lower()
+    for short, spec in GPUS.items():
+        if short.lower() == lowered:
+            return spec
+    if lowered in _GPU_ALIASES:
+        return GPUS[_GPU_ALIASES[lowered]]
+    for short in sorted(GPUS, key=len, reverse=True):  # "NVIDIA H100 80GB HBM3" -> H100
+        if short.lower() in lowered.split() or f" {short.lower()}" in f" {lowered}":
+            return GPUS[short]
+    raise ValueError(f"gpu={name!r}: unknown GPU; choose one of {', '.join(GPUS)}")
+
+
+def instance_type(name: str) -> InstanceType:
+    try:
+        return INSTANCE_TYPES[name]
+    except KeyError:
+        raise ValueError(
+            f"instance_type={name!r}: unknown GPU instance type; choose one of "
+            f"{', '.join(INSTANCE_TYPES)}"
+        ) from None
+
+
+def check_precision_for_gpu(precision: str, gpu_name: str, *, where: str = "") -> None:
+    """Refuses a precision the GPU cannot run, naming what would work."""
+    spec = gpu(gpu_name)
+    if spec.supports(precision):
+        return
+    cc = ".".join(map(str, spec.compute_capability))
+    need = ".".join(map(str, _MIN_CC[precision]))
+    on = f" ({where})" if where else ""
+    hint = ""
+    if precision in ("mxfp8", "nvfp4"):
+        hint = " MXFP8 and NVFP4 need Blackwell (B200/B300, e.g. ml.p6-b200.48xlarge)."
+    raise UnsupportedPrecisionError(
+        f"precision={precision!r} is not supported on {spec.name}{on} (compute capability {cc}; "
+        f"{precision} needs {need}+).{hint} Precisions {spec.name} runs: "
+        f"{', '.join(spec.supported_precisions())}."
+    )
+
+
+def check_precision_for_instance(precision: str, instance: str) -> None:
+    it = instance_type(instance)
+    check_precision_for_gpu(precision, it.gpu, where=instance)
+
+
+class UnsupportedPrecisionError(ValueError):
+    """A precision the hardware cannot run (a user error, raised before any work)."""
