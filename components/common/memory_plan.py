@@ -1,0 +1,100 @@
+"""The memory plan: what ``memory_estimate`` hands to ``sagemaker_training`` and pipelines.
+
+A JSON document (a string output parameter) with one entry per precision::
+
+    {"schema": "kfp-sagemaker/memory-plan/v1",
+     "instance_type": "ml.p6-b200.48xlarge", "gpu": "B200", "gpu_memory_bytes": 192...,
+     "world_size": 8, "seq_length": 2048, "model": {...ModelSpec fields...},
+     "precisions": {
+        "bf16":  {"precision": "bf16", "supported": true, "fits": true, "batch_size": 8,
+                  "activation_checkpointing": false, "peak_bytes": 1.2e11,
+                  "headroom_bytes": 5e10, "max_batch_size_without_checkpointing": 12,
+                  "max_batch_size_with_checkpointing": 48, "checkpointing_required": false,
+                  "reason": ""},
+        "mxfp8": {"precision": "mxfp8", "supported": false, "fits": false, ...,
+                  "reason": "precision 'mxfp8' is not supported on H200 ..."}}}
+
+``batch_size`` and ``activation_checkpointing`` are what the plan recommends
+running (the requested batch when it fits, with checkpointing switched on when
+only that makes it fit). ``entry_for`` is how consumers read it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from components.common.errors import UserError
+
+SCHEMA = "kfp-sagemaker/memory-plan/v1"
+
+
+@dataclass(frozen=True)
+class PrecisionPlan:
+    precision: str
+    supported: bool
+    fits: bool
+    batch_size: int
+    activation_checkpointing: bool
+    peak_bytes: int = 0
+    headroom_bytes: int = 0
+    max_batch_size_without_checkpointing: int = 0
+    max_batch_size_with_checkpointing: int = 0
+    checkpointing_required: bool = False
+    reason: str = ""
+
+    @property
+    def runnable(self) -> bool:
+        return self.supported and self.fits
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    instance_type: str
+    gpu: str
+    gpu_memory_bytes: int
+    world_size: int
+    seq_length: int
+    model: dict[str, Any]
+    precisions: dict[str, PrecisionPlan] = field(default_factory=dict)
+    schema: str = SCHEMA
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> MemoryPlan:
+        try:
+            data = json.loads(text)
+        except ValueError as exc:
+            raise UserError("memory_plan", f"is not valid JSON ({exc}).",
+                            "pass the plan output of the memory_estimate component.") from None
+        if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+            raise UserError("memory_plan", f"is not a {SCHEMA} document.",
+                            "pass the plan output of the memory_estimate component.")
+        entries = {k: PrecisionPlan(**v) for k, v in data.get("precisions", {}).items()}
+        fields = {k: v for k, v in data.items() if k != "precisions"}
+        return cls(**fields, precisions=entries)
+
+    def entry_for(self, precision: str) -> PrecisionPlan:
+        """The plan for one precision; a UserError when it cannot run."""
+        try:
+            entry = self.precisions[precision]
+        except KeyError:
+            raise UserError(
+                "memory_plan",
+                f"has no entry for precision {precision!r} (it covers "
+                f"{', '.join(self.precisions) or 'nothing'}).",
+                "estimate memory for the same precisions you train.",
+            ) from None
+        if not entry.supported:
+            raise UserError("precision", entry.reason or f"{precision} is not supported on "
+                            f"{self.gpu}.", "choose a precision the instance's GPU runs.")
+        if not entry.fits:
+            raise UserError(
+                "batch_size",
+                entry.reason or f"{precision} is predicted not to fit in {self.gpu} memory.",
+                "use a smaller batch or sequence, activation checkpointing, or more GPUs.",
+            )
+        return entry
