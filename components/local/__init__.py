@@ -1,0 +1,15 @@
+"""The local backend: AWS on 127.0.0.1, with SageMaker training jobs that really run.
+
+``python -m components.local serve`` or, from Python::
+
+    from components.local import LocalBackend
+    with LocalBackend() as backend:
+        env = backend.env()   # AWS_ENDPOINT_URL, fake credentials, region
+
+See ``components.local.backend`` for how requests are routed and
+``components.local.executor`` for how training jobs run.
+"""
+
+from components.local.backend import LocalBackend
+
+__all__ = ["LocalBackend"]
