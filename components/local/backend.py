@@ -207,10 +207,8 @@ class LocalBackend:
         return self
 
     def _start_executor(self) -> None:
-        try:
-            from components.local.executor import TrainingJobExecutor
-        except ImportError:  # pragma: no cover - the executor ships with this package
-            return
+        from components.local.executor import TrainingJobExecutor
+
         assert self._app is not None
         self.executor = TrainingJobExecutor(self)
         self._app.executor = self.executor
