@@ -43,6 +43,11 @@ class PrecisionPlan:
     max_batch_size_with_checkpointing: int = 0
     checkpointing_required: bool = False
     reason: str = ""
+    # Added by memory_estimate (issue #4): what the peak is made of, and notes such
+    # as "estimated from the format's byte sizes, not measured".
+    peak_allocated_bytes: int = 0
+    breakdown: dict[str, int] = field(default_factory=dict)
+    note: str = ""
 
     @property
     def runnable(self) -> bool:
@@ -59,6 +64,14 @@ class MemoryPlan:
     model: dict[str, Any]
     precisions: dict[str, PrecisionPlan] = field(default_factory=dict)
     schema: str = SCHEMA
+    # Added by memory_estimate (issue #4).
+    headroom_fraction: float = 0.0
+    supported_precisions: list[str] = field(default_factory=list)  # what the GPU runs
+    training: dict[str, Any] = field(default_factory=dict)  # backend, dtypes, FSDP version...
+
+    def runnable_precisions(self) -> list[str]:
+        """Precisions that are supported and predicted to fit, in plan order."""
+        return [p for p, e in self.precisions.items() if e.runnable]
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)

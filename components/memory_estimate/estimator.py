@@ -1,0 +1,550 @@
+"""Per-GPU peak memory of one training step, from first principles (torch-free, ~0.1 ms).
+
+The model walks through a training step of an FSDP-sharded decoder LM the way the
+caching allocator sees it and takes the largest total:
+
+- forward: sharded states, the root unit's gathered parameters, the blocks'
+  saved activations growing layer by layer, gathered block parameters;
+- the loss: full-vocabulary logits and the cross-entropy's float32 work tensors;
+- backward, block by block from the last: saved activations shrinking, sharded
+  gradients growing, the block's gathered parameters and unsharded gradients,
+  reduce-scatter buffers and the block's backward work tensors; with activation
+  checkpointing, one block's activations are recomputed at a time;
+- the end of backward: the root unit's (embedding / LM head) unsharded gradients
+  and their reduce-scatter buffer, every block's sharded gradient;
+- the optimizer step: parameters, gradients, moments (and temporaries of a
+  foreach implementation).
+
+Every constant is written next to its source: a cited formula (Korthikanti et al.
+2022, arXiv 2205.05198 for activations; Rajbhandari et al. 2020, arXiv 1910.02054
+for the 16-18 bytes/parameter of mixed-precision Adam), the layout of a tensor
+format (TransformerEngine's FP8/MXFP8/NVFP4 tensors), the source code of the
+trainer (``trainer/model.py``) and of PyTorch's FSDP2, or the measured grid in
+``benchmarks/memory/`` (see its README).
+
+What the numbers mean: ``peak_allocated_bytes`` predicts
+``torch.cuda.max_memory_allocated()`` after a few steps; ``peak_bytes`` adds what
+the process holds outside live tensors (CUDA context and NCCL buffers, the caching
+allocator's reserve), i.e. what must fit in the GPU.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+from components.common.errors import UserError
+from trainer import hardware
+from trainer.spec import ModelSpec
+
+GiB = 2**30
+MiB = 2**20
+
+# Bytes per element of the dtypes a user can name.
+DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
+PARAM_DTYPES = ("fp32", "bf16", "fp16")
+OPTIMIZER_STATE_DTYPES = ("fp32", "bf16")
+REDUCE_DTYPES = ("fp32", "bf16")
+BACKENDS = ("te", "torch")
+FSDP_VERSIONS = (1, 2)
+# Fused AdamW (``torch.optim.AdamW(fused=True)``, this project's trainer on GPU)
+# updates in place; the foreach implementation (torch.optim.Adam's default on
+# CUDA, used by TE's fsdp.py) allocates one state-sized temporary
+# (``torch._foreach_sqrt(exp_avg_sqs)`` in torch/optim/adam.py ``_multi_tensor_adam``).
+OPTIMIZERS = ("adamw-fused", "adamw-foreach")
+
+# The order of the breakdown (what a user reads top to bottom).
+ALLOCATED_PARTS = (
+    "parameters",
+    "master_weights",
+    "gradients",
+    "optimizer_states",
+    "fsdp_buffers",
+    "quantized_weights",
+    "activations",
+    "logits_and_loss",
+    "workspaces",
+)
+OVERHEAD_PARTS = ("cuda_context", "allocator_reserve")
+PARTS = ALLOCATED_PARTS + OVERHEAD_PARTS
+
+
+# ---------------------------------------------------------------------------
+# Constants (each with its derivation)
+# ---------------------------------------------------------------------------
+
+# TransformerEngine quantised weight copies, bytes per parameter, made each forward
+# from the 16-bit weight and saved for the backward GEMMs (dgrad needs the weight
+# "column-wise"). Derived from the tensor layouts in TE 2.x:
+# - FP8 per-tensor (DelayedScaling, Float8CurrentScaling): 1 byte data; on Hopper
+#   and Ada the dgrad GEMM needs a transposed copy (FP8 GEMMs are TN-only there):
+#   2 bytes. On Blackwell non-TN FP8 GEMMs exist, so TE keeps one copy: 1 byte.
+# - FP8 block scaling: 1 byte data + fp32 scale per 128x128 tile (4/16384),
+#   row- and column-wise copies: 2 x (1 + 4/16384).
+# - MXFP8: E4M3 data + one E8M0 scale per 32 values, row- and column-wise
+#   (the scales follow the direction): 2 x (1 + 1/32) = 2.0625 (REFERENCE.md ~2.06).
+# - NVFP4: E2M1 (0.5 byte) + one E4M3 scale per 16 values, row- and column-wise:
+#   2 x (0.5 + 1/16) = 1.125 (REFERENCE.md ~1.13); the fp32 global scale is per tensor.
+_QUANT_WEIGHT_BYTES_PRE_BLACKWELL = {
+    "fp8": 2.0,
+    "fp8-current": 2.0,
+    "fp8-block": 2.0 * (1 + 4 / 16384),
+    "mxfp8": 2.0625,
+    "nvfp4": 1.125,
+}
+_QUANT_WEIGHT_BYTES_BLACKWELL = dict(_QUANT_WEIGHT_BYTES_PRE_BLACKWELL, fp8=1.0)
+_QUANT_WEIGHT_BYTES_BLACKWELL["fp8-current"] = 1.0
+
+# Bytes per element of a GEMM input that TE saves quantised for the wgrad GEMM
+# (only the column-wise usage is kept after the forward): FP8 1 byte (+ a
+# per-tensor scale), FP8 block 1 + 4/128 (1x128 tiles for activations), MXFP8
+# 1 + 1/32, NVFP4 0.5 + 1/16.
+_QUANT_ACT_BYTES = {
+    "fp8": 1.0,
+    "fp8-current": 1.0,
+    "fp8-block": 1.0 + 4 / 128,
+    "mxfp8": 1.0 + 1 / 32,
+    "nvfp4": 0.5 + 1 / 16,
+}
+
+# cuBLAS workspace PyTorch allocates through its caching allocator on Hopper and
+# newer: CUBLAS_WORKSPACE_CONFIG default ":4096:8" = 8 x 4 MiB (torch/csrc/cuda/
+# CUDABlas / CublasHandlePool.cpp); TE adds its own 32 MiB + 1 KiB GEMM workspace
+# (transformer_engine/pytorch/module/base.py get_cublas_workspace_size_bytes).
+_TORCH_CUBLAS_WORKSPACE = 32 * MiB
+_TE_CUBLAS_WORKSPACE = 32 * MiB + 1024
+
+# Memory a CUDA process holds outside the caching allocator: the CUDA context,
+# loaded kernels (cuBLAS, cuDNN, flash-attention, NCCL) and the context's heap.
+# First-principles value; see benchmarks/memory/README.md for the measurement.
+CUDA_CONTEXT_BYTES = 600 * MiB
+# NCCL's own buffers (outside the allocator) for a group of 2+ ranks: NCCL_BUFFSIZE
+# 4 MiB per channel per peer direction for the simple protocol, plus LL/LL128
+# buffers; ~32 channels on NVLink machines. Unmeasured here.
+NCCL_BUFFER_BYTES = 512 * MiB
+
+# The caching allocator keeps freed blocks and splits large segments: at the peak,
+# torch.cuda.max_memory_reserved() exceeds max_memory_allocated() by this fraction.
+ALLOCATOR_RESERVE_FRACTION = 0.05
+
+
+# ---------------------------------------------------------------------------
+# The training setup
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TrainingSetup:
+    """One training configuration, per GPU.
+
+    Defaults describe this project's trainer: FSDP2 with fp32 sharded master
+    parameters and 16-bit compute, fused AdamW with fp32 moments, fp32 gradient
+    reduction, TransformerEngine layers. TE's ``examples/pytorch/fsdp/fsdp.py`` is
+    ``param_dtype="bf16", master_weights=False, optimizer_state_dtype="bf16",
+    fsdp_version=1, optimizer="adamw-foreach"`` with the ``te-fsdp-example`` preset.
+    """
+
+    model: ModelSpec
+    batch_size: int  # micro-batch per GPU
+    seq_length: int
+    precision: str = "bf16"
+    activation_checkpointing: bool = False
+    world_size: int = 1  # ranks FSDP shards over (GPUs x nodes)
+    backend: str = "te"
+    param_dtype: str | None = None  # sharded parameter dtype; None: fp32 (this trainer)
+    master_weights: bool = True  # fp32 master copy when parameters are 16-bit
+    optimizer_state_dtype: str = "fp32"
+    fsdp_version: int = 2
+    reduce_dtype: str = "fp32"
+    quantized_model_init: bool = False
+    optimizer: str = "adamw-fused"
+    gradient_accumulation_steps: int = 1
+
+    @property
+    def stored_param_dtype(self) -> str:
+        return self.param_dtype or "fp32"
+
+    @property
+    def compute_dtype(self) -> str:
+        """The dtype of the gathered weights and the activations (FSDP MixedPrecision)."""
+        return {"fp32": "fp32", "fp16": "fp16"}.get(self.precision, "bf16")
+
+    @property
+    def low_precision(self) -> bool:
+        return self.precision in hardware.LOW_PRECISIONS
+
+    def validate(self) -> TrainingSetup:
+        """Raises UserError naming the field and what would be valid."""
+        try:
+            self.model.validate()
+        except ValueError as exc:
+            field_name = str(exc).split("=", 1)[0].split(" ", 1)[0]
+            raise UserError(field_name, str(exc), "fix the model dimensions.") from None
+        for name in ("batch_size", "seq_length", "world_size", "gradient_accumulation_steps"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise UserError(name, f"={value!r} must be a positive integer.", "")
+        _choice("precision", self.precision, hardware.PRECISIONS)
+        _choice("backend", self.backend, BACKENDS)
+        _choice("param_dtype", self.stored_param_dtype, PARAM_DTYPES)
+        _choice("optimizer_state_dtype", self.optimizer_state_dtype, OPTIMIZER_STATE_DTYPES)
+        _choice("reduce_dtype", self.reduce_dtype, REDUCE_DTYPES)
+        _choice("fsdp_version", self.fsdp_version, FSDP_VERSIONS)
+        _choice("optimizer", self.optimizer, OPTIMIZERS)
+        if self.quantized_model_init and not (self.low_precision and self.backend == "te"):
+            raise UserError(
+                "quantized_model_init",
+                f"needs a low precision ({', '.join(hardware.LOW_PRECISIONS)}) on the te "
+                f"backend (got precision={self.precision}, backend={self.backend}).",
+                "turn quantized_model_init off.",
+            )
+        if self.precision == "fp32" and self.stored_param_dtype != "fp32":
+            raise UserError(
+                "param_dtype",
+                f"={self.stored_param_dtype} cannot train in fp32 precision.",
+                "use param_dtype fp32 for precision fp32.",
+            )
+        return self
+
+
+def _choice(name: str, value: Any, valid: tuple) -> None:
+    if value not in valid:
+        raise UserError(name, f"={value!r} is not one of {', '.join(map(str, valid))}.", "")
+
+
+# ---------------------------------------------------------------------------
+# The estimate
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Estimate:
+    setup: TrainingSetup
+    gpu: str
+    gpu_memory_bytes: int
+    peak_allocated_bytes: int  # predicts torch.cuda.max_memory_allocated()
+    peak_bytes: int  # device memory needed at the peak (allocated + overheads)
+    phase: str  # where the peak happens
+    breakdown: dict[str, int] = field(default_factory=dict)  # sums to peak_bytes
+    parameters: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        s = self.setup
+        return {
+            "peak_bytes": self.peak_bytes,
+            "peak_allocated_bytes": self.peak_allocated_bytes,
+            "peak_phase": self.phase,
+            "breakdown": dict(self.breakdown),
+            "gpu": self.gpu,
+            "gpu_memory_bytes": self.gpu_memory_bytes,
+            "parameters": self.parameters,
+            "precision": s.precision,
+            "batch_size": s.batch_size,
+            "seq_length": s.seq_length,
+            "activation_checkpointing": s.activation_checkpointing,
+            "world_size": s.world_size,
+            "backend": s.backend,
+            "param_dtype": s.stored_param_dtype,
+            "master_weights": s.master_weights,
+            "optimizer_state_dtype": s.optimizer_state_dtype,
+            "fsdp_version": s.fsdp_version,
+            "reduce_dtype": s.reduce_dtype,
+            "quantized_model_init": s.quantized_model_init,
+            "optimizer": s.optimizer,
+            "gradient_accumulation_steps": s.gradient_accumulation_steps,
+            "model": asdict(s.model),
+        }
+
+
+def estimate(setup: TrainingSetup, gpu: hardware.GPU | str) -> Estimate:
+    """Predicted peak memory per GPU of ``setup`` on ``gpu`` (a steady-state step)."""
+    g = hardware.gpu(gpu) if isinstance(gpu, str) else gpu
+    s = setup.validate()
+    terms = _Terms(s, g)
+    phases = terms.phases()
+    phase, parts = max(phases, key=lambda item: sum(item[1].values()))
+    allocated = int(round(sum(parts.values())))
+    breakdown = {k: int(round(parts.get(k, 0.0))) for k in ALLOCATED_PARTS}
+    breakdown["cuda_context"] = CUDA_CONTEXT_BYTES + (NCCL_BUFFER_BYTES if s.world_size > 1 else 0)
+    breakdown["allocator_reserve"] = int(round(allocated * ALLOCATOR_RESERVE_FRACTION))
+    # Rounding each part can move the sum by a byte or two: make the parts add up.
+    allocated = sum(breakdown[k] for k in ALLOCATED_PARTS)
+    return Estimate(
+        setup=s,
+        gpu=g.name,
+        gpu_memory_bytes=g.memory_bytes,
+        peak_allocated_bytes=allocated,
+        peak_bytes=allocated + breakdown["cuda_context"] + breakdown["allocator_reserve"],
+        phase=phase,
+        breakdown=breakdown,
+        parameters=s.model.total_params(),
+    )
+
+
+class _Terms:
+    """The byte counts of one setup; ``phases()`` lays them out over the step."""
+
+    def __init__(self, s: TrainingSetup, gpu: hardware.GPU) -> None:
+        self.s = s
+        m = s.model
+        self.tokens = s.batch_size * s.seq_length  # per GPU
+        self.c = DTYPE_BYTES[s.compute_dtype]
+        w = s.world_size
+        self.layers = m.num_layers
+        self.p_block = m.block_params()
+        self.p_root = m.total_params() - m.num_layers * self.p_block  # embedding, head, final norm
+        self.p_total = m.total_params()
+        blackwell = gpu.compute_capability >= (10, 0)
+        qtable = _QUANT_WEIGHT_BYTES_BLACKWELL if blackwell else _QUANT_WEIGHT_BYTES_PRE_BLACKWELL
+        te_low = s.backend == "te" and s.low_precision
+        # Linear weights of one block (what TE quantises); norms and biases stay 16-bit.
+        self.p_block_linear = _block_linear_weights(m)
+        self.q_weight = qtable[s.precision] if te_low else 0.0
+
+        # ---- sharded, persistent states (divided by the world size) ----
+        stored = DTYPE_BYTES[s.stored_param_dtype]
+        if s.quantized_model_init:
+            # Linear weights kept only as TE quantised tensors (row-wise copy + the
+            # column-wise copy TE derives), the rest in the 16-bit nominal dtype.
+            lin = self.layers * self.p_block_linear
+            self.params = (lin * self.q_weight + (self.p_total - lin) * stored) / w
+            master = s.master_weights
+        else:
+            self.params = self.p_total * stored / w
+            master = s.master_weights and stored != 4
+        self.master = self.p_total * 4 / w if master else 0.0
+        # FSDP casts the reduce-scattered gradient to the sharded parameter's dtype.
+        self.grad_bytes = stored
+        self.grads_full = self.p_total * self.grad_bytes / w
+        self.grads_block = self.p_block * self.grad_bytes / w
+        # AdamW: exp_avg and exp_avg_sq (Rajbhandari et al.: 16 B/param with fp32
+        # master + fp32 moments + 16-bit param/grad; here the 16-bit param is the
+        # gathered copy, counted in fsdp_buffers).
+        self.states = 2 * self.p_total * DTYPE_BYTES[s.optimizer_state_dtype] / w
+        self.optimizer_temp = (
+            self.p_total * DTYPE_BYTES[s.optimizer_state_dtype] / w
+            if s.optimizer == "adamw-foreach"
+            else 0.0
+        )
+
+        # ---- FSDP gathered (unsharded) parameters and gradient buffers ----
+        # Gathered weights are in the compute dtype (MixedPrecisionPolicy.param_dtype).
+        # With quantized_model_init FSDP2 all-gathers the quantised tensors instead.
+        if s.quantized_model_init:
+            self.block_gathered = (
+                self.p_block_linear * self.q_weight + (self.p_block - self.p_block_linear) * self.c
+            )
+        else:
+            self.block_gathered = self.p_block * self.c
+        self.root_gathered = self.p_root * self.c
+        # Unsharded gradients are produced in the compute dtype; FSDP copies them
+        # into a reduce-scatter input of reduce_dtype (FSDP2 foreach_reduce).
+        r = DTYPE_BYTES[s.reduce_dtype] if s.precision != "fp32" else 4
+        self.block_grad_unsharded = self.p_block * self.c
+        self.block_rs_buffer = self.p_block * r
+        self.root_grad_unsharded = self.p_root * self.c
+        self.root_rs_buffer = self.p_root * r
+
+        # ---- activations ----
+        self.act_layer = self.tokens * _block_saved_bytes_per_token(s)
+        self.act_ckpt_layer = self.tokens * m.hidden_size * self.c  # the block's input
+        self.act_work = self.tokens * _block_backward_work_bytes_per_token(s)
+        self.act_root = self.tokens * _root_saved_bytes_per_token(s)
+        self.q_block = self.p_block_linear * self.q_weight  # one block's quantised weights
+        # ---- logits and loss ----
+        self.loss_fwd, self.loss_bwd, self.logits_held = _loss_bytes(s, self.tokens)
+        # ---- workspaces ----
+        self.workspaces = float(
+            _TORCH_CUBLAS_WORKSPACE + (_TE_CUBLAS_WORKSPACE if s.backend == "te" else 0)
+        )
+
+    # Each phase: (name, {part: bytes}).
+    def phases(self) -> list[tuple[str, dict[str, float]]]:
+        s = self.s
+        ac = s.activation_checkpointing
+        accum = s.gradient_accumulation_steps > 1
+        base = {
+            "parameters": self.params,
+            "master_weights": self.master,
+            "optimizer_states": self.states,
+            "workspaces": self.workspaces,
+        }
+        # With gradient accumulation the sharded gradients live through every
+        # micro-batch; otherwise zero_grad(set_to_none=True) frees them each step.
+        held_grads = self.grads_full if accum else 0.0
+        saved_per_layer = self.act_ckpt_layer if ac else self.act_layer
+        quant_per_layer = 0.0 if ac else self.q_block
+        out: list[tuple[str, dict[str, float]]] = []
+
+        # End of forward + the loss (forward and backward of the cross-entropy).
+        fwd_acts = self.layers * saved_per_layer + self.act_root
+        for name, loss in (("loss forward", self.loss_fwd), ("loss backward", self.loss_bwd)):
+            out.append(
+                (
+                    name,
+                    dict(
+                        base,
+                        gradients=held_grads
+                        + (self.root_grad_unsharded if name == "loss backward" else 0.0),
+                        fsdp_buffers=self.root_gathered,
+                        quantized_weights=self.layers * quant_per_layer,
+                        activations=fwd_acts,
+                        logits_and_loss=loss,
+                    ),
+                )
+            )
+
+        # Backward of block i, from the last one (i = L-1) to the first (i = 0).
+        for i in (self.layers - 1, 0):
+            done = self.layers - 1 - i  # blocks whose sharded gradients exist
+            gathered = self.block_gathered * (2 if i > 0 else 1)  # current + prefetched
+            if ac:  # block i recomputed: its full activations and quantised weights
+                acts = (i + 1) * self.act_ckpt_layer + self.act_layer
+                quant = self.q_block
+            else:
+                acts = (i + 1) * self.act_layer
+                quant = (i + 1) * self.q_block
+            out.append(
+                (
+                    f"backward of block {i}",
+                    dict(
+                        base,
+                        gradients=(held_grads or done * self.grads_block)
+                        + self.root_grad_unsharded * self._head_share()
+                        + self.block_grad_unsharded,
+                        fsdp_buffers=self.root_gathered + gathered + self.block_rs_buffer,
+                        quantized_weights=quant,
+                        # The final norm's and LM head's saved inputs are freed before
+                        # the blocks' backward; token ids and targets remain.
+                        activations=acts + self.act_work + self.tokens * 16,
+                        logits_and_loss=self.logits_held,
+                    ),
+                )
+            )
+
+        # End of backward: the root's gradients (embedding + LM head) reduce-scattered.
+        out.append(
+            (
+                "end of backward",
+                dict(
+                    base,
+                    gradients=(held_grads or (self.layers * self.grads_block))
+                    + self.root_grad_unsharded,
+                    fsdp_buffers=self.root_gathered + self.root_rs_buffer,
+                    logits_and_loss=self.logits_held,
+                ),
+            )
+        )
+        # Optimizer step.
+        out.append(
+            (
+                "optimizer step",
+                dict(base, gradients=self.grads_full, fsdp_buffers=self.optimizer_temp),
+            )
+        )
+        return out
+
+    def _head_share(self) -> float:
+        """Fraction of the root's unsharded gradient present during block backward:
+        the LM head's (produced before the blocks'), the embedding's comes last."""
+        m = self.s.model
+        if not m.vocab_size:
+            return 0.0
+        if m.tie_embeddings:
+            return 1.0
+        return 0.5
+
+
+def _block_linear_weights(m: ModelSpec) -> int:
+    h, kv, f = m.hidden_size, m.kv_dim, m.ffn_hidden_size
+    fc1 = 2 * f if m.mlp == "swiglu" else f
+    return h * (h + 2 * kv) + h * h + h * fc1 + f * h
+
+
+def _block_saved_bytes_per_token(s: TrainingSetup) -> float:
+    """Bytes per token one block saves for its backward (no checkpointing).
+
+    Korthikanti et al. count sbh(34 + 5as/h) for a GPT block in 16-bit; flash /
+    fused attention removes the 5as/h score term (only the fp32 log-sum-exp per
+    head is kept), and the block shapes here differ (GQA, SwiGLU, no dropout), so
+    the tensors are listed one by one from the code that runs.
+    """
+    m = s.model
+    h, kv, f, heads = m.hidden_size, m.kv_dim, m.ffn_hidden_size, m.num_heads
+    c = DTYPE_BYTES[s.compute_dtype]
+    norm_stats = 4 * (2 if m.norm == "layernorm" else 1)  # fp32 rstd (and mean) per token
+    lse = 4 * heads  # flash-attention fp32 log-sum-exp per head
+    if s.backend == "torch":
+        # trainer/model.py: norm saves its input x; qkv saves the norm output; the
+        # fused qkv output stays alive through v (a view SDPA saves); rotary makes
+        # new q and k (saved by SDPA); SDPA output is the proj input.
+        attn = h + h + (h + 2 * kv) + h
+        if m.rotary:
+            attn += h + kv
+        # MLP: norm input and output; SwiGLU: fc1 output (gate|up, kept by silu
+        # and mul through views), silu(gate), the product (fc2 input); GELU: fc1
+        # output and gelu output.
+        mlp = h + h + (4 * f if m.mlp == "swiglu" else 2 * f)
+        return (attn + mlp) * c + 2 * norm_stats + lse + _math_attention_bytes(s)
+    # te backend: LayerNormLinear(qkv) saves its input and the (quantised) norm
+    # output; DotProductAttention saves q, k, v and its output; proj saves its
+    # (quantised) input; LayerNormMLP saves its input, the (quantised) norm output,
+    # the fc1 output (16-bit, for the activation's backward) and the (quantised)
+    # activation output.
+    qa = _QUANT_ACT_BYTES[s.precision] if s.low_precision else c
+    fc1 = 2 * f if m.mlp == "swiglu" else f
+    attn_b = h * c + h * qa + (h + 2 * kv) * c + h * c + (h * qa if s.low_precision else 0)
+    mlp_b = h * c + h * qa + fc1 * c + f * qa
+    return attn_b + mlp_b + 2 * norm_stats + lse
+
+
+def _math_attention_bytes(s: TrainingSetup) -> float:
+    """fp32 attention on the torch backend with GQA falls back to SDPA's math kernel,
+    which materialises the softmax (heads x seq fp32 per token) and repeats k, v."""
+    m = s.model
+    if s.backend != "torch" or s.compute_dtype != "fp32" or m.num_kv_heads == m.num_heads:
+        return 0.0
+    return 4.0 * m.num_heads * s.seq_length + 2 * 4 * m.hidden_size
+
+
+def _block_backward_work_bytes_per_token(s: TrainingSetup) -> float:
+    """Transient bytes per token while one block runs its backward: the incoming and
+    outgoing activation gradients of the residual stream and the largest
+    intermediate gradient (the MLP's, 2 x fc1 width)."""
+    m = s.model
+    c = DTYPE_BYTES[s.compute_dtype]
+    fc1 = 2 * m.ffn_hidden_size if m.mlp == "swiglu" else m.ffn_hidden_size
+    return (2 * m.hidden_size + fc1 + m.ffn_hidden_size) * c
+
+
+def _root_saved_bytes_per_token(s: TrainingSetup) -> float:
+    """Embedding output is the first block's input (counted there); the final norm
+    saves its input and the LM head its input; token ids and targets are int64."""
+    m = s.model
+    if not m.vocab_size:
+        return 0.0
+    c = DTYPE_BYTES[s.compute_dtype]
+    return 2 * m.hidden_size * c + 2 * 8
+
+
+def _loss_bytes(s: TrainingSetup, tokens: int) -> tuple[float, float, float]:
+    """(forward peak, backward peak, held through backward) of logits + cross-entropy.
+
+    The trainer computes ``F.cross_entropy(logits.float(), targets)``: logits in the
+    compute dtype (c bytes per element), a float32 copy (4), log_softmax's output
+    saved for backward (4). Backward: the saved output (4), nll_loss's gradient (4)
+    and log_softmax's gradient (4) coexist, then the cast back to c.
+    """
+    m = s.model
+    if not m.vocab_size:
+        return 0.0, 0.0, 0.0
+    c = DTYPE_BYTES[s.compute_dtype]
+    n = float(tokens) * m.vocab_size
+    fwd = n * (c + 4 + 4)
+    bwd = n * (c + 4 + 4 + 4)
+    held = n * c
+    return fwd, bwd, held
+
+
+def with_changes(setup: TrainingSetup, **changes: Any) -> TrainingSetup:
+    return replace(setup, **changes)

@@ -1,0 +1,139 @@
+"""Human and machine views of a plan: Markdown (KFP UI), JSON (pipelines), Metrics."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from components.memory_estimate import estimator
+from components.memory_estimate.planner import PlanResult
+
+_LABELS = {
+    "parameters": "parameters (sharded)",
+    "master_weights": "fp32 master weights (sharded)",
+    "gradients": "gradients",
+    "optimizer_states": "optimizer states (sharded)",
+    "fsdp_buffers": "FSDP gathered weights / reduce buffers",
+    "quantized_weights": "TE quantised weight copies",
+    "activations": "activations",
+    "logits_and_loss": "logits and loss",
+    "workspaces": "cuBLAS / TE workspaces",
+    "cuda_context": "CUDA context + NCCL",
+    "allocator_reserve": "allocator reserve",
+}
+
+
+def gib(x: float) -> float:
+    return x / estimator.GiB
+
+
+def _yn(x: bool) -> str:
+    return "yes" if x else "no"
+
+
+def markdown(result: PlanResult) -> str:
+    plan, req = result.plan, result.request
+    m = req.model
+    hw = req.hardware
+    where = (
+        f"{plan.instance_type} ({hw.gpus_per_node} x {plan.gpu})" if plan.instance_type else plan.gpu
+    )
+    t = plan.training
+    lines = [
+        f"### Memory estimate: {m.total_params() / 1e9:.2f} B parameters on {where}",
+        "",
+        f"{m.num_layers} layers, hidden {m.hidden_size}, {m.num_heads} heads "
+        f"({m.num_kv_heads} KV), FFN {m.ffn_hidden_size} ({m.mlp}), vocab {m.vocab_size}; "
+        f"sequence {plan.seq_length}; FSDP{t['fsdp_version']} over {plan.world_size} GPU(s); "
+        f"{t['backend']} backend; parameters {t['param_dtype']}"
+        f"{', fp32 master weights' if t['master_weights'] and t['param_dtype'] != 'fp32' else ''}; "
+        f"AdamW states {t['optimizer_state_dtype']}. GPU memory {gib(plan.gpu_memory_bytes):.1f} GiB, "
+        f"headroom {plan.headroom_fraction:.0%} (usable {gib(req.usable_bytes):.1f} GiB).",
+        "",
+        "| precision | GPU runs it | fits | batch | activation checkpointing | peak / GPU "
+        "| of GPU | largest batch without / with checkpointing | notes |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for p, e in plan.precisions.items():
+        notes = "; ".join(x for x in (e.reason, e.note) if x).replace("|", "/")
+        lines.append(
+            f"| {p} | {_yn(e.supported)} | {_yn(e.fits)} | {e.batch_size} | "
+            f"{'on' if e.activation_checkpointing else 'off'} | {gib(e.peak_bytes):.1f} GiB | "
+            f"{e.peak_bytes / plan.gpu_memory_bytes:.0%} | "
+            f"{e.max_batch_size_without_checkpointing} / {e.max_batch_size_with_checkpointing} | "
+            f"{notes} |"
+        )
+    lines += ["", "#### What the peak is made of (GiB per GPU)", ""]
+    precs = list(plan.precisions)
+    lines.append("| part | " + " | ".join(precs) + " |")
+    lines.append("|---|" + "---|" * len(precs))
+    for part in estimator.PARTS:
+        vals = [gib(plan.precisions[p].breakdown.get(part, 0)) for p in precs]
+        lines.append(f"| {_LABELS[part]} | " + " | ".join(f"{v:.2f}" for v in vals) + " |")
+    lines.append(
+        "| **total** | " + " | ".join(f"**{gib(plan.precisions[p].peak_bytes):.2f}**" for p in precs)
+        + " |"
+    )
+    if len(result.estimates) > len(precs):
+        lines += [
+            "",
+            "#### Every configuration estimated",
+            "",
+            "| precision | batch | activation checkpointing | peak / GPU | fits | peak during |",
+            "|---|---|---|---|---|---|",
+        ]
+        for e in result.estimates:
+            s = e.setup
+            lines.append(
+                f"| {s.precision} | {s.batch_size} | {'on' if s.activation_checkpointing else 'off'} "
+                f"| {gib(e.peak_bytes):.1f} GiB | {_yn(e.peak_bytes <= req.usable_bytes)} | "
+                f"{e.phase} |"
+            )
+    lines += [
+        "",
+        "Peak = allocated tensors (predicts `torch.cuda.max_memory_allocated`) + CUDA context "
+        "+ allocator reserve. MXFP8 and NVFP4 figures are derived from the formats' byte sizes "
+        "and were not measured.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def metrics(result: PlanResult) -> dict[str, float]:
+    """Scalars for KFP Metrics (one set per precision)."""
+    plan = result.plan
+    out: dict[str, float] = {
+        "parameters_billion": round(result.request.model.total_params() / 1e9, 4),
+        "gpu_memory_gib": round(gib(plan.gpu_memory_bytes), 2),
+        "runnable_precisions": float(len(plan.runnable_precisions())),
+    }
+    for p, e in plan.precisions.items():
+        out[f"{p}_peak_gib"] = round(gib(e.peak_bytes), 2)
+        out[f"{p}_fits"] = float(e.runnable)
+        out[f"{p}_batch_size"] = float(e.batch_size)
+        out[f"{p}_activation_checkpointing"] = float(e.activation_checkpointing)
+        out[f"{p}_max_batch_without_checkpointing"] = float(e.max_batch_size_without_checkpointing)
+        out[f"{p}_max_batch_with_checkpointing"] = float(e.max_batch_size_with_checkpointing)
+    return out
+
+
+def json_document(result: PlanResult) -> dict[str, Any]:
+    """The CLI's ``--json``. One precision and one batch size: the estimate of the
+    configuration the plan chose (``peak_bytes``, ``breakdown``...). Otherwise a
+    sweep: ``{"estimates": [...every configuration...]}``. Both carry ``plan``."""
+    import json
+
+    req = result.request
+    plan = json.loads(result.plan.to_json())
+
+    def row(e: Any) -> dict[str, Any]:
+        return dict(e.to_dict(), fits=e.peak_bytes <= req.usable_bytes)
+
+    if len(req.precisions) == 1 and len(req.batch_sizes) == 1:
+        entry = result.plan.precisions[req.precisions[0]]
+        for e in result.estimates:
+            s = e.setup
+            if (s.batch_size, s.activation_checkpointing) == (
+                entry.batch_size,
+                entry.activation_checkpointing,
+            ):
+                return dict(row(e), plan=plan)
+    return {"estimates": [row(e) for e in result.estimates], "plan": plan}
