@@ -1,0 +1,136 @@
+"""KFP definition of the memory estimate (the work is in ``planner`` / ``report``)."""
+
+from typing import NamedTuple
+
+from kfp.dsl import Markdown, Metrics, Output
+
+from components.common.component import component
+
+
+@component(aws=False)
+def memory_estimate(
+    report: Output[Markdown],
+    metrics: Output[Metrics],
+    instance_type: str = "ml.p6-b200.48xlarge",
+    world_size: int = 0,
+    gpu: str = "",
+    model_preset: str = "8b",
+    num_layers: int = 0,
+    hidden_size: int = 0,
+    num_heads: int = 0,
+    num_kv_heads: int = 0,
+    ffn_hidden_size: int = 0,
+    vocab_size: int = -1,
+    mlp: str = "",
+    seq_length: int = 2048,
+    batch_size: int = 0,
+    precisions: list = ["bf16", "fp8", "mxfp8", "nvfp4"],  # noqa: B006 (KFP default)
+    activation_checkpointing: str = "auto",
+    headroom: float = 0.05,
+    backend: str = "te",
+    param_dtype: str = "fp32",
+    master_weights: bool = True,
+    optimizer_state_dtype: str = "fp32",
+    fsdp_version: int = 2,
+    quantized_model_init: bool = False,
+    require_all_runnable: bool = False,
+) -> NamedTuple(  # type: ignore[valid-type]
+    "Outputs",
+    [("plan", str), ("runnable_precisions", list), ("all_runnable", bool),
+     ("batch_candidates", list)],
+):
+    """Predicts per-GPU peak memory and plans batch size and activation checkpointing.
+
+    Before paying for GPUs: for each precision, will the training configuration fit
+    in GPU memory, with which micro-batch, is activation checkpointing needed, and
+    does the GPU run that precision at all (MXFP8 and NVFP4 need Blackwell). Pure
+    Python (no GPU); the model of a training step (FSDP-sharded parameters,
+    gradients, AdamW states, gathered weights, activations, full-vocabulary logits,
+    TransformerEngine quantised weight copies, CUDA context, allocator reserve) is
+    calibrated on an H200 (see benchmarks/memory/README.md). MXFP8 and NVFP4 are
+    estimated from the formats' byte sizes and are not measured.
+
+    Batch rule: the requested batch is used when it fits; when it fits only with
+    activation checkpointing and ``activation_checkpointing`` is ``auto``,
+    checkpointing is switched on; ``batch_size=0`` asks for the largest batch that
+    fits (without checkpointing when any batch fits without it).
+
+    Args:
+        instance_type: SageMaker instance type (ml.p6-b200.48xlarge, ml.p6-b300.48xlarge,
+            ml.p5.48xlarge, ml.p5e.48xlarge, ...). Empty to give ``gpu`` instead.
+        world_size: GPUs the model is sharded over (GPUs per node x nodes); 0 = all
+            GPUs of one instance. Must divide, or be a multiple of, the node's GPUs.
+        gpu: A GPU name (B200, B300, H100, H200, ...) instead of an instance type.
+        model_preset: Model preset shared with the trainer (1b, 3b, 8b, 14b, 32b, 64b,
+            te-fsdp-example, tiny, small).
+        num_layers: Transformer blocks (0 = the preset's).
+        hidden_size: Model width (0 = the preset's).
+        num_heads: Attention heads, must divide hidden_size (0 = the preset's).
+        num_kv_heads: Key/value heads for grouped-query attention (0 = the preset's).
+        ffn_hidden_size: MLP inner size (0 = the preset's).
+        vocab_size: Vocabulary; 0 = no embedding or LM head; -1 = the preset's.
+        mlp: swiglu or gelu ("" = the preset's).
+        seq_length: Tokens per sequence.
+        batch_size: Micro-batch per GPU; 0 = the largest that fits.
+        precisions: Precisions to plan for (fp32, bf16, fp16, fp8, fp8-current,
+            fp8-block, mxfp8, nvfp4).
+        activation_checkpointing: auto (on only when needed), on, or off.
+        headroom: Fraction of GPU memory to keep free (0.05 = 5%).
+        backend: Trainer backend: te (TransformerEngine layers) or torch.
+        param_dtype: Dtype of the sharded parameters (fp32: they are the master weights).
+        master_weights: Keep an fp32 master copy when param_dtype is 16-bit.
+        optimizer_state_dtype: AdamW moment dtype (fp32 or bf16).
+        fsdp_version: 2 (fully_shard) or 1 (FullyShardedDataParallel).
+        quantized_model_init: TE quantized_model_init (weights stored quantised).
+        require_all_runnable: Fail when any requested precision is unsupported or
+            predicted not to fit, instead of reporting it in the plan.
+
+    Returns:
+        plan: The MemoryPlan JSON (components.common.memory_plan) the training
+            component reads with ``MemoryPlan.from_json(plan).entry_for(precision)``.
+        runnable_precisions: Precisions that are supported and fit (for ParallelFor).
+        all_runnable: True when every requested precision is runnable.
+        batch_candidates: Configurations worth timing ({precision, batch_size,
+            activation_checkpointing}: powers of two up to the largest that fits).
+        report: Markdown table (KFP UI): per precision fits, batch, checkpointing,
+            peak GiB per GPU and what the peak is made of.
+        metrics: Per precision peak GiB, fits, batch size, largest batches.
+    """
+    from collections import namedtuple
+
+    from components.memory_estimate.run import run_component
+
+    out = run_component(
+        instance_type=instance_type,
+        world_size=world_size,
+        gpu=gpu,
+        model_preset=model_preset,
+        num_layers=num_layers,
+        hidden_size=hidden_size,
+        num_heads=num_heads,
+        num_kv_heads=num_kv_heads,
+        ffn_hidden_size=ffn_hidden_size,
+        vocab_size=vocab_size,
+        mlp=mlp,
+        seq_length=seq_length,
+        batch_size=batch_size,
+        precisions=precisions,
+        activation_checkpointing=activation_checkpointing,
+        headroom=headroom,
+        backend=backend,
+        param_dtype=param_dtype,
+        master_weights=master_weights,
+        optimizer_state_dtype=optimizer_state_dtype,
+        fsdp_version=fsdp_version,
+        quantized_model_init=quantized_model_init,
+        require_all_runnable=require_all_runnable,
+    )
+    with open(report.path, "w") as f:
+        f.write(out.markdown)
+    for name, value in out.metrics.items():
+        metrics.log_metric(name, value)
+    print(out.markdown)
+    outputs = namedtuple(
+        "Outputs", ["plan", "runnable_precisions", "all_runnable", "batch_candidates"]
+    )
+    return outputs(out.plan, out.runnable_precisions, out.all_runnable, out.batch_candidates)
