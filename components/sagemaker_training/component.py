@@ -1,0 +1,187 @@
+"""KFP definition of the SageMaker training component (the work is in ``launcher``)."""
+
+from typing import NamedTuple, Optional
+
+from kfp import dsl
+from kfp.dsl import Model, Output, OutputPath
+
+from components.common.component import component
+
+
+@component(aws=True)
+def sagemaker_training(
+    image_uri: str,
+    role_arn: str,
+    output_s3_uri: str,
+    model: Output[Model],
+    aws_resources: OutputPath(str),  # type: ignore[valid-type]
+    region: str = "",
+    instance_type: str = "ml.p6-b200.48xlarge",
+    instance_count: int = 1,
+    precision: str = "bf16",
+    model_preset: str = "8b",
+    num_layers: int = 0,
+    hidden_size: int = 0,
+    num_heads: int = 0,
+    num_kv_heads: int = 0,
+    ffn_hidden_size: int = 0,
+    vocab_size: int = -1,
+    batch_size: int = 8,
+    seq_length: int = 2048,
+    activation_checkpointing: bool = False,
+    max_steps: int = 100,
+    hyperparameters: Optional[dict] = None,
+    environment: Optional[dict] = None,
+    checkpoint_s3_uri: str = "",
+    input_channels: Optional[dict] = None,
+    training_plan_arn: str = "",
+    use_spot: bool = False,
+    max_wait_seconds: int = 0,
+    max_runtime_seconds: int = 86400,
+    max_retry_attempts: int = 0,
+    volume_size_gb: int = 500,
+    vpc_subnet_ids: Optional[list] = None,
+    vpc_security_group_ids: Optional[list] = None,
+    tags: Optional[dict] = None,
+    memory_plan: str = "",
+    instance_hour_prices: Optional[dict] = None,
+    job_name: str = "",
+    poll_interval_seconds: float = 5.0,
+    run_id: str = dsl.PIPELINE_JOB_ID_PLACEHOLDER,
+    task: str = dsl.PIPELINE_TASK_NAME_PLACEHOLDER,
+    pipeline: str = dsl.PIPELINE_JOB_NAME_PLACEHOLDER,
+) -> NamedTuple(  # type: ignore[valid-type]
+    "Outputs",
+    [("job_name", str), ("job_arn", str), ("status", str), ("billable_seconds", int),
+     ("estimated_cost_usd", float)],
+):
+    """Trains the project's LLM trainer as an Amazon SageMaker AI training job.
+
+    Runs the trainer image (``build_image``) on ``instance_count`` x ``instance_type``
+    (default ml.p6-b200.48xlarge, 8x NVIDIA B200) with the given precision and model,
+    on on-demand capacity, a Flexible Training Plan or Managed Spot, and waits for it:
+    the job's CloudWatch logs (``/aws/sagemaker/TrainingJobs``, every host, new streams
+    after a spot restart) and its secondary-status transitions are streamed into this
+    task's log. Plain boto3 (CreateTrainingJob / DescribeTrainingJob / StopTrainingJob,
+    https://docs.aws.amazon.com/sagemaker/latest/APIReference/API_CreateTrainingJob.html).
+
+    Behaviour that matters when things go wrong:
+
+    - Every parameter is validated before any AWS call; a bad one fails with a message
+      naming the parameter and the fix (a precision the instance's GPU cannot run, spot
+      without ``checkpoint_s3_uri``, ``max_wait_seconds`` < ``max_runtime_seconds``,
+      malformed S3 URIs or ARNs, too many hyperparameters/variables/tags, ...).
+    - The job name is derived from the run id, the task name, the precision and a digest
+      of what the job trains, so a retried or restarted task re-attaches to the job its
+      first attempt created instead of launching a second one; a job of that name that
+      does not carry this run's ``kfp-sagemaker:run-id`` tag is refused, never adopted.
+    - ``aws_resources`` is written as soon as the job exists (for cleanup and humans).
+    - Terminating the run (SIGTERM) stops the training job and waits until SageMaker
+      reports it Stopping.
+    - A failed job fails this task with SageMaker's FailureReason (for example the
+      trainer's CUDA out-of-memory message and the fix it suggests).
+
+    Locally, with ``python -m components.local serve`` running and ``AWS_ENDPOINT_URL``
+    set to its URL, the same calls run the trainer from this checkout on this machine.
+
+    Args:
+        image_uri: Trainer image in ECR (the ``image_uri`` output of build_image).
+        role_arn: IAM role SageMaker assumes for the job (S3, ECR, CloudWatch access).
+        output_s3_uri: S3 prefix for artifacts; the model lands at
+            ``<output_s3_uri>/<job name>/output/model.tar.gz``.
+        region: AWS region; empty uses AWS_REGION / AWS_DEFAULT_REGION.
+        instance_type: SageMaker instance type; the precision is checked against its GPU.
+        instance_count: Instances (8 GPUs each on p6-b200); >1 trains multi-node.
+        precision: fp32, bf16, fp16, fp8, fp8-current, fp8-block, mxfp8 or nvfp4
+            (mxfp8 and nvfp4 need Blackwell).
+        model_preset: Model preset (tiny, small, 1b, 3b, 8b, 14b, 32b, 64b,
+            te-fsdp-example); the dimensions below override it.
+        num_layers: Transformer blocks (0: the preset's).
+        hidden_size: Model width (0: the preset's).
+        num_heads: Attention heads (0: the preset's).
+        num_kv_heads: Key/value heads for grouped-query attention (0: the preset's).
+        ffn_hidden_size: MLP inner size (0: the preset's).
+        vocab_size: Vocabulary size (-1: the preset's; 0: a bare block stack).
+        batch_size: Micro-batch per GPU (a ``memory_plan`` replaces it).
+        seq_length: Sequence length in tokens.
+        activation_checkpointing: Recompute each block in the backward pass to save
+            memory (a ``memory_plan`` replaces it).
+        max_steps: Optimizer steps.
+        hyperparameters: Further trainer hyperparameters by flag name without dashes
+            (e.g. {"lr": 0.0003, "checkpoint-every": 50}); the parameters above own
+            precision, preset, dimensions, batch-size, seq-length, max-steps and
+            activation-checkpointing.
+        environment: Extra environment variables for the training container.
+        checkpoint_s3_uri: S3 prefix the checkpoint directory is synced to and restored
+            from (required with ``use_spot``).
+        input_channels: Channel name -> S3 prefix, downloaded to
+            /opt/ml/input/data/<name> (e.g. {"train": "s3://bucket/tokens/"}); the
+            trainer reads token files with ``hyperparameters={"data-dir": ...}``.
+        training_plan_arn: Run on a SageMaker Flexible Training Plan; before launch,
+            DescribeTrainingPlan must show it Active or Scheduled and reserving this
+            instance type and count.
+        use_spot: Managed Spot Training (needs ``checkpoint_s3_uri`` and
+            ``max_wait_seconds``); an interrupted job resumes from its checkpoint.
+        max_wait_seconds: Spot only: the longest to wait for and run on spot capacity
+            (>= ``max_runtime_seconds``).
+        max_runtime_seconds: The longest the job may train (SageMaker stops it after).
+        max_retry_attempts: SageMaker's RetryStrategy (retries InternalServerError only).
+        volume_size_gb: EBS volume per instance.
+        vpc_subnet_ids: Subnets for VPC mode (with ``vpc_security_group_ids``).
+        vpc_security_group_ids: Security groups for VPC mode (with ``vpc_subnet_ids``).
+        tags: Extra tags for the job (the run's kfp-sagemaker:* tags are always added).
+        memory_plan: The ``plan`` output of memory_estimate; when given, its batch size
+            and activation checkpointing for this precision are used, and a
+            configuration it predicts not to fit (or a precision the GPU does not run)
+            is refused before launch.
+        instance_hour_prices: Instance type -> USD per instance-hour, overriding the
+            built-in approximate on-demand table used for ``estimated_cost_usd``.
+        job_name: Explicit training job name (default: derived, see above).
+        poll_interval_seconds: Seconds between DescribeTrainingJob/log polls.
+        run_id: Run id for naming and tags (default: the KFP run's id).
+        task: Task name for naming (default: this task's name).
+        pipeline: Pipeline name for tags (default: the KFP job name).
+
+    Returns:
+        model: Model artifact whose URI is the S3 model.tar.gz (metadata: job name,
+            precision, instance type/count).
+        aws_resources: JSON record of the training job (ARN, region, console link).
+        job_name: Training job name.
+        job_arn: Training job ARN.
+        status: Final status (Completed; any other status fails the task).
+        billable_seconds: BillableTimeInSeconds (all instances).
+        estimated_cost_usd: billable hours x the instance-hour price, -1 when the
+            price table has no price for the instance type.
+    """
+    from collections import namedtuple
+
+    from components.sagemaker_training.launcher import launch
+    from components.sagemaker_training.request import TrainingJobConfig
+
+    cfg = TrainingJobConfig(
+        image_uri=image_uri, role_arn=role_arn, output_s3_uri=output_s3_uri, run_id=run_id,
+        task=task, pipeline=pipeline, region=region, instance_type=instance_type,
+        instance_count=instance_count, precision=precision, model_preset=model_preset,
+        num_layers=num_layers, hidden_size=hidden_size, num_heads=num_heads,
+        num_kv_heads=num_kv_heads, ffn_hidden_size=ffn_hidden_size, vocab_size=vocab_size,
+        batch_size=batch_size, seq_length=seq_length,
+        activation_checkpointing=activation_checkpointing, max_steps=max_steps,
+        hyperparameters=hyperparameters or {}, environment=environment or {},
+        checkpoint_s3_uri=checkpoint_s3_uri, input_channels=input_channels or {},
+        training_plan_arn=training_plan_arn, use_spot=use_spot,
+        max_wait_seconds=max_wait_seconds, max_runtime_seconds=max_runtime_seconds,
+        max_retry_attempts=max_retry_attempts, volume_size_gb=volume_size_gb,
+        vpc_subnet_ids=vpc_subnet_ids or [], vpc_security_group_ids=vpc_security_group_ids or [],
+        tags=tags or {}, memory_plan=memory_plan, job_name=job_name,
+    )
+    result = launch(cfg, resources_path=aws_resources,
+                    instance_hour_prices=instance_hour_prices or {},
+                    poll_interval_s=poll_interval_seconds)
+    model.uri = result.model_s3_uri
+    model.metadata.update({"training_job_name": result.job_name, "precision": precision,
+                           "instance_type": instance_type, "instance_count": instance_count,
+                           "s3_uri": result.model_s3_uri})
+    Outputs = namedtuple(  # noqa: N806
+        "Outputs", ["job_name", "job_arn", "status", "billable_seconds", "estimated_cost_usd"])
+    return Outputs(result.job_name, result.job_arn, result.status, result.billable_seconds,
+                   result.estimated_cost_usd)

@@ -1,0 +1,128 @@
+"""Launches a training job: validate, check capacity, run, and summarise.
+
+Shared by the KFP component and ``python -m components.sagemaker_training``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from components.common import aws
+from components.common.errors import UserError
+from components.sagemaker_training import pricing
+from components.sagemaker_training.request import (
+    ResolvedConfig,
+    TrainingJobConfig,
+    build_request,
+    resolve,
+)
+from components.sagemaker_training.runner import DEFAULT_POLL_INTERVAL_S, TrainingJobRunner
+
+USABLE_PLAN_STATUSES = ("Active", "Scheduled")
+
+
+@dataclass(frozen=True)
+class TrainingResult:
+    job_name: str
+    job_arn: str
+    status: str
+    secondary_status: str
+    model_s3_uri: str
+    billable_seconds: int
+    estimated_cost_usd: float  # -1.0 when the price table has no price for the instance
+    failure_reason: str
+    created: bool  # False when the job already existed (a retried or restarted component)
+
+
+def prepare(cfg: TrainingJobConfig, *, region: str | None = None) -> tuple[ResolvedConfig,
+                                                                               dict[str, Any]]:
+    """Validates and builds the request; no AWS call."""
+    resolved = resolve(cfg, region=region)
+    return resolved, build_request(resolved)
+
+
+def check_training_plan(sagemaker: Any, resolved: ResolvedConfig) -> dict[str, Any]:
+    """Confirms the plan is Active or Scheduled and reserves this instance type and count."""
+    c = resolved.config
+    try:
+        plan = sagemaker.describe_training_plan(TrainingPlanName=resolved.training_plan_name)
+    except Exception as exc:
+        if aws.error_code(exc) in ("ResourceNotFound", "ResourceNotFoundException",
+                                   "ValidationException"):
+            raise UserError("training_plan_arn", f"{c.training_plan_arn} was not found in "
+                            f"{resolved.region} ({exc}).",
+                            "check the ARN and region (aws sagemaker list-training-plans).") \
+                from None
+        raise
+    status = plan.get("Status", "")
+    if status not in USABLE_PLAN_STATUSES:
+        raise UserError("training_plan_arn", f"{plan.get('TrainingPlanName')} is {status}; "
+                        "jobs can only run on an Active or Scheduled plan.",
+                        "use another plan (or on-demand / spot capacity).")
+    reserved: dict[str, int] = {}
+    for rc in plan.get("ReservedCapacitySummaries") or []:
+        reserved[rc["InstanceType"]] = reserved.get(rc["InstanceType"], 0) + int(
+            rc.get("TotalInstanceCount", 0))
+    count = reserved.get(c.instance_type, 0)
+    if count == 0:
+        raise UserError("training_plan_arn", f"{plan.get('TrainingPlanName')} reserves "
+                        f"{', '.join(reserved) or 'no instances'}, not {c.instance_type}.",
+                        "use the plan's instance type or another plan.")
+    if c.instance_count > count:
+        raise UserError("instance_count", f"{c.instance_count} exceeds the "
+                        f"{count} {c.instance_type} instance(s) of training plan "
+                        f"{plan.get('TrainingPlanName')}.", f"use at most {count}.")
+    return dict(plan)
+
+
+def launch(
+    cfg: TrainingJobConfig,
+    *,
+    resources_path: str | None = None,
+    instance_hour_prices: Mapping[str, Any] | None = None,
+    poll_interval_s: float = DEFAULT_POLL_INTERVAL_S,
+    out: Callable[[str], None] | None = None,
+    raise_on_failure: bool = True,
+) -> TrainingResult:
+    """Runs the job to its end; raises UserError before any AWS call for bad parameters."""
+    resolved, request = prepare(cfg)
+    prices = pricing.price_table(instance_hour_prices)  # validated before any AWS call too
+    say = out or (lambda line: print(line, flush=True))
+    for note in resolved.notes:
+        say(note)
+    sagemaker = aws.client("sagemaker", resolved.region)
+    logs = aws.client("logs", resolved.region)
+    if cfg.training_plan_arn:
+        plan = check_training_plan(sagemaker, resolved)
+        say(f"training plan {plan.get('TrainingPlanName')}: {plan.get('Status')}, "
+            f"{plan.get('AvailableInstanceCount', '?')} of {plan.get('TotalInstanceCount', '?')} "
+            "instance(s) available")
+    runner = TrainingJobRunner(sagemaker, logs, resolved.region, poll_interval_s=poll_interval_s,
+                               out=say)
+    job = runner.run(request, run_id=cfg.run_id, resources_path=resources_path)
+    billable = int(job.get("BillableTimeInSeconds") or 0)
+    cost = pricing.estimate_cost_usd(cfg.instance_type, billable, prices)
+    result = TrainingResult(
+        job_name=job["TrainingJobName"],
+        job_arn=job["TrainingJobArn"],
+        status=job["TrainingJobStatus"],
+        secondary_status=job.get("SecondaryStatus", ""),
+        model_s3_uri=(job.get("ModelArtifacts") or {}).get("S3ModelArtifacts", ""),
+        billable_seconds=billable,
+        estimated_cost_usd=-1.0 if cost is None else cost,
+        failure_reason=job.get("FailureReason", ""),
+        created=runner.created,
+    )
+    say(f"training job {result.job_name}: {result.status}; billable {billable} s"
+        + (f", estimated ${cost:,.2f}" if cost is not None
+           else f" (no price for {cfg.instance_type}: pass instance_hour_prices)"))
+    if raise_on_failure:
+        runner.check(job)
+    return result
+
+
+def request_json(request: dict[str, Any]) -> str:
+    return json.dumps(request, indent=2, sort_keys=True)

@@ -1,0 +1,418 @@
+"""The training job's configuration, its validation and the CreateTrainingJob request.
+
+Everything here is pure: ``resolve`` checks every parameter and fails with a
+``UserError`` (naming the field and the fix) before any AWS call, and
+``build_request`` turns the resolved configuration into the exact request the
+launcher sends (and ``--dry-run`` prints).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from components.common import naming, tags
+from components.common.errors import UserError
+
+DEFAULT_INSTANCE_TYPE = "ml.p6-b200.48xlarge"
+DEFAULT_MAX_RUNTIME_S = 24 * 3600
+MAX_RUNTIME_LIMIT_S = 28 * 24 * 3600  # SageMaker's ceiling for MaxRuntimeInSeconds
+CHECKPOINT_LOCAL_PATH = "/opt/ml/checkpoints"
+MAX_HYPERPARAMETERS = 100
+MAX_HP_KEY, MAX_HP_VALUE = 256, 2500
+MAX_ENVIRONMENT = 100
+MAX_ENV_KEY, MAX_ENV_VALUE = 512, 512
+
+S3_URI_RE = re.compile(r"^s3://[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9](/.*)?$")
+ROLE_ARN_RE = re.compile(r"^arn:aws[a-z\-]*:iam::\d{12}:role/[\w+=,.@\-/]{1,512}$")
+PLAN_ARN_RE = re.compile(
+    r"^arn:aws[a-z\-]*:sagemaker:[a-z0-9\-]+:\d{12}:training-plan/([a-z0-9](-*[a-z0-9]){0,62})$"
+)
+ENV_KEY_RE = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
+CHANNEL_RE = re.compile(r"^[A-Za-z0-9.\-_]{1,64}$")
+IMAGE_RE = re.compile(r"^[^\s]{1,255}$")
+SUBNET_RE = re.compile(r"^subnet-[0-9a-z]+$")
+SG_RE = re.compile(r"^sg-[0-9a-z]+$")
+
+# Hyperparameters the structured parameters own (the trainer's flag names, no dashes).
+MODEL_DIMENSIONS = {
+    "num_layers": "num-layers",
+    "hidden_size": "hidden-size",
+    "num_heads": "num-heads",
+    "num_kv_heads": "num-kv-heads",
+    "ffn_hidden_size": "ffn-hidden-size",
+    "vocab_size": "vocab-size",
+}
+OWNED_HYPERPARAMETERS = {
+    "precision", "preset", "batch-size", "seq-length", "max-steps", "activation-checkpointing",
+    *MODEL_DIMENSIONS.values(),
+}
+
+
+@dataclass
+class TrainingJobConfig:
+    """What the component and the CLI take (same names, same defaults)."""
+
+    image_uri: str
+    role_arn: str
+    output_s3_uri: str
+    run_id: str
+    task: str = "sagemaker-training"
+    pipeline: str = ""
+    region: str = ""
+    instance_type: str = DEFAULT_INSTANCE_TYPE
+    instance_count: int = 1
+    precision: str = "bf16"
+    model_preset: str = "8b"
+    num_layers: int = 0
+    hidden_size: int = 0
+    num_heads: int = 0
+    num_kv_heads: int = 0
+    ffn_hidden_size: int = 0
+    vocab_size: int = -1
+    batch_size: int = 8
+    seq_length: int = 2048
+    activation_checkpointing: bool = False
+    max_steps: int = 100
+    hyperparameters: dict[str, Any] = field(default_factory=dict)
+    environment: dict[str, Any] = field(default_factory=dict)
+    checkpoint_s3_uri: str = ""
+    input_channels: dict[str, str] = field(default_factory=dict)
+    training_plan_arn: str = ""
+    use_spot: bool = False
+    max_wait_seconds: int = 0
+    max_runtime_seconds: int = DEFAULT_MAX_RUNTIME_S
+    max_retry_attempts: int = 0
+    volume_size_gb: int = 500
+    vpc_subnet_ids: list[str] = field(default_factory=list)
+    vpc_security_group_ids: list[str] = field(default_factory=list)
+    tags: dict[str, str] = field(default_factory=dict)
+    memory_plan: str = ""
+    job_name: str = ""
+
+
+@dataclass(frozen=True)
+class ResolvedConfig:
+    """A validated configuration plus what was derived from it."""
+
+    config: TrainingJobConfig
+    region: str
+    job_name: str
+    hyperparameters: dict[str, str]
+    environment: dict[str, str]
+    tags: dict[str, str]
+    batch_size: int
+    activation_checkpointing: bool
+    notes: tuple[str, ...] = ()
+
+    @property
+    def training_plan_name(self) -> str:
+        m = PLAN_ARN_RE.match(self.config.training_plan_arn)
+        return m.group(1) if m else ""
+
+
+def _as_str(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, sort_keys=True)
+    return str(value)
+
+
+def _check_s3(fld: str, uri: str) -> None:
+    if not S3_URI_RE.match(uri or ""):
+        raise UserError(fld, f"{uri!r} is not an S3 URI.",
+                        "use s3://<bucket>/<prefix> (bucket: 3-63 lowercase letters, digits, "
+                        "dots or hyphens).")
+
+
+def resolve(cfg: TrainingJobConfig, *, region: str | None = None) -> ResolvedConfig:
+    """Validates everything that can be checked without AWS; raises UserError."""
+    from components.common.aws import resolve_region
+    from components.common.memory_plan import MemoryPlan
+    from trainer import hardware, spec
+
+    notes: list[str] = []
+    resolved_region = resolve_region(region or cfg.region or None)
+
+    for fld in ("run_id", "task"):
+        if "{{$" in getattr(cfg, fld):
+            raise UserError(fld, f"{getattr(cfg, fld)!r} is an unresolved KFP placeholder (this "
+                            "backend does not resolve placeholders in component defaults).",
+                            f"pass {fld}=dsl.PIPELINE_"
+                            f"{'JOB_ID' if fld == 'run_id' else 'TASK_NAME'}_PLACEHOLDER "
+                            "explicitly from the pipeline.")
+    if "{{$" in cfg.pipeline:
+        cfg = dataclasses.replace(cfg, pipeline="")
+    if not cfg.run_id or not cfg.run_id.strip():
+        raise UserError("run_id", "is empty.", "pass the KFP run id "
+                        "(dsl.PIPELINE_JOB_ID_PLACEHOLDER) or any id unique to this run.")
+    try:
+        tags.validate_run_id(cfg.run_id)
+    except ValueError as exc:
+        raise UserError("run_id", str(exc).split(": ", 1)[-1] + ".",
+                        "use letters, digits and . _ : - only.") from None
+    if not cfg.task.strip():
+        raise UserError("task", "is empty.", "pass the pipeline task name.")
+
+    if cfg.job_name:
+        if not naming.is_valid_sagemaker_name(cfg.job_name):
+            raise UserError(
+                "job_name", f"{cfg.job_name!r} is not a valid training job name.",
+                "use 1-63 letters, digits and hyphens, starting and ending with a letter or "
+                "digit, or leave it empty for a name derived from the run, task and precision.")
+        job_name = cfg.job_name
+    else:
+        job_name = ""  # derived below, once the hyperparameters are known
+
+    if not IMAGE_RE.match(cfg.image_uri or ""):
+        raise UserError("image_uri", f"{cfg.image_uri!r} is not an image URI.",
+                        "pass the trainer image, e.g. "
+                        "<account>.dkr.ecr.<region>.amazonaws.com/<repo>:<tag> (build_image).")
+    if not ROLE_ARN_RE.match(cfg.role_arn or ""):
+        raise UserError("role_arn", f"{cfg.role_arn!r} is not an IAM role ARN.",
+                        "use arn:aws:iam::<12-digit account>:role/<name> of a role SageMaker "
+                        "can assume.")
+    _check_s3("output_s3_uri", cfg.output_s3_uri)
+
+    # Hardware and precision.
+    try:
+        hardware.check_precision_name(cfg.precision)
+    except ValueError:
+        raise UserError("precision", f"{cfg.precision!r} is unknown.",
+                        f"choose one of {', '.join(hardware.PRECISIONS)}.") from None
+    try:
+        hardware.check_precision_for_instance(cfg.precision, cfg.instance_type)
+    except hardware.UnsupportedPrecisionError as exc:
+        raise UserError("precision", str(exc),
+                        "choose a precision that GPU runs, or a Blackwell instance type "
+                        "(ml.p6-b200.48xlarge).") from None
+    except ValueError:
+        raise UserError("instance_type", f"{cfg.instance_type!r} is not a known GPU instance "
+                        "type.", f"choose one of {', '.join(hardware.INSTANCE_TYPES)}.") from None
+    if not isinstance(cfg.instance_count, int) or cfg.instance_count < 1:
+        raise UserError("instance_count", f"{cfg.instance_count!r}: must be at least 1.",
+                        "pass 1 for one ml.p6-b200.48xlarge (8 GPUs) or more for multi-node.")
+    if not 1 <= cfg.volume_size_gb <= 16384:
+        raise UserError("volume_size_gb", f"{cfg.volume_size_gb}: must be 1-16384.",
+                        "pass the EBS volume size in GB.")
+
+    # Model, batch, sequence, steps.
+    dims = {k: getattr(cfg, k) for k in MODEL_DIMENSIONS}
+    overrides = {k: v for k, v in dims.items()
+                 if (v > 0 if k != "vocab_size" else v >= 0)}
+    try:
+        model = spec.spec_from_values(cfg.model_preset or None, **overrides)
+    except ValueError as exc:
+        fld = "model_preset" if "preset" in str(exc) else "model dimensions"
+        raise UserError(fld, str(exc) + ".", "pick a preset "
+                        f"({', '.join(spec.PRESETS)}) or consistent dimensions.") from None
+    for fld, value, low in (("batch_size", cfg.batch_size, 1), ("seq_length", cfg.seq_length, 2),
+                            ("max_steps", cfg.max_steps, 1)):
+        if not isinstance(value, int) or value < low:
+            raise UserError(fld, f"{value!r}: must be an integer >= {low}.")
+
+    batch_size, checkpointing = cfg.batch_size, cfg.activation_checkpointing
+    if cfg.memory_plan.strip():
+        plan = MemoryPlan.from_json(cfg.memory_plan)
+        if plan.instance_type and plan.instance_type != cfg.instance_type:
+            raise UserError("memory_plan", f"was estimated for {plan.instance_type}, the job "
+                            f"runs on {cfg.instance_type}.",
+                            "estimate memory for the instance type you train on.")
+        if plan.seq_length and plan.seq_length != cfg.seq_length:
+            raise UserError("memory_plan", f"was estimated for seq_length {plan.seq_length}, "
+                            f"the job uses {cfg.seq_length}.",
+                            "estimate memory with the same sequence length.")
+        planned = {k: plan.model.get(k) for k in MODEL_DIMENSIONS if k in plan.model}
+        ours = {k: getattr(model, k) for k in planned}
+        if planned and planned != ours:
+            raise UserError("memory_plan", f"was estimated for another model ({planned}; the "
+                            f"job trains {ours}).", "estimate memory for the same model.")
+        entry = plan.entry_for(cfg.precision)
+        if (entry.batch_size, entry.activation_checkpointing) != (batch_size, checkpointing):
+            notes.append(
+                f"memory plan: batch_size {batch_size} -> {entry.batch_size}, activation "
+                f"checkpointing {checkpointing} -> {entry.activation_checkpointing} "
+                f"(predicted peak {entry.peak_bytes / 2**30:.1f} GiB/GPU on {plan.gpu})")
+        batch_size, checkpointing = entry.batch_size, entry.activation_checkpointing
+
+    # Capacity: on-demand, a training plan, or managed spot.
+    if cfg.training_plan_arn:
+        if not PLAN_ARN_RE.match(cfg.training_plan_arn):
+            raise UserError("training_plan_arn", f"{cfg.training_plan_arn!r} is not a training "
+                            "plan ARN.", "use arn:aws:sagemaker:<region>:<account>:"
+                            "training-plan/<name> (from CreateTrainingPlan).")
+        if cfg.training_plan_arn.split(":")[3] != resolved_region:
+            raise UserError("training_plan_arn", f"is in region "
+                            f"{cfg.training_plan_arn.split(':')[3]}, the job in {resolved_region}.",
+                            "run the job in the plan's region.")
+        if cfg.use_spot:
+            raise UserError("use_spot", "cannot be combined with a training plan.",
+                            "choose either training_plan_arn or use_spot.")
+    if cfg.max_runtime_seconds < 1 or cfg.max_runtime_seconds > MAX_RUNTIME_LIMIT_S:
+        raise UserError("max_runtime_seconds", f"{cfg.max_runtime_seconds}: must be 1-"
+                        f"{MAX_RUNTIME_LIMIT_S}.", "pass the longest the job may train.")
+    if cfg.use_spot:
+        if not cfg.checkpoint_s3_uri:
+            raise UserError("checkpoint_s3_uri", "is required with use_spot: an interrupted spot "
+                            "job resumes from its checkpoints.",
+                            "pass checkpoint_s3_uri=s3://<bucket>/<prefix>/checkpoints.")
+        if cfg.max_wait_seconds < cfg.max_runtime_seconds:
+            raise UserError("max_wait_seconds", f"{cfg.max_wait_seconds} is less than "
+                            f"max_runtime_seconds={cfg.max_runtime_seconds}.",
+                            "set max_wait_seconds >= max_runtime_seconds (it includes the time "
+                            "spent waiting for spot capacity).")
+    elif cfg.max_wait_seconds:
+        raise UserError("max_wait_seconds", "is only valid with use_spot=True.",
+                        "set use_spot=True or leave max_wait_seconds at 0.")
+    if cfg.checkpoint_s3_uri:
+        _check_s3("checkpoint_s3_uri", cfg.checkpoint_s3_uri)
+    if not 0 <= cfg.max_retry_attempts <= 30:
+        raise UserError("max_retry_attempts", f"{cfg.max_retry_attempts}: must be 0-30.")
+
+    for name, uri in (cfg.input_channels or {}).items():
+        if not CHANNEL_RE.match(name):
+            raise UserError("input_channels", f"channel name {name!r} is invalid.",
+                            "use 1-64 letters, digits, '.', '-' or '_' (e.g. train).")
+        _check_s3(f"input_channels[{name}]", uri)
+
+    if bool(cfg.vpc_subnet_ids) != bool(cfg.vpc_security_group_ids):
+        raise UserError("vpc_subnet_ids", "and vpc_security_group_ids must be given together.",
+                        "pass both (or neither, for no VPC).")
+    for sid in cfg.vpc_subnet_ids:
+        if not SUBNET_RE.match(sid):
+            raise UserError("vpc_subnet_ids", f"{sid!r} is not a subnet id.", "use subnet-...")
+    for gid in cfg.vpc_security_group_ids:
+        if not SG_RE.match(gid):
+            raise UserError("vpc_security_group_ids", f"{gid!r} is not a security group id.",
+                            "use sg-...")
+
+    hps = _hyperparameters(cfg, model_overrides=overrides, batch_size=batch_size,
+                           checkpointing=checkpointing)
+    env = _environment(cfg.environment)
+    try:
+        merged_tags = tags.merge(tags.run_tags(cfg.run_id, cfg.pipeline, "sagemaker_training"),
+                                 {str(k): _as_str(v) for k, v in (cfg.tags or {}).items()})
+    except ValueError as exc:
+        raise UserError("tags", str(exc).split(": ", 1)[-1] + ".",
+                        "SageMaker allows 50 tags, keys up to 128 and values up to 256 "
+                        "characters; 3 are taken by the run's tags.") from None
+    if not job_name:
+        job_name = derived_job_name(cfg, hps)
+    return ResolvedConfig(cfg, resolved_region, job_name, hps, env, merged_tags, batch_size,
+                          checkpointing, tuple(notes))
+
+
+def derived_job_name(cfg: TrainingJobConfig, hyperparameters: dict[str, str]) -> str:
+    """``naming.training_job_name(run_id, task, precision)``, the task qualified by a digest.
+
+    The digest covers what the job trains (image, instances, hyperparameters), so
+    two tasks of one run that differ only by a loop variable other than the
+    precision (a batch-size sweep in a ParallelFor shares run id, task name and
+    precision) get two jobs, while a retry of the same task (same inputs) gets
+    the same name and re-attaches.
+    """
+    variant = naming.short_hash(json.dumps(
+        [cfg.image_uri, cfg.instance_type, cfg.instance_count, hyperparameters],
+        sort_keys=True), length=6)
+    return naming.training_job_name(cfg.run_id, f"{cfg.task}-{variant}", cfg.precision)
+
+
+def _hyperparameters(cfg: TrainingJobConfig, *, model_overrides: dict[str, int],
+                     batch_size: int, checkpointing: bool) -> dict[str, str]:
+    hps: dict[str, str] = {"precision": cfg.precision}
+    if cfg.model_preset:
+        hps["preset"] = cfg.model_preset
+    for key, value in model_overrides.items():
+        hps[MODEL_DIMENSIONS[key]] = str(value)
+    hps.update({
+        "batch-size": str(batch_size),
+        "seq-length": str(cfg.seq_length),
+        "max-steps": str(cfg.max_steps),
+        "activation-checkpointing": _as_str(checkpointing),
+    })
+    for key, value in (cfg.hyperparameters or {}).items():
+        key = str(key)
+        canonical = key.replace("_", "-")
+        if canonical in OWNED_HYPERPARAMETERS:
+            param = {"preset": "model_preset"}.get(canonical, canonical.replace("-", "_"))
+            raise UserError("hyperparameters", f"{key!r} is set by the {param} parameter.",
+                            f"pass {param}=... instead of hyperparameters[{key!r}].")
+        text = _as_str(value)
+        if not 1 <= len(key) <= MAX_HP_KEY or len(text) > MAX_HP_VALUE:
+            raise UserError("hyperparameters", f"{key!r}: keys must be 1-{MAX_HP_KEY} and values "
+                            f"at most {MAX_HP_VALUE} characters.", "shorten it.")
+        hps[key] = text
+    if len(hps) > MAX_HYPERPARAMETERS:
+        raise UserError("hyperparameters", f"{len(hps)} hyperparameters; SageMaker allows "
+                        f"{MAX_HYPERPARAMETERS} (including the {len(hps) - len(cfg.hyperparameters)}"
+                        " this component sets).", "pass fewer.")
+    return hps
+
+
+def _environment(environment: dict[str, Any]) -> dict[str, str]:
+    env = {str(k): _as_str(v) for k, v in (environment or {}).items()}
+    if len(env) > MAX_ENVIRONMENT:
+        raise UserError("environment", f"{len(env)} variables; SageMaker allows "
+                        f"{MAX_ENVIRONMENT}.", "pass fewer.")
+    for key, value in env.items():
+        if not ENV_KEY_RE.match(key) or len(key) > MAX_ENV_KEY:
+            raise UserError("environment", f"{key!r} is not a valid variable name.",
+                            "use letters, digits and _ (not starting with a digit).")
+        if len(value) > MAX_ENV_VALUE:
+            raise UserError("environment", f"the value of {key} is longer than "
+                            f"{MAX_ENV_VALUE} characters.", "shorten it or pass a file in S3.")
+    return env
+
+
+def build_request(r: ResolvedConfig) -> dict[str, Any]:
+    """The CreateTrainingJob request for a resolved configuration."""
+    c = r.config
+    resource: dict[str, Any] = {
+        "InstanceType": c.instance_type,
+        "InstanceCount": c.instance_count,
+        "VolumeSizeInGB": c.volume_size_gb,
+    }
+    if c.training_plan_arn:
+        resource["TrainingPlanArn"] = c.training_plan_arn
+    stopping: dict[str, int] = {"MaxRuntimeInSeconds": c.max_runtime_seconds}
+    request: dict[str, Any] = {
+        "TrainingJobName": r.job_name,
+        "RoleArn": c.role_arn,
+        "AlgorithmSpecification": {"TrainingImage": c.image_uri, "TrainingInputMode": "File"},
+        "HyperParameters": r.hyperparameters,
+        "OutputDataConfig": {"S3OutputPath": c.output_s3_uri},
+        "ResourceConfig": resource,
+        "StoppingCondition": stopping,
+        # The article's launch disables the profiler: it costs throughput and we log our own.
+        "ProfilerConfig": {"DisableProfiler": True},
+        "Tags": tags.as_key_value(r.tags),
+    }
+    if c.use_spot:
+        request["EnableManagedSpotTraining"] = True
+        stopping["MaxWaitTimeInSeconds"] = c.max_wait_seconds
+    if c.checkpoint_s3_uri:
+        request["CheckpointConfig"] = {"S3Uri": c.checkpoint_s3_uri,
+                                       "LocalPath": CHECKPOINT_LOCAL_PATH}
+    if c.input_channels:
+        request["InputDataConfig"] = [
+            {"ChannelName": name, "InputMode": "File",
+             "DataSource": {"S3DataSource": {"S3DataType": "S3Prefix", "S3Uri": uri,
+                                             "S3DataDistributionType": "FullyReplicated"}}}
+            for name, uri in sorted(c.input_channels.items())
+        ]
+    if r.environment:
+        request["Environment"] = r.environment
+    if c.max_retry_attempts:
+        request["RetryStrategy"] = {"MaximumRetryAttempts": c.max_retry_attempts}
+    if c.vpc_subnet_ids:
+        request["VpcConfig"] = {"Subnets": list(c.vpc_subnet_ids),
+                                "SecurityGroupIds": list(c.vpc_security_group_ids)}
+    return request
+
+
+def config_fields() -> list[str]:
+    return [f.name for f in dataclasses.fields(TrainingJobConfig)]
