@@ -132,6 +132,8 @@ class LocalBackend:
             (SageMaker gives 120).
         log_flush_s: how often buffered job output is written to CloudWatch Logs.
         log_requests: print one line per HTTP request (werkzeug's access log).
+        command: what a training job runs instead of ``bash <repo_root>/trainer/train.sh``
+            (a request's ``AlgorithmSpecification.ContainerEntrypoint`` still wins).
     """
 
     def __init__(
@@ -145,6 +147,7 @@ class LocalBackend:
         stop_grace_s: float = 120.0,
         log_flush_s: float = 0.5,
         log_requests: bool = False,
+        command: list[str] | None = None,
     ) -> None:
         self.port = port
         self.region = region
@@ -154,6 +157,7 @@ class LocalBackend:
         self.stop_grace_s = stop_grace_s
         self.log_flush_s = log_flush_s
         self.log_requests = log_requests
+        self.command = list(command) if command else None
         self.moto_lock = threading.RLock()
         self._server: Any = None
         self._thread: threading.Thread | None = None

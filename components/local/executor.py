@@ -684,8 +684,10 @@ class TrainingJobExecutor:
         entry = spec.get("ContainerEntrypoint")
         if entry:
             return [str(a) for a in entry] + [str(a) for a in spec.get("ContainerArguments") or []]
-        script = self.backend.repo_root / "trainer" / "train.sh"
-        return ["bash", str(script)] + [str(a) for a in spec.get("ContainerArguments") or []]
+        args = [str(a) for a in spec.get("ContainerArguments") or []]
+        if self.backend.command:
+            return list(self.backend.command) + args
+        return ["bash", str(self.backend.repo_root / "trainer" / "train.sh")] + args
 
     def _attempt(self, job: Job, max_runtime: float, max_wait: float) -> tuple[str, str]:
         """One start of the job on fresh instances: ('completed'|'failed'|...,  failure)."""

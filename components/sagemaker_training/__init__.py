@@ -3,8 +3,20 @@
 The KFP definition is in ``component``; validation and the request in
 ``request``; the job life cycle in ``runner``; ``launcher`` ties them together
 for the component and for ``python -m components.sagemaker_training``.
+
+The component is loaded lazily: the component's own body (running inside a KFP
+executor) imports ``launcher`` from this package, and must not re-enter kfp.dsl
+while the executor is still importing it.
 """
 
-from components.sagemaker_training.component import sagemaker_training
+from typing import Any
 
 __all__ = ["sagemaker_training"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "sagemaker_training":
+        from components.sagemaker_training.component import sagemaker_training
+
+        return sagemaker_training
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

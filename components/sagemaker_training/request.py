@@ -117,6 +117,8 @@ class ResolvedConfig:
 def _as_str(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))  # KFP passes dict numbers as floats: 1 arrives as 1.0
     if isinstance(value, (dict, list)):
         return json.dumps(value, sort_keys=True)
     return str(value)
