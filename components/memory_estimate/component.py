@@ -130,7 +130,7 @@ def memory_estimate(
     for name, value in out.metrics.items():
         metrics.log_metric(name, value)
     print(out.markdown)
-    outputs = namedtuple(
+    outputs = namedtuple(  # type: ignore[name-match]
         "Outputs", ["plan", "runnable_precisions", "all_runnable", "batch_candidates"]
     )
     return outputs(out.plan, out.runnable_precisions, out.all_runnable, out.batch_candidates)

@@ -115,13 +115,15 @@ _TORCH_CUBLAS_WORKSPACE = 32 * MiB
 _TE_CUBLAS_WORKSPACE = 32 * MiB + 1024
 
 # Memory a CUDA process holds outside the caching allocator: the CUDA context,
-# loaded kernels (cuBLAS, cuDNN, flash-attention, NCCL) and the context's heap.
-# First-principles value; see benchmarks/memory/README.md for the measurement.
-CUDA_CONTEXT_BYTES = 600 * MiB
-# NCCL's own buffers (outside the allocator) for a group of 2+ ranks: NCCL_BUFFSIZE
-# 4 MiB per channel per peer direction for the simple protocol, plus LL/LL128
-# buffers; ~32 channels on NVLink machines. Unmeasured here.
-NCCL_BUFFER_BYTES = 512 * MiB
+# loaded cuBLAS / flash-attention kernels and NCCL's communicator buffers.
+# Measured on an H200 (torch 2.11, CUDA 13; benchmarks/memory/probe_h200.json,
+# "context"): 802 MB after cuBLAS and flash-attention ran, 1387 MB once an NCCL
+# group ran all-reduce / all-gather / reduce-scatter. The trainer always creates
+# an NCCL group on GPU (FSDP2 all-gathers even at world size 1), so both count.
+CUDA_CONTEXT_BYTES = 801_964_032
+NCCL_BUFFER_BYTES = 1_387_069_440 - 801_964_032
+# NCCL's ring / tree buffers are per neighbour, not per rank, so they are taken as
+# independent of the world size (unmeasured beyond one rank here).
 
 # The caching allocator keeps freed blocks and splits large segments: at the peak,
 # torch.cuda.max_memory_reserved() exceeds max_memory_allocated() by this fraction.
@@ -265,7 +267,7 @@ def estimate(setup: TrainingSetup, gpu: hardware.GPU | str) -> Estimate:
     phase, parts = max(phases, key=lambda item: sum(item[1].values()))
     allocated = int(round(sum(parts.values())))
     breakdown = {k: int(round(parts.get(k, 0.0))) for k in ALLOCATED_PARTS}
-    breakdown["cuda_context"] = CUDA_CONTEXT_BYTES + (NCCL_BUFFER_BYTES if s.world_size > 1 else 0)
+    breakdown["cuda_context"] = CUDA_CONTEXT_BYTES + NCCL_BUFFER_BYTES
     breakdown["allocator_reserve"] = int(round(allocated * ALLOCATOR_RESERVE_FRACTION))
     # Rounding each part can move the sum by a byte or two: make the parts add up.
     allocated = sum(breakdown[k] for k in ALLOCATED_PARTS)
@@ -279,6 +281,12 @@ def estimate(setup: TrainingSetup, gpu: hardware.GPU | str) -> Estimate:
         breakdown=breakdown,
         parameters=s.model.total_params(),
     )
+
+
+def phases(setup: TrainingSetup, gpu: hardware.GPU | str) -> list[tuple[str, dict[str, float]]]:
+    """Allocated bytes by part at each point of the step the model considers."""
+    g = hardware.gpu(gpu) if isinstance(gpu, str) else gpu
+    return _Terms(setup.validate(), g).phases()
 
 
 class _Terms:
@@ -348,11 +356,13 @@ class _Terms:
         # ---- activations ----
         self.act_layer = self.tokens * _block_saved_bytes_per_token(s)
         self.act_ckpt_layer = self.tokens * m.hidden_size * self.c  # the block's input
-        self.act_work = self.tokens * _block_backward_work_bytes_per_token(s)
+        self.act_work = _block_backward_work(s, self.tokens)
         self.act_root = self.tokens * _root_saved_bytes_per_token(s)
         self.q_block = self.p_block_linear * self.q_weight  # one block's quantised weights
         # ---- logits and loss ----
-        self.loss_fwd, self.loss_bwd, self.logits_held = _loss_bytes(s, self.tokens)
+        self.loss_fwd, self.loss_bwd, self.head_bwd, self.logits_held = _loss_bytes(
+            s, self.tokens
+        )
         # ---- workspaces ----
         self.workspaces = float(
             _TORCH_CUBLAS_WORKSPACE + (_TE_CUBLAS_WORKSPACE if s.backend == "te" else 0)
@@ -376,17 +386,24 @@ class _Terms:
         quant_per_layer = 0.0 if ac else self.q_block
         out: list[tuple[str, dict[str, float]]] = []
 
-        # End of forward + the loss (forward and backward of the cross-entropy).
+        # End of forward, the loss (forward and backward of the cross-entropy) and
+        # the LM head's backward. The trainer keeps the last block's gathered
+        # parameters after forward (reshard_after_forward=False for it: backward
+        # needs them at once); FSDP2 never reshards the root after forward.
         fwd_acts = self.layers * saved_per_layer + self.act_root
-        for name, loss in (("loss forward", self.loss_fwd), ("loss backward", self.loss_bwd)):
+        last_block = self.block_gathered if s.fsdp_version == 2 else 0.0
+        for name, loss, head_grad in (
+            ("loss forward", self.loss_fwd, 0.0),
+            ("loss backward", self.loss_bwd, 0.0),
+            ("LM head backward", self.head_bwd, self.root_grad_unsharded * self._head_share()),
+        ):
             out.append(
                 (
                     name,
                     dict(
                         base,
-                        gradients=held_grads
-                        + (self.root_grad_unsharded if name == "loss backward" else 0.0),
-                        fsdp_buffers=self.root_gathered,
+                        gradients=held_grads + head_grad,
+                        fsdp_buffers=self.root_gathered + last_block,
                         quantized_weights=self.layers * quant_per_layer,
                         activations=fwd_acts,
                         logits_and_loss=loss,
@@ -507,14 +524,50 @@ def _math_attention_bytes(s: TrainingSetup) -> float:
     return 4.0 * m.num_heads * s.seq_length + 2 * 4 * m.hidden_size
 
 
-def _block_backward_work_bytes_per_token(s: TrainingSetup) -> float:
-    """Transient bytes per token while one block runs its backward: the incoming and
-    outgoing activation gradients of the residual stream and the largest
-    intermediate gradient (the MLP's, 2 x fc1 width)."""
-    m = s.model
+def _emulated_linears(s: TrainingSetup) -> bool:
+    """The torch backend runs every GEMM but fp32 through ``trainer.emulation``'s
+    ``_EmulatedLinear`` (fp32 operands, rounded to the recipe's formats)."""
+    return s.backend == "torch" and s.compute_dtype != "fp32"
+
+
+def _linear_backward_work(s: TrainingSetup, tokens: int, fan_in: int, fan_out: int) -> float:
+    """Transient bytes while one linear layer runs its backward, beyond its saved
+    input and the incoming gradient.
+
+    - torch backend, emulated GEMMs (trainer/emulation.py ``_EmulatedLinear.backward``):
+      fp32 copies of the gradient (4 x out per token) and of the input (4 x in),
+      the rounded copies of both for dgrad and wgrad (4 x out, 4 x in), dgrad in
+      fp32 and rounded (4 + 4 x in), and weight-sized fp32 tensors: the weight, its
+      rounded copy, wgrad and its rounded copy plus a 16-bit cast (14 bytes/param).
+      Per token 8 x out + 12 x in bytes, per parameter 14.
+    - plain GEMMs (F.linear, TE): the dgrad output (c x in per token) and the
+      wgrad output (c per parameter), plus, for TE low precisions, the quantised
+      copy of the gradient (row- and column-wise).
+    """
     c = DTYPE_BYTES[s.compute_dtype]
-    fc1 = 2 * m.ffn_hidden_size if m.mlp == "swiglu" else m.ffn_hidden_size
-    return (2 * m.hidden_size + fc1 + m.ffn_hidden_size) * c
+    params = fan_in * fan_out
+    if _emulated_linears(s):
+        return tokens * (8.0 * fan_out + 12.0 * fan_in) + 14.0 * params
+    work = float(tokens * fan_in * c + params * c)
+    if s.backend == "te" and s.low_precision:
+        work += tokens * fan_out * 2 * _QUANT_ACT_BYTES[s.precision]
+    return work
+
+
+def _block_backward_work(s: TrainingSetup, tokens: int) -> float:
+    """Transient bytes while one block runs its backward: the residual-stream
+    gradients coming in and going out (2 x c x hidden per token) plus the largest
+    linear layer's backward work (the MLP's first or second GEMM for common
+    shapes). Checked against trainer blocks on an H200 (probe_h200.json, "blocks":
+    the backward peak above its start).
+    """
+    m = s.model
+    h, kv, f = m.hidden_size, m.kv_dim, m.ffn_hidden_size
+    fc1 = 2 * f if m.mlp == "swiglu" else f
+    c = DTYPE_BYTES[s.compute_dtype]
+    linears = ((h, h + 2 * kv), (h, h), (h, fc1), (f, h))
+    work = max(_linear_backward_work(s, tokens, i, o) for i, o in linears)
+    return 2.0 * tokens * h * c + work
 
 
 def _root_saved_bytes_per_token(s: TrainingSetup) -> float:
@@ -527,23 +580,34 @@ def _root_saved_bytes_per_token(s: TrainingSetup) -> float:
     return 2 * m.hidden_size * c + 2 * 8
 
 
-def _loss_bytes(s: TrainingSetup, tokens: int) -> tuple[float, float, float]:
-    """(forward peak, backward peak, held through backward) of logits + cross-entropy.
+def _loss_bytes(s: TrainingSetup, tokens: int) -> tuple[float, float, float, float]:
+    """(loss forward peak, loss backward peak, LM-head backward peak, logits held
+    through the blocks' backward), in bytes.
 
-    The trainer computes ``F.cross_entropy(logits.float(), targets)``: logits in the
-    compute dtype (c bytes per element), a float32 copy (4), log_softmax's output
-    saved for backward (4). Backward: the saved output (4), nll_loss's gradient (4)
-    and log_softmax's gradient (4) coexist, then the cast back to c.
+    The trainer computes ``F.cross_entropy(out.float().reshape(-1, V), targets)`` and
+    keeps ``out`` (the logits, c bytes per element) referenced until backward ends.
+    Measured on an H200 (probe_h200.json, "loss"), per logit element above the held
+    logits: forward peak 8.0 (the fp32 copy and log_softmax's saved output), 4.0 held
+    after the forward, backward peak 12.0 (the saved output, nll_loss's gradient and
+    log_softmax's gradient).
+
+    LM head backward: the logits' gradient (c) beside the held logits (c); with the
+    torch backend's emulated GEMM also its fp32 copy and rounded copy (4 + 4) plus a
+    16-bit cast temporary (2), and 14 bytes per head parameter
+    (see ``_linear_backward_work``); TE / F.linear add the input gradient and the
+    weight gradient.
     """
     m = s.model
     if not m.vocab_size:
-        return 0.0, 0.0, 0.0
+        return 0.0, 0.0, 0.0, 0.0
     c = DTYPE_BYTES[s.compute_dtype]
     n = float(tokens) * m.vocab_size
-    fwd = n * (c + 4 + 4)
-    bwd = n * (c + 4 + 4 + 4)
-    held = n * c
-    return fwd, bwd, held
+    fwd = n * (c + 8.0)
+    bwd = n * (c + 12.0)
+    head = n * 2 * c + _linear_backward_work(s, tokens, m.hidden_size, m.vocab_size)
+    if _emulated_linears(s):
+        head += n * 2.0  # the 16-bit cast temporary inside round_to
+    return fwd, bwd, head, n * c
 
 
 def with_changes(setup: TrainingSetup, **changes: Any) -> TrainingSetup:

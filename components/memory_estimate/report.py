@@ -81,12 +81,12 @@ def markdown(result: PlanResult) -> str:
             "| precision | batch | activation checkpointing | peak / GPU | fits | peak during |",
             "|---|---|---|---|---|---|",
         ]
-        for e in result.estimates:
-            s = e.setup
+        for est in result.estimates:
+            s = est.setup
             lines.append(
                 f"| {s.precision} | {s.batch_size} | {'on' if s.activation_checkpointing else 'off'} "
-                f"| {gib(e.peak_bytes):.1f} GiB | {_yn(e.peak_bytes <= req.usable_bytes)} | "
-                f"{e.phase} |"
+                f"| {gib(est.peak_bytes):.1f} GiB | {_yn(est.peak_bytes <= req.usable_bytes)} | "
+                f"{est.phase} |"
             )
     lines += [
         "",
@@ -129,11 +129,11 @@ def json_document(result: PlanResult) -> dict[str, Any]:
 
     if len(req.precisions) == 1 and len(req.batch_sizes) == 1:
         entry = result.plan.precisions[req.precisions[0]]
-        for e in result.estimates:
-            s = e.setup
+        for est in result.estimates:
+            s = est.setup
             if (s.batch_size, s.activation_checkpointing) == (
                 entry.batch_size,
                 entry.activation_checkpointing,
             ):
-                return dict(row(e), plan=plan)
+                return dict(row(est), plan=plan)
     return {"estimates": [row(e) for e in result.estimates], "plan": plan}

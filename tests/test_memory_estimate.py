@@ -1,0 +1,393 @@
+"""The memory estimate: its arithmetic, its planning rules, its errors, CLI and component."""
+
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+
+from components.common.errors import USER_ERROR_EXIT_CODE, UserError
+from components.common.memory_plan import MemoryPlan
+from components.memory_estimate import cli, estimator, planner, report
+from components.memory_estimate.estimator import TrainingSetup, estimate, phases
+from components.memory_estimate.run import run_component
+from trainer import hardware
+from trainer.spec import PRESETS, preset
+
+GiB = 2**30
+
+
+def _phase(setup, name, gpu="H200"):
+    return dict(phases(setup, gpu))[name]
+
+
+def _request(model="8b", *, instance_type="ml.p6-b200.48xlarge", gpu=None, world_size=None,
+             seq=4096, batch=(0,), precisions=("bf16",), ac="auto", headroom=0.05, **training):
+    hw = planner.resolve_hardware(gpu=gpu, instance_type=instance_type if not gpu else None,
+                                  world_size=world_size)
+    return planner.Request(preset(model), seq, hw, tuple(precisions), tuple(batch), ac, headroom,
+                           training)
+
+
+# ---- arithmetic -------------------------------------------------------------------------
+
+
+def test_optimizer_step_holds_16_bytes_per_parameter_for_fp32_master_and_adam_states():
+    # Rajbhandari et al.: fp32 master (4) + fp32 moments (8) + gradient; here the
+    # sharded gradient is fp32 too (FSDP2 casts it to the parameter's dtype): 16 B.
+    s = TrainingSetup(preset("1b"), batch_size=1, seq_length=128)
+    parts = _phase(s, "optimizer step")
+    p = s.model.total_params()
+    states = parts["parameters"] + parts["gradients"] + parts["optimizer_states"]
+    assert states == pytest.approx(16 * p)
+    assert parts["master_weights"] == 0  # fp32 parameters are the master weights
+
+
+def test_sharded_states_divide_by_the_world_size():
+    one = _phase(TrainingSetup(preset("8b"), 1, 128), "optimizer step")
+    eight = _phase(TrainingSetup(preset("8b"), 1, 128, world_size=8), "optimizer step")
+    for part in ("parameters", "gradients", "optimizer_states"):
+        assert eight[part] == pytest.approx(one[part] / 8)
+
+
+def test_te_fsdp_example_settings_hold_bf16_params_grads_and_states_without_master():
+    s = TrainingSetup(preset("te-fsdp-example"), 1, 128, param_dtype="bf16", master_weights=False,
+                      optimizer_state_dtype="bf16", fsdp_version=1, optimizer="adamw-foreach")
+    parts = _phase(s, "optimizer step")
+    p = s.model.total_params()
+    assert parts["parameters"] == pytest.approx(2 * p)
+    assert parts["gradients"] == pytest.approx(2 * p)
+    assert parts["optimizer_states"] == pytest.approx(4 * p)
+    assert parts["master_weights"] == 0
+    assert parts["fsdp_buffers"] == pytest.approx(2 * p)  # foreach Adam's sqrt temporary
+
+
+def test_bf16_params_with_master_weights_add_an_fp32_copy():
+    s = TrainingSetup(preset("1b"), 1, 128, param_dtype="bf16", master_weights=True)
+    assert _phase(s, "optimizer step")["master_weights"] == pytest.approx(4 * s.model.total_params())
+
+
+@pytest.mark.parametrize(
+    "precision,gpu,bytes_per_param",
+    [("mxfp8", "B200", 2.0625), ("nvfp4", "B200", 1.125), ("fp8", "H200", 2.0),
+     ("fp8", "B200", 1.0)],
+)
+def test_te_quantised_weight_copies_follow_the_format_byte_sizes(precision, gpu, bytes_per_param):
+    m = preset("8b")
+    s = TrainingSetup(m, 1, 1024, precision=precision)
+    lin = m.num_layers * estimator._block_linear_weights(m)
+    assert _phase(s, "loss forward", gpu)["quantized_weights"] == pytest.approx(
+        lin * bytes_per_param
+    )
+    # 16-bit precisions keep no quantised copy.
+    assert _phase(TrainingSetup(m, 1, 1024), "loss forward", gpu)["quantized_weights"] == 0
+
+
+def test_block_activations_match_the_tensors_trainer_blocks_save_on_an_h200():
+    # benchmarks/memory/probe_h200.json measured trainer.model.Block (bf16) saving
+    # these bytes per token beyond its (pre-existing) input; the estimator counts
+    # the input too (the previous block's output, saved once per block).
+    measured_without_input = {"1b": 93320.125, "te-fsdp-example": 53328.125, "8b": 170120.25}
+    for name, measured in measured_without_input.items():
+        s = TrainingSetup(preset(name), 1, 2048, backend="torch")
+        per_token = estimator._block_saved_bytes_per_token(s)
+        assert per_token - 2 * s.model.hidden_size == pytest.approx(measured, abs=1)
+
+
+def test_cross_entropy_bytes_per_logit_match_the_measured_trainer_loss():
+    s = TrainingSetup(preset("1b"), 2, 1024)
+    fwd, bwd, _, held = estimator._loss_bytes(s, 2048)
+    n = 2048 * 128256
+    # probe_h200.json "loss": forward peak 8, backward peak 12 above the held bf16 logits.
+    assert (fwd / n, bwd / n, held / n) == (10.0, 14.0, 2.0)
+
+
+def test_vocab_zero_has_no_logits_and_no_root_parameters():
+    s = TrainingSetup(preset("te-fsdp-example"), 4, 2048)
+    for _, parts in phases(s, "H200"):
+        assert parts.get("logits_and_loss", 0) == 0
+    assert estimator._Terms(s, hardware.gpu("H200")).p_root == 0
+
+
+def test_peak_grows_with_batch_and_sequence_and_checkpointing_lowers_it():
+    m = preset("8b")
+    peaks = [estimate(TrainingSetup(m, b, 2048, world_size=8), "B200").peak_bytes
+             for b in (1, 2, 4, 8)]
+    assert peaks == sorted(peaks) and len(set(peaks)) == 4
+    short = estimate(TrainingSetup(m, 2, 2048, world_size=8), "B200").peak_bytes
+    long = estimate(TrainingSetup(m, 2, 8192, world_size=8), "B200").peak_bytes
+    assert long > short
+    ckpt = estimate(TrainingSetup(m, 4, 4096, world_size=8, activation_checkpointing=True), "B200")
+    full = estimate(TrainingSetup(m, 4, 4096, world_size=8), "B200")
+    assert ckpt.peak_bytes < 0.6 * full.peak_bytes
+
+
+def test_breakdown_adds_up_to_the_peak_and_names_every_part():
+    e = estimate(TrainingSetup(preset("14b"), 2, 4096, precision="fp8", world_size=8), "H200")
+    assert list(e.breakdown) == list(estimator.PARTS)
+    assert sum(e.breakdown.values()) == e.peak_bytes
+    assert e.peak_allocated_bytes == sum(e.breakdown[k] for k in estimator.ALLOCATED_PARTS)
+    assert e.breakdown["cuda_context"] > 0 and e.breakdown["allocator_reserve"] > 0
+
+
+def test_gradient_accumulation_keeps_gradients_alive_through_forward():
+    m = preset("8b")
+    plain = _phase(TrainingSetup(m, 1, 1024), "loss forward")
+    accum = _phase(TrainingSetup(m, 1, 1024, gradient_accumulation_steps=4), "loss forward")
+    assert plain["gradients"] == 0
+    assert accum["gradients"] == pytest.approx(4 * m.total_params())
+
+
+def test_quantized_model_init_stores_linear_weights_quantised():
+    m = preset("8b")
+    plain = _phase(TrainingSetup(m, 1, 1024, precision="mxfp8", world_size=8), "optimizer step")
+    qinit = _phase(TrainingSetup(m, 1, 1024, precision="mxfp8", world_size=8,
+                                 param_dtype="bf16", quantized_model_init=True), "optimizer step")
+    lin = m.num_layers * estimator._block_linear_weights(m)
+    expected = (lin * 2.0625 + (m.total_params() - lin) * 2) / 8  # MXFP8 weights, bf16 rest
+    assert qinit["parameters"] == pytest.approx(expected)
+    assert qinit["parameters"] < plain["parameters"]
+    assert qinit["master_weights"] == pytest.approx(4 * m.total_params() / 8)
+
+
+def test_an_estimate_takes_under_10_ms_and_imports_no_torch():
+    s = TrainingSetup(PRESETS["64b"], 4, 8192, precision="mxfp8", world_size=16)
+    gpu = hardware.gpu("B200")
+    t0 = time.perf_counter()
+    for _ in range(100):
+        estimate(s, gpu)
+    assert (time.perf_counter() - t0) / 100 < 0.010
+    code = ("import sys; import components.memory_estimate.cli, components.memory_estimate.run; "
+            "print([m for m in ('torch', 'kfp', 'transformer_engine') if m in sys.modules])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+# ---- planning rules ---------------------------------------------------------------------
+
+
+def test_requested_batch_that_fits_is_used_without_checkpointing():
+    res = planner.plan(_request("1b", batch=(4,), seq=2048))
+    e = res.plan.entry_for("bf16")
+    assert (e.batch_size, e.activation_checkpointing, e.fits) == (4, False, True)
+    assert e.reason == "" and not e.checkpointing_required
+
+
+def test_batch_that_fits_only_with_checkpointing_switches_it_on_in_auto_mode():
+    req = _request("8b", batch=(0,), seq=4096)
+    e = planner.plan(req).plan.precisions["bf16"]
+    between = e.max_batch_size_without_checkpointing + 1
+    assert between <= e.max_batch_size_with_checkpointing
+    e2 = planner.plan(_request("8b", batch=(between,), seq=4096)).plan.entry_for("bf16")
+    assert e2.activation_checkpointing and e2.checkpointing_required and e2.fits
+    assert "only with activation checkpointing" in e2.reason
+    off = planner.plan(_request("8b", batch=(between,), seq=4096, ac="off")).plan
+    assert not off.precisions["bf16"].fits
+    assert "with activation checkpointing batch" in off.precisions["bf16"].reason
+    with pytest.raises(UserError, match="batch_size"):
+        off.entry_for("bf16")
+
+
+def test_batch_zero_is_the_largest_that_fits():
+    req = _request("8b", batch=(0,), seq=4096, precisions=("fp8",))
+    e = planner.plan(req).plan.precisions["fp8"]
+    b = e.batch_size
+    assert b == e.max_batch_size_without_checkpointing > 0
+    usable = req.usable_bytes
+    s = req.setup("fp8", b, False)
+    assert estimate(s, "B200").peak_bytes <= usable
+    assert estimate(req.setup("fp8", b + 1, False), "B200").peak_bytes > usable
+
+
+def test_several_batch_sizes_plan_the_largest_that_fits():
+    res = planner.plan(_request("1b", batch=(1, 2, 4, 100000), seq=2048))
+    assert res.plan.precisions["bf16"].batch_size == 4
+    assert len(res.estimates) == 8  # 4 batch sizes x 2 checkpointing modes
+
+
+def test_precision_the_gpu_cannot_run_is_reported_not_runnable_with_the_reason():
+    res = planner.plan(_request("1b", instance_type="ml.p5e.48xlarge", seq=2048,
+                                precisions=("bf16", "fp8", "mxfp8", "nvfp4")))
+    plan = MemoryPlan.from_json(res.plan.to_json())
+    assert plan.runnable_precisions() == ["bf16", "fp8"]
+    assert plan.supported_precisions == hardware.gpu("H200").supported_precisions()
+    assert "Blackwell" in plan.precisions["mxfp8"].reason
+    with pytest.raises(UserError, match="precision"):
+        plan.entry_for("nvfp4")
+    assert plan.entry_for("fp8").batch_size > 0
+    assert "not measured" in plan.precisions["mxfp8"].note
+
+
+def test_a_model_too_large_for_the_gpus_says_so_and_suggests_more_gpus():
+    res = planner.plan(_request("64b", gpu="H100", world_size=1, seq=4096, batch=(1,)))
+    e = res.plan.precisions["bf16"]
+    assert not e.fits and e.max_batch_size_with_checkpointing == 0
+    assert "world_size" in e.reason
+
+
+def test_large_models_need_checkpointing_on_b200_as_the_article_reports():
+    # The article: above ~14B most configurations run out of memory without
+    # activation checkpointing; up to ~14B it is usually unnecessary.
+    big = planner.plan(_request("64b", seq=8192, batch=(2,))).plan.precisions["bf16"]
+    assert big.fits and big.activation_checkpointing and big.checkpointing_required
+    small = planner.plan(_request("8b", seq=4096, batch=(2,))).plan.precisions["bf16"]
+    assert small.fits and not small.activation_checkpointing
+
+
+def test_batch_candidates_are_powers_of_two_up_to_the_largest_that_fits():
+    res = planner.plan(_request("1b", seq=2048, precisions=("bf16",), ac="off"))
+    top = res.plan.precisions["bf16"].max_batch_size_without_checkpointing
+    sizes = [c["batch_size"] for c in planner.batch_candidates(res)]
+    assert sizes[-1] == top and sizes[0] == 1 and all(b <= top for b in sizes)
+
+
+# ---- errors -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "kwargs,field,hint",
+    [
+        ({"gpu": "Z9000"}, "gpu", "B200"),
+        ({"instance_type": "ml.p9.huge"}, "instance_type", "ml.p6-b200.48xlarge"),
+        ({"instance_type": "ml.p6-b200.48xlarge", "world_size": 3}, "world_size", "1, 2, 4, 8"),
+        ({"instance_type": "ml.p6-b200.48xlarge", "world_size": 12}, "world_size", "multiple of 8"),
+        ({"instance_type": "ml.p6-b200.48xlarge", "gpu": "H100"}, "gpu", "B200"),
+        ({}, "instance_type", "ml.p6-b200.48xlarge"),
+        ({"gpu": "B200", "world_size": -2}, "world_size", "positive"),
+    ],
+)
+def test_bad_hardware_names_the_field_and_what_is_valid(kwargs, field, hint):
+    with pytest.raises(UserError) as err:
+        planner.resolve_hardware(**kwargs)
+    assert err.value.field == field and hint in str(err.value)
+
+
+def test_world_size_multiple_of_the_node_and_default_one_node_are_accepted():
+    assert planner.resolve_hardware(instance_type="ml.p6-b200.48xlarge").world_size == 8
+    assert planner.resolve_hardware(instance_type="ml.p6-b200.48xlarge", world_size=16).world_size == 16
+    assert planner.resolve_hardware(gpu="nvidia h200").gpu.name == "H200"
+
+
+@pytest.mark.parametrize(
+    "dims,field",
+    [
+        ({"num_heads": 3}, "num_heads"),
+        ({"num_layers": 0}, "num_layers"),
+        ({"hidden_size": -8}, "hidden_size"),
+        ({"num_kv_heads": 5}, "num_kv_heads"),
+        ({"mlp": "relu"}, "mlp"),
+    ],
+)
+def test_bad_model_dimensions_name_the_field(dims, field):
+    with pytest.raises(UserError) as err:
+        planner.model_from_values("8b", **dims)
+    assert err.value.field == field
+
+
+@pytest.mark.parametrize(
+    "changes,field",
+    [
+        ({"batch": (-1,)}, "batch_size"),
+        ({"seq": 0}, "seq_length"),
+        ({"precisions": ("fp6",)}, "precisions"),
+        ({"precisions": ()}, "precisions"),
+        ({"ac": "sometimes"}, "activation_checkpointing"),
+        ({"headroom": 1.5}, "headroom"),
+        ({"backend": "jax"}, "backend"),
+        ({"param_dtype": "fp8"}, "param_dtype"),
+        ({"fsdp_version": 3}, "fsdp_version"),
+        ({"quantized_model_init": True}, "quantized_model_init"),
+    ],
+)
+def test_bad_training_settings_name_the_field(changes, field):
+    with pytest.raises(UserError) as err:
+        planner.plan(_request("1b", **changes))
+    assert err.value.field == field
+
+
+# ---- CLI ------------------------------------------------------------------------------
+
+
+def test_cli_flags_are_the_trainers_model_flags_plus_the_issue_list():
+    parser = cli.build_parser()
+    flags = {o for a in parser._actions for o in a.option_strings}
+    wanted = ("--preset --num-layers --hidden-size --num-heads --num-kv-heads --ffn-hidden-size "
+              "--vocab-size --mlp --bias --no-bias --batch-size --seq-length --precision "
+              "--activation-checkpointing --no-activation-checkpointing --world-size --param-dtype "
+              "--master-weights --no-master-weights --optimizer-state-dtype --fsdp-version "
+              "--backend --gpu --instance-type --json").split()
+    assert set(wanted) <= flags
+
+
+def test_cli_json_has_peak_bytes_and_a_breakdown_in_bytes(capsys):
+    rc = cli.main(["--preset", "14b", "--gpu", "H200", "--world-size", "8", "--batch-size", "2",
+                   "--seq-length", "4096", "--precision", "fp8", "--no-activation-checkpointing",
+                   "--json"])
+    assert rc == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["peak_bytes"] == sum(doc["breakdown"].values())
+    assert doc["activation_checkpointing"] is False and doc["precision"] == "fp8"
+    assert MemoryPlan.from_json(json.dumps(doc["plan"])).entry_for("fp8").batch_size == 2
+
+
+def test_cli_sweep_lists_every_configuration_and_writes_the_plan(tmp_path, capsys):
+    plan_path = tmp_path / "plan.json"
+    rc = cli.main(["--preset", "1b", "--instance-type", "ml.p6-b200.48xlarge", "--seq-length",
+                   "2048", "--precision", "bf16,fp8", "mxfp8", "--batch-size", "4", "8",
+                   "--activation-checkpointing", "off", "--json", "--plan-out", str(plan_path)])
+    assert rc == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert len(doc["estimates"]) == 6
+    assert set(MemoryPlan.from_json(plan_path.read_text()).precisions) == {"bf16", "fp8", "mxfp8"}
+
+
+def test_cli_describes_te_fsdp_example_and_prints_markdown(capsys):
+    rc = cli.main(["--preset", "te-fsdp-example", "--gpu", "B200", "--world-size", "8",
+                   "--batch-size", "16", "--seq-length", "8192", "--precision", "mxfp8",
+                   "--activation-checkpointing", "--param-dtype", "bf16", "--no-master-weights",
+                   "--optimizer-state-dtype", "bf16", "--fsdp-version", "1",
+                   "--optimizer", "adamw-foreach"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "| mxfp8 | yes | yes | 16 | on |" in out
+
+
+def test_cli_user_error_exits_2_naming_the_field(capsys):
+    rc = cli.main(["--preset", "8b", "--gpu", "H200", "--num-heads", "7"])
+    assert rc == USER_ERROR_EXIT_CODE
+    assert "num_heads" in capsys.readouterr().err
+
+
+def test_cli_help_explains_itself():
+    out = subprocess.run([sys.executable, "-m", "components.memory_estimate", "--help"],
+                         capture_output=True, text=True, check=True).stdout
+    assert "largest micro-batch" in out and "--instance-type" in out and "te-fsdp-example" in out
+
+
+# ---- component --------------------------------------------------------------------------
+
+
+def test_component_outputs_plan_runnable_precisions_markdown_and_metrics():
+    out = run_component(instance_type="ml.p5.48xlarge", model_preset="8b", seq_length=4096,
+                        precisions=["bf16", "fp8", "nvfp4"], batch_size=0)
+    plan = MemoryPlan.from_json(out.plan)
+    assert out.runnable_precisions == plan.runnable_precisions() == ["bf16", "fp8"]
+    assert out.all_runnable is False
+    assert "| nvfp4 | no |" in out.markdown
+    assert out.metrics["bf16_fits"] == 1.0 and out.metrics["nvfp4_fits"] == 0.0
+    assert out.batch_candidates and {c["precision"] for c in out.batch_candidates} == {"bf16", "fp8"}
+    with pytest.raises(UserError, match="nvfp4"):
+        run_component(instance_type="ml.p5.48xlarge", model_preset="8b", seq_length=4096,
+                      precisions=["bf16", "nvfp4"], require_all_runnable=True)
+
+
+def test_component_model_overrides_keep_the_presets_other_dimensions():
+    out = run_component(gpu="B200", model_preset="8b", num_layers=4, vocab_size=0,
+                        precisions="bf16", batch_size=1)
+    model = MemoryPlan.from_json(out.plan).model
+    assert (model["num_layers"], model["vocab_size"], model["hidden_size"]) == (4, 0, 4096)
+
+
+def test_markdown_shows_the_breakdown_in_gib():
+    md = report.markdown(planner.plan(_request("8b", seq=4096, precisions=("bf16", "fp8"))))
+    assert "| optimizer states (sharded) |" in md and "| **total** |" in md
