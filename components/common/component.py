@@ -45,7 +45,10 @@ class AwsComponent(python_component.PythonComponent):
 
     def __call__(self, *args: Any, **kwargs: Any) -> dsl.PipelineTask:
         task = super().__call__(*args, **kwargs)
-        if not getattr(task, "_is_final", False) and task.pipeline_spec is None:
+        # A task run eagerly by kfp.local (outside a pipeline) is already FINAL and
+        # refuses configuration; there is nothing to cache then anyway.
+        final = getattr(getattr(task, "state", None), "name", "") == "FINAL"
+        if not final and task.pipeline_spec is None:
             task.set_caching_options(False)
         return task
 
