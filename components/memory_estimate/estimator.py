@@ -525,9 +525,11 @@ def _math_attention_bytes(s: TrainingSetup) -> float:
 
 
 def _emulated_linears(s: TrainingSetup) -> bool:
-    """The torch backend runs every GEMM but fp32 through ``trainer.emulation``'s
-    ``_EmulatedLinear`` (fp32 operands, rounded to the recipe's formats)."""
-    return s.backend == "torch" and s.compute_dtype != "fp32"
+    """The torch backend emulates FP8 / MXFP8 / NVFP4 GEMMs with ``trainer.emulation``'s
+    ``_EmulatedLinear`` (fp32 operands, rounded to the recipe's formats); 16-bit and
+    fp32 precisions on a GPU use plain ``F.linear`` (trainer/train.py
+    ``_build_torch_model``)."""
+    return s.backend == "torch" and s.low_precision
 
 
 def _linear_backward_work(s: TrainingSetup, tokens: int, fan_in: int, fan_out: int) -> float:
@@ -540,15 +542,15 @@ def _linear_backward_work(s: TrainingSetup, tokens: int, fan_in: int, fan_out: i
       fp32 and rounded (4 + 4 x in), and weight-sized fp32 tensors: the weight, its
       rounded copy, wgrad and its rounded copy plus a 16-bit cast (14 bytes/param).
       Per token 8 x out + 12 x in bytes, per parameter 14.
-    - plain GEMMs (F.linear, TE): the dgrad output (c x in per token) and the
-      wgrad output (c per parameter), plus, for TE low precisions, the quantised
-      copy of the gradient (row- and column-wise).
+    - plain GEMMs (F.linear, TE): the dgrad output (c x in per token; the wgrad
+      output is the unsharded gradient, counted with FSDP's buffers), plus, for TE
+      low precisions, the quantised copy of the gradient (row- and column-wise).
     """
     c = DTYPE_BYTES[s.compute_dtype]
     params = fan_in * fan_out
     if _emulated_linears(s):
         return tokens * (8.0 * fan_out + 12.0 * fan_in) + 14.0 * params
-    work = float(tokens * fan_in * c + params * c)
+    work = float(tokens * fan_in * c)
     if s.backend == "te" and s.low_precision:
         work += tokens * fan_out * 2 * _QUANT_ACT_BYTES[s.precision]
     return work

@@ -1,0 +1,171 @@
+"""Measured vs predicted peak memory: ``python benchmarks/memory/compare.py [GRID.json ...]``.
+
+Reads grids in the schema of ``h200_grid.json`` (written by the trainer's
+``measure_grid.py``)::
+
+    {"machine", "gpu", "gpu_memory_bytes", "torch", "transformer_engine", "command", "date",
+     "trainer_settings": {...},
+     "results": [{"model": {ModelSpec fields}, "preset", "precision", "backend", "batch_size",
+                  "seq_length", "activation_checkpointing", "world_size",
+                  "status": "ok" | "oom", "peak_allocated_bytes", "peak_reserved_bytes"}]}
+
+For every "ok" row it predicts ``torch.cuda.max_memory_allocated`` with the
+estimator and reports the relative error; for every "oom" row it reports the
+predicted device peak against the GPU's memory. Prints a Markdown table and the
+summary (median and worst absolute error), the figures the accuracy test checks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import statistics
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from components.memory_estimate import estimator  # noqa: E402
+from trainer import hardware  # noqa: E402
+from trainer.spec import ModelSpec  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+GRID = HERE / "h200_grid.json"
+# An OOM row is "near the limit" when the predicted device peak is within the
+# estimator's worst-case error (8%) of the GPU's memory.
+NEAR_LIMIT = 0.92
+# trainer_settings keys that map onto TrainingSetup fields.
+_SETTINGS = ("param_dtype", "master_weights", "optimizer_state_dtype", "fsdp_version",
+             "reduce_dtype", "optimizer", "quantized_model_init", "gradient_accumulation_steps")
+
+
+@dataclass(frozen=True)
+class Row:
+    label: str
+    status: str
+    measured_allocated: int
+    measured_reserved: int
+    predicted_allocated: int
+    predicted_peak: int
+    gpu_memory_bytes: int
+    phase: str
+
+    @property
+    def error(self) -> float:
+        """Relative error of the predicted allocated peak (ok rows)."""
+        return self.predicted_allocated / self.measured_allocated - 1.0
+
+    @property
+    def oom_predicted(self) -> bool:
+        return self.predicted_peak >= NEAR_LIMIT * self.gpu_memory_bytes
+
+
+def setup_for(result: dict[str, Any], settings: dict[str, Any]) -> estimator.TrainingSetup:
+    fields = {f.name for f in dataclasses.fields(ModelSpec)}
+    model = ModelSpec(**{k: v for k, v in result["model"].items() if k in fields})
+    extra = {k: settings[k] for k in _SETTINGS if k in settings}
+    extra.update({k: result[k] for k in _SETTINGS if k in result})
+    return estimator.TrainingSetup(
+        model=model,
+        batch_size=int(result["batch_size"]),
+        seq_length=int(result["seq_length"]),
+        precision=result["precision"],
+        activation_checkpointing=bool(result["activation_checkpointing"]),
+        world_size=int(result.get("world_size", 1)),
+        backend=result.get("backend", "te"),
+        **extra,
+    )
+
+
+def compare(path: Path) -> list[Row]:
+    doc = json.loads(Path(path).read_text())
+    gpu = hardware.gpu(doc["gpu"])
+    if doc.get("gpu_memory_bytes"):
+        gpu = dataclasses.replace(gpu, memory_bytes=int(doc["gpu_memory_bytes"]))
+    settings = doc.get("trainer_settings") or {}
+    rows = []
+    for r in doc["results"]:
+        s = setup_for(r, settings)
+        e = estimator.estimate(s, gpu)
+        label = (
+            f"{r.get('preset') or 'custom'} {s.precision} {s.backend} b{s.batch_size} "
+            f"s{s.seq_length} {'ckpt' if s.activation_checkpointing else 'no-ckpt'} "
+            f"w{s.world_size}"
+        )
+        rows.append(
+            Row(label, r["status"], int(r.get("peak_allocated_bytes") or 0),
+                int(r.get("peak_reserved_bytes") or 0), e.peak_allocated_bytes, e.peak_bytes,
+                gpu.memory_bytes, e.phase)
+        )
+    return rows
+
+
+def summary(rows: list[Row]) -> dict[str, Any]:
+    ok = [r for r in rows if r.status == "ok"]
+    errs = [abs(r.error) for r in ok]
+    reserve = [r.measured_reserved / r.measured_allocated - 1 for r in ok if r.measured_reserved]
+    oom = [r for r in rows if r.status == "oom"]
+    return {
+        "ok_rows": len(ok),
+        "median_abs_error": statistics.median(errs) if errs else None,
+        "worst_abs_error": max(errs) if errs else None,
+        "oom_rows": len(oom),
+        "oom_rows_predicted": sum(r.oom_predicted for r in oom),
+        "median_reserved_over_allocated": statistics.median(reserve) if reserve else None,
+    }
+
+
+def markdown(rows: list[Row]) -> str:
+    gib = 2**30
+    out = [
+        "| configuration | status | measured allocated GiB | predicted GiB | error | "
+        "predicted device peak GiB | peak during |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        if r.status == "ok":
+            err = f"{r.error:+.1%}"
+            meas = f"{r.measured_allocated / gib:.2f}"
+        else:
+            err = "fits? " + ("no (predicted)" if r.oom_predicted else "yes (MISSED)")
+            meas = "OOM"
+        out.append(
+            f"| {r.label} | {r.status} | {meas} | {r.predicted_allocated / gib:.2f} | {err} | "
+            f"{r.predicted_peak / gib:.2f} of {r.gpu_memory_bytes / gib:.1f} | {r.phase} |"
+        )
+    s = summary(rows)
+    if s["ok_rows"]:
+        out += [
+            "",
+            f"{s['ok_rows']} measured rows: median absolute error {s['median_abs_error']:.1%}, "
+            f"worst {s['worst_abs_error']:.1%}; {s['oom_rows_predicted']} of {s['oom_rows']} "
+            f"out-of-memory rows predicted not to fit (device peak >= {NEAR_LIMIT:.0%} of the "
+            "GPU).",
+        ]
+    return "\n".join(out) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    ap.add_argument("grids", nargs="*", type=Path, help=f"grid files (default: {GRID.name})")
+    args = ap.parse_args(argv)
+    paths = args.grids or [GRID]
+    missing = [p for p in paths if not p.exists()]
+    if missing:
+        print(f"compare.py: {', '.join(map(str, missing))} does not exist yet (the trainer's "
+              "measure_grid.py writes it on a GPU).", file=sys.stderr)
+        return 1
+    for p in paths:
+        rows = compare(p)
+        print(f"### {p.name}\n")
+        print(markdown(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
