@@ -8,7 +8,13 @@ backend (``python -m components.local serve``) stands in for AWS.
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import json
 import os
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from components.common.errors import UserError
@@ -64,11 +70,16 @@ def client(
             "boto3 is not installed: pip install 'kfp-sagemaker-blackwell[aws]'"
         ) from exc
     session = boto3.session.Session(region_name=resolve_region(region))
-    return session.client(  # type: ignore[call-overload]
+    made = session.client(  # type: ignore[call-overload]
         service,
         endpoint_url=endpoint_url,
         config=client_config(max_attempts, retry_mode, **config_kwargs),
     )
+    made.meta.events.register(
+        "before-parameter-build", functools.partial(_record_call, region=made.meta.region_name)
+    )
+    return made
+    return made
 
 
 def account_id(region: str | None = None) -> str:
@@ -83,3 +94,78 @@ def is_throttling(exc: BaseException) -> bool:
 
 def error_code(exc: BaseException) -> str:
     return str(getattr(exc, "response", {}).get("Error", {}).get("Code", ""))
+
+
+# ---- Opt-in record of every API call made through client() ----
+#
+# ``with record_calls() as rec: ...`` then ``rec.calls()``: every call made by a
+# client from ``client()`` while the recording is open, in this process or in a
+# child process started inside the block (KFP's local runner runs each task in a
+# subprocess). The hook is registered on every client but does nothing unless
+# ``RECORD_CALLS_ENV`` names a file; the calls are JSON lines appended to it
+# (one small write per call, O_APPEND, so concurrent processes do not interleave).
+# ``components.common.iam_policy.check_calls`` checks a recording against an IAM
+# policy.
+
+RECORD_CALLS_ENV = "KFP_SAGEMAKER_RECORD_CALLS"
+_BULKY_PARAMS = ("Body",)  # request payloads: not needed to judge permissions
+
+
+@dataclass(frozen=True)
+class ApiCall:
+    service: str  # botocore's service name, as passed to client(): "s3", "sagemaker", ...
+    operation: str  # the API operation: "PutObject", "CreateTrainingJob", ...
+    region: str
+    params: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class CallRecording:
+    path: str
+
+    def calls(self) -> list[ApiCall]:
+        if not os.path.exists(self.path):
+            return []
+        with open(self.path, encoding="utf-8") as f:
+            return [ApiCall(**json.loads(line)) for line in f if line.strip()]
+
+
+def _record_call(params: dict[str, Any], model: Any, region: str, **kwargs: Any) -> None:
+    path = os.environ.get(RECORD_CALLS_ENV)
+    if not path:
+        return
+    line = json.dumps(
+        {
+            "service": model.service_model.service_name,
+            "operation": model.name,
+            "region": region,
+            "params": {k: v for k, v in params.items() if k not in _BULKY_PARAMS},
+        },
+        default=str,
+        sort_keys=True,
+    )
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    try:
+        os.write(fd, (line + "\n").encode("utf-8"))
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def record_calls(path: str | None = None) -> Iterator[CallRecording]:
+    """Records every API call made through ``client()`` (here and in child processes).
+
+    Opt-in and for tests and audits: nothing is recorded outside the block.
+    """
+    previous = os.environ.get(RECORD_CALLS_ENV)
+    if path is None:  # kept after the block so that the recording can be read
+        fd, path = tempfile.mkstemp(prefix="aws-calls-", suffix=".jsonl")
+        os.close(fd)
+    os.environ[RECORD_CALLS_ENV] = path
+    try:
+        yield CallRecording(path)
+    finally:
+        if previous is None:
+            os.environ.pop(RECORD_CALLS_ENV, None)
+        else:
+            os.environ[RECORD_CALLS_ENV] = previous

@@ -1,0 +1,393 @@
+"""Build an image (the trainer image by default) and push it to ECR, unless it is already there.
+
+``build_image(...)`` is what the KFP component and ``python -m components.build_image``
+call. The steps, in order:
+
+1. Check every parameter and resolve the base image (no AWS call yet).
+2. Hash the build context: the tag is ``ctx-<hash>``.
+3. Create the ECR repository if it is missing (scan on push, the run's tags).
+4. If ``repository:tag`` is in ECR: return it (outcome ``reused``), nothing built.
+5. Otherwise build with the chosen builder:
+   - ``codebuild`` (the default on AWS): zip the context to S3, run CodeBuild;
+   - ``docker``: a local Docker daemon (the default on the local backend when a
+     daemon answers);
+   - ``none`` (the default on the local backend without a daemon): nothing is
+     built and the output says so; the URI is the content-addressed one in the
+     local ECR.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import urllib.parse
+import zipfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from components.build_image import codebuild as cb
+from components.build_image import context as ctx
+from components.build_image import ecr as ecr_mod
+from components.common import resources, tags
+from components.common.aws import client, resolve_region
+from components.common.errors import UserError
+
+DEFAULT_REPOSITORY = "kfp-sagemaker-blackwell/trainer"
+DEFAULT_DOCKERFILE = "images/trainer/Dockerfile"
+DEFAULT_PROJECT = "kfp-sagemaker-blackwell-image-build"
+DEFAULT_COMPUTE_TYPE = "BUILD_GENERAL1_LARGE"
+DEFAULT_TIMEOUT_MINUTES = 120
+DEFAULT_INSTANCE_TYPE = "ml.p6-b200.48xlarge"
+# The AWS PyTorch training DLC the article builds on. The SDK resolves the regional
+# registry and repository; this tag pins the exact image (the SDK's own tag for
+# version "2.9" is the floating alias "2.9-gpu-py312").
+DLC_FRAMEWORK_VERSION = "2.9"
+DLC_PY_VERSION = "py312"
+DLC_TAG = "2.9.0-gpu-py312-cu130-ubuntu22.04-sagemaker"
+BASE_IMAGE_ARG = "BASE_IMAGE"
+BUILDERS = ("auto", "codebuild", "docker", "none")
+LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "::1"}
+PACKAGE_ROOT = Path(__file__).resolve().parent.parent.parent
+
+
+@dataclass
+class BuildRequest:
+    run_id: str
+    region: str = ""
+    s3_uri: str = ""  # s3://bucket/prefix: where build contexts are uploaded (CodeBuild)
+    repository: str = DEFAULT_REPOSITORY
+    dockerfile: str = DEFAULT_DOCKERFILE
+    context_dir: str = ""  # default: the package checkout (the components image has it)
+    context_paths: list[str] = field(default_factory=list)  # default: from COPY/ADD
+    build_args: dict[str, str] = field(default_factory=dict)
+    base_image: str = ""  # full URI; default: the regional DLC
+    base_image_tag: str = DLC_TAG  # "" = the SDK's own tag for the DLC
+    instance_type: str = DEFAULT_INSTANCE_TYPE  # the DLC lookup is per instance family
+    builder: str = "auto"
+    codebuild_project: str = DEFAULT_PROJECT
+    codebuild_role_arn: str = ""
+    codebuild_compute_type: str = DEFAULT_COMPUTE_TYPE
+    timeout_minutes: int = DEFAULT_TIMEOUT_MINUTES
+    pipeline: str = ""
+    component: str = "build_image"
+    extra_tags: dict[str, str] = field(default_factory=dict)
+    poll_interval_s: float = 15.0
+
+
+@dataclass
+class BuildResult:
+    image_uri: str  # repo@sha256:... when the digest is known, else repo:tag
+    tag_uri: str  # repo:ctx-<hash>
+    digest: str
+    outcome: str  # "built" | "reused" | "not-built"
+    message: str
+    context: ctx.BuildContext
+    resources: list[resources.AwsResource]
+
+    @property
+    def built(self) -> bool:
+        return self.outcome == "built"
+
+
+# ---- checks and the base image (before any AWS call) ----
+
+def parse_s3_uri(uri: str, field_name: str = "s3_uri") -> tuple[str, str]:
+    parsed = urllib.parse.urlparse(uri or "")
+    bucket = parsed.netloc
+    if parsed.scheme != "s3" or not re.match(r"^[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]$", bucket):
+        raise UserError(field_name, f"{uri!r} is not an S3 URI.",
+                        "pass s3://<bucket>/<prefix> (a bucket in the same region).")
+    return bucket, parsed.path.strip("/")
+
+
+def declares_arg(dockerfile_text: str, name: str) -> bool:
+    return any(re.match(rf"^ARG\s+{re.escape(name)}(\s*=|\s*$)", line, re.IGNORECASE)
+               for line in ctx._logical_lines(dockerfile_text))
+
+
+def lookup_dlc(region: str, instance_type: str) -> str:
+    """The regional AWS PyTorch training DLC, from the SageMaker SDK (offline lookup)."""
+    try:
+        from sagemaker.core import image_uris  # lazy: ~1.7 s and ~350 MB of dependencies
+    except ImportError as exc:
+        raise UserError(
+            "base_image",
+            "the SageMaker SDK (package sagemaker-core) is not installed, so the regional "
+            "PyTorch DLC cannot be looked up.",
+            "pass base_image=<full image URI> (e.g. 763104351884.dkr.ecr.us-west-2.amazonaws.com/"
+            f"pytorch-training:{DLC_TAG}), or pip install 'kfp-sagemaker-blackwell[sagemaker]'.",
+        ) from exc
+    return str(image_uris.retrieve(
+        framework="pytorch", region=region, version=DLC_FRAMEWORK_VERSION,
+        py_version=DLC_PY_VERSION, instance_type=instance_type, image_scope="training",
+    ))
+
+
+def resolve_base_image(req: BuildRequest, region: str,
+                       lookup: Callable[[str, str], str] = lookup_dlc) -> str:
+    if req.base_image:
+        return req.base_image
+    uri = lookup(region, req.instance_type)
+    if req.base_image_tag:
+        uri = f"{uri.rsplit(':', 1)[0]}:{req.base_image_tag}"
+    return uri
+
+
+def validate(req: BuildRequest) -> None:
+    try:
+        tags.validate_run_id(req.run_id)
+    except ValueError as exc:
+        raise UserError("run_id", str(exc), "pass the KFP run id.") from exc
+    ecr_mod.validate_repository(req.repository)
+    if req.builder not in BUILDERS:
+        raise UserError("builder", f"{req.builder!r} is not one of {', '.join(BUILDERS)}.",
+                        "use auto (CodeBuild on AWS, Docker or nothing locally).")
+    cb.validate_project_name(req.codebuild_project)
+    if req.codebuild_compute_type not in cb.COMPUTE_TYPES:
+        raise UserError("codebuild_compute_type", f"{req.codebuild_compute_type!r} is not "
+                        f"one of {', '.join(cb.COMPUTE_TYPES)}.",
+                        f"use {DEFAULT_COMPUTE_TYPE}: the DLC base needs its disk and memory.")
+    if req.codebuild_role_arn and not re.match(r"^arn:aws[a-z-]*:iam::\d{12}:role/.+$",
+                                               req.codebuild_role_arn):
+        raise UserError("codebuild_role_arn", f"{req.codebuild_role_arn!r} is not an IAM "
+                        "role ARN.", "pass arn:aws:iam::<account>:role/<name>.")
+    if not 5 <= req.timeout_minutes <= 2160:
+        raise UserError("timeout_minutes", f"{req.timeout_minutes} is outside CodeBuild's "
+                        "5-2160 minutes.", f"use e.g. {DEFAULT_TIMEOUT_MINUTES}.")
+    for key in req.build_args:
+        if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", key):
+            raise UserError("build_args", f"{key!r} is not a valid build argument name.",
+                            "use letters, digits and _.")
+    if req.s3_uri:
+        parse_s3_uri(req.s3_uri)
+
+
+# ---- the builders ----
+
+def is_local_endpoint(any_client: Any) -> bool:
+    host = urllib.parse.urlparse(any_client.meta.endpoint_url or "").hostname or ""
+    return host in LOOPBACK_HOSTS
+
+
+def docker_daemon_available() -> bool:
+    if not shutil.which("docker"):
+        return False
+    try:
+        probe = subprocess.run(["docker", "info", "--format", "{{.ServerVersion}}"],
+                               capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return probe.returncode == 0 and bool(probe.stdout.strip())
+
+
+def choose_builder(requested: str, local: bool, docker_ok: Callable[[], bool]) -> str:
+    if requested != "auto":
+        return requested
+    if not local:
+        return "codebuild"
+    return "docker" if docker_ok() else "none"
+
+
+def _docker_build_local(req: BuildRequest, context: ctx.BuildContext, ecr: Any,
+                        repo: ecr_mod.Repository, marker: str,
+                        log: Callable[[str], None]) -> None:
+    """Builds with the local daemon from exactly the hashed files, and records the tag
+    in the local ECR (moto serves ECR's API, not its registry: the image itself stays
+    in the local daemon under the same name)."""
+    with tempfile.TemporaryDirectory(prefix="build-context-") as tmp:
+        with zipfile.ZipFile(_zip_file(context, tmp)) as zf:
+            zf.extractall(Path(tmp) / "ctx")
+        for entry in context.files:
+            if entry.executable:
+                os.chmod(Path(tmp) / "ctx" / entry.path, 0o755)
+        image = f"{repo.uri}:{context.tag}"
+        command = ["docker", "build", "--file", context.dockerfile]
+        for key, value in context.build_args:
+            command += ["--build-arg", f"{key}={value}"]
+        command += ["--tag", image, "."]
+        log(f"[build_image] {' '.join(command)}")
+        subprocess.run(command, cwd=Path(tmp) / "ctx", check=True)
+    image_id = subprocess.run(["docker", "image", "inspect", "--format", "{{.Id}}", image],
+                              capture_output=True, text=True, check=True).stdout.strip()
+    import json
+
+    manifest = json.dumps({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.docker.distribution.manifest.v2+json",
+        "config": {"mediaType": "application/vnd.docker.container.image.v1+json",
+                   "digest": image_id, "size": 0},
+        "layers": [],
+    }, sort_keys=True)
+    for tag in (context.tag, marker):
+        ecr.put_image(repositoryName=repo.name, imageManifest=manifest, imageTag=tag)
+
+
+def _zip_file(context: ctx.BuildContext, directory: str) -> str:
+    path = os.path.join(directory, "context.zip")
+    with open(path, "wb") as f:
+        f.write(ctx.write_zip(context))
+    return path
+
+
+def _codebuild(req: BuildRequest, region: str, context: ctx.BuildContext,
+               repo: ecr_mod.Repository, marker: str, run_tags: dict[str, str],
+               base_image: str | None, record: Callable[[resources.AwsResource], None],
+               log: Callable[[str], None]) -> None:
+    if not req.s3_uri:
+        raise UserError("s3_uri", "CodeBuild needs an S3 location for the build context.",
+                        "pass s3_uri=s3://<bucket>/<prefix>.")
+    bucket, prefix = parse_s3_uri(req.s3_uri)
+    key = "/".join(p for p in (prefix, "build-contexts", f"{context.tag}.zip") if p)
+    body = ctx.write_zip(context)
+    s3 = client("s3", region)
+    s3.put_object(Bucket=bucket, Key=key, Body=body, ContentType="application/zip",
+                  Tagging=urllib.parse.urlencode(run_tags))
+    record(resources.AwsResource(resources.S3_PREFIX, f"s3://{bucket}/{key}", name=key,
+                                 region=region))
+    log(f"[build_image] build context: {len(context.files)} files, {context.total_bytes} bytes "
+        f"-> s3://{bucket}/{key} ({len(body)} bytes zipped)")
+
+    codebuild = client("codebuild", region)
+    project_tags = {**run_tags, tags.CREATED_KEY: run_tags[tags.RUN_ID_KEY]}
+    project_arn, created = cb.ensure_project(
+        codebuild, req.codebuild_project, source_location=f"{bucket}/{key}",
+        role_arn=req.codebuild_role_arn, compute_type=req.codebuild_compute_type,
+        timeout_minutes=req.timeout_minutes, project_tags=project_tags)
+    log(f"[build_image] CodeBuild project {req.codebuild_project} "
+        f"{'created' if created else 'reused'}")
+    if created:
+        record(resources.AwsResource(cb.CODEBUILD_PROJECT, project_arn,
+                                     name=req.codebuild_project, region=region))
+    target = cb.BuildTarget(
+        context_location=f"{bucket}/{key}",
+        dockerfile=context.dockerfile,
+        build_args=context.build_args,
+        image=f"{repo.uri}:{context.tag}",
+        marker_image=f"{repo.uri}:{marker}",
+        base_registry=ecr_mod.ecr_registry_of(base_image) if base_image else None,
+        target_registry=(repo.registry, region),
+    )
+    started: dict[str, str] = {}
+
+    def stop() -> None:
+        if started:
+            codebuild.stop_build(id=started["id"])
+
+    # The SIGTERM handler is in place before StartBuild, so a Terminate never misses it.
+    with cb.stop_on_sigterm(stop, log) as stop_request:
+        build = cb.running_build_for(codebuild, req.codebuild_project, target.image)
+        if build:
+            log(f"[build_image] re-attaching to running build {build['id']}")
+        else:
+            build = cb.start_build(codebuild, req.codebuild_project, target, run_id=req.run_id,
+                                   role_arn=req.codebuild_role_arn,
+                                   compute_type=req.codebuild_compute_type,
+                                   timeout_minutes=req.timeout_minutes)
+            log(f"[build_image] started CodeBuild build {build['id']}")
+        started["id"] = str(build["id"])
+        record(resources.AwsResource(
+            resources.CODEBUILD_BUILD, str(build.get("arn", build["id"])), name=str(build["id"]),
+            region=region,
+            consoleUri=(f"https://{region}.console.aws.amazon.com/codesuite/codebuild/projects/"
+                        f"{req.codebuild_project}/build/"
+                        f"{urllib.parse.quote(str(build['id']), safe='')}")))
+        final = cb.wait_for_build(codebuild, client("logs", region), build,
+                                  req.codebuild_project, poll_interval_s=req.poll_interval_s,
+                                  log=log, stop_request=stop_request)
+    if final["buildStatus"] != "SUCCEEDED":
+        raise RuntimeError(
+            f"CodeBuild build {final['id']} ended {final['buildStatus']}: "
+            f"{cb.failure_summary(final)}. Its log is in CloudWatch Logs group "
+            f"{cb.build_log_location(final, req.codebuild_project)[0]}."
+        )
+
+
+# ---- the whole step ----
+
+def build_image(
+    req: BuildRequest,
+    *,
+    log: Callable[[str], None] = print,
+    on_resources: Callable[[list[resources.AwsResource]], None] | None = None,
+    lookup: Callable[[str, str], str] = lookup_dlc,
+    docker_ok: Callable[[], bool] = docker_daemon_available,
+) -> BuildResult:
+    """Builds ``req.dockerfile`` into ``req.repository`` unless the content tag exists."""
+    validate(req)
+    region = resolve_region(req.region or None)
+    root = Path(req.context_dir) if req.context_dir else PACKAGE_ROOT
+    dockerfile_path = root / req.dockerfile
+    if not dockerfile_path.is_file():
+        raise UserError("dockerfile", f"{dockerfile_path} does not exist.",
+                        "pass the Dockerfile path relative to context_dir.")
+    build_args = dict(req.build_args)
+    base_image = None
+    if declares_arg(dockerfile_path.read_text(encoding="utf-8"), BASE_IMAGE_ARG) and (
+            BASE_IMAGE_ARG not in build_args):
+        base_image = resolve_base_image(req, region, lookup)
+        build_args[BASE_IMAGE_ARG] = base_image
+        log(f"[build_image] base image: {base_image}")
+    context = ctx.collect(root, req.dockerfile, build_args, req.context_paths or None)
+    log(f"[build_image] build context {context.tag}: {len(context.files)} files, "
+        f"{context.total_bytes} bytes")
+    run_tags = tags.merge(tags.run_tags(req.run_id, req.pipeline, req.component), req.extra_tags)
+
+    recorded: list[resources.AwsResource] = []
+
+    def record(resource: resources.AwsResource) -> None:
+        recorded.append(resource)
+        if on_resources:
+            on_resources(list(recorded))
+
+    ecr = client("ecr", region)
+    repo = ecr_mod.ensure_repository(
+        ecr, req.repository, {**run_tags, tags.CREATED_KEY: run_tags[tags.RUN_ID_KEY]})
+    log(f"[build_image] ECR repository {repo.uri} {'created' if repo.created else 'exists'}")
+    if repo.created:
+        record(resources.AwsResource(ecr_mod.ECR_REPOSITORY, repo.arn, name=repo.name,
+                                     region=region))
+    tag_uri = f"{repo.uri}:{context.tag}"
+    digest = ecr_mod.image_digest(ecr, repo.name, context.tag)
+    if digest:
+        message = f"{tag_uri} is already in ECR ({digest}): nothing to build."
+        log(f"[build_image] {message}")
+        return BuildResult(ecr_mod.image_uri(repo.uri, context.tag, digest), tag_uri, digest,
+                           "reused", message, context, recorded)
+
+    local = is_local_endpoint(ecr)
+    builder = choose_builder(req.builder, local, docker_ok)
+    marker = ecr_mod.run_marker(req.run_id, context.tag)
+    if builder == "docker" and not local:
+        raise UserError("builder", "builder=docker builds with a local Docker daemon and only "
+                        "records the image in the local backend's ECR; it cannot push to AWS.",
+                        "use builder=codebuild (or auto) against AWS.")
+    if builder == "none":
+        why = "the local backend has no Docker daemon" if local else "builder=none was asked for"
+        message = (
+            f"NOT BUILT: {why}, so {tag_uri} was not built and is not in ECR. The URI is the "
+            "content-addressed one a build would push; the local training executor runs the "
+            "trainer from the checkout, not from this image."
+        )
+        log(f"[build_image] {message}")
+        return BuildResult(tag_uri, tag_uri, "", "not-built", message, context, recorded)
+    if builder == "docker":
+        _docker_build_local(req, context, ecr, repo, marker, log)
+    else:
+        _codebuild(req, region, context, repo, marker, run_tags, base_image, record, log)
+    digest = ecr_mod.image_digest(ecr, repo.name, context.tag)
+    if not digest:
+        raise RuntimeError(
+            f"the {builder} build succeeded but {tag_uri} is not in ECR: the push step did not "
+            "push the content tag; read the build log above."
+        )
+    uri = ecr_mod.image_uri(repo.uri, context.tag, digest)
+    record(resources.AwsResource(resources.ECR_IMAGE, uri, name=f"{repo.name}:{context.tag}",
+                                 region=region, extra={"runMarkerTag": marker}))
+    message = f"built and pushed {tag_uri} ({digest}) with {builder}."
+    log(f"[build_image] {message}")
+    return BuildResult(uri, tag_uri, digest, "built", message, context, recorded)

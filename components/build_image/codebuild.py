@@ -1,0 +1,321 @@
+"""Building an image with AWS CodeBuild: no Docker daemon needed in the pod.
+
+The build context is a zip in S3 (CodeBuild's S3 source). One CodeBuild project
+(created on first use, then reused) runs every build; everything that differs
+between builds is a StartBuild override: the source zip, the buildspec, the
+privileged Docker environment, the run id. The buildspec logs in to the base
+image's ECR registry (the AWS DLC account) and to the target registry, builds,
+and pushes the content tag and the run marker tag.
+
+While the build runs, its CloudWatch log (``/aws/codebuild/<project>``, one stream
+per build) is copied into this process's log, BatchGetBuilds is polled, and a
+SIGTERM (KFP's Terminate) stops the build before the process exits. A retried
+component re-attaches to a build of the same image that is still running
+instead of starting a second one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shlex
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from components.common import tags
+from components.common.aws import error_code
+from components.common.cloudwatch import LogTail
+from components.common.errors import UserError
+from components.common.naming import short_hash
+
+BUILD_ENVIRONMENT_IMAGE = "aws/codebuild/standard:7.0"  # Ubuntu 22.04, Docker, AWS CLI v2
+COMPUTE_TYPES = ("BUILD_GENERAL1_MEDIUM", "BUILD_GENERAL1_LARGE", "BUILD_GENERAL1_2XLARGE")
+RUN_ID_VARIABLE = "KFP_SAGEMAKER_RUN_ID"  # marks a build as the run's (builds carry no tags)
+IMAGE_VARIABLE = "KFP_SAGEMAKER_IMAGE"
+CODEBUILD_PROJECT = "CodeBuildProject"
+CODEBUILD_BUILD = "CodeBuildBuild"
+TERMINAL = {"SUCCEEDED", "FAILED", "FAULT", "TIMED_OUT", "STOPPED"}
+
+
+def log_group(project: str) -> str:
+    return f"/aws/codebuild/{project}"
+
+
+class BuildStopped(RuntimeError):
+    """The build was stopped because this process got SIGTERM."""
+
+
+@dataclass(frozen=True)
+class BuildTarget:
+    context_location: str  # "<bucket>/<key>" of the zip, CodeBuild's S3 source format
+    dockerfile: str
+    build_args: tuple[tuple[str, str], ...]
+    image: str  # <repository uri>:<content tag>
+    marker_image: str  # <repository uri>:<run marker>
+    base_registry: tuple[str, str] | None  # (host, region) of the base image's ECR registry
+    target_registry: tuple[str, str]
+
+
+def render_buildspec(target: BuildTarget) -> str:
+    """The buildspec, as JSON (a subset of YAML, so quoting is never ambiguous)."""
+    def login(host: str, region: str) -> str:
+        return (f"aws ecr get-login-password --region {shlex.quote(region)} | "
+                f"docker login --username AWS --password-stdin {shlex.quote(host)}")
+
+    logins = []
+    if target.base_registry and target.base_registry != target.target_registry:
+        logins.append(login(*target.base_registry))
+    logins.append(login(*target.target_registry))
+    build = ["docker", "build", "--file", target.dockerfile]
+    for key, value in target.build_args:
+        build += ["--build-arg", f"{key}={value}"]
+    build += ["--tag", target.image, "."]
+    spec = {
+        "version": 0.2,
+        "env": {"shell": "bash"},
+        "phases": {
+            "pre_build": {"on-failure": "ABORT", "commands": logins},
+            "build": {
+                "on-failure": "ABORT",
+                "commands": [
+                    " ".join(shlex.quote(part) for part in build),
+                    f"docker tag {shlex.quote(target.image)} {shlex.quote(target.marker_image)}",
+                    f"docker push {shlex.quote(target.image)}",
+                    f"docker push {shlex.quote(target.marker_image)}",
+                ],
+            },
+        },
+    }
+    return json.dumps(spec, indent=2)
+
+
+def validate_project_name(name: str) -> str:
+    import re
+
+    if not re.match(r"^[A-Za-z0-9][A-Za-z0-9\-_]{1,254}$", name or ""):
+        raise UserError("codebuild_project", f"{name!r} is not a valid CodeBuild project name.",
+                        "use 2-255 letters, digits, - and _, starting with a letter or digit.")
+    return name
+
+
+def ensure_project(
+    codebuild: Any,
+    project: str,
+    *,
+    source_location: str,
+    role_arn: str,
+    compute_type: str,
+    timeout_minutes: int,
+    project_tags: dict[str, str],
+) -> tuple[str, bool]:
+    """``(project ARN, created)``: the project, created privileged when it is missing."""
+    found = codebuild.batch_get_projects(names=[project]).get("projects", [])
+    if found:
+        return str(found[0]["arn"]), False
+    if not role_arn:
+        raise UserError(
+            "codebuild_role_arn",
+            f"CodeBuild project {project!r} does not exist and no service role was given to "
+            "create it.",
+            "pass codebuild_role_arn (a role CodeBuild can assume, see images/iam/README.md), "
+            "or create the project once by hand.",
+        )
+    try:
+        made = codebuild.create_project(
+            name=project,
+            description="kfp-sagemaker-blackwell image builds (build_image component)",
+            source={"type": "S3", "location": source_location},
+            artifacts={"type": "NO_ARTIFACTS"},
+            environment={
+                "type": "LINUX_CONTAINER",
+                "image": BUILD_ENVIRONMENT_IMAGE,
+                "computeType": compute_type,
+                "privilegedMode": True,  # docker build needs the Docker daemon
+                "imagePullCredentialsType": "CODEBUILD",
+            },
+            serviceRole=role_arn,
+            timeoutInMinutes=timeout_minutes,
+            logsConfig={"cloudWatchLogs": {"status": "ENABLED", "groupName": log_group(project)}},
+            tags=tags.as_lower_key_value(project_tags),
+        )["project"]
+    except Exception as exc:  # created by a concurrent run meanwhile
+        if error_code(exc) != "ResourceAlreadyExistsException":
+            raise
+        return ensure_project(codebuild, project, source_location=source_location,
+                              role_arn=role_arn, compute_type=compute_type,
+                              timeout_minutes=timeout_minutes, project_tags=project_tags)
+    return str(made["arn"]), True
+
+
+def _variables(build: dict[str, Any]) -> dict[str, str]:
+    env = build.get("environment", {}).get("environmentVariables", [])
+    return {v.get("name", ""): v.get("value", "") for v in env}
+
+
+def running_build_for(codebuild: Any, project: str, image: str) -> dict[str, Any] | None:
+    """A build of the same image still in progress (a retried component re-attaches to it)."""
+    ids = codebuild.list_builds_for_project(projectName=project, sortOrder="DESCENDING").get(
+        "ids", [])[:100]
+    if not ids:
+        return None
+    for build in codebuild.batch_get_builds(ids=ids).get("builds", []):
+        if build.get("buildStatus") == "IN_PROGRESS" and _variables(build).get(
+            IMAGE_VARIABLE) == image:
+            return dict(build)
+    return None
+
+
+def start_build(
+    codebuild: Any,
+    project: str,
+    target: BuildTarget,
+    *,
+    run_id: str,
+    role_arn: str,
+    compute_type: str,
+    timeout_minutes: int,
+) -> dict[str, Any]:
+    kwargs: dict[str, Any] = {
+        "projectName": project,
+        "sourceTypeOverride": "S3",
+        "sourceLocationOverride": target.context_location,
+        "buildspecOverride": render_buildspec(target),
+        "environmentTypeOverride": "LINUX_CONTAINER",
+        "imageOverride": BUILD_ENVIRONMENT_IMAGE,
+        "computeTypeOverride": compute_type,
+        "privilegedModeOverride": True,
+        "timeoutInMinutesOverride": timeout_minutes,
+        "environmentVariablesOverride": [
+            {"name": RUN_ID_VARIABLE, "value": run_id, "type": "PLAINTEXT"},
+            {"name": IMAGE_VARIABLE, "value": target.image, "type": "PLAINTEXT"},
+        ],
+        "logsConfigOverride": {
+            "cloudWatchLogs": {"status": "ENABLED", "groupName": log_group(project)}},
+        # The same request within 5 minutes (a component retried at once) starts one build.
+        "idempotencyToken": short_hash(run_id, target.image, length=32),
+    }
+    if role_arn:
+        kwargs["serviceRoleOverride"] = role_arn
+    return dict(codebuild.start_build(**kwargs)["build"])
+
+
+def build_log_location(build: dict[str, Any], project: str) -> tuple[str, str]:
+    """(group, stream) of a build's log: CodeBuild names the stream after the build's UUID."""
+    logs = build.get("logs") or {}
+    group = logs.get("groupName") or log_group(project)
+    stream = logs.get("streamName") or str(build["id"]).split(":", 1)[-1]
+    return group, stream
+
+
+class StopRequest:
+    """Set by SIGTERM; the wait loop checks it between steps."""
+
+    def __init__(self) -> None:
+        self.requested = False
+
+
+@contextmanager
+def stop_on_sigterm(stop: Callable[[], None], log: Callable[[str], None]) -> Iterator[StopRequest]:
+    """On SIGTERM, ``stop()`` the remote work at once and flag the wait loop to end.
+
+    KFP's Terminate SIGTERMs the pod; without this the build would run (and bill)
+    to completion. The handler does not raise: an exception raised from a signal
+    handler surfaces at an arbitrary point (inside boto3 or socket code) and was
+    seen to be lost there, so the loop raises ``BuildStopped`` itself. Outside the
+    main thread signals cannot be handled: no-op there.
+    """
+    request = StopRequest()
+    if threading.current_thread() is not threading.main_thread():
+        yield request
+        return
+
+    def handler(signum: int, frame: Any) -> None:
+        if request.requested:
+            return
+        request.requested = True
+        log("[build_image] SIGTERM received: stopping the CodeBuild build")
+        try:
+            stop()
+        except Exception as exc:  # the loop stops it again; report, never mask
+            log(f"[build_image] StopBuild failed in the signal handler ({exc!r}); retrying")
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield request
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def wait_for_build(
+    codebuild: Any,
+    logs: Any,
+    build: dict[str, Any],
+    project: str,
+    *,
+    poll_interval_s: float,
+    log: Callable[[str], None],
+    sleep: Callable[[float], None] = time.sleep,
+    stop_request: StopRequest | None = None,
+) -> dict[str, Any]:
+    """Polls BatchGetBuilds until the build ends, copying its log lines to ``log``.
+
+    ``stop_request``: the flag of a ``stop_on_sigterm`` the caller already holds
+    (installed before StartBuild, so that no SIGTERM is missed); else one is
+    installed here.
+    """
+    build_id = str(build["id"])
+    group, stream = build_log_location(build, project)
+    tail = LogTail(logs, group, stream)
+    phase = ""
+
+    def stop() -> None:
+        codebuild.stop_build(id=build_id)
+
+    def check(request: StopRequest) -> None:
+        if request.requested:
+            final = codebuild.batch_get_builds(ids=[build_id])["builds"][0]
+            if final.get("buildStatus") == "IN_PROGRESS":
+                stop()
+            raise BuildStopped(
+                f"build {build_id} was stopped because this step was terminated (SIGTERM)")
+
+    with contextlib.ExitStack() as stack:
+        request = stop_request or stack.enter_context(stop_on_sigterm(stop, log))
+        while True:
+            check(request)
+            build = codebuild.batch_get_builds(ids=[build_id])["builds"][0]
+            group, stream = build_log_location(build, project)
+            if (group, stream) != (tail.group, tail.prefix):
+                tail = LogTail(logs, group, stream)
+            for event in tail.poll():
+                log(event.message.rstrip("\n"))
+            check(request)
+            if build.get("currentPhase") and build["currentPhase"] != phase:
+                phase = build["currentPhase"]
+                log(f"[build_image] CodeBuild phase: {phase}")
+            if build.get("buildStatus") in TERMINAL:
+                for event in tail.poll():  # lines delivered after the status flipped
+                    log(event.message.rstrip("\n"))
+                return dict(build)
+            waited = 0.0
+            while waited < poll_interval_s and not request.requested:
+                step = min(1.0, poll_interval_s - waited)
+                sleep(step)
+                waited += step
+
+
+def failure_summary(build: dict[str, Any]) -> str:
+    """The failed phases and their messages, as CodeBuild reports them."""
+    problems = []
+    for phase in build.get("phases", []):
+        if phase.get("phaseStatus") not in (None, "SUCCEEDED"):
+            messages = "; ".join(c.get("message", "") for c in phase.get("contexts", [])
+                                 if c.get("message"))
+            problems.append(f"{phase.get('phaseType')}: {phase.get('phaseStatus')}"
+                            + (f" ({messages})" if messages else ""))
+    return ", ".join(problems) or "no failed phase reported"
