@@ -164,6 +164,8 @@ class LocalBackend:
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
         self._app: _Application | None = None
         self.executor: TrainingJobExecutor | None = None
+        self._clients: dict[tuple[str, str, str], Any] = {}
+        self._clients_lock = threading.Lock()
 
     # ---- life cycle ----
     def start(self) -> LocalBackend:
@@ -264,14 +266,21 @@ class LocalBackend:
         }
 
     def client(self, service: str, region: str | None = None) -> Any:
-        """A boto3 client for ``service`` talking to this backend (explicit endpoint and keys)."""
-        import boto3
+        """A boto3 client for ``service`` talking to this backend (explicit endpoint and keys).
 
-        return boto3.session.Session(
-            aws_access_key_id=ACCESS_KEY,
-            aws_secret_access_key=SECRET_KEY,
-            region_name=region or self.region,
-        ).client(service, endpoint_url=self.endpoint_url)  # type: ignore[call-overload]
+        Clients are cached per service and region (boto3 clients are thread-safe).
+        """
+        key = (service, region or self.region, self.endpoint_url)
+        with self._clients_lock:
+            if key not in self._clients:
+                import boto3
+
+                self._clients[key] = boto3.session.Session(
+                    aws_access_key_id=ACCESS_KEY,
+                    aws_secret_access_key=SECRET_KEY,
+                    region_name=key[1],
+                ).client(service, endpoint_url=self.endpoint_url)  # type: ignore[call-overload]
+            return self._clients[key]
 
     # ---- local-only controls (no AWS API equivalent) ----
     def register_training_plan(self, name: str, **kwargs: Any) -> str:

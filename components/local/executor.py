@@ -322,18 +322,13 @@ class TrainingJobExecutor:
         self._jobs: dict[tuple[str, str], Job] = {}
         self._plans: dict[str, TrainingPlan] = {}
         self._running = 0
-        self._clients: dict[tuple[str, str], Any] = {}
         self._log_groups: set[str] = set()
         self._shutdown = threading.Event()
         self.num_gpus = local_gpu_count()
 
     # ---------------------------------------------------------------- plumbing
     def client(self, service: str, region: str) -> Any:
-        key = (service, region)
-        with self._lock:
-            if key not in self._clients:
-                self._clients[key] = self.backend.client(service, region)
-            return self._clients[key]
+        return self.backend.client(service, region)
 
     def handle(self, operation: str, region: str, request: dict[str, Any]) -> dict[str, Any]:
         handler = {
