@@ -22,13 +22,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from components.common import resources, tags
-from components.common.aws import error_code
+from components.common.aws import error_code, is_throttling
 from components.common.cloudwatch import LogTail, training_job_tail
 from components.common.errors import UserError
 
 TERMINAL = frozenset({"Completed", "Failed", "Stopped"})
 DEFAULT_POLL_INTERVAL_S = 5.0
 DEFAULT_STOP_WAIT_S = 60.0
+MAX_POLL_FAILURES = 8
+TRANSIENT_ERRORS = frozenset({"EndpointConnectionError", "ConnectionClosedError",
+                              "ReadTimeoutError", "ConnectTimeoutError"})
 
 
 def _print(line: str) -> None:
@@ -139,9 +142,24 @@ class TrainingJobRunner:
                 if job["TrainingJobStatus"] in TERMINAL:
                     break
                 self.sleep(self.poll_interval_s)
-                job = self.describe(name) or job
+                job = self._poll(name) or job
         self._drain_logs()
         return job
+
+    def _poll(self, name: str) -> dict[str, Any] | None:
+        """DescribeTrainingJob, riding out connection errors and throttling past botocore's
+        own retries (the job keeps running on SageMaker meanwhile)."""
+        failures = 0
+        while True:
+            try:
+                return self.describe(name)
+            except Exception as exc:
+                transient = is_throttling(exc) or type(exc).__name__ in TRANSIENT_ERRORS
+                failures += 1
+                if not transient or failures > MAX_POLL_FAILURES:
+                    raise
+                self.out(f"(DescribeTrainingJob failed, retrying: {exc})")
+                self.sleep(min(60.0, self.poll_interval_s * 2 ** failures))
 
     def check(self, job: dict[str, Any]) -> None:
         if job["TrainingJobStatus"] != "Completed":
