@@ -391,3 +391,19 @@ def test_component_model_overrides_keep_the_presets_other_dimensions():
 def test_markdown_shows_the_breakdown_in_gib():
     md = report.markdown(planner.plan(_request("8b", seq=4096, precisions=("bf16", "fp8"))))
     assert "| optimizer states (sharded) |" in md and "| **total** |" in md
+
+
+# ---- optional cross-check ---------------------------------------------------------------
+
+
+def test_fsdp_mem_tracker_cross_check_agrees_on_a_block_stack():
+    # PyTorch's FakeTensor-based tracker on the trainer's model (CPU, world size 2):
+    # the blocks' parameters, gradients, states and activations agree within 10%.
+    from components.memory_estimate import crosscheck
+
+    s = TrainingSetup(preset("te-fsdp-example").replace(num_layers=2), 1, 1024,
+                      backend="torch", world_size=2)
+    peak = crosscheck.tracker_peak(s, timeout=120)
+    assert estimate(s, "H200").peak_allocated_bytes == pytest.approx(peak, rel=0.10)
+    with pytest.raises(UserError, match="cross_check"):
+        crosscheck.check_supported(TrainingSetup(preset("tiny"), 1, 64, precision="fp8"))

@@ -138,6 +138,12 @@ def build_parser() -> argparse.ArgumentParser:
     out = p.add_argument_group("output")
     out.add_argument("--json", action="store_true",
                      help="print JSON: peak_bytes, breakdown (bytes) and the plan")
+    out.add_argument(
+        "--cross-check",
+        action="store_true",
+        help="also run PyTorch's FSDPMemTracker (FakeTensorMode, CPU, needs torch) on the "
+        "trainer's model for each configuration (torch backend, 16-bit/fp32 only; slow)",
+    )
     out.add_argument("--plan-out", type=Path, help="also write the MemoryPlan JSON to this file")
     out.add_argument("--markdown-out", type=Path, help="also write the Markdown report here")
     return p
@@ -181,12 +187,59 @@ def main(argv: list[str] | None = None) -> int:
         print(f"memory_estimate: error: {exc}", file=sys.stderr)
         return USER_ERROR_EXIT_CODE
     md = report.markdown(result)
+    doc = report.json_document(result)
+    if args.cross_check:
+        try:
+            _cross_check(result, doc)
+        except UserError as exc:
+            print(f"memory_estimate: error: {exc}", file=sys.stderr)
+            return USER_ERROR_EXIT_CODE
+        md += "\n" + _cross_check_markdown(doc)
     if args.plan_out:
         args.plan_out.write_text(result.plan.to_json() + "\n")
     if args.markdown_out:
         args.markdown_out.write_text(md)
     if args.json:
-        print(json.dumps(report.json_document(result), indent=2, sort_keys=True))
+        print(json.dumps(doc, indent=2, sort_keys=True))
     else:
         print(md, end="")
     return 0
+
+
+def _cross_check(result: planner.PlanResult, doc: dict) -> None:
+    """Adds ``cross_check`` (FSDPMemTracker's peak) to each estimate in ``doc``."""
+    from components.memory_estimate import crosscheck
+
+    rows = doc.get("estimates") or [doc]
+    by_key = {
+        (e.setup.precision, e.setup.batch_size, e.setup.activation_checkpointing): e
+        for e in result.estimates
+    }
+    for row in rows:
+        e = by_key[(row["precision"], row["batch_size"], row["activation_checkpointing"])]
+        crosscheck.check_supported(e.setup)
+        peak = crosscheck.tracker_peak(e.setup)
+        row["cross_check"] = {
+            "fsdp_mem_tracker_peak_bytes": peak,
+            "estimate_minus_tracker": e.peak_allocated_bytes / peak - 1.0,
+        }
+
+
+def _cross_check_markdown(doc: dict) -> str:
+    lines = [
+        "#### Cross-check: FSDPMemTracker (FakeTensorMode on CPU) vs this estimate",
+        "",
+        "| precision | batch | activation checkpointing | tracker GiB | estimate (allocated) GiB "
+        "| difference |",
+        "|---|---|---|---|---|---|",
+    ]
+    for row in doc.get("estimates") or [doc]:
+        c = row["cross_check"]
+        lines.append(
+            f"| {row['precision']} | {row['batch_size']} | "
+            f"{'on' if row['activation_checkpointing'] else 'off'} | "
+            f"{report.gib(c['fsdp_mem_tracker_peak_bytes']):.2f} | "
+            f"{report.gib(row['peak_allocated_bytes']):.2f} | "
+            f"{c['estimate_minus_tracker']:+.1%} |"
+        )
+    return "\n".join(lines) + "\n"
