@@ -1,0 +1,317 @@
+"""Training configuration: CLI flags, SageMaker hyperparameters and environment.
+
+Precedence: command-line flags > ``SM_HP_<NAME>`` variables and
+``$SM_INPUT_CONFIG_DIR/hyperparameters.json`` (SM_HP_* wins over the file) >
+defaults. A hyperparameter's name is its flag without the leading dashes
+(``num-layers``; ``num_layers`` is accepted too); boolean flags take
+true/false. SageMaker's own ``sagemaker_*`` hyperparameters are ignored; any
+other unknown name, and any bad value, fails at start naming the parameter.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from trainer import hardware, spec
+from trainer.spec import ModelSpec
+
+SM_DEFAULTS = {
+    "SM_MODEL_DIR": "/opt/ml/model",
+    "SM_OUTPUT_DIR": "/opt/ml/output",
+    "SM_OUTPUT_DATA_DIR": "/opt/ml/output/data",
+    "SM_INPUT_CONFIG_DIR": "/opt/ml/input/config",
+    "SM_CHECKPOINT_DIR": "/opt/ml/checkpoints",
+}
+
+
+class ConfigError(ValueError):
+    """A bad parameter: the message names it and what would be valid."""
+
+
+def sm_path(name: str, env: dict[str, str] | None = None) -> str:
+    """The SageMaker path from the environment, else its /opt/ml default when /opt/ml exists
+    (inside a SageMaker container), else "" (not written: a laptop run writes nothing there)."""
+    env = os.environ if env is None else env
+    if env.get(name):
+        return env[name]
+    return SM_DEFAULTS[name] if os.path.isdir("/opt/ml") else ""
+
+
+@dataclass
+class TrainConfig:
+    model: ModelSpec
+    preset: str | None = None
+    precision: str = "bf16"
+    backend: str = "auto"  # auto | te | torch (resolved at start-up)
+    device: str = "auto"  # auto | cpu | cuda
+    batch_size: int = 8  # micro-batch per GPU / process
+    seq_length: int = 128
+    grad_accum_steps: int = 1
+    max_steps: int = 200
+    lr: float | None = None  # None: 2e-3 for hidden <= 512, else 3e-4
+    min_lr_ratio: float = 0.1
+    warmup_steps: int = 10
+    weight_decay: float = 0.1
+    beta1: float = 0.9
+    beta2: float = 0.95
+    grad_clip: float = 1.0
+    seed: int = 1234
+    activation_checkpointing: bool = False
+    high_precision_lm_head: bool = True
+    high_precision_layers: int = 0  # first and last N blocks in bf16
+    quantized_model_init: bool = False  # TE only: FP8 primary weights
+    fp8_amax_history_len: int = 1024
+    compile: bool = False
+    data_dir: str | None = None  # token files; None = synthetic
+    synthetic_successors: int = 4
+    log_every: int = 10
+    timing_warmup_steps: int = 3  # excluded from the steady-state throughput
+    checkpoint_dir: str = field(default_factory=lambda: sm_path("SM_CHECKPOINT_DIR"))
+    checkpoint_every: int = 100  # 0: only on SIGTERM
+    keep_checkpoints: int = 2
+    resume: bool = True
+    model_dir: str = field(default_factory=lambda: sm_path("SM_MODEL_DIR"))
+    output_dir: str = field(default_factory=lambda: sm_path("SM_OUTPUT_DIR"))
+    output_data_dir: str = field(default_factory=lambda: sm_path("SM_OUTPUT_DATA_DIR"))
+    save_model: bool = True
+    loss_scale: float = 2.0**16  # fp16 only: initial dynamic loss scale
+    # Test hooks: stop as if SIGTERM arrived after this step; simulate a CUDA OOM at a step.
+    stop_after_step: int = 0
+    simulate_oom_at_step: int = 0
+
+    def resolved_lr(self) -> float:
+        if self.lr is not None:
+            return self.lr
+        return 2e-3 if self.model.hidden_size <= 512 else 3e-4
+
+    def validate(self) -> TrainConfig:
+        hardware.check_precision_name(self.precision)
+        checks = {
+            "batch-size": self.batch_size >= 1,
+            "seq-length": self.seq_length >= 2,
+            "grad-accum-steps": self.grad_accum_steps >= 1,
+            "max-steps": self.max_steps >= 1,
+            "warmup-steps": self.warmup_steps >= 0,
+            "log-every": self.log_every >= 1,
+            "keep-checkpoints": self.keep_checkpoints >= 1,
+            "checkpoint-every": self.checkpoint_every >= 0,
+            "high-precision-layers": self.high_precision_layers >= 0,
+            "grad-clip": self.grad_clip >= 0,
+            "synthetic-successors": 1 <= self.synthetic_successors <= 64,
+            "fp8-amax-history-len": self.fp8_amax_history_len >= 1,
+            "min-lr-ratio": 0 <= self.min_lr_ratio <= 1,
+        }
+        for name, ok in checks.items():
+            if not ok:
+                raise ConfigError(f"{name}={getattr(self, name.replace('-', '_'))!r}: out of range")
+        if self.lr is not None and not self.lr > 0:
+            raise ConfigError(f"lr={self.lr!r}: must be > 0")
+        if self.backend not in ("auto", "te", "torch"):
+            raise ConfigError(f"backend={self.backend!r}: choose auto, te or torch")
+        if self.device not in ("auto", "cpu", "cuda"):
+            raise ConfigError(f"device={self.device!r}: choose auto, cpu or cuda")
+        if self.model.vocab_size and self.model.vocab_size <= self.synthetic_successors and not self.data_dir:
+            raise ConfigError(
+                f"vocab-size={self.model.vocab_size}: the synthetic data needs more than "
+                f"synthetic-successors={self.synthetic_successors} tokens"
+            )
+        if self.data_dir and not self.model.vocab_size:
+            raise ConfigError("data-dir: token files need a language model (vocab-size > 0)")
+        if self.quantized_model_init and self.precision not in hardware.LOW_PRECISIONS:
+            raise ConfigError(f"quantized-model-init: needs an FP8/FP4 precision, not {self.precision}")
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["model"] = self.model.to_dict()
+        d["lr"] = self.resolved_lr()
+        return d
+
+
+# ---------------------------------------------------------------------------
+# Command line
+# ---------------------------------------------------------------------------
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # type: ignore[override]
+        raise ConfigError(message)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(
+        prog="python -m trainer",
+        description=(
+            "Causal-LM trainer (FSDP2 + TransformerEngine, or plain PyTorch with emulated "
+            "FP8/MXFP8/NVFP4 numerics). Every flag can also be given as a SageMaker hyperparameter "
+            "(same name without dashes) through SM_HP_<NAME> or hyperparameters.json; flags win."
+        ),
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    spec.add_model_args(p)
+    bool_ = argparse.BooleanOptionalAction
+    t = p.add_argument_group("training")
+    t.add_argument("--precision", default="bf16", choices=hardware.PRECISIONS, help="numerics of the GEMMs")
+    t.add_argument("--backend", default="auto", choices=("auto", "te", "torch"),
+                   help="te: TransformerEngine layers (GPU); torch: plain PyTorch, low precisions emulated; "
+                        "auto: te on a GPU with TE installed for FP8/FP4, torch otherwise")
+    t.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
+    t.add_argument("--batch-size", type=int, default=8, help="micro-batch per GPU (process)")
+    t.add_argument("--seq-length", type=int, default=128)
+    t.add_argument("--grad-accum-steps", type=int, default=1)
+    t.add_argument("--max-steps", type=int, default=200)
+    t.add_argument("--lr", type=float, default=None, help="peak learning rate (default 2e-3 for hidden <= 512, else 3e-4)")
+    t.add_argument("--min-lr-ratio", type=float, default=0.1, help="cosine floor as a fraction of lr")
+    t.add_argument("--warmup-steps", type=int, default=10)
+    t.add_argument("--weight-decay", type=float, default=0.1)
+    t.add_argument("--beta1", type=float, default=0.9)
+    t.add_argument("--beta2", type=float, default=0.95)
+    t.add_argument("--grad-clip", type=float, default=1.0, help="max global gradient norm (0: off)")
+    t.add_argument("--seed", type=int, default=1234)
+    t.add_argument("--activation-checkpointing", action=bool_, default=False, help="recompute each block in backward")
+    t.add_argument("--high-precision-lm-head", action=bool_, default=True,
+                   help="keep the LM head GEMM in bf16 (production FP8/FP4 recipes do)")
+    t.add_argument("--high-precision-layers", type=int, default=0,
+                   help="keep the first and last N blocks in bf16")
+    t.add_argument("--quantized-model-init", action=bool_, default=False,
+                   help="TE backend: keep primary weights in FP8 (te.quantized_model_init)")
+    t.add_argument("--fp8-amax-history-len", type=int, default=1024, help="DelayedScaling amax history")
+    t.add_argument("--compile", action=bool_, default=False, help="torch.compile each block")
+    t.add_argument("--loss-scale", type=float, default=2.0**16, help="fp16: initial dynamic loss scale")
+    d = p.add_argument_group("data")
+    d.add_argument("--data-dir", default=None,
+                   help="directory of token files (*.bin + meta.json, see trainer/README.md); default "
+                        "$SM_CHANNEL_TRAIN, else synthetic data with a known entropy floor")
+    d.add_argument("--synthetic-successors", type=int, default=4,
+                   help="synthetic data: successors per token (entropy floor grows with it)")
+    o = p.add_argument_group("logging, checkpoints, outputs")
+    o.add_argument("--log-every", type=int, default=10)
+    o.add_argument("--timing-warmup-steps", type=int, default=3,
+                   help="steps excluded from the steady-state tokens/s")
+    o.add_argument("--checkpoint-dir", default=None, help="default $SM_CHECKPOINT_DIR or /opt/ml/checkpoints")
+    o.add_argument("--checkpoint-every", type=int, default=100, help="steps between checkpoints (0: only on SIGTERM)")
+    o.add_argument("--keep-checkpoints", type=int, default=2)
+    o.add_argument("--resume", action=bool_, default=True, help="resume from the newest checkpoint")
+    o.add_argument("--model-dir", default=None, help="default $SM_MODEL_DIR or /opt/ml/model")
+    o.add_argument("--output-dir", default=None, help="failure file; default $SM_OUTPUT_DIR or /opt/ml/output")
+    o.add_argument("--output-data-dir", default=None,
+                   help="metrics.json; default $SM_OUTPUT_DATA_DIR or /opt/ml/output/data")
+    o.add_argument("--save-model", action=bool_, default=True, help="write the final model to the model dir")
+    o.add_argument("--stop-after-step", type=int, default=0, help=argparse.SUPPRESS)
+    o.add_argument("--simulate-oom-at-step", type=int, default=0, help=argparse.SUPPRESS)
+    return p
+
+
+def _actions(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
+    out = {}
+    for a in parser._actions:
+        for s in a.option_strings:
+            if s.startswith("--") and not s.startswith("--no-"):
+                out[s[2:]] = a
+    return out
+
+
+def _decode_sm_hp(raw: str) -> Any:
+    """SM_HP_* values are JSON-encoded except plain strings."""
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return raw
+
+
+def hyperparameters(env: dict[str, str] | None = None) -> dict[str, str]:
+    """Hyperparameters from hyperparameters.json, overridden by SM_HP_* (names use dashes)."""
+    env = dict(os.environ if env is None else env)
+    found: dict[str, Any] = {}
+    config_dir = sm_path("SM_INPUT_CONFIG_DIR", env)
+    path = Path(config_dir or SM_DEFAULTS["SM_INPUT_CONFIG_DIR"]) / "hyperparameters.json"
+    if path.is_file():
+        try:
+            data = json.loads(path.read_text() or "{}")
+        except ValueError as exc:
+            raise ConfigError(f"{path}: not valid JSON ({exc})") from None
+        if not isinstance(data, dict):
+            raise ConfigError(f"{path}: must hold a JSON object of name -> value")
+        found.update(data)
+    for key, raw in env.items():
+        if key.startswith("SM_HP_"):
+            found[key[6:].lower()] = _decode_sm_hp(raw)
+    out = {}
+    for name, value in found.items():
+        norm = name.strip().lower().replace("_", "-")
+        if norm.startswith("sagemaker-") or norm.startswith("-"):
+            continue
+        out[norm] = value if isinstance(value, str) else json.dumps(value)
+    return out
+
+
+def _hp_argv(hps: dict[str, str], parser: argparse.ArgumentParser) -> list[str]:
+    actions = _actions(parser)
+    argv: list[str] = []
+    for name, value in sorted(hps.items()):
+        action = actions.get(name)
+        if action is None or name == "help":
+            raise ConfigError(
+                f"hyperparameter {name!r}: unknown; valid names: "
+                f"{', '.join(sorted(n for n, a in actions.items() if a.help != argparse.SUPPRESS and n != 'help'))}"
+            )
+        text = value.strip()
+        if isinstance(action, argparse.BooleanOptionalAction):
+            low = text.lower()
+            if low in ("true", "1", "yes", "on"):
+                argv.append(f"--{name}")
+            elif low in ("false", "0", "no", "off"):
+                argv.append(f"--no-{name}")
+            else:
+                raise ConfigError(f"hyperparameter {name!r}={value!r}: must be true or false")
+        elif text.lower() in ("", "none", "null") and action.default is None:
+            continue
+        else:
+            argv += [f"--{name}", text]
+    return argv
+
+
+def parse(argv: list[str] | None = None, env: dict[str, str] | None = None) -> TrainConfig:
+    """Builds the validated configuration from hyperparameters, env and the command line."""
+    env = dict(os.environ if env is None else env)
+    parser = build_parser()
+    hp_argv = _hp_argv(hyperparameters(env), parser)
+    try:
+        hp_args = parser.parse_args(hp_argv)
+    except ConfigError as exc:
+        raise ConfigError(f"hyperparameters: {exc}") from None
+    args = parser.parse_args(argv if argv is not None else [], namespace=hp_args)
+    return from_namespace(args, env)
+
+
+def from_namespace(args: argparse.Namespace, env: dict[str, str] | None = None) -> TrainConfig:
+    env = dict(os.environ if env is None else env)
+    try:
+        model = spec.spec_from_args(args)
+    except ValueError as exc:
+        raise ConfigError(str(exc).replace("_", "-", 1) if "=" in str(exc) else str(exc)) from None
+    values = {k: v for k, v in vars(args).items()
+              if k in TrainConfig.__dataclass_fields__ and k not in ("model",)}
+    values["data_dir"] = values.get("data_dir") or env.get("SM_CHANNEL_TRAIN") or None
+    for key, var in (("checkpoint_dir", "SM_CHECKPOINT_DIR"), ("model_dir", "SM_MODEL_DIR"),
+                     ("output_dir", "SM_OUTPUT_DIR"), ("output_data_dir", "SM_OUTPUT_DATA_DIR")):
+        if values.get(key) is None:  # an explicit "" turns the output off
+            values[key] = sm_path(var, env)
+    return TrainConfig(model=model, **values).validate()
+
+
+def make(preset: str | None = None, **kwargs: Any) -> TrainConfig:
+    """A validated config for in-process use: model fields (num_layers, vocab_size...) and
+    training fields in one call; paths default to nothing written unless given."""
+    model_fields = {f for f in ModelSpec.__dataclass_fields__}
+    model_kw = {k: kwargs.pop(k) for k in list(kwargs) if k in model_fields}
+    model = kwargs.pop("model", None) or spec.spec_from_values(preset, **model_kw)
+    kwargs.setdefault("checkpoint_dir", "")
+    kwargs.setdefault("model_dir", "")
+    kwargs.setdefault("output_dir", "")
+    kwargs.setdefault("output_data_dir", "")
+    return TrainConfig(model=model, preset=preset, **kwargs).validate()

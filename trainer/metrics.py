@@ -1,0 +1,95 @@
+"""Throughput, FLOPs, MFU and memory: one place that turns timings into the step line."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+
+from trainer import logformat
+from trainer.spec import ModelSpec
+
+
+def block_flops_per_token(spec: ModelSpec, seq_length: int) -> float:
+    """Training FLOPs per token of the transformer blocks alone (no embedding, no LM head)."""
+    return 6.0 * spec.num_layers * spec.block_params() + 12.0 * spec.num_layers * spec.hidden_size * seq_length
+
+
+@dataclass
+class Meter:
+    spec: ModelSpec
+    seq_length: int
+    tokens_per_step: int  # global
+    world_size: int
+    peak_tflops: float | None  # per GPU for the precision; None on CPU / emulated
+    timing_warmup_steps: int
+    device_is_cuda: bool
+    steady_time: float = 0.0
+    steady_steps: int = 0
+    window_time: float = 0.0
+    window_steps: int = 0
+    peak_alloc: int = 0
+    peak_reserved: int = 0
+    step_times: list[float] = field(default_factory=list)
+
+    @property
+    def flops_per_token(self) -> float:
+        return self.spec.flops_per_token(self.seq_length, include_lm_head=True)
+
+    def record(self, step_in_run: int, seconds: float) -> None:
+        """step_in_run counts the steps this process has run (1 = its first)."""
+        self.window_time += seconds
+        self.window_steps += 1
+        self.step_times.append(seconds)
+        if step_in_run > self.timing_warmup_steps:
+            self.steady_time += seconds
+            self.steady_steps += 1
+
+    def _memory(self) -> tuple[float, float]:
+        if not self.device_is_cuda:
+            return math.nan, math.nan
+        a, r = torch.cuda.max_memory_allocated(), torch.cuda.max_memory_reserved()
+        self.peak_alloc, self.peak_reserved = max(self.peak_alloc, a), max(self.peak_reserved, r)
+        torch.cuda.reset_peak_memory_stats()
+        return a / 2**30, r / 2**30
+
+    def rates(self, seconds: float, steps: int) -> tuple[float, float, float, float]:
+        if steps == 0 or seconds <= 0:
+            return math.nan, math.nan, math.nan, math.nan
+        tps = self.tokens_per_step * steps / seconds
+        per_gpu = tps / self.world_size
+        tflops = self.flops_per_token * per_gpu / 1e12
+        mfu = tflops / self.peak_tflops if self.peak_tflops else math.nan
+        return tps, per_gpu, tflops, mfu
+
+    def step_record(self, step: int, loss: float, lr: float, grad_norm: float, precision: str,
+                    emulated: bool) -> logformat.StepRecord:
+        tps, per_gpu, tflops, mfu = self.rates(self.window_time, self.window_steps)
+        alloc, reserved = self._memory()
+        self.window_time, self.window_steps = 0.0, 0
+        return logformat.StepRecord(step, loss, lr, grad_norm, tps, per_gpu, tflops,
+                                    math.nan if emulated else mfu, alloc, reserved, precision, emulated)
+
+    def summary(self, emulated: bool) -> dict:
+        self._memory()
+        tps, per_gpu, tflops, mfu = self.rates(self.steady_time, self.steady_steps)
+        block_tflops = block_flops_per_token(self.spec, self.seq_length) * per_gpu / 1e12
+
+        def num(x: float, digits: int) -> float | None:
+            return None if not math.isfinite(x) else round(x, digits)
+
+        return {
+            "tokens_per_s": num(tps, 1),
+            "tokens_per_s_per_gpu": num(per_gpu, 1),
+            "tflops_per_gpu": num(tflops, 3),
+            "tflops_per_gpu_blocks": num(block_tflops, 3),
+            "mfu": None if emulated else num(mfu, 4),
+            "mfu_blocks": None if emulated or not self.peak_tflops else num(block_tflops / self.peak_tflops, 4),
+            "steady_state_steps": self.steady_steps,
+            "steady_state_step_s": num(self.steady_time / self.steady_steps, 4) if self.steady_steps else None,
+            "flops_per_token": self.flops_per_token,
+            "flops_per_token_blocks": block_flops_per_token(self.spec, self.seq_length),
+            "peak_allocated_bytes": self.peak_alloc if self.device_is_cuda else None,
+            "peak_reserved_bytes": self.peak_reserved if self.device_is_cuda else None,
+        }

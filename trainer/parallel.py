@@ -1,0 +1,85 @@
+"""Process group, device, FSDP2 and activation checkpointing, applied to a plain model."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+
+@dataclass(frozen=True)
+class World:
+    rank: int
+    local_rank: int
+    world_size: int
+    local_world_size: int
+    device: torch.device
+    created_group: bool
+
+    @property
+    def nodes(self) -> int:
+        return max(1, self.world_size // max(1, self.local_world_size))
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+def resolve_device(choice: str) -> str:
+    if choice == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if choice == "cuda" and not torch.cuda.is_available():
+        from trainer.config import ConfigError
+
+        raise ConfigError("device='cuda': no CUDA GPU is visible to PyTorch; use device=cpu or auto")
+    return choice
+
+
+def init(device_type: str) -> World:
+    """Joins the torchrun process group (env://), or makes a one-process group when run in-process.
+
+    An existing group is reused, so ``trainer.train.run`` can be called repeatedly."""
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("WORLD_SIZE", "1")))
+    if device_type == "cuda":
+        torch.cuda.set_device(local_rank)
+        device = torch.device("cuda", local_rank)
+    else:
+        device = torch.device("cpu")
+    created = False
+    if not dist.is_initialized():
+        backend = "cpu:gloo,cuda:nccl" if device_type == "cuda" else "gloo"
+        if "MASTER_ADDR" in os.environ and "RANK" in os.environ:
+            dist.init_process_group(backend)
+        else:
+            dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
+        created = True
+    return World(dist.get_rank(), local_rank, dist.get_world_size(), local_world, device, created)
+
+
+def mesh(world: World):
+    from torch.distributed.device_mesh import init_device_mesh
+
+    return init_device_mesh(world.device.type, (world.world_size,))
+
+
+def apply_fsdp(model, blocks, world: World, param_dtype: torch.dtype | None, reshard_after_forward: bool = True):
+    """FSDP2: one unit per block and one at the root; fp32 master weights, ``param_dtype``
+    compute copies (None = compute in fp32), gradients reduced in fp32."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    m = mesh(world)
+    mp = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32) if param_dtype else MixedPrecisionPolicy()
+    n = len(blocks)
+    for i, block in enumerate(blocks):
+        # The last block's parameters are needed again at once by backward: keep them.
+        fully_shard(block, mesh=m, mp_policy=mp, reshard_after_forward=reshard_after_forward and i < n - 1)
+    fully_shard(model, mesh=m, mp_policy=mp, reshard_after_forward=reshard_after_forward)
+    return model
+
+
+def barrier() -> None:
+    if dist.is_initialized():
+        dist.barrier()

@@ -1,0 +1,107 @@
+"""Backend choice and the capability check that runs before any work."""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass
+
+import torch
+
+from trainer import hardware
+from trainer.config import ConfigError
+
+
+@dataclass(frozen=True)
+class Plan:
+    precision: str
+    backend: str  # te | torch
+    emulated: bool  # numerics emulated on the PyTorch backend (never a speed measurement)
+    recipe: str  # TE recipe class, or "none"
+    param_dtype: torch.dtype | None  # FSDP2 compute dtype (None: fp32)
+    gpu_name: str | None
+    gpu: hardware.GPU | None  # the table entry, when the GPU is known
+
+
+def te_available() -> bool:
+    return importlib.util.find_spec("transformer_engine") is not None
+
+
+def _te_check(precision: str) -> None:
+    """TransformerEngine's own availability answers, raised in our words."""
+    import transformer_engine.pytorch as te
+
+    fn = {
+        "fp8": "is_fp8_available",
+        "fp8-current": "is_fp8_available",
+        "fp8-block": "is_fp8_block_scaling_available",
+        "mxfp8": "is_mxfp8_available",
+        "nvfp4": "is_nvfp4_available",
+    }.get(precision)
+    if fn and hasattr(te, fn):
+        ok, reason = getattr(te, fn)(return_reason=True)
+        if not ok:
+            raise hardware.UnsupportedPrecisionError(
+                f"precision={precision!r}: TransformerEngine refuses it on this GPU ({reason})."
+            )
+
+
+def plan(precision: str, backend: str, device_type: str) -> Plan:
+    """Resolves ``auto``, checks the precision against the device, and refuses what cannot run."""
+    hardware.check_precision_name(precision)
+    gpu_name = gpu_spec = None
+    cc = None
+    if device_type == "cuda":
+        gpu_name = torch.cuda.get_device_name()
+        cc = torch.cuda.get_device_capability()
+        try:
+            gpu_spec = hardware.gpu(gpu_name)
+        except ValueError:
+            gpu_spec = None
+    low = precision in hardware.LOW_PRECISIONS
+    if backend == "auto":
+        backend = "te" if (device_type == "cuda" and low and te_available()) else "torch"
+    if backend == "te":
+        if device_type != "cuda":
+            raise ConfigError("backend='te': TransformerEngine needs a CUDA GPU; use backend=torch "
+                              "(low precisions are then emulated) or device=cuda")
+        if not te_available():
+            raise ConfigError("backend='te': transformer_engine is not installed in this image; "
+                              "install transformer_engine[pytorch] or use backend=torch")
+    if device_type == "cuda" and (backend == "te" or not low):
+        # Real numerics on a real GPU: the table first (the same check the planner runs).
+        if gpu_spec is not None:
+            hardware.check_precision_for_gpu(precision, gpu_spec.name)
+        elif cc is not None and not hardware.precision_supported_on_cc(precision, cc):
+            raise hardware.UnsupportedPrecisionError(
+                f"precision={precision!r} is not supported on {gpu_name} (compute capability "
+                f"{cc[0]}.{cc[1]}). Precisions it runs: "
+                f"{', '.join(p for p in hardware.PRECISIONS if hardware.precision_supported_on_cc(p, cc))}."
+            )
+        if backend == "te":
+            _te_check(precision)
+    emulated = device_type == "cpu" and precision != "fp32" or (backend == "torch" and low)
+    if device_type == "cuda" and backend == "torch" and not low:
+        param_dtype = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
+    elif device_type == "cuda":
+        param_dtype = torch.bfloat16
+    else:
+        param_dtype = None  # CPU: fp32 compute, 16-bit and low-precision GEMMs emulated
+    return Plan(precision, backend, emulated, hardware.TE_RECIPES.get(precision, "none"),
+                param_dtype, gpu_name, gpu_spec)
+
+
+def te_recipe(precision: str, amax_history_len: int):
+    from transformer_engine.common import recipe as r
+
+    if precision == "fp8":
+        return r.DelayedScaling(fp8_format=r.Format.HYBRID, amax_history_len=amax_history_len,
+                                amax_compute_algo="max")
+    if precision == "fp8-current":
+        return r.Float8CurrentScaling()
+    if precision == "fp8-block":
+        return r.Float8BlockScaling()
+    if precision == "mxfp8":
+        return r.MXFP8BlockScaling()
+    if precision == "nvfp4":
+        return r.NVFP4BlockScaling()
+    return None

@@ -1,0 +1,513 @@
+"""The training loop, readable top to bottom: ``run(config) -> summary``.
+
+``run`` can be called repeatedly in one process (the GPU memory grid and the
+tests do); ``main`` is ``python -m trainer``: it parses the configuration,
+calls ``run`` and turns failures into SageMaker's failure file and exit code.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import math
+import re
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+from trainer import checkpoint, data, emulation, logformat, metrics, parallel, precision
+from trainer import config as config_mod
+from trainer.config import ConfigError, TrainConfig
+from trainer.model import CausalLM, init_weights
+
+SUMMARY_KEYS = (
+    "status", "steps", "final_loss", "tokens", "tokens_per_s", "tokens_per_s_per_gpu", "tflops_per_gpu",
+    "mfu", "peak_allocated_bytes", "peak_reserved_bytes", "precision", "backend", "emulated",
+    "world_size", "entropy_floor", "elapsed_s",
+)
+
+
+class TrainingFailed(RuntimeError):
+    """Raised by ``run`` after it has logged the failure; carries the summary and the reason."""
+
+    def __init__(self, reason: str, summary: dict[str, Any], kind: str):
+        super().__init__(reason)
+        self.reason, self.summary, self.kind = reason, summary, kind
+
+
+class _Log:
+    def __init__(self, is_main: bool, out=None):
+        self.is_main = is_main
+        self.out = out
+
+    def line(self, text: str, all_ranks: bool = False) -> None:
+        if self.is_main or all_ranks:
+            print(text, file=self.out or sys.stdout, flush=True)
+
+    def json(self, kind: str, payload: dict[str, Any], all_ranks: bool = False) -> None:
+        self.line(logformat.format_json(kind, payload), all_ranks)
+
+    def event(self, kind: str, message: str, all_ranks: bool = False, **extra: Any) -> None:
+        self.json("event", {"kind": kind, "message": message, **extra}, all_ranks)
+
+
+class _StopFlag:
+    """SIGTERM (SageMaker's StopTrainingJob, spot interruption) asks for a checkpoint and exit."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self._previous: Any = None
+
+    def install(self) -> None:
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGTERM, self._handle)
+
+    def _handle(self, signum, frame) -> None:
+        self.requested = True
+
+    def restore(self) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGTERM, self._previous)
+
+
+def lr_at(step: int, cfg: TrainConfig) -> float:
+    """Linear warmup to the peak, cosine down to min_lr_ratio * peak at max_steps (step is 1-based)."""
+    peak = cfg.resolved_lr()
+    if cfg.warmup_steps and step <= cfg.warmup_steps:
+        return peak * step / cfg.warmup_steps
+    span = max(1, cfg.max_steps - cfg.warmup_steps)
+    progress = min(1.0, (step - cfg.warmup_steps) / span)
+    floor = peak * cfg.min_lr_ratio
+    return floor + (peak - floor) * 0.5 * (1 + math.cos(math.pi * progress))
+
+
+def _block_precisions(cfg: TrainConfig) -> list[str]:
+    n, k = cfg.model.num_layers, cfg.high_precision_layers
+    hp = "bf16" if cfg.precision not in ("fp32", "fp16") else cfg.precision
+    return [hp if (i < k or i >= n - k) and cfg.precision in emulation_low() else cfg.precision for i in range(n)]
+
+
+def emulation_low() -> tuple[str, ...]:
+    from trainer.hardware import LOW_PRECISIONS
+
+    return LOW_PRECISIONS
+
+
+def _build_torch_model(cfg: TrainConfig, world: parallel.World, plan: precision.Plan):
+    block_numerics = [emulation.numerics_for(p) for p in _block_precisions(cfg)]
+    head_precision = cfg.precision
+    if cfg.high_precision_lm_head and cfg.precision in emulation_low():
+        head_precision = "bf16"
+    if world.device.type == "cuda" and not plan.emulated:
+        # Real 16-bit / fp32 numerics from FSDP2's mixed precision: plain F.linear.
+        block_numerics = [emulation.numerics_for("fp32") for _ in block_numerics]
+        head_numerics = emulation.numerics_for("fp32")
+    else:
+        head_numerics = emulation.numerics_for(head_precision)
+    with torch.device("meta"):
+        model = CausalLM(cfg.model, block_numerics, head_numerics, cfg.fp8_amax_history_len)
+    model.checkpoint_blocks = cfg.activation_checkpointing
+    if cfg.compile:
+        for block in model.blocks:
+            block.compile()
+    parallel.apply_fsdp(model, list(model.blocks), world, plan.param_dtype)
+    model.to_empty(device=world.device)
+    init_weights(model, cfg.model, cfg.seed)
+    return model
+
+
+def _optimizer(model, cfg: TrainConfig, world: parallel.World):
+    decay, no_decay = [], []
+    for name, p in model.named_parameters():
+        (no_decay if p.ndim < 2 or "norm" in name or "layer_norm" in name else decay).append(p)
+    groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    kwargs: dict[str, Any] = {"lr": cfg.resolved_lr(), "betas": (cfg.beta1, cfg.beta2), "eps": 1e-8}
+    if world.device.type == "cuda":
+        kwargs["fused"] = True
+    return torch.optim.AdamW(groups, **kwargs)
+
+
+def _fingerprint(cfg: TrainConfig, world: parallel.World) -> dict[str, Any]:
+    return {"model": cfg.model.to_dict(), "world_size": world.world_size, "batch_size": cfg.batch_size,
+            "seq_length": cfg.seq_length, "grad_accum_steps": cfg.grad_accum_steps, "seed": cfg.seed}
+
+
+def _oom_reason(exc: BaseException, cfg: TrainConfig, world: parallel.World, step: int) -> str:
+    text = str(exc)
+    m = re.search(r"[Tt]ried to allocate ([\d.]+ [KMGT]i?B)", text)
+    alloc = m.group(1) if m else "an unknown amount"
+    where = "the CPU"
+    total = ""
+    if world.device.type == "cuda":
+        props = torch.cuda.get_device_properties(world.device)
+        where = f"{props.name}"
+        total = f" (total {props.total_memory / 2**30:.1f} GiB, {torch.cuda.memory_allocated() / 2**30:.1f} GiB allocated by PyTorch)"
+    else:
+        g = re.search(r"total capacity of ([\d.]+ [KMGT]i?B)", text)
+        total = f" (total {g.group(1)})" if g else ""
+    return (
+        f"CUDA out of memory: tried to allocate {alloc} on {where}{total} at step {step} with "
+        f"precision={cfg.precision} batch-size={cfg.batch_size} seq-length={cfg.seq_length} "
+        f"activation-checkpointing={str(cfg.activation_checkpointing).lower()} on {world.world_size} GPU(s). "
+        "Fix: lower batch-size or seq-length, turn on activation-checkpointing, or use more GPUs "
+        "(FSDP shards model and optimizer states across them)."
+    )
+
+
+def _write_failure(cfg: TrainConfig, reason: str) -> None:
+    if not cfg.output_dir:
+        return
+    try:
+        Path(cfg.output_dir).mkdir(parents=True, exist_ok=True)
+        (Path(cfg.output_dir) / "failure").write_text(reason[:1024])
+    except OSError:
+        pass
+
+
+def _writable(path: str, log: _Log, what: str) -> str:
+    if not path:
+        return ""
+    try:
+        Path(path).mkdir(parents=True, exist_ok=True)
+        return path
+    except OSError as exc:
+        log.event("output_skipped", f"not writing {what}: {path} is not writable ({exc.strerror})")
+        return ""
+
+
+# FSDP2 warns when the root returns a view (our logits reshape); nothing here edits it in place.
+import warnings  # noqa: E402
+
+warnings.filterwarnings("ignore", message="FSDP2-wrapped module .* returned a view tensor")
+
+
+def run(cfg: TrainConfig, log_out=None) -> dict[str, Any]:
+    """Trains per ``cfg`` and returns the summary dict. Raises TrainingFailed (after logging the
+    failure and writing the failure file) on OOM, a non-finite loss or any other error."""
+    t_start = time.perf_counter()
+    device_type = parallel.resolve_device(cfg.device)
+    plan = precision.plan(cfg.precision, cfg.backend, device_type)  # refuses before any work
+    world = parallel.init(device_type)
+    log = _Log(world.is_main, log_out)
+    stop = _StopFlag()
+    stop.install()
+    state: dict[str, Any] = {"step": 0, "loss": None, "status": "failed"}
+    model = optimizer = None
+    try:
+        return _run(cfg, plan, world, log, stop, state, t_start)
+    except TrainingFailed:
+        raise
+    except BaseException as exc:  # noqa: BLE001 - every failure is reported the same way
+        oom = isinstance(exc, torch.OutOfMemoryError) or "out of memory" in str(exc).lower()
+        kind = "oom" if oom else "error"
+        if oom:
+            reason = _oom_reason(exc, cfg, world, state["step"] + 1)
+        else:
+            first = (str(exc).strip().splitlines() or [""])[0]
+            reason = f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+        log.event(kind, reason, all_ranks=True)
+        summary = _summary(cfg, plan, world, state, None, t_start, "failed")
+        summary["failure_reason"] = reason
+        log.json("summary", summary)
+        _write_failure(cfg, reason)
+        raise TrainingFailed(reason, summary, kind) from exc
+    finally:
+        stop.restore()
+        del model, optimizer
+        state.pop("model", None)
+        state.pop("optimizer", None)
+        gc.collect()
+        if device_type == "cuda":
+            torch.cuda.empty_cache()
+
+
+def _summary(cfg, plan, world, state, meter, t_start, status) -> dict[str, Any]:
+    src = state.get("source")
+    tokens_per_step = world.world_size * cfg.batch_size * cfg.grad_accum_steps * cfg.seq_length
+    out: dict[str, Any] = {
+        "status": status,
+        "steps": state["step"],
+        "final_loss": state["loss"],
+        "tokens": state["step"] * tokens_per_step,
+        "precision": cfg.precision,
+        "backend": plan.backend,
+        "recipe": plan.recipe,
+        "emulated": plan.emulated,
+        "world_size": world.world_size,
+        "device": world.device.type,
+        "gpu": plan.gpu_name,
+        "entropy_floor": getattr(src, "entropy_floor", None) if src is not None else None,
+        "elapsed_s": round(time.perf_counter() - t_start, 3),
+        "batch_size": cfg.batch_size,
+        "seq_length": cfg.seq_length,
+        "activation_checkpointing": cfg.activation_checkpointing,
+        "params": cfg.model.total_params(),
+        "resumed_from_step": state.get("resumed_from"),
+        "checkpoint": state.get("last_checkpoint"),
+    }
+    if meter is not None:
+        out.update(meter.summary(plan.emulated))
+    else:
+        for k in ("tokens_per_s", "tokens_per_s_per_gpu", "tflops_per_gpu", "mfu",
+                  "peak_allocated_bytes", "peak_reserved_bytes"):
+            out.setdefault(k, None)
+        if world.device.type == "cuda":
+            out["peak_allocated_bytes"] = torch.cuda.max_memory_allocated()
+            out["peak_reserved_bytes"] = torch.cuda.max_memory_reserved()
+    return out
+
+
+def _run(cfg, plan, world, log, stop, state, t_start) -> dict[str, Any]:
+    spec = cfg.model
+    cuda = world.device.type == "cuda"
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
+    # ---- start-up lines ----
+    log.json("config", cfg.to_dict())
+    log.line(logformat.format_recipe(logformat.RecipeRecord(plan.precision, plan.recipe, plan.backend, plan.emulated)))
+    te_version = None
+    if plan.backend == "te":
+        import transformer_engine
+
+        te_version = transformer_engine.__version__
+    world_info: dict[str, Any] = {
+        "world_size": world.world_size, "nodes": world.nodes, "local_world_size": world.local_world_size,
+        "device": world.device.type, "torch": torch.__version__, "transformer_engine": te_version,
+        "dist_backend": dist.get_backend(),
+    }
+    if cuda:
+        props = torch.cuda.get_device_properties(world.device)
+        world_info.update(gpu=props.name, gpu_memory_bytes=props.total_memory,
+                          compute_capability=f"{props.major}.{props.minor}",
+                          peak_tflops=plan.gpu.peak_for(cfg.precision) if plan.gpu else None)
+    log.json("world", world_info)
+    source = data.make_source(cfg)
+    state["source"] = source
+    log.json("data", source.describe())
+
+    # ---- model, sharding, optimizer ----
+    if plan.backend == "te":
+        from trainer import te_backend
+
+        model = te_backend.build(cfg, world, plan)
+    else:
+        model = _build_torch_model(cfg, world, plan)
+    state["model"] = model
+    optimizer = _optimizer(model, cfg, world)
+    state["optimizer"] = optimizer
+    amax_states = model.amax_states() if hasattr(model, "amax_states") else []
+    log.json("model", {
+        "params": spec.total_params(), "params_non_embedding": spec.non_embedding_params(),
+        "flops_per_token": spec.flops_per_token(cfg.seq_length),
+        "flops_per_token_blocks": metrics.block_flops_per_token(spec, cfg.seq_length),
+        "block_precisions": _block_precisions(cfg),
+        "lm_head_precision": "bf16" if cfg.high_precision_lm_head and cfg.precision in emulation_low() else cfg.precision,
+        "backend": plan.backend, "preset": cfg.preset, "spec": spec.to_dict(),
+    })
+
+    # ---- resume ----
+    ckpt_dir = _writable(cfg.checkpoint_dir, log, "checkpoints")
+    model_dir = _writable(cfg.model_dir, log, "the model") if cfg.save_model else ""
+    data_out = _writable(cfg.output_data_dir, log, "metrics")
+    if data_out and world.is_main:  # a stale file must not speak for this run (train.sh reads it)
+        (Path(data_out) / "metrics.json").unlink(missing_ok=True)
+    loss_scale = cfg.loss_scale if cfg.precision == "fp16" else 1.0
+    good_steps = 0
+    start_step = 0
+    fingerprint = _fingerprint(cfg, world)
+    if ckpt_dir and cfg.resume:
+        found = checkpoint.latest(ckpt_dir)
+        if found is not None:
+            meta = json.loads((found / "meta.json").read_text())
+            if meta.get("fingerprint") != fingerprint:
+                raise ConfigError(
+                    f"checkpoint-dir={ckpt_dir}: the newest checkpoint ({found.name}) is from a different "
+                    f"model or batch layout ({meta.get('fingerprint')}); use a new checkpoint-dir or resume=false"
+                )
+            meta = checkpoint.load(found, model, optimizer, world.rank)
+            start_step = int(meta["step"])
+            loss_scale = float(meta.get("loss_scale", loss_scale))
+            good_steps = int(meta.get("good_steps", 0))
+            state.update(step=start_step, loss=meta.get("loss"), resumed_from=start_step)
+            log.json("checkpoint", {"action": "resumed", "step": start_step, "path": str(found)})
+
+    def save(step: int) -> str:
+        meta = {"fingerprint": fingerprint, "loss": state["loss"], "loss_scale": loss_scale,
+                "good_steps": good_steps, "precision": cfg.precision}
+        t0 = time.perf_counter()
+        path = checkpoint.save(ckpt_dir, step, model, optimizer, meta, cfg.keep_checkpoints,
+                               world.local_rank, world.rank)
+        state["last_checkpoint"] = str(path)
+        log.json("checkpoint", {"action": "saved", "step": step, "path": str(path),
+                                "seconds": round(time.perf_counter() - t0, 3)})
+        return str(path)
+
+    # ---- the loop ----
+    tokens_per_step = world.world_size * cfg.batch_size * cfg.grad_accum_steps * cfg.seq_length
+    peak = plan.gpu.peak_for(cfg.precision) if (plan.gpu and not plan.emulated) else None
+    meter = metrics.Meter(spec, cfg.seq_length, tokens_per_step, world.world_size, peak,
+                          cfg.timing_warmup_steps, cuda)
+    params = [p for p in model.parameters() if p.requires_grad]
+    autocast = _autocast_factory(cfg, plan)
+    losses: list[tuple[int, float]] = []
+    status = "completed"
+    flag = torch.zeros(2, dtype=torch.float64, device=world.device)
+    step = start_step
+    while step < cfg.max_steps:
+        step += 1
+        if cfg.simulate_oom_at_step and step == cfg.simulate_oom_at_step:
+            raise torch.OutOfMemoryError(
+                "CUDA out of memory. Tried to allocate 20.00 GiB. GPU 0 has a total capacity of 139.81 GiB "
+                "(simulated by --simulate-oom-at-step)"
+            )
+        t0 = time.perf_counter()
+        lr = lr_at(step, cfg)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        loss_sum = torch.zeros((), device=world.device, dtype=torch.float32)
+        for micro in range(cfg.grad_accum_steps):
+            if hasattr(model, "set_requires_gradient_sync"):
+                model.set_requires_gradient_sync(micro == cfg.grad_accum_steps - 1)
+            inputs, targets = _batch(source, cfg, world, step, micro, plan)
+            with autocast():
+                out = model(inputs)
+            if targets is None:  # bare block stack: mean square of the output
+                loss = out.float().pow(2).mean()
+            else:
+                loss = F.cross_entropy(out.float().reshape(-1, out.shape[-1]), targets.reshape(-1))
+            loss_sum += loss.detach()
+            ((loss / cfg.grad_accum_steps) * loss_scale).backward()
+            del out, loss
+        if loss_scale != 1.0:
+            for p in params:
+                if p.grad is not None:
+                    p.grad.mul_(1.0 / loss_scale)
+        gnorm = torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip if cfg.grad_clip > 0 else float("inf"))
+        if hasattr(gnorm, "full_tensor"):
+            gnorm = gnorm.full_tensor()
+        flag[0] = loss_sum / cfg.grad_accum_steps
+        flag[1] = 1.0 if (stop.requested or (cfg.stop_after_step and step == cfg.stop_after_step)) else 0.0
+        if world.world_size > 1:
+            dist.all_reduce(flag)
+        loss_value = float(flag[0]) / world.world_size
+        grad_norm = float(gnorm)
+        skipped = False
+        if cfg.precision == "fp16" and not math.isfinite(grad_norm):
+            skipped, loss_scale, good_steps = True, loss_scale / 2, 0
+            log.event("loss_scale", f"non-finite gradients at step {step}: step skipped, loss scale -> {loss_scale:g}")
+        else:
+            optimizer.step()
+            if cfg.precision == "fp16":
+                good_steps += 1
+                if good_steps % 1000 == 0:
+                    loss_scale *= 2
+        optimizer.zero_grad(set_to_none=True)
+        emulation.end_step(amax_states)
+        if not math.isfinite(loss_value):
+            reason = f"non-finite loss ({loss_value}) at step {step}: lower lr or use a higher precision"
+            log.event("nan_loss", reason)
+            state.update(step=step, loss=None)
+            summary = _summary(cfg, plan, world, state, meter, t_start, "failed")
+            summary["failure_reason"] = reason
+            log.json("summary", summary)
+            _write_failure(cfg, reason)
+            raise TrainingFailed(reason, summary, "nan_loss")
+        if cuda:
+            torch.cuda.synchronize()
+        meter.record(step - start_step, time.perf_counter() - t0)
+        state.update(step=step, loss=loss_value)
+        losses.append((step, loss_value))
+        if step % cfg.log_every == 0 or step == cfg.max_steps or step == start_step + 1 or flag[1] > 0:
+            rec = meter.step_record(step, loss_value, lr, grad_norm, cfg.precision, plan.emulated)
+            log.line(logformat.format_step(rec) + (" skipped=1" if skipped else ""))
+        if flag[1] > 0:
+            log.event("sigterm", f"stop requested at step {step}: saving a checkpoint and exiting")
+            status = "stopped"
+            if ckpt_dir:
+                save(step)
+            else:
+                log.event("checkpoint_skipped", "no writable checkpoint-dir: nothing saved")
+            break
+        if ckpt_dir and cfg.checkpoint_every and step % cfg.checkpoint_every == 0:
+            save(step)
+
+    # ---- outputs ----
+    if status == "completed" and model_dir:
+        extra = {"model": spec.to_dict(), "precision": cfg.precision, "steps": step, "backend": plan.backend,
+                 "format": "torch.save of the full state dict (bf16 weights unless precision=fp32)"}
+        checkpoint.save_final_model(model, model_dir, torch.float32 if cfg.precision == "fp32" else torch.bfloat16,
+                                    extra, world.rank)
+    summary = _summary(cfg, plan, world, state, meter, t_start, status)
+    log.json("summary", summary)
+    if data_out and world.is_main:
+        payload = {**summary, "loss_curve": losses}
+        (Path(data_out) / "metrics.json").write_text(json.dumps(payload, indent=1, default=str))
+    state["status"] = status
+    return summary
+
+
+def _autocast_factory(cfg: TrainConfig, plan: precision.Plan):
+    import contextlib
+
+    if plan.backend != "te":
+        return contextlib.nullcontext
+    from trainer import te_backend
+
+    return te_backend.autocast_factory(cfg, plan)
+
+
+def _batch(source, cfg: TrainConfig, world: parallel.World, step: int, micro: int, plan):
+    if isinstance(source, data.RandomHidden):
+        dtype = plan.param_dtype or torch.float32
+        x = source.batch_on(step, world.rank, micro, cfg.batch_size, cfg.seq_length, world.device, dtype)
+        return x, None
+    tokens = source.batch(step, world.rank, micro, cfg.batch_size, cfg.seq_length)
+    tokens = tokens.to(world.device, non_blocking=True)
+    return tokens[:, :-1], tokens[:, 1:]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m trainer``: 0 when completed or stopped after a checkpoint, 1 on failure
+    (with $SM_OUTPUT_DIR/failure written), 2 on a configuration error."""
+    argv = sys.argv[1:] if argv is None else argv
+    if any(a in ("-h", "--help") for a in argv):
+        config_mod.build_parser().print_help()
+        return 0
+    try:
+        cfg = config_mod.parse(argv)
+    except (ConfigError, ValueError) as exc:
+        reason = f"configuration error: {exc}"
+        print(logformat.format_json("event", {"kind": "config_error", "message": reason}), flush=True)
+        out = config_mod.sm_path("SM_OUTPUT_DIR")
+        try:
+            if out:
+                Path(out).mkdir(parents=True, exist_ok=True)
+                (Path(out) / "failure").write_text(reason[:1024])
+        except OSError:
+            pass
+        return 2
+    code = 0
+    try:
+        summary = run(cfg)
+        code = 0 if summary["status"] in ("completed", "stopped") else 1
+    except TrainingFailed:
+        code = 1
+    except (ConfigError, ValueError) as exc:  # refused before any work (e.g. the capability check)
+        reason = f"{exc}"
+        print(logformat.format_json("event", {"kind": "config_error", "message": reason}), flush=True)
+        _write_failure(cfg, reason)
+        code = 2
+    finally:
+        if dist.is_initialized():
+            try:
+                dist.destroy_process_group()
+            except Exception:  # noqa: BLE001
+                pass
+    return code
