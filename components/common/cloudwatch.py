@@ -11,13 +11,14 @@ GetLogEvents has reached the end of a stream when it returns the token that was
 sent (``nextForwardToken`` unchanged); a page holds up to 10,000 events / 1 MB,
 and ``startFromHead=True`` with ``limit=10000`` asks for full pages so that a
 long log costs few requests. Throttling is retried by botocore's adaptive mode
-and, past that, by ``poll``'s own back-off.
+and, past that, by ``LogTail``'s own back-off, request by request (an earlier
+version retried the whole poll and lost the pages it had already read).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,25 +37,49 @@ class LogEvent:
 
 @dataclass
 class LogTail:
-    """Incremental reader of all streams of a log group under a prefix."""
+    """Incremental reader of all streams of a log group under a prefix.
+
+    Each request that is throttled is retried on its own after a back-off
+    (1 s, doubling, up to ``max_backoff_s``), so a throttled poll neither loses
+    nor repeats the events already read. ``page_limit`` is the GetLogEvents page
+    size (the API's maximum by default).
+    """
 
     logs: Any  # a boto3 CloudWatch Logs client
     group: str
     prefix: str
     requests: int = 0
+    page_limit: int = PAGE_LIMIT
+    max_backoff_s: float = 30.0
+    sleep: Callable[[float], None] = time.sleep
+    throttled: int = 0  # requests that were throttled and retried
     _tokens: dict[str, str | None] = field(default_factory=dict)
+
+    def _call(self, operation: str, **kwargs: Any) -> dict[str, Any]:
+        delay = 1.0
+        while True:
+            try:
+                page = getattr(self.logs, operation)(**kwargs)
+            except Exception as exc:
+                if not is_throttling(exc) or delay > self.max_backoff_s:
+                    raise
+                self.throttled += 1
+                self.sleep(delay)
+                delay *= 2
+                continue
+            self.requests += 1
+            return dict(page)
 
     def streams(self) -> list[str]:
         names: list[str] = []
         kwargs: dict[str, Any] = {"logGroupName": self.group, "logStreamNamePrefix": self.prefix}
         while True:
             try:
-                page = self.logs.describe_log_streams(**kwargs)
+                page = self._call("describe_log_streams", **kwargs)
             except Exception as exc:  # a job that has not logged yet has no group/stream
                 if error_code(exc) == "ResourceNotFoundException":
-                    return names
+                    return sorted(names)
                 raise
-            self.requests += 1
             names.extend(s["logStreamName"] for s in page.get("logStreams", []))
             token = page.get("nextToken")
             if not token or token == kwargs.get("nextToken"):
@@ -62,42 +87,51 @@ class LogTail:
             kwargs["nextToken"] = token
         return sorted(names)
 
-    def _read_stream(self, stream: str) -> Iterator[LogEvent]:
+    def _read_stream(self, stream: str) -> Iterator[list[LogEvent]]:
+        """New events of one stream, a page at a time; the stream's position advances
+        once the consumer has taken the page."""
         token = self._tokens.get(stream)
         while True:
             kwargs: dict[str, Any] = {
                 "logGroupName": self.group,
                 "logStreamName": stream,
                 "startFromHead": True,
-                "limit": PAGE_LIMIT,
+                "limit": self.page_limit,
             }
             if token:
                 kwargs["nextToken"] = token
-            page = self.logs.get_log_events(**kwargs)
-            self.requests += 1
-            for event in page.get("events", []):
-                yield LogEvent(stream, int(event.get("timestamp", 0)), event.get("message", ""))
+            page = self._call("get_log_events", **kwargs)
+            events = [
+                LogEvent(stream, int(event.get("timestamp", 0)), event.get("message", ""))
+                for event in page.get("events", [])
+            ]
+            if events:
+                yield events
             new_token = page.get("nextForwardToken")
             self._tokens[stream] = new_token
             if not new_token or new_token == token:
                 return
             token = new_token
 
-    def poll(self, *, max_backoff_s: float = 30.0,
-             sleep: Callable[[float], None] = time.sleep) -> list[LogEvent]:
+    def pages(self, streams: Iterable[str] | None = None) -> Iterator[tuple[str, list[LogEvent]]]:
+        """Everything new since the last read, as (stream, events) pages, stream by stream
+        (by default every stream under the prefix, new ones included; or the streams
+        given, in that order). Memory stays one page."""
+        for stream in self.streams() if streams is None else streams:
+            for events in self._read_stream(stream):
+                yield stream, events
+
+    def poll(self, *, max_backoff_s: float | None = None,
+             sleep: Callable[[float], None] | None = None) -> list[LogEvent]:
         """Everything new since the last poll, across all streams (new ones included)."""
-        delay = 1.0
-        while True:
-            try:
-                events: list[LogEvent] = []
-                for stream in self.streams():
-                    events.extend(self._read_stream(stream))
-                return events
-            except Exception as exc:
-                if not is_throttling(exc) or delay > max_backoff_s:
-                    raise
-                sleep(delay)
-                delay *= 2
+        if max_backoff_s is not None:
+            self.max_backoff_s = max_backoff_s
+        if sleep is not None:
+            self.sleep = sleep
+        events: list[LogEvent] = []
+        for _, page in self.pages():
+            events.extend(page)
+        return events
 
     def read_all(self) -> list[LogEvent]:
         return self.poll()
