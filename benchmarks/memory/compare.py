@@ -62,7 +62,13 @@ class Row:
 
     @property
     def oom_predicted(self) -> bool:
+        """An out-of-memory row is predicted when the device peak is at or near the GPU."""
         return self.predicted_peak >= NEAR_LIMIT * self.gpu_memory_bytes
+
+    @property
+    def fits_predicted(self) -> bool:
+        """The planner's verdict at zero headroom."""
+        return self.predicted_peak <= self.gpu_memory_bytes
 
 
 def setup_for(result: dict[str, Any], settings: dict[str, Any]) -> estimator.TrainingSetup:
@@ -116,6 +122,8 @@ def summary(rows: list[Row]) -> dict[str, Any]:
         "worst_abs_error": max(errs) if errs else None,
         "oom_rows": len(oom),
         "oom_rows_predicted": sum(r.oom_predicted for r in oom),
+        "oom_rows_predicted_not_to_fit": sum(not r.fits_predicted for r in oom),
+        "ok_rows_predicted_to_fit": sum(r.fits_predicted for r in ok),
         "median_reserved_over_allocated": statistics.median(reserve) if reserve else None,
     }
 
@@ -124,28 +132,30 @@ def markdown(rows: list[Row]) -> str:
     gib = 2**30
     out = [
         "| configuration | status | measured allocated GiB | predicted GiB | error | "
-        "predicted device peak GiB | peak during |",
-        "|---|---|---|---|---|---|---|",
+        "predicted device peak GiB | predicted to fit | peak during |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         if r.status == "ok":
             err = f"{r.error:+.1%}"
             meas = f"{r.measured_allocated / gib:.2f}"
         else:
-            err = "fits? " + ("no (predicted)" if r.oom_predicted else "yes (MISSED)")
-            meas = "OOM"
+            err = "-"
+            meas = "out of memory"
+        fit = "yes" if r.fits_predicted else "no"
         out.append(
             f"| {r.label} | {r.status} | {meas} | {r.predicted_allocated / gib:.2f} | {err} | "
-            f"{r.predicted_peak / gib:.2f} of {r.gpu_memory_bytes / gib:.1f} | {r.phase} |"
+            f"{r.predicted_peak / gib:.2f} of {r.gpu_memory_bytes / gib:.1f} | {fit} | {r.phase} |"
         )
     s = summary(rows)
     if s["ok_rows"]:
         out += [
             "",
             f"{s['ok_rows']} measured rows: median absolute error {s['median_abs_error']:.1%}, "
-            f"worst {s['worst_abs_error']:.1%}; {s['oom_rows_predicted']} of {s['oom_rows']} "
-            f"out-of-memory rows predicted not to fit (device peak >= {NEAR_LIMIT:.0%} of the "
-            "GPU).",
+            f"worst {s['worst_abs_error']:.1%}; {s['ok_rows_predicted_to_fit']} of them predicted "
+            f"to fit at zero headroom; {s['oom_rows_predicted_not_to_fit']} of {s['oom_rows']} "
+            f"out-of-memory rows predicted not to fit ({s['oom_rows_predicted']} at or near the "
+            f"limit, device peak >= {NEAR_LIMIT:.0%} of the GPU).",
         ]
     return "\n".join(out) + "\n"
 

@@ -125,10 +125,19 @@ NCCL_BUFFER_BYTES = 1_387_069_440 - 801_964_032
 # NCCL's ring / tree buffers are per neighbour, not per rank, so they are taken as
 # independent of the world size (unmeasured beyond one rank here).
 
-# The caching allocator keeps freed blocks and splits large segments: at the peak,
-# torch.cuda.max_memory_reserved() exceeds max_memory_allocated() by this fraction.
-ALLOCATOR_RESERVE_FRACTION = 0.05
-
+# The caching allocator's reserve: memory it holds beyond live tensors that it
+# cannot hand back when a large request fails (free pieces of segments that still
+# hold live blocks). It scales with the largest single allocation, not with the
+# total. Measured on an H200 with the trainer (spot_checks_h200.json): 1b at seq
+# 2048 ran at batch 16 and 17 with 13.6 GB and 15.0 GB reserved-but-unallocated
+# (0.81 and 0.84 x the 16.8 / 17.9 GB fp32 logits, the largest tensor) and ran out
+# of memory at batch 18 requesting 17.6 GiB with 16 GB of such free pieces;
+# te-fsdp-example at seq 4096 (largest tensor ~1.2 GB) ran at batch 23 and failed
+# at 24, where allocated + context alone exceed the GPU. 0.85 x the largest
+# allocation reproduces all these outcomes.
+ALLOCATOR_RESERVE_OF_LARGEST = 0.85
+# Floor for workloads made of many small tensors: 1% of the allocated peak.
+ALLOCATOR_RESERVE_MIN_FRACTION = 0.01
 
 # ---------------------------------------------------------------------------
 # The training setup
@@ -263,12 +272,18 @@ def estimate(setup: TrainingSetup, gpu: hardware.GPU | str) -> Estimate:
     g = hardware.gpu(gpu) if isinstance(gpu, str) else gpu
     s = setup.validate()
     terms = _Terms(s, g)
-    phases = terms.phases()
-    phase, parts = max(phases, key=lambda item: sum(item[1].values()))
+    phase, parts = max(terms.phases(), key=lambda item: sum(item[1].values()))
     allocated = int(round(sum(parts.values())))
     breakdown = {k: int(round(parts.get(k, 0.0))) for k in ALLOCATED_PARTS}
     breakdown["cuda_context"] = CUDA_CONTEXT_BYTES + NCCL_BUFFER_BYTES
-    breakdown["allocator_reserve"] = int(round(allocated * ALLOCATOR_RESERVE_FRACTION))
+    breakdown["allocator_reserve"] = int(
+        round(
+            max(
+                ALLOCATOR_RESERVE_OF_LARGEST * terms.largest_allocation(),
+                ALLOCATOR_RESERVE_MIN_FRACTION * allocated,
+            )
+        )
+    )
     # Rounding each part can move the sum by a byte or two: make the parts add up.
     allocated = sum(breakdown[k] for k in ALLOCATED_PARTS)
     return Estimate(
@@ -466,6 +481,20 @@ class _Terms:
             )
         )
         return out
+
+    def largest_allocation(self) -> float:
+        """The largest single tensor of the step: fp32 logits, a gathered FSDP unit
+        (FSDP2 gathers a unit into one buffer) or its reduce-scatter input, the widest
+        activation, or the fp32 copies of the emulated GEMMs."""
+        s, m = self.s, self.s.model
+        fc1 = 2 * m.ffn_hidden_size if m.mlp == "swiglu" else m.ffn_hidden_size
+        widest = max(fc1, m.hidden_size + 2 * m.kv_dim)
+        act = self.tokens * widest * (4 if _emulated_linears(s) else self.c)
+        logits = self.tokens * m.vocab_size * 4.0
+        return max(
+            logits, act, self.block_gathered, self.block_rs_buffer, self.root_gathered,
+            self.root_rs_buffer,
+        )
 
     def _head_share(self) -> float:
         """Fraction of the root's unsharded gradient present during block backward:

@@ -1,0 +1,62 @@
+"""The estimator against peak memory recorded with the trainer on an H200.
+
+benchmarks/memory/spot_checks_h200.json: trainer runs (torch backend, bf16) with
+torch.cuda.max_memory_allocated, including batches just below and above the
+out-of-memory boundary. The issue's accuracy bar: median absolute error <= 3%,
+worst <= 8% on the rows that ran; rows that ran out of memory predicted not to fit.
+"""
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SPOT_CHECKS = ROOT / "benchmarks" / "memory" / "spot_checks_h200.json"
+
+
+def _compare_module():
+    spec = importlib.util.spec_from_file_location("memory_compare", ROOT / "benchmarks/memory/compare.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["memory_compare"] = module  # dataclasses look their module up
+    assert spec.loader is not None
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_estimate_is_within_3_percent_median_and_8_percent_worst_of_trainer_runs():
+    compare = _compare_module()
+    rows = compare.compare(SPOT_CHECKS)
+    s = compare.summary(rows)
+    assert s["ok_rows"] >= 7
+    assert s["median_abs_error"] <= 0.03, compare.markdown(rows)
+    assert s["worst_abs_error"] <= 0.08, compare.markdown(rows)
+
+
+def test_runs_that_ran_out_of_memory_are_predicted_not_to_fit_and_runs_that_ran_are_predicted_to_fit():
+    compare = _compare_module()
+    rows = compare.compare(SPOT_CHECKS)
+    oom = [r for r in rows if r.status == "oom"]
+    ok = [r for r in rows if r.status == "ok"]
+    assert len(oom) >= 4
+    missed = [r.label for r in oom if r.fits_predicted]
+    assert not missed, f"predicted to fit but ran out of memory: {missed}"
+    refused = [r.label for r in ok if not r.fits_predicted]
+    assert not refused, f"predicted not to fit but ran: {refused}"
+
+
+@pytest.mark.parametrize("preset,seq,largest_ok", [("1b", 2048, 17), ("te-fsdp-example", 4096, 23)])
+def test_largest_batch_at_zero_headroom_is_the_largest_the_trainer_ran(preset, seq, largest_ok):
+    import dataclasses
+
+    from components.memory_estimate import planner
+    from trainer import hardware
+    from trainer.spec import preset as get_preset
+
+    # The H200 lent here reports 150,109,880,320 bytes (probe_h200.json).
+    h200 = dataclasses.replace(hardware.gpu("H200"), memory_bytes=150_109_880_320)
+    hw = planner.Hardware(h200, "", 1, 1)
+    req = planner.Request(get_preset(preset), seq, hw, ("bf16",), (0,), "off", 0.0,
+                          {"backend": "torch"})
+    assert planner.largest_batch(req, "bf16", False) == largest_ok
