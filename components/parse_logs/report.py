@@ -89,7 +89,7 @@ def markdown(report: dict[str, Any]) -> str:
 
 
 def events_document(report: dict[str, Any]) -> str:
-    return json.dumps(report, indent=1, sort_keys=False, default=str, allow_nan=False) + "\n"
+    return json.dumps(_json_safe(report), indent=1, default=str, allow_nan=False) + "\n"
 
 
 @dataclass
