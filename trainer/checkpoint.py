@@ -101,7 +101,7 @@ def load(path: str | Path, model, optimizer, rank: int) -> dict[str, Any]:
     """Collective: loads model, optimizer and RNG state in place; returns meta.json."""
     path = Path(path)
     model_sd, optim_sd = get_state_dict(model, optimizer)
-    state = {"model": model_sd, "optim": optim_sd}
+    state: dict[str, Any] = {"model": model_sd, "optim": optim_sd}
     dcp.load(state, checkpoint_id=str(path))
     set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"],
                    options=StateDictOptions(strict=True))
@@ -119,7 +119,8 @@ def save_final_model(model, directory: str | Path, dtype: torch.dtype, extra: di
     """Gathers the full (unsharded) weights to rank 0 and writes model.pt + config.json."""
     from torch.distributed.checkpoint.state_dict import get_model_state_dict
 
-    full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    full: dict[str, Any] = get_model_state_dict(
+        model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
     if rank != 0:
         return None
     out = Path(directory)

@@ -13,6 +13,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,12 +35,12 @@ class ConfigError(ValueError):
     """A bad parameter: the message names it and what would be valid."""
 
 
-def sm_path(name: str, env: dict[str, str] | None = None) -> str:
+def sm_path(name: str, env: Mapping[str, str] | None = None) -> str:
     """The SageMaker path from the environment, else its /opt/ml default when /opt/ml exists
     (inside a SageMaker container), else "" (not written: a laptop run writes nothing there)."""
-    env = os.environ if env is None else env
-    if env.get(name):
-        return env[name]
+    values: Mapping[str, str] = os.environ if env is None else env
+    if values.get(name):
+        return values[name]
     return SM_DEFAULTS[name] if os.path.isdir("/opt/ml") else ""
 
 
@@ -53,7 +55,7 @@ class TrainConfig:
     seq_length: int = 128
     grad_accum_steps: int = 1
     max_steps: int = 200
-    lr: float | None = None  # None: 2e-3 for hidden <= 512, else 3e-4
+    lr: float | None = None  # None: min(1e-2, 0.64 / hidden_size)
     min_lr_ratio: float = 0.1
     warmup_steps: int = 10
     weight_decay: float = 0.1
@@ -87,7 +89,8 @@ class TrainConfig:
     def resolved_lr(self) -> float:
         if self.lr is not None:
             return self.lr
-        return 2e-3 if self.model.hidden_size <= 512 else 3e-4
+        # Peak lr shrinking with width (1e-2 at hidden 64, 3.1e-4 at 2048, 1.6e-4 at 4096).
+        return min(1e-2, 0.64 / self.model.hidden_size)
 
     def validate(self) -> TrainConfig:
         hardware.check_precision_name(self.precision)
@@ -164,7 +167,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--seq-length", type=int, default=128)
     t.add_argument("--grad-accum-steps", type=int, default=1)
     t.add_argument("--max-steps", type=int, default=200)
-    t.add_argument("--lr", type=float, default=None, help="peak learning rate (default 2e-3 for hidden <= 512, else 3e-4)")
+    t.add_argument("--lr", type=float, default=None, help="peak learning rate (default min(1e-2, 0.64 / hidden-size))")
     t.add_argument("--min-lr-ratio", type=float, default=0.1, help="cosine floor as a fraction of lr")
     t.add_argument("--warmup-steps", type=int, default=10)
     t.add_argument("--weight-decay", type=float, default=0.1)
@@ -293,7 +296,9 @@ def from_namespace(args: argparse.Namespace, env: dict[str, str] | None = None) 
     try:
         model = spec.spec_from_args(args)
     except ValueError as exc:
-        raise ConfigError(str(exc).replace("_", "-", 1) if "=" in str(exc) else str(exc)) from None
+        # Name the flags / hyperparameters (num-heads), not the dataclass fields (num_heads).
+        fields = "|".join(ModelSpec.__dataclass_fields__)
+        raise ConfigError(re.sub(rf"\b({fields})\b", lambda m: m.group(1).replace("_", "-"), str(exc))) from None
     values = {k: v for k, v in vars(args).items()
               if k in TrainConfig.__dataclass_fields__ and k not in ("model",)}
     values["data_dir"] = values.get("data_dir") or env.get("SM_CHANNEL_TRAIN") or None

@@ -169,10 +169,15 @@ class CausalLM(nn.Module):
         return self.lm_head(h, weight)
 
     def amax_states(self) -> list[torch.Tensor]:
-        return [m.amax_state for m in self.modules() if isinstance(m, Linear) and m.amax_state is not None]
+        out: list[torch.Tensor] = []
+        for m in self.modules():
+            state = getattr(m, "amax_state", None) if isinstance(m, Linear) else None
+            if isinstance(state, torch.Tensor):
+                out.append(state)
+        return out
 
 
-def _mix(*values: int) -> int:
+def _mix(*values: object) -> int:
     import hashlib
 
     digest = hashlib.sha256(",".join(map(str, values)).encode()).digest()
@@ -192,15 +197,15 @@ def init_weights(model: nn.Module, spec: ModelSpec, seed: int) -> None:
         if p.ndim == 1:
             local.fill_(1.0 if ("norm" in name and name.endswith("weight")) else 0.0)
             continue
-        std = out_std if name.endswith(("proj.weight", "fc2.weight")) else 0.02
+        std = out_std if name.endswith(("proj.weight", "fc2.weight", "fc2_weight")) else 0.02
         device = local.device
         g = torch.Generator(device=device).manual_seed(_mix(seed, index))
         full = torch.empty(tuple(p.shape), dtype=torch.float32, device=device).normal_(0.0, std, generator=g)
         if local is not p:  # a DTensor sharded on dim 0 (FSDP2)
             full = _local_chunk(full, p)
         local.copy_(full.to(local.dtype))
-    for b in model.buffers():
-        if b.is_floating_point():
+    for name, b in model.named_buffers():
+        if name.endswith("amax_state"):
             b.zero_()
 
 

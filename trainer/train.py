@@ -124,14 +124,36 @@ def _build_torch_model(cfg: TrainConfig, world: parallel.World, plan: precision.
 
 
 def _optimizer(model, cfg: TrainConfig, world: parallel.World):
-    decay, no_decay = [], []
+    decay: list[torch.Tensor] = []
+    no_decay: list[torch.Tensor] = []
     for name, p in model.named_parameters():
         (no_decay if p.ndim < 2 or "norm" in name or "layer_norm" in name else decay).append(p)
     groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
     kwargs: dict[str, Any] = {"lr": cfg.resolved_lr(), "betas": (cfg.beta1, cfg.beta2), "eps": 1e-8}
+    if cfg.quantized_model_init:
+        return _te_fused_adam(model, groups, kwargs)
     if world.device.type == "cuda":
         kwargs["fused"] = True
     return torch.optim.AdamW(groups, **kwargs)
+
+
+def _te_fused_adam(model, groups, kwargs):
+    """FP8 primary weights (TE quantized_model_init): TE's FusedAdam keeps fp32 master copies,
+    seeded from the high-precision initial values TE preserved (as TE's fully_shard example)."""
+    import transformer_engine.pytorch as te
+    from transformer_engine.pytorch.quantized_tensor import QuantizedTensor
+
+    opt = te.optimizers.FusedAdam(groups, adam_w_mode=True, master_weights=True,
+                                  master_weight_dtype=torch.float32, **kwargs)
+    for p in model.parameters():
+        opt.initialize_state(p, store_param_remainders=False)
+        local = p._local_tensor if hasattr(p, "_local_tensor") else p
+        if isinstance(local, QuantizedTensor):
+            hp = local.get_high_precision_init_val()
+            if hp is not None:
+                opt.set_scaled_state(p, "master_param", hp.to(device=local.device, dtype=torch.float32))
+                local.clear_high_precision_init_val()
+    return opt
 
 
 def _fingerprint(cfg: TrainConfig, world: parallel.World) -> dict[str, Any]:
@@ -302,7 +324,8 @@ def _run(cfg, plan, world, log, stop, state, t_start) -> dict[str, Any]:
     state["model"] = model
     optimizer = _optimizer(model, cfg, world)
     state["optimizer"] = optimizer
-    amax_states = model.amax_states() if hasattr(model, "amax_states") else []
+    get_amax: Any = getattr(model, "amax_states", None)
+    amax_states = get_amax() if get_amax is not None else []
     log.json("model", {
         "params": spec.total_params(), "params_non_embedding": spec.non_embedding_params(),
         "flops_per_token": spec.flops_per_token(cfg.seq_length),
@@ -373,8 +396,9 @@ def _run(cfg, plan, world, log, stop, state, t_start) -> dict[str, Any]:
             group["lr"] = lr
         loss_sum = torch.zeros((), device=world.device, dtype=torch.float32)
         for micro in range(cfg.grad_accum_steps):
-            if hasattr(model, "set_requires_gradient_sync"):
-                model.set_requires_gradient_sync(micro == cfg.grad_accum_steps - 1)
+            set_sync: Any = getattr(model, "set_requires_gradient_sync", None)
+            if set_sync is not None:
+                set_sync(micro == cfg.grad_accum_steps - 1)
             inputs, targets = _batch(source, cfg, world, step, micro, plan)
             with autocast():
                 out = model(inputs)

@@ -1,0 +1,157 @@
+"""The trainer on the CPU: convergence, resume, precisions, failures (in-process, fast)."""
+
+import io
+import json
+import math
+
+import pytest
+import torch
+
+from trainer import config, data, emulation, hardware, logformat, precision, train
+
+
+def _run(**kw):
+    out = io.StringIO()
+    kw.setdefault("seq_length", 64)
+    kw.setdefault("log_every", 1)
+    summary = train.run(config.make(kw.pop("preset", "tiny"), **kw), log_out=out)
+    lines = out.getvalue().splitlines()
+    steps = [r for r in map(logformat.parse_step, lines) if r is not None]
+    return summary, steps, lines
+
+
+def test_synthetic_data_has_the_entropy_floor_it_announces():
+    src = data.SyntheticMarkov(64, seed=7, successors=4)
+    assert src.entropy_floor == pytest.approx(1.75 * math.log(2))
+    tokens = src.batch(step=1, rank=0, micro=0, batch=64, seq=512)
+    prev, nxt = tokens[:, :-1].reshape(-1), tokens[:, 1:].reshape(-1)
+    counts = torch.zeros(64, 64).index_put_((prev, nxt), torch.ones(prev.numel()), accumulate=True)
+    p_next = counts / counts.sum(1, keepdim=True)
+    cond = -(counts / counts.sum() * torch.where(p_next > 0, p_next.log(), torch.zeros(()))).sum()
+    assert float(cond) == pytest.approx(src.entropy_floor, abs=0.03)
+    assert int((counts > 0).sum(1).max()) == 4  # each token has exactly its 4 successors
+    assert torch.equal(tokens, src.batch(step=1, rank=0, micro=0, batch=64, seq=512))
+    assert not torch.equal(tokens, src.batch(step=2, rank=0, micro=0, batch=64, seq=512))
+
+
+def test_resumed_run_reproduces_the_uninterrupted_loss_sequence(tmp_path):
+    # fp8 (DelayedScaling) carries the most state: amax histories must survive the checkpoint.
+    common = dict(precision="fp8", max_steps=10, fp8_amax_history_len=4)
+    full, full_steps, _ = _run(**common)
+    ck = str(tmp_path / "ck")
+    first, first_steps, lines = _run(**common, checkpoint_dir=ck, stop_after_step=4)
+    assert first["status"] == "stopped" and first["steps"] == 4
+    saved = [p for k, p in filter(None, map(logformat.parse_json, lines)) if k == "checkpoint"]
+    assert saved == [{"action": "saved", "step": 4, "path": str(tmp_path / "ck" / "step_00000004"),
+                      "seconds": saved[0]["seconds"]}]
+    second, second_steps, lines = _run(**common, checkpoint_dir=ck)
+    assert ("checkpoint", {"action": "resumed", "step": 4, "path": saved[0]["path"]}) in map(
+        logformat.parse_json, lines)
+    assert second["status"] == "completed" and second["resumed_from_step"] == 4
+    printed = [logformat.format_step(r).split(" lr=")[0] for r in first_steps + second_steps]
+    assert printed == [logformat.format_step(r).split(" lr=")[0] for r in full_steps]
+    assert second["final_loss"] == full["final_loss"]
+
+
+def test_emulated_low_precisions_differ_from_bf16_but_train():
+    finals, firsts = {}, {}
+    for p in ("bf16", "fp8", "mxfp8", "nvfp4"):
+        summary, steps, lines = _run(precision=p, max_steps=40, log_every=40, high_precision_lm_head=False)
+        recipe = next(filter(None, map(logformat.parse_recipe, lines)))
+        assert recipe.emulated and summary["emulated"] and summary["mfu"] is None
+        assert all(r.emulated for r in steps)
+        finals[p], firsts[p] = summary["final_loss"], steps[0].loss
+    # Same seed, weights and data: the first losses agree to the precision's rounding.
+    assert max(firsts.values()) - min(firsts.values()) < 0.05
+    for p in ("fp8", "mxfp8", "nvfp4"):
+        assert finals[p] != finals["bf16"], p
+        assert finals[p] < firsts[p] - 1.5, (p, firsts[p], finals[p])  # it trains
+        assert abs(finals[p] - finals["bf16"]) < 0.3, (p, finals)
+    # NVFP4 (4-bit) moves further from bf16 than MXFP8 (8-bit with fine scales).
+    assert abs(finals["nvfp4"] - finals["bf16"]) > abs(finals["mxfp8"] - finals["bf16"])
+
+
+def test_nvfp4_and_mxfp8_quantisers_follow_the_formats():
+    grid = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0])
+    ties = torch.tensor([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, 7.0, -0.75])
+    assert emulation.round_e2m1(ties).tolist() == [0.0, 1.0, 1.0, 2.0, 2.0, 4.0, 4.0, 6.0, -1.0]
+    x = torch.randn(8, 64) * torch.logspace(-3, 3, 64)  # wide dynamic range across blocks
+    q = emulation.qdq_nvfp4(x, dim=1).reshape(8, 4, 16)
+    for row in q.reshape(-1, 16):  # each 16-block: 8 magnitudes at most, on a scaled E2M1 grid
+        s = row.abs().max() / 6
+        if s > 0:
+            assert torch.isin((row.abs() / s).round(decimals=4), grid.round(decimals=4)).all()
+    m = emulation.qdq_mxfp8(x, dim=1)
+    assert torch.equal(emulation.qdq_mxfp8(m, dim=1), m)  # idempotent
+    assert not torch.equal(emulation.qdq_mxfp8(x, dim=0), m)  # blocks follow the contraction dim
+    # One scale per 32 values keeps small values that a single per-tensor scale flushes.
+    per_tensor = emulation.qdq_per_tensor(x, "e4m3", emulation.current_scale(x.abs().amax(), "e4m3"))
+    assert int((m == 0).sum()) * 4 < int((per_tensor == 0).sum())
+    y = torch.randn(8, 64)
+    assert torch.allclose(emulation.qdq_mxfp8(y, dim=1), y, rtol=2**-4, atol=0)  # E4M3 rounding
+
+
+def test_two_process_checkpoint_layout_and_capability_errors(monkeypatch):
+    with pytest.raises(config.ConfigError, match="backend='te'.*CUDA"):
+        precision.plan("fp8", "te", "cpu")
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "NVIDIA H200")
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (9, 0))
+    monkeypatch.setattr(precision, "te_available", lambda: True)
+    for p in ("mxfp8", "nvfp4"):
+        with pytest.raises(hardware.UnsupportedPrecisionError) as exc:
+            precision.plan(p, "auto", "cuda")
+        text = str(exc.value)
+        assert p in text and "H200" in text and "Blackwell" in text and "fp8-block" in text
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "NVIDIA A100-SXM4-80GB")
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (8, 0))
+    with pytest.raises(hardware.UnsupportedPrecisionError, match="A100"):
+        precision.plan("fp8", "te", "cuda")
+    # Emulation runs anywhere and says so.
+    plan = precision.plan("nvfp4", "torch", "cpu")
+    assert plan.emulated and plan.recipe == "NVFP4BlockScaling"
+
+
+def test_capability_error_fails_the_cli_before_any_work(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("SM_OUTPUT_DIR", str(tmp_path / "out"))
+    code = train.main(["--backend", "te", "--device", "cpu", "--precision", "mxfp8"])
+    assert code == 2
+    failure = (tmp_path / "out" / "failure").read_text()
+    assert "backend='te'" in failure and "CUDA" in failure
+    assert "step step=" not in capsys.readouterr().out
+
+
+def test_simulated_oom_writes_the_failure_file_with_the_fix(tmp_path, capsys):
+    code = train.main(["--preset", "tiny", "--max-steps", "5", "--seq-length", "32", "--simulate-oom-at-step", "3",
+                       "--output-dir", str(tmp_path / "out"), "--checkpoint-dir", "", "--model-dir", "",
+                       "--output-data-dir", ""])
+    assert code == 1
+    failure = (tmp_path / "out" / "failure").read_text()
+    assert failure.startswith("CUDA out of memory: tried to allocate 20.00 GiB")
+    assert "total 139.81 GiB" in failure and "at step 3" in failure
+    assert "activation-checkpointing" in failure and "batch-size" in failure
+    lines = capsys.readouterr().out.splitlines()
+    events = [p for k, p in filter(None, map(logformat.parse_json, lines)) if k == "event"]
+    assert events[-1]["kind"] == "oom"
+    summary = [p for k, p in filter(None, map(logformat.parse_json, lines)) if k == "summary"][-1]
+    assert summary["status"] == "failed" and summary["steps"] == 2
+
+
+def test_non_finite_loss_fails_with_a_nan_event(tmp_path):
+    with pytest.raises(train.TrainingFailed) as exc:
+        _run(max_steps=5, lr=1e6, grad_clip=0.0, output_dir=str(tmp_path), warmup_steps=0)
+    assert exc.value.kind == "nan_loss" and exc.value.summary["status"] == "failed"
+    assert "non-finite loss" in (tmp_path / "failure").read_text()
+
+
+def test_summary_has_the_contract_keys_and_metrics_file(tmp_path):
+    summary, steps, lines = _run(max_steps=6, log_every=3, output_data_dir=str(tmp_path), model_dir=str(tmp_path / "m"),
+                                 grad_accum_steps=2, precision="fp16")
+    assert set(train.SUMMARY_KEYS) <= set(summary)
+    assert summary["tokens"] == 6 * 2 * 8 * 64 and summary["entropy_floor"] == pytest.approx(1.2130076)
+    assert [r.step for r in steps] == [1, 3, 6]
+    written = json.loads((tmp_path / "metrics.json").read_text())
+    assert written["status"] == "completed" and len(written["loss_curve"]) == 6
+    state = torch.load(tmp_path / "m" / "model.pt", weights_only=True)
+    assert state["tok_embeddings.weight"].shape == (256, 64)
+    data_line = [p for k, p in filter(None, map(logformat.parse_json, lines)) if k == "data"][0]
+    assert data_line["source"] == "synthetic" and data_line["entropy_floor"] == pytest.approx(1.213008)

@@ -1,0 +1,135 @@
+"""The same causal LM built from TransformerEngine layers (the ``te`` backend, GPU only).
+
+Blocks are ``te.TransformerLayer`` (fused QKV, RMSNorm/LayerNorm fused into the
+following GEMM, SwiGLU or GELU, causal fused attention, rotary embeddings);
+the token embedding is ``nn.Embedding``, the final norm a TE norm, the LM head
+``te.Linear`` (or the tied embedding weight through ``F.linear``). The FP8/FP4
+recipe applies inside ``te.autocast``; blocks listed as high precision and the
+LM head (``--high-precision-lm-head``, the default) run with autocast disabled.
+Sharding (FSDP2, bf16 compute copies of fp32 masters) is the same as the
+PyTorch backend's; initialisation uses the same per-parameter seeded draws.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from trainer import parallel
+from trainer.config import TrainConfig
+from trainer.model import init_weights
+from trainer.precision import Plan, te_recipe
+
+
+class TECausalLM(nn.Module):
+    def __init__(self, cfg: TrainConfig, hp_blocks: set[int], device: str = "meta"):
+        super().__init__()
+        import transformer_engine.pytorch as te
+
+        spec = cfg.model
+        self.spec = spec
+        self.hp_blocks = hp_blocks
+        self.high_precision_head = cfg.high_precision_lm_head
+        self.checkpoint_blocks = cfg.activation_checkpointing
+        norm = "RMSNorm" if spec.norm == "rmsnorm" else "LayerNorm"
+        recipe = te_recipe(cfg.precision, cfg.fp8_amax_history_len)
+        init_ctx: Any = contextlib.nullcontext()
+        if cfg.quantized_model_init:
+            init_ctx = te.quantized_model_init(enabled=True, recipe=recipe, preserve_high_precision_init_val=True)
+        with init_ctx:
+            self.blocks = nn.ModuleList(
+                te.TransformerLayer(
+                    spec.hidden_size, spec.ffn_hidden_size, spec.num_heads,
+                    num_gqa_groups=spec.num_kv_heads, layernorm_epsilon=spec.norm_eps,
+                    hidden_dropout=0.0, attention_dropout=0.0, layer_number=i + 1,
+                    self_attn_mask_type="causal", params_dtype=torch.float32,
+                    seq_length=cfg.seq_length, micro_batch_size=cfg.batch_size,
+                    fuse_qkv_params=True, bias=spec.bias,
+                    activation="swiglu" if spec.mlp == "swiglu" else "gelu",
+                    normalization=norm, device=device, attn_input_format="bshd",
+                )
+                for i in range(spec.num_layers)
+            )
+        if spec.vocab_size:
+            self.tok_embeddings = nn.Embedding(spec.vocab_size, spec.hidden_size, device=device)
+            norm_cls = te.RMSNorm if spec.norm == "rmsnorm" else te.LayerNorm
+            self.norm = norm_cls(spec.hidden_size, eps=spec.norm_eps, params_dtype=torch.float32, device=device)
+            if not spec.tie_embeddings:
+                self.lm_head = te.Linear(spec.hidden_size, spec.vocab_size, bias=False,
+                                         params_dtype=torch.float32, device=device)
+        self.rope = (te.RotaryPositionEmbedding(spec.head_dim, rotary_base=spec.rope_theta)
+                     if spec.rotary else None)
+        self._freqs: dict[tuple, torch.Tensor] = {}
+
+    def _rope(self, seq: int, device) -> torch.Tensor | None:
+        if self.rope is None:
+            return None
+        key = (seq, str(device))
+        if key not in self._freqs:
+            self._freqs[key] = self.rope(seq).to(device)
+        return self._freqs[key]
+
+    def forward(self, inputs: torch.Tensor) -> torch.Tensor:
+        import transformer_engine.pytorch as te
+
+        h = self.tok_embeddings(inputs) if self.spec.vocab_size else inputs
+        freqs = self._rope(h.shape[1], h.device)
+        for i, block in enumerate(self.blocks):
+            ctx = te.autocast(enabled=False) if i in self.hp_blocks else contextlib.nullcontext()
+            with ctx:
+                if self.checkpoint_blocks and torch.is_grad_enabled():
+                    h = te.distributed.checkpoint(block, h, rotary_pos_emb=freqs, use_reentrant=False)
+                else:
+                    h = block(h, rotary_pos_emb=freqs)
+        if not self.spec.vocab_size:
+            return h
+        h = self.norm(h)
+        if self.spec.tie_embeddings:
+            return F.linear(h, self.tok_embeddings.weight)
+        ctx = te.autocast(enabled=False) if self.high_precision_head else contextlib.nullcontext()
+        with ctx:
+            return self.lm_head(h)
+
+    def amax_states(self) -> list[torch.Tensor]:
+        return []  # TE keeps its own scaling state
+
+
+def build(cfg: TrainConfig, world: parallel.World, plan: Plan) -> nn.Module:
+    from transformer_engine.pytorch.module.base import TransformerEngineBaseModule
+
+    n, k = cfg.model.num_layers, cfg.high_precision_layers
+    hp = {i for i in range(n) if i < k or i >= n - k}
+    model = TECausalLM(cfg, hp)
+    param_dtype = None if cfg.quantized_model_init else plan.param_dtype
+    parallel.apply_fsdp(model, list(model.blocks), world, param_dtype)
+    te_modules = [m for m in model.modules() if isinstance(m, TransformerEngineBaseModule)]
+    for m in model.modules():
+        if not isinstance(m, TransformerEngineBaseModule) and any(
+                p.is_meta for p in m.parameters(recurse=False)):
+            m.to_empty(device=world.device, recurse=False)
+    for m in te_modules:
+        m.reset_parameters()  # materialises TE's local shards (and quantises them with quantized_model_init)
+    if not cfg.quantized_model_init:
+        init_weights(model, cfg.model, cfg.seed)
+    else:
+        torch.manual_seed(cfg.seed)
+    return model
+
+
+def autocast_factory(cfg: TrainConfig, plan: Plan):
+    import torch.distributed as dist
+    import transformer_engine.pytorch as te
+
+    recipe = te_recipe(cfg.precision, cfg.fp8_amax_history_len)
+    if recipe is None:
+        return contextlib.nullcontext
+    group = dist.group.WORLD if cfg.precision == "fp8" and dist.get_world_size() > 1 else None
+
+    def make():
+        return te.autocast(enabled=True, recipe=recipe, amax_reduction_group=group)
+
+    return make
