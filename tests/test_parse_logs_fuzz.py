@@ -140,7 +140,7 @@ def test_hostile_lines_are_read_in_linear_time():
 
 
 def test_many_interesting_lines_keep_bounded_events():
-    lines = ["ValueError: boom %d" % i for i in range(5000)]
+    lines = [f"ValueError: boom {i}" for i in range(5000)]
     parsed = parse_bytes(("\n".join(lines)).encode())
     assert parsed.event_counts["error"] >= 2000
     assert len([e for e in parsed.events if e["kind"] == "error"]) <= 50
