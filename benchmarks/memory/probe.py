@@ -14,7 +14,8 @@ probe measures the pieces it cannot take from a formula, one at a time, with
   the extra transient peak of its backward, with and without checkpointing;
 - ``adamw``: transient bytes of a fused AdamW step.
 
-Usage (one GPU): ``python benchmarks/memory/probe.py --out probe.json``.
+Usage (one GPU): ``python benchmarks/memory/probe.py --out probe.json``; the NCCL part
+alone on two GPUs: ``torchrun --nproc-per-node 2 benchmarks/memory/probe.py --out x.json``.
 Results are recorded in benchmarks/memory/probe_h200.json and README.md.
 """
 
@@ -44,7 +45,8 @@ def _reset() -> int:
 
 
 def context() -> dict:
-    dev = torch.device("cuda")
+    dev = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+    torch.cuda.set_device(dev)
     a = torch.randn(4096, 4096, device=dev, dtype=torch.bfloat16, requires_grad=True)
     (a @ a).sum().backward()  # cuBLAS
     q = torch.randn(2, 8, 1024, 128, device=dev, dtype=torch.bfloat16, requires_grad=True)
@@ -58,17 +60,21 @@ def context() -> dict:
 
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ.setdefault("MASTER_PORT", "29533")
-    dist.init_process_group("nccl", rank=0, world_size=1, device_id=torch.device("cuda", 0))
+    rank = int(os.environ.get("RANK", "0"))
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    dist.init_process_group("nccl", rank=rank, world_size=world, device_id=dev)
     x = torch.ones(64 * MiB, device=dev)
     dist.all_reduce(x)
-    y = torch.empty(64 * MiB, device=dev)
+    y = torch.empty(64 * MiB * world, device=dev)
     dist.all_gather_into_tensor(y, x)
     dist.reduce_scatter_tensor(x, y)
     torch.cuda.synchronize()
     del x, y
     torch.cuda.empty_cache()
     free, total = torch.cuda.mem_get_info()
-    out["non_allocator_bytes_with_nccl_1_rank"] = total - free - torch.cuda.memory_reserved()
+    out[f"non_allocator_bytes_with_nccl_{world}_rank{'s' if world > 1 else ''}"] = (
+        total - free - torch.cuda.memory_reserved()
+    )
     dist.destroy_process_group()
     return out
 
@@ -156,6 +162,13 @@ def main() -> int:
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args()
     t0 = time.time()
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # torchrun: only the NCCL context
+        ctx = context()
+        if int(os.environ.get("RANK", "0")) == 0:
+            args.out.write_text(json.dumps({"gpu": torch.cuda.get_device_name(),
+                                            "torch": torch.__version__, "context": ctx}) + "\n")
+            print(json.dumps(ctx))
+        return 0
     res: dict = {
         "gpu": torch.cuda.get_device_name(),
         "torch": torch.__version__,

@@ -116,14 +116,14 @@ _TE_CUBLAS_WORKSPACE = 32 * MiB + 1024
 
 # Memory a CUDA process holds outside the caching allocator: the CUDA context,
 # loaded cuBLAS / flash-attention kernels and NCCL's communicator buffers.
-# Measured on an H200 (torch 2.11, CUDA 13; benchmarks/memory/probe_h200.json,
-# "context"): 802 MB after cuBLAS and flash-attention ran, 1387 MB once an NCCL
-# group ran all-reduce / all-gather / reduce-scatter. The trainer always creates
-# an NCCL group on GPU (FSDP2 all-gathers even at world size 1), so both count.
+# Measured on H200s (torch 2.11, CUDA 13; benchmarks/memory/probe_h200.json,
+# "context"): 802 MB after cuBLAS and flash-attention ran; 1387 MB once a 1-rank
+# NCCL group ran all-reduce / all-gather / reduce-scatter, 1685 MB per rank with 2
+# ranks. The trainer always creates an NCCL group on GPU (FSDP2 all-gathers even at
+# world size 1). NCCL's ring / tree buffers are per neighbour, so the 2-rank figure
+# is taken for any larger group (unmeasured beyond 2 GPUs here).
 CUDA_CONTEXT_BYTES = 801_964_032
-NCCL_BUFFER_BYTES = 1_387_069_440 - 801_964_032
-# NCCL's ring / tree buffers are per neighbour, not per rank, so they are taken as
-# independent of the world size (unmeasured beyond one rank here).
+NCCL_BUFFER_BYTES = {1: 1_387_069_440 - 801_964_032, 2: 1_684_930_560 - 801_964_032}
 
 # The caching allocator's reserve: memory it holds beyond live tensors that it
 # cannot hand back when a large request fails (free pieces of segments that still
@@ -275,7 +275,7 @@ def estimate(setup: TrainingSetup, gpu: hardware.GPU | str) -> Estimate:
     phase, parts = max(terms.phases(), key=lambda item: sum(item[1].values()))
     allocated = int(round(sum(parts.values())))
     breakdown = {k: int(round(parts.get(k, 0.0))) for k in ALLOCATED_PARTS}
-    breakdown["cuda_context"] = CUDA_CONTEXT_BYTES + NCCL_BUFFER_BYTES
+    breakdown["cuda_context"] = CUDA_CONTEXT_BYTES + NCCL_BUFFER_BYTES[min(s.world_size, 2)]
     breakdown["allocator_reserve"] = int(
         round(
             max(
@@ -404,13 +404,22 @@ class _Terms:
         # End of forward, the loss (forward and backward of the cross-entropy) and
         # the LM head's backward. The trainer keeps the last block's gathered
         # parameters after forward (reshard_after_forward=False for it: backward
-        # needs them at once); FSDP2 never reshards the root after forward.
+        # needs them at once). The root unit (embedding, final norm, LM head) is
+        # resharded after its forward and gathered again for the LM head's backward:
+        # with it counted during the loss, the trainer runs on an H200 came out
+        # 0.48-2.05 GB (= the root's gathered size) high at world size 1 and 2
+        # (spot_checks_h200.json, 1b and 8b x 8 layers); without it they agree.
         fwd_acts = self.layers * saved_per_layer + self.act_root
         last_block = self.block_gathered if s.fsdp_version == 2 else 0.0
-        for name, loss, head_grad in (
-            ("loss forward", self.loss_fwd, 0.0),
-            ("loss backward", self.loss_bwd, 0.0),
-            ("LM head backward", self.head_bwd, self.root_grad_unsharded * self._head_share()),
+        for name, loss, head_grad, root in (
+            ("loss forward", self.loss_fwd, 0.0, 0.0),
+            ("loss backward", self.loss_bwd, 0.0, 0.0),
+            (
+                "LM head backward",
+                self.head_bwd,
+                self.root_grad_unsharded * self._head_share(),
+                self.root_gathered,
+            ),
         ):
             out.append(
                 (
@@ -418,7 +427,7 @@ class _Terms:
                     dict(
                         base,
                         gradients=held_grads + head_grad,
-                        fsdp_buffers=self.root_gathered + last_block,
+                        fsdp_buffers=root + last_block,
                         quantized_weights=self.layers * quant_per_layer,
                         activations=fwd_acts,
                         logits_and_loss=loss,
