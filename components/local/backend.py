@@ -301,6 +301,12 @@ class LocalBackend:
         """
         self._require_executor().interrupt_spot(job_name, region or self.region)
 
+    def host_dir(self, job_name: str, host: str = "algo-1", region: str | None = None) -> Path:
+        """Where a local job's ``host`` keeps its /opt/ml tree (model/, checkpoints/, output/,
+        input/) in its current attempt; for debugging and tests, removed by ``stop()`` unless
+        ``work_dir`` was given."""
+        return self._require_executor().host_dir(job_name, region or self.region, host)
+
     def _require_executor(self) -> TrainingJobExecutor:
         if self.executor is None:
             raise RuntimeError("LocalBackend is not started: call start() or use it as `with`")

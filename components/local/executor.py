@@ -197,8 +197,17 @@ class HostProcess:
     reader: threading.Thread | None = None
 
     def signal(self, sig: int) -> None:
+        """Signals the whole process group (the SIGKILL that ends an instance)."""
         try:
             os.killpg(self.proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def terminate(self) -> None:
+        """SIGTERM to the entry point only, as ``docker stop`` signals a container's PID 1;
+        the entry point forwards it (train.sh asks its workers to checkpoint and stop)."""
+        try:
+            self.proc.send_signal(signal.SIGTERM)
         except (ProcessLookupError, PermissionError):
             pass
 
@@ -476,6 +485,17 @@ class TrainingJobExecutor:
                                  "interrupted")
             job.interrupt_event.set()
 
+    def host_dir(self, job_name: str, region: str, host: str = "algo-1") -> Path:
+        """The /opt/ml-like root of ``host`` in the job's current (or last) attempt."""
+        with self._lock:
+            job = self._jobs.get((region, job_name))
+            if job is None:
+                raise ValueError(f"no training job {job_name!r} in {region}")
+            for layout in self._layouts(job):
+                if layout.host == host:
+                    return layout.root
+        raise ValueError(f"{job_name} has no host {host!r}")
+
     def shutdown(self) -> None:
         """Ends every running job quickly (the server is going away)."""
         self._shutdown.set()
@@ -486,7 +506,7 @@ class TrainingJobExecutor:
             self._capacity.notify_all()
         for job in jobs:
             for host in list(job.hosts):
-                host.signal(signal.SIGTERM)
+                host.terminate()
         deadline = time.monotonic() + 5
         for job in jobs:
             if job.thread is not None:
@@ -777,7 +797,7 @@ class TrainingJobExecutor:
             reason = why
             kill_at = time.monotonic() + grace
             for p in procs:
-                p.signal(signal.SIGTERM)
+                p.terminate()
 
         while any(p.proc.poll() is None for p in procs):
             time.sleep(POLL_S)
@@ -799,7 +819,7 @@ class TrainingJobExecutor:
                             failed_host = i
                             kill_at = t + FAILED_PEER_GRACE_S
                             for other in procs:
-                                other.signal(signal.SIGTERM)
+                                other.terminate()
                             break
             elif t >= kill_at:
                 for p in procs:

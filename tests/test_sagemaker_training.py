@@ -1,0 +1,378 @@
+"""The SageMaker training component on the local backend, with the real trainer.
+
+Every job here runs ``trainer/train.sh`` from this checkout on the tiny preset
+(a few seconds of CPU each). One backend serves the whole module.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import tarfile
+import threading
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from components.common import aws, resources, tags
+from components.common.cloudwatch import training_job_tail
+from components.common.errors import UserError
+from components.local import LocalBackend
+from components.sagemaker_training import launcher, pricing
+from components.sagemaker_training.request import TrainingJobConfig
+from components.sagemaker_training.runner import TrainingJobFailed
+from trainer import logformat
+
+ROOT = Path(__file__).resolve().parent.parent
+BUCKET = "kfp-sagemaker-test"
+IMAGE = "123456789012.dkr.ecr.us-west-2.amazonaws.com/kfp-sagemaker-trainer:test"
+ROLE = "arn:aws:iam::123456789012:role/SageMakerTraining"
+# Enough steps that a spot interruption lands mid-run; checkpoints every 2 steps.
+TINY_HPS = {"log-every": 1, "checkpoint-every": 2, "warmup-steps": 2}
+TINY_STEPS = 12
+
+
+@pytest.fixture(scope="module")
+def backend():
+    with LocalBackend(stop_grace_s=30) as b, pytest.MonkeyPatch.context() as mp:
+        for key, value in b.env().items():
+            mp.setenv(key, value)
+        b.client("s3").create_bucket(
+            Bucket=BUCKET, CreateBucketConfiguration={"LocationConstraint": b.region})
+        yield b
+
+
+def tiny(run_id: str, **changes: Any) -> TrainingJobConfig:
+    cfg = TrainingJobConfig(
+        image_uri=IMAGE, role_arn=ROLE, output_s3_uri=f"s3://{BUCKET}/out", run_id=run_id,
+        task="train", pipeline="tests", model_preset="tiny", batch_size=4, seq_length=32,
+        max_steps=TINY_STEPS, hyperparameters=dict(TINY_HPS),
+    )
+    return replace(cfg, **changes)
+
+
+def job_count(backend: LocalBackend) -> int:
+    return len(backend.client("sagemaker").list_training_jobs(MaxResults=100)
+               ["TrainingJobSummaries"])
+
+
+def job_logs(backend: LocalBackend, job_name: str) -> dict[str, list[str]]:
+    events = training_job_tail(backend.client("logs"), job_name).read_all()
+    out: dict[str, list[str]] = {}
+    for e in events:
+        out.setdefault(e.stream, []).append(e.message)
+    return out
+
+
+def losses(lines: list[str]) -> dict[int, float]:
+    """Loss per step; a step logged again after a restart keeps its last value."""
+    found: dict[int, float] = {}
+    for line in lines:
+        rec = logformat.parse_step(line)
+        if rec is not None:
+            found[rec.step] = rec.loss
+    return found
+
+
+def wait_for(predicate, timeout: float, what: str, interval: float = 0.2) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def describe(backend: LocalBackend, name: str) -> dict[str, Any]:
+    return backend.client("sagemaker").describe_training_job(TrainingJobName=name)
+
+
+@pytest.fixture(scope="module")
+def completed(backend, tmp_path_factory):
+    """One tiny job run through the KFP component under kfp.local."""
+    from kfp import local
+
+    from components.sagemaker_training import sagemaker_training
+
+    root = tmp_path_factory.mktemp("kfp-root")
+    local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(root))
+    task = sagemaker_training(
+        image_uri=IMAGE, role_arn=ROLE, output_s3_uri=f"s3://{BUCKET}/out", run_id="run-a",
+        task="train", pipeline="tests", model_preset="tiny", batch_size=4, seq_length=32,
+        max_steps=TINY_STEPS, hyperparameters=dict(TINY_HPS), poll_interval_seconds=0.5,
+    )
+    return task.outputs
+
+
+def test_tiny_job_completes_and_its_logs_and_model_reach_cloudwatch_and_s3(backend, completed):
+    name = completed["job_name"]
+    assert completed["status"] == "Completed"
+    job = describe(backend, name)
+    assert [t["Status"] for t in job["SecondaryStatusTransitions"]] == [
+        "Starting", "Downloading", "Training", "Uploading", "Completed"]
+    assert job["BillableTimeInSeconds"] == completed["billable_seconds"] > 0
+    assert completed["estimated_cost_usd"] == pytest.approx(
+        completed["billable_seconds"] / 3600 * pricing.DEFAULT_INSTANCE_HOUR_PRICES_USD[
+            "ml.p6-b200.48xlarge"], abs=1e-3)
+
+    # The aws_resources record names the job; the Model artifact points at S3.
+    record = resources.loads(completed["aws_resources"])
+    assert [(r.resourceType, r.resourceUri) for r in record] == [
+        (resources.TRAINING_JOB, job["TrainingJobArn"])]
+    uri = f"s3://{BUCKET}/out/{name}/output/model.tar.gz"
+    assert completed["model"].uri == job["ModelArtifacts"]["S3ModelArtifacts"] == uri
+    body = backend.client("s3").get_object(Bucket=BUCKET, Key=f"out/{name}/output/model.tar.gz")
+    with tarfile.open(fileobj=io.BytesIO(body["Body"].read()), mode="r:gz") as tar:
+        assert tar.getnames(), "model.tar.gz is empty"
+
+    # Logs: one stream {job}/algo-1-{epoch}, every step, the run's summary.
+    logs = job_logs(backend, name)
+    [stream] = logs
+    assert stream.startswith(f"{name}/algo-1-") and stream.rsplit("-", 1)[1].isdigit()
+    assert sorted(losses(logs[stream])) == list(range(1, TINY_STEPS + 1))
+    assert any(p and p[0] == "summary" and p[1]["status"] == "completed"
+               for p in map(logformat.parse_json, logs[stream]))
+
+    # Tags: the run's tags are on the job, visible through moto's ListTags.
+    job_tags = tags.from_key_value(backend.client("sagemaker").list_tags(
+        ResourceArn=job["TrainingJobArn"])["Tags"])
+    assert job_tags[tags.RUN_ID_KEY] == "run-a"
+    assert job_tags[tags.COMPONENT_KEY] == "sagemaker_training"
+
+
+def test_second_launch_for_the_same_run_and_task_reattaches_instead_of_creating_a_job(
+        backend, completed, capsys):
+    before = job_count(backend)
+    result = launcher.launch(tiny("run-a"), poll_interval_s=0.2)
+    assert result.job_name == completed["job_name"]
+    assert result.created is False and result.status == "Completed"
+    assert job_count(backend) == before
+    assert "re-attached to existing training job" in capsys.readouterr().out
+
+
+def test_a_job_of_the_same_name_from_another_run_is_refused_not_adopted(backend, completed):
+    before = job_count(backend)
+    with pytest.raises(UserError) as err:
+        launcher.launch(tiny("run-b", job_name=completed["job_name"]), poll_interval_s=0.2)
+    assert err.value.field == "run_id" and "belongs to another run" in str(err.value)
+    assert job_count(backend) == before
+
+
+def test_interrupted_spot_job_resumes_from_its_checkpoint_with_the_same_losses(
+        backend, completed):
+    cfg = tiny("run-spot", use_spot=True, checkpoint_s3_uri=f"s3://{BUCKET}/ckpt/spot",
+               max_runtime_seconds=3600, max_wait_seconds=7200)
+    name = launcher.prepare(cfg)[0].job_name
+    outcome: dict[str, Any] = {}
+    thread = threading.Thread(target=lambda: outcome.update(
+        result=launcher.launch(cfg, poll_interval_s=0.5, out=lambda line: None)))
+    thread.start()
+    # Interrupt as soon as the trainer has written its first checkpoint (every 2 steps).
+    def checkpointed() -> bool:
+        try:
+            return any(backend.host_dir(name).glob("checkpoints/step_*/meta.json"))
+        except ValueError:  # the job does not exist yet
+            return False
+
+    wait_for(checkpointed, 120, "a first checkpoint", interval=0.05)
+    backend.interrupt_spot(name)
+    thread.join(timeout=180)
+    assert outcome["result"].status == "Completed"
+
+    job = describe(backend, name)
+    statuses = [t["Status"] for t in job["SecondaryStatusTransitions"]]
+    assert statuses[statuses.index("Interrupted"):] == [
+        "Interrupted", "Restarting", "Starting", "Downloading", "Training", "Uploading",
+        "Completed"]
+    logs = job_logs(backend, name)
+    first, second = sorted(logs, key=lambda s: int(s.rsplit("-", 1)[1]))
+    resumed = [p for p in map(logformat.parse_json, logs[second])
+               if p and p[0] == "checkpoint" and p[1].get("action") == "resumed"]
+    assert resumed and resumed[0][1]["step"] >= 2, "the restart did not resume from a checkpoint"
+    assert max(losses(logs[first])) < TINY_STEPS, "the interruption came after training ended"
+
+    reference = losses(job_logs(backend, completed["job_name"]).popitem()[1])
+    spot = losses(logs[first] + logs[second])
+    assert sorted(spot) == sorted(reference) == list(range(1, TINY_STEPS + 1))
+    assert [spot[s] for s in sorted(spot)] == [reference[s] for s in sorted(reference)]
+
+
+def test_failing_trainer_fails_the_component_with_sagemakers_failure_reason(backend):
+    cfg = tiny("run-oom", max_steps=3, hyperparameters={"simulate-oom-at-step": 1})
+    with pytest.raises(TrainingJobFailed) as err:
+        launcher.launch(cfg, poll_interval_s=0.5, out=lambda line: None)
+    job = describe(backend, err.value.job_name)
+    assert job["TrainingJobStatus"] == "Failed"
+    reason = job["FailureReason"]
+    assert "out of memory" in reason.lower() and len(reason) <= 1024
+    assert err.value.reason == reason and reason in str(err.value)
+
+
+def test_two_instance_job_trains_across_two_local_hosts(backend):
+    cfg = tiny("run-2host", instance_count=2, max_steps=3)
+    result = launcher.launch(cfg, poll_interval_s=0.5, out=lambda line: None)
+    assert result.status == "Completed"
+    logs = {s.split("/")[1].rsplit("-", 1)[0]: lines
+            for s, lines in job_logs(backend, result.job_name).items()}
+    assert sorted(logs) == ["algo-1", "algo-2"]
+    # Each host launched its own node of one torchrun rendezvous...
+    assert any("nnodes=2 node_rank=0" in line for line in logs["algo-1"])
+    assert any("nnodes=2 node_rank=1" in line for line in logs["algo-2"])
+    # ...and rank 0 (on algo-1) trained in a 2-process world spanning 2 nodes.
+    world = [p[1] for p in map(logformat.parse_json, logs["algo-1"]) if p and p[0] == "world"]
+    assert world and world[0]["world_size"] == 2 and world[0]["nodes"] == 2
+    assert sorted(losses(logs["algo-1"])) == [1, 2, 3]
+    assert result.billable_seconds == describe(backend, result.job_name)[
+        "BillableTimeInSeconds"] and result.billable_seconds % 2 == 0
+
+
+def test_sigterm_to_the_component_stops_the_training_job_within_seconds(backend, tmp_path):
+    cfg = tiny("run-sigterm", max_steps=2000)
+    name = launcher.prepare(cfg)[0].job_name
+    record = tmp_path / "aws_resources.json"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "components.sagemaker_training", "--run-id", cfg.run_id,
+         "--task", cfg.task, "--image-uri", IMAGE, "--role-arn", ROLE,
+         "--output-s3-uri", cfg.output_s3_uri, "--model-preset", "tiny", "--batch-size", "4",
+         "--seq-length", "32", "--max-steps", "2000", "--hyperparameter", "log-every=1",
+         "--hyperparameter", "checkpoint-every=2", "--hyperparameter", "warmup-steps=2",
+         "--poll-interval", "0.5", "--aws-resources-path", str(record)],
+        cwd=ROOT, env={**os.environ, **backend.env()}, stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True)
+    try:
+        wait_for(lambda: losses(sum(job_logs(backend, name).values(), [])), 120,
+                 "the first training step")
+        assert resources.read(str(record))[0].name == name  # written as soon as it existed
+        proc.send_signal(signal.SIGTERM)
+        start = time.monotonic()
+        output, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 143, output
+    wait_for(lambda: describe(backend, name)["TrainingJobStatus"] == "Stopped", 30,
+             "status Stopped")
+    assert time.monotonic() - start < 30
+    assert "SIGTERM: stopping training job" in output
+
+
+# ---------------------------------------------------------------- validation
+def _plan_json(fits: bool = True, supported: bool = True) -> str:
+    from components.common.memory_plan import MemoryPlan, PrecisionPlan
+    from trainer import spec
+
+    entry = PrecisionPlan(precision="bf16", supported=supported, fits=fits, batch_size=6,
+                          activation_checkpointing=True, peak_bytes=2**34,
+                          reason="" if fits and supported else "predicted 212 GiB > 179 GiB")
+    return MemoryPlan(instance_type="ml.p6-b200.48xlarge", gpu="B200",
+                      gpu_memory_bytes=192 * 2**30, world_size=8, seq_length=32,
+                      model=spec.PRESETS["tiny"].to_dict(),
+                      precisions={"bf16": entry}).to_json()
+
+
+INVALID = {
+    "job_name": dict(job_name="bad_name!"),
+    "checkpoint_s3_uri": dict(use_spot=True, max_wait_seconds=90000),
+    "max_wait_seconds": dict(use_spot=True, checkpoint_s3_uri=f"s3://{BUCKET}/c",
+                             max_runtime_seconds=7200, max_wait_seconds=3600),
+    "precision": dict(precision="mxfp8", instance_type="ml.p5.48xlarge"),
+    "hyperparameters": dict(hyperparameters={f"extra-{i}": i for i in range(100)}),
+    "environment": dict(environment={f"VAR_{i}": "x" for i in range(101)}),
+    "tags": dict(tags={f"team-{i}": "x" for i in range(48)}),
+    "output_s3_uri": dict(output_s3_uri=f"{BUCKET}/out"),
+    "role_arn": dict(role_arn="SageMakerTraining"),
+    "training_plan_arn": dict(training_plan_arn="plan-1"),
+    "instance_count": dict(instance_count=0),
+    "batch_size": dict(memory_plan=_plan_json(fits=False)),
+}
+
+
+@pytest.mark.parametrize("field", sorted(INVALID))
+def test_invalid_parameter_is_refused_naming_the_field_and_no_job_is_created(backend, field):
+    before = job_count(backend)
+    with aws.record_calls() as recording, pytest.raises(UserError) as err:
+        launcher.launch(tiny("run-invalid", **INVALID[field]), poll_interval_s=0.2)
+    assert err.value.field == field and err.value.fix, str(err.value)
+    assert recording.calls() == []  # refused before any AWS call
+    assert job_count(backend) == before
+
+
+def test_more_invalid_values_each_name_their_field(backend):
+    cases = [
+        (dict(precision="fp6"), "precision"),
+        (dict(environment={"1BAD": "x"}), "environment"),
+        (dict(hyperparameters={"batch-size": 4}), "hyperparameters"),
+        (dict(checkpoint_s3_uri="s3:/nope"), "checkpoint_s3_uri"),
+        (dict(training_plan_arn="arn:aws:sagemaker:us-west-2:123456789012:training-plan/p",
+              use_spot=True, checkpoint_s3_uri=f"s3://{BUCKET}/c", max_wait_seconds=90000),
+         "use_spot"),
+        (dict(max_wait_seconds=100), "max_wait_seconds"),
+        (dict(memory_plan=_plan_json(supported=False)), "precision"),
+        (dict(run_id="{{$.pipeline_job_uuid}}"), "run_id"),
+    ]
+    before = job_count(backend)
+    for changes, field in cases:
+        with pytest.raises(UserError) as err:
+            launcher.prepare(replace(tiny("run-invalid"), **changes))
+        assert err.value.field == field, (changes, str(err.value))
+    assert job_count(backend) == before
+
+
+def test_memory_plan_fills_batch_size_and_activation_checkpointing():
+    resolved, request = launcher.prepare(tiny("run-plan", memory_plan=_plan_json()))
+    assert request["HyperParameters"]["batch-size"] == "6"
+    assert request["HyperParameters"]["activation-checkpointing"] == "true"
+    assert resolved.notes and "batch_size 4 -> 6" in resolved.notes[0]
+
+
+def test_training_plan_must_be_active_or_scheduled_and_cover_the_instances(backend):
+    expired = backend.register_training_plan("plan-expired", status="Expired")
+    other = backend.register_training_plan("plan-h100", instance_type="ml.p5.48xlarge")
+    small = backend.register_training_plan("plan-one", instance_count=1)
+    before = job_count(backend)
+    for arn, changes, field in ((expired, {}, "training_plan_arn"),
+                                (other, {}, "training_plan_arn"),
+                                (small, {"instance_count": 2}, "instance_count")):
+        with aws.record_calls() as recording, pytest.raises(UserError) as err:
+            launcher.launch(tiny("run-plan", training_plan_arn=arn, **changes),
+                            poll_interval_s=0.2)
+        assert err.value.field == field, str(err.value)
+        assert [c.operation for c in recording.calls()] == ["DescribeTrainingPlan"]
+    assert job_count(backend) == before
+    resolved, _ = launcher.prepare(tiny("run-plan", training_plan_arn=small))
+    plan = launcher.check_training_plan(backend.client("sagemaker"), resolved)
+    assert plan["Status"] == "Active" and plan["TotalInstanceCount"] == 1
+
+
+def test_dry_run_prints_the_exact_request_without_calling_aws(tmp_path):
+    cfg = tiny("run-dry", use_spot=True, checkpoint_s3_uri=f"s3://{BUCKET}/ckpt/dry",
+               max_wait_seconds=172800, precision="mxfp8", region="us-west-2")
+    env = {**os.environ, "AWS_ENDPOINT_URL": "http://127.0.0.1:9"}
+    argv = [sys.executable, "-m", "components.sagemaker_training", "--dry-run",
+            "--run-id", cfg.run_id, "--task", cfg.task, "--pipeline", cfg.pipeline,
+            "--image-uri", IMAGE, "--role-arn", ROLE, "--output-s3-uri", cfg.output_s3_uri,
+            "--region", "us-west-2", "--precision", "mxfp8", "--model-preset", "tiny",
+            "--batch-size", "4", "--seq-length", "32", "--max-steps", str(TINY_STEPS),
+            "--use-spot", "--checkpoint-s3-uri", cfg.checkpoint_s3_uri,
+            "--max-wait-seconds", "172800"]
+    argv += [a for k, v in TINY_HPS.items() for a in ("--hyperparameter", f"{k}={v}")]
+    out = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout) == launcher.prepare(cfg)[1]
+
+    bad = subprocess.run(argv + ["--max-wait-seconds", "60"], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "max_wait_seconds" in bad.stderr
+
+    help_text = subprocess.run([sys.executable, "-m", "components.sagemaker_training", "--help"],
+                               cwd=ROOT, capture_output=True, text=True, timeout=60).stdout
+    for flag in ("--training-plan-arn", "--use-spot", "--memory-plan", "--dry-run"):
+        assert flag in help_text
