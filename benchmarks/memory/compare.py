@@ -71,11 +71,30 @@ class Row:
         return self.predicted_peak <= self.gpu_memory_bytes
 
 
+_VALID = {
+    "param_dtype": estimator.PARAM_DTYPES,
+    "optimizer_state_dtype": estimator.OPTIMIZER_STATE_DTYPES,
+    "fsdp_version": estimator.FSDP_VERSIONS,
+    "reduce_dtype": estimator.REDUCE_DTYPES,
+    "optimizer": estimator.OPTIMIZERS,
+}
+
+
+def _valid(key: str, value: Any) -> bool:
+    if key in _VALID:
+        return value in _VALID[key]
+    if key == "gradient_accumulation_steps":
+        return isinstance(value, int) and value > 0
+    return isinstance(value, bool)
+
+
 def setup_for(result: dict[str, Any], settings: dict[str, Any]) -> estimator.TrainingSetup:
     fields = {f.name for f in dataclasses.fields(ModelSpec)}
     model = ModelSpec(**{k: v for k, v in result["model"].items() if k in fields})
-    extra = {k: settings[k] for k in _SETTINGS if k in settings}
-    extra.update({k: result[k] for k in _SETTINGS if k in result})
+    # trainer_settings may describe the setup in words (measure_grid.py does); only
+    # values the estimator understands override its defaults (this trainer's).
+    extra = {k: settings[k] for k in _SETTINGS if k in settings and _valid(k, settings[k])}
+    extra.update({k: result[k] for k in _SETTINGS if k in result and _valid(k, result[k])})
     return estimator.TrainingSetup(
         model=model,
         batch_size=int(result["batch_size"]),

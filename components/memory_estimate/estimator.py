@@ -555,6 +555,8 @@ def _block_saved_bytes_per_token(s: TrainingSetup) -> float:
     qa = _QUANT_ACT_BYTES[s.precision] if s.low_precision else c
     fc1 = 2 * f if m.mlp == "swiglu" else f
     attn_b = h * c + h * qa + (h + 2 * kv) * c + h * c + (h * qa if s.low_precision else 0)
+    if m.rotary:  # fused RoPE writes new q and k; the qkv buffer stays alive through v
+        attn_b += (h + kv) * c
     mlp_b = h * c + h * qa + fc1 * c + f * qa
     return attn_b + mlp_b + 2 * norm_stats + lse
 
@@ -576,7 +578,9 @@ def _emulated_linears(s: TrainingSetup) -> bool:
     return s.backend == "torch" and s.low_precision
 
 
-def _linear_backward_work(s: TrainingSetup, tokens: int, fan_in: int, fan_out: int) -> float:
+def _linear_backward_work(
+    s: TrainingSetup, tokens: int, fan_in: int, fan_out: int, quantised: bool = True
+) -> float:
     """Transient bytes while one linear layer runs its backward, beyond its saved
     input and the incoming gradient.
 
@@ -595,7 +599,7 @@ def _linear_backward_work(s: TrainingSetup, tokens: int, fan_in: int, fan_out: i
     if _emulated_linears(s):
         return tokens * (8.0 * fan_out + 12.0 * fan_in) + 14.0 * params
     work = float(tokens * fan_in * c)
-    if s.backend == "te" and s.low_precision:
+    if s.backend == "te" and s.low_precision and quantised:
         work += tokens * fan_out * 2 * _QUANT_ACT_BYTES[s.precision]
     return work
 
@@ -650,7 +654,10 @@ def _loss_bytes(s: TrainingSetup, tokens: int) -> tuple[float, float, float, flo
     n = float(tokens) * m.vocab_size
     fwd = n * (c + 8.0)
     bwd = n * (c + 12.0)
-    head = n * 2 * c + _linear_backward_work(s, tokens, m.hidden_size, m.vocab_size)
+    # The LM head stays 16-bit on the te backend (the trainer's --high-precision-lm-head).
+    head = n * 2 * c + _linear_backward_work(
+        s, tokens, m.hidden_size, m.vocab_size, quantised=False
+    )
     if _emulated_linears(s):
         head += n * 2.0  # the 16-bit cast temporary inside round_to
     return fwd, bwd, head, n * c
