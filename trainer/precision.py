@@ -80,7 +80,7 @@ def plan(precision: str, backend: str, device_type: str) -> Plan:
         if backend == "te":
             _te_check(precision)
     emulated = device_type == "cpu" and precision != "fp32" or (backend == "torch" and low)
-    if device_type == "cuda" and backend == "torch" and not low:
+    if device_type == "cuda" and not low:
         param_dtype = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
     elif device_type == "cuda":
         param_dtype = torch.bfloat16
