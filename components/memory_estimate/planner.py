@@ -34,10 +34,7 @@ DEFAULT_HEADROOM = 0.05
 MAX_BATCH_SIZE = 1 << 16  # search bound for "largest that fits"
 # Precisions only Blackwell runs: their numbers come from the formats' byte sizes
 # and are not measured on the H200 grid (benchmarks/memory/README.md).
-UNMEASURED_NOTE = (
-    "estimated from the format's byte sizes (TE quantised weights and saved GEMM inputs); "
-    "not measured (no Blackwell GPU was available for the calibration grid)"
-)
+UNMEASURED_NOTE = "estimated from the format's byte sizes; not measured (no Blackwell GPU here)"
 
 
 @dataclass(frozen=True)

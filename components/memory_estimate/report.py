@@ -54,7 +54,7 @@ def markdown(result: PlanResult) -> str:
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for p, e in plan.precisions.items():
-        notes = "; ".join(x for x in (e.reason, e.note) if x).replace("|", "/")
+        notes = " ".join(x for x in (e.reason, e.note) if x).replace("|", "/")
         lines.append(
             f"| {p} | {_yn(e.supported)} | {_yn(e.fits)} | {e.batch_size} | "
             f"{'on' if e.activation_checkpointing else 'off'} | {gib(e.peak_bytes):.1f} GiB | "
