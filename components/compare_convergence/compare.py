@@ -1,0 +1,535 @@
+"""Convergence comparison of a precision sweep against its baseline (numbers, no pictures).
+
+Precision effects at small scale are smaller than seed-to-seed noise, so the
+comparison is paired: each run is compared with the baseline run of the same
+seed (same data order and initialisation, see the trainer), on the baseline's
+steps (or tokens), after the same smoothing. Where several seeds exist, the
+difference is also set against the baseline's seed-to-seed spread.
+
+Per precision (mean over its paired seeds):
+
+- ``final_loss_diff``: mean loss over the final window (last ``final_window`` of
+  the aligned points) minus the baseline's, absolute and relative;
+- ``worst_divergence_rel``: the largest smoothed (precision - baseline) / baseline
+  after warm-up, and its step;
+- ``diverged``: worst divergence above ``divergence_tolerance_rel``, or a loss that
+  ends well above its own minimum while the baseline's does not;
+- ``nan``: a non-finite loss anywhere;
+- ``speedup``: steady-state tokens/s over the baseline's (measured), or for runs
+  with emulated numerics the target GPU's dense-peak ratio (expected, labelled);
+- ``memory_ratio``: peak memory over the baseline's; ``gap_to_floor``: final loss
+  minus the data's entropy floor when the trainer logged one.
+
+Verdict: pass when the run completed, has no NaN, did not diverge and its final
+loss is at most ``max(loss_tolerance_abs, loss_tolerance_rel * baseline)`` above the
+baseline (with seeds: or within ``seed_spread_factor`` x the baseline's seed spread).
+Recommended: the fastest precision that passes (the baseline passes by definition
+when it is healthy); ties go to the smaller loss difference.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from components.common.errors import UserError
+from components.parse_logs.analysis import FAILED_STATUSES
+from components.parse_logs.series import Series
+from trainer import hardware
+
+
+@dataclass(frozen=True)
+class Settings:
+    baseline: str = "bf16"
+    loss_tolerance_rel: float = 0.01
+    loss_tolerance_abs: float = 0.0
+    divergence_tolerance_rel: float = 0.10
+    seed_spread_factor: float = 1.0
+    final_window: float = 0.1
+    warmup: float = 0.1
+    smoothing_window: int = 0  # points; 0 = automatic (about 5% of the aligned points)
+    align_by: str = "step"  # step | tokens
+    min_step_coverage: float = 0.9
+    target_gpu: str = "B200"
+
+    def validate(self) -> Settings:
+        checks = [
+            ("loss_tolerance_rel", 0 <= self.loss_tolerance_rel < 1, "a fraction, e.g. 0.01"),
+            ("loss_tolerance_abs", self.loss_tolerance_abs >= 0, ">= 0 (nats)"),
+            ("divergence_tolerance_rel", 0 < self.divergence_tolerance_rel,
+             "a positive fraction, e.g. 0.1"),
+            ("seed_spread_factor", self.seed_spread_factor >= 0, ">= 0"),
+            ("final_window", 0 < self.final_window <= 1, "a fraction in (0, 1], e.g. 0.1"),
+            ("warmup", 0 <= self.warmup < 1, "a fraction in [0, 1)"),
+            ("smoothing_window", self.smoothing_window >= 0, ">= 0 (0 = automatic)"),
+            ("align_by", self.align_by in ("step", "tokens"), "step or tokens"),
+            ("min_step_coverage", 0 < self.min_step_coverage <= 1, "a fraction in (0, 1]"),
+        ]
+        for name, ok, want in checks:
+            if not ok:
+                raise UserError(name, f"{getattr(self, name)!r} is not valid.", f"use {want}.")
+        if not self.baseline:
+            raise UserError("baseline", "is empty.", "name the baseline precision, e.g. bf16.")
+        try:
+            hardware.gpu(self.target_gpu)
+        except ValueError as exc:
+            raise UserError("target_gpu", str(exc), "e.g. B200 (ml.p6-b200.48xlarge).") from None
+        return self
+
+
+@dataclass
+class Run:
+    """One training run's series, as compare needs it."""
+
+    label: str
+    precision: str
+    seed: int | None
+    emulated: bool
+    status: str
+    failure_reason: str
+    step: np.ndarray
+    tokens: np.ndarray
+    loss: np.ndarray
+    tokens_per_s: float
+    peak_memory_gib: float
+    entropy_floor: float | None
+    source: str
+
+    @property
+    def failed(self) -> bool:
+        return self.status in FAILED_STATUSES or len(self.step) == 0
+
+    @property
+    def nan_step(self) -> int | None:
+        bad = ~np.isfinite(self.loss)
+        return int(self.step[np.argmax(bad)]) if bad.any() else None
+
+
+def _finite_or_nan(x: Any) -> float:
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return math.nan
+    return v if math.isfinite(v) else math.nan
+
+
+def _steady_mean(values: np.ndarray) -> float:
+    if len(values) >= 3:
+        values = values[max(1, len(values) // 10):]
+    values = values[np.isfinite(values)]
+    return float(values.mean()) if len(values) else math.nan
+
+
+def run_from_series(s: Series) -> Run:
+    cols = s.columns
+    meta = s.meta
+    metrics = meta.get("metrics") or {}
+    step = np.asarray(cols.get("step", []), dtype=np.int64)
+    n = len(step)
+
+    def col(name: str) -> np.ndarray:
+        values = cols.get(name)
+        return np.asarray(values, dtype=float) if values else np.full(n, math.nan)
+
+    loss, tps, mem = col("loss"), col("tokens_per_s"), col("mem_alloc_gib")
+    throughput = _finite_or_nan(metrics.get("mean_tokens_per_s"))
+    if math.isnan(throughput):
+        throughput = _steady_mean(tps)
+    peak = _finite_or_nan(metrics.get("peak_memory_gib"))
+    if math.isnan(peak) and np.isfinite(mem).any():
+        peak = float(np.nanmax(mem))
+    floor = _finite_or_nan(meta.get("entropy_floor"))
+    emulated = meta.get("emulated")
+    if emulated is None:
+        emulated = bool(cols.get("emulated") and cols["emulated"][-1])
+    seed = meta.get("seed")
+    status = str(meta.get("status") or ("incomplete" if n else "no_steps"))
+    return Run(
+        label=str(meta.get("run") or s.source), precision=s.precision, seed=seed
+        if isinstance(seed, int) and not isinstance(seed, bool) else None,
+        emulated=bool(emulated), status=status,
+        failure_reason=str(meta.get("failure_reason") or ""), step=step, tokens=col("tokens"),
+        loss=loss, tokens_per_s=throughput, peak_memory_gib=peak,
+        entropy_floor=None if math.isnan(floor) else floor, source=s.source)
+
+
+def smooth(y: np.ndarray, window: int) -> np.ndarray:
+    """Centred moving average; the window shrinks at the ends (no phase shift)."""
+    if window <= 1 or len(y) < 3:
+        return y.astype(float).copy()
+    c = np.concatenate([[0.0], np.cumsum(y, dtype=float)])
+    idx = np.arange(len(y))
+    half = window // 2
+    lo = np.clip(idx - half, 0, len(y))
+    hi = np.clip(idx + half + 1, 0, len(y))
+    return (c[hi] - c[lo]) / (hi - lo)
+
+
+@dataclass
+class Pair:
+    """A precision run and the baseline run of the same seed, on a common grid."""
+
+    seed: int | None
+    x: np.ndarray  # steps (or tokens) of the comparison grid
+    x_name: str
+    base: np.ndarray  # baseline loss on the grid
+    cand: np.ndarray  # candidate loss on the grid
+    base_smooth: np.ndarray
+    cand_smooth: np.ndarray
+    final_base: float
+    final_cand: float
+    worst_rel: float
+    worst_x: float
+    coverage: float
+
+
+@dataclass
+class Result:
+    precision: str
+    emulated: bool
+    verdict: str = "fail"  # pass | fail
+    reasons: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    seeds: list[int | None] = field(default_factory=list)
+    final_loss: float = math.nan
+    baseline_final_loss: float = math.nan
+    final_loss_diff: float = math.nan
+    final_loss_diff_rel: float = math.nan
+    diff_seed_std: float = math.nan  # spread of the paired differences across seeds
+    seed_spread: float = math.nan  # the baseline's seed-to-seed spread of the final loss
+    tolerance: float = math.nan
+    worst_divergence_rel: float = math.nan
+    worst_divergence_at: float = math.nan
+    diverged: bool = False
+    nan: bool = False
+    speedup: float = math.nan
+    speedup_source: str = ""  # measured | expected
+    memory_ratio: float = math.nan
+    tokens_per_s: float = math.nan
+    peak_memory_gib: float = math.nan
+    gap_to_floor: float = math.nan
+    status: str = ""
+    pairs: list[Pair] = field(default_factory=list)
+    runs: list[Run] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return self.verdict == "pass"
+
+
+@dataclass
+class Comparison:
+    settings: Settings
+    baseline: str
+    results: dict[str, Result]
+    recommended: str
+    partial: bool
+    problems: list[str]
+    notes: list[str]
+    runs: dict[str, list[Run]]
+
+    @property
+    def passed(self) -> bool:
+        """A recommendation exists and nothing made the comparison partial."""
+        return bool(self.recommended) and not self.partial
+
+    @property
+    def emulated(self) -> list[str]:
+        return [p for p, r in self.results.items() if r.emulated]
+
+
+def _precision_order(p: str) -> tuple[int, str]:
+    return (hardware.PRECISIONS.index(p) if p in hardware.PRECISIONS else 99, p)
+
+
+def _pair(base: Run, cand: Run, st: Settings) -> tuple[Pair | None, str]:
+    x_name = "step"
+    bx, cx = base.step.astype(float), cand.step.astype(float)
+    if st.align_by == "tokens":
+        if np.isfinite(base.tokens).all() and np.isfinite(cand.tokens).all() and len(
+                base.tokens) and len(cand.tokens):
+            bx, cx, x_name = base.tokens, cand.tokens, "tokens"
+    if len(bx) == 0 or len(cx) == 0:
+        return None, "no step lines to compare"
+    lo, hi = max(bx.min(), cx.min()), min(bx.max(), cx.max())
+    grid_mask = (bx >= lo) & (bx <= hi)
+    x = bx[grid_mask]
+    if len(x) < 3:
+        return None, (f"its {x_name}s ({cx.min():g}-{cx.max():g}) and the baseline's "
+                      f"({bx.min():g}-{bx.max():g}) overlap on fewer than 3 logged points")
+    span_b = bx.max() - bx.min()
+    coverage = (min(cx.max(), bx.max()) - bx.min()) / span_b if span_b > 0 else 1.0
+    base_y = base.loss[grid_mask]
+    cand_y = np.interp(x, cx, cand.loss)
+    n = len(x)
+    window = st.smoothing_window or max(1, round(0.05 * n))
+    window = window if window % 2 else window + 1
+    bs, cs = smooth(base_y, window), smooth(cand_y, window)
+    w = max(1, math.ceil(st.final_window * n))
+    final_b, final_c = float(np.mean(base_y[-w:])), float(np.mean(cand_y[-w:]))
+    start = min(int(st.warmup * n), n - 1)
+    rel = (cs[start:] - bs[start:]) / np.where(np.abs(bs[start:]) > 0, np.abs(bs[start:]), 1.0)
+    i = int(np.argmax(rel))
+    return Pair(cand.seed, x, x_name, base_y, cand_y, bs, cs, final_b, final_c, float(rel[i]),
+                float(x[start + i]), float(coverage)), ""
+
+
+def compare(series: list[Series], settings: Settings | None = None, *,
+            input_problems: list[str] | None = None) -> Comparison:
+    """Compares the series; ``input_problems`` (e.g. unreadable files) make it partial."""
+    st = (settings or Settings()).validate()
+    if not series:
+        raise UserError("series", "no series were given: nothing to compare"
+                        + (f" ({'; '.join(input_problems)})." if input_problems else "."),
+                        "pass the parse_logs series of each precision (dsl.Collected).")
+    problems: list[str] = list(input_problems or [])
+    notes: list[str] = []
+    runs: dict[str, list[Run]] = {}
+    seen: dict[tuple[str, int | None], str] = {}
+    for s in series:
+        run = run_from_series(s)
+        if not run.precision:
+            problems.append(f"{s.source}: the series says no precision; left out.")
+            continue
+        key = (run.precision, run.seed)
+        if key in seen:
+            raise UserError(
+                "series", f"two series for precision {run.precision} and seed {run.seed}: "
+                f"{seen[key]} and {s.source}.",
+                "pass one series per precision and seed (a retried run: keep the last).")
+        seen[key] = s.source
+        runs.setdefault(run.precision, []).append(run)
+    for group in runs.values():
+        group.sort(key=lambda r: (r.seed is None, r.seed or 0))
+    baseline = st.baseline
+    base_runs = runs.get(baseline, [])
+    healthy_base = [r for r in base_runs if not r.failed and r.nan_step is None]
+    if not base_runs:
+        problems.append(f"the baseline precision {baseline} is not among the series "
+                        f"({', '.join(sorted(runs, key=_precision_order)) or 'none'}): "
+                        "nothing can be compared.")
+    elif not healthy_base:
+        r = base_runs[0]
+        why = f"NaN loss at step {r.nan_step}" if r.nan_step is not None else (
+            f"status {r.status}" + (f": {r.failure_reason}" if r.failure_reason else ""))
+        problems.append(f"the baseline {baseline} run failed ({why}): nothing can be compared.")
+    base_by_seed = {r.seed: r for r in healthy_base}
+
+    results: dict[str, Result] = {}
+    peaks = hardware.gpu(st.target_gpu)
+    base_tps = _nanmean([r.tokens_per_s for r in healthy_base])
+    base_mem = _nanmean([r.peak_memory_gib for r in healthy_base])
+    for precision in sorted(runs, key=_precision_order):
+        group = runs[precision]
+        res = Result(precision, emulated=any(r.emulated for r in group), runs=group,
+                     seeds=[r.seed for r in group], status=_group_status(group))
+        results[precision] = res
+        res.tokens_per_s = _nanmean([r.tokens_per_s for r in group])
+        res.peak_memory_gib = _nanmean([r.peak_memory_gib for r in group])
+        floors = [r.entropy_floor for r in group if r.entropy_floor is not None]
+        _judge(res, group, base_by_seed, st, precision == baseline)
+        if floors and math.isfinite(res.final_loss):
+            res.gap_to_floor = res.final_loss - float(np.mean(floors))
+        _speed(res, precision, baseline, base_tps, peaks, healthy_base)
+        if math.isfinite(res.peak_memory_gib) and math.isfinite(base_mem) and base_mem > 0:
+            res.memory_ratio = res.peak_memory_gib / base_mem
+    # Seed spread of the baseline, and the verdicts that depend on it.
+    spread = _spread([r for r in healthy_base])
+    for res in results.values():
+        res.seed_spread = spread
+        _verdict(res, st, baseline, bool(healthy_base))
+    longest = max((r.step.max() for g in runs.values() for r in g if len(r.step)), default=0)
+    if healthy_base and max(r.step.max() for r in healthy_base) < st.min_step_coverage * longest:
+        problems.append(
+            f"the baseline ran to step {max(r.step.max() for r in healthy_base)} but other runs "
+            f"to step {longest}: runs are compared on the baseline's steps only.")
+    passing = [r for r in results.values() if r.passed]
+    recommended = ""
+    if passing and not problems:
+        best = max(passing, key=lambda r: (
+            r.speedup if math.isfinite(r.speedup) else 1.0,
+            -(r.final_loss_diff if math.isfinite(r.final_loss_diff) else 0.0),
+            -_precision_order(r.precision)[0]))
+        recommended = best.precision
+    if any(r.emulated for r in results.values()):
+        notes.append(
+            f"Runs marked emulated used the PyTorch backend's emulation of the low-precision "
+            f"numerics: their losses are meaningful, their throughput is not. Their speed-up is "
+            f"the expected one on {peaks.name} (ratio of dense tensor-core peaks, an upper "
+            "bound), not a measurement.")
+    if len({len(g) for g in runs.values()}) > 1:
+        notes.append("precisions have different numbers of seeds; each is compared on the "
+                     "seeds it shares with the baseline.")
+    return Comparison(st, baseline, results, recommended, bool(problems), problems, notes, runs)
+
+
+def _nanmean(values: list[float]) -> float:
+    finite = [v for v in values if math.isfinite(v)]
+    return float(np.mean(finite)) if finite else math.nan
+
+
+def _spread(group: list[Run]) -> float:
+    finals = []
+    for r in group:
+        n = len(r.loss)
+        if n:
+            w = max(1, math.ceil(0.1 * n))
+            finals.append(float(np.mean(r.loss[-w:])))
+    return float(np.std(finals, ddof=1)) if len(finals) >= 2 else math.nan
+
+
+def _group_status(group: list[Run]) -> str:
+    statuses = sorted({r.status for r in group})
+    return statuses[0] if len(statuses) == 1 else ",".join(statuses)
+
+
+def _judge(res: Result, group: list[Run], base_by_seed: dict[int | None, Run], st: Settings,
+           is_baseline: bool) -> None:
+    for r in group:
+        step = r.nan_step
+        if step is not None or r.status == "nan":
+            res.nan = True
+            res.reasons.append(f"NaN/inf loss from step {step} (run {r.label})"
+                               if step is not None else f"NaN/inf loss (run {r.label}): "
+                               f"{r.failure_reason}")
+        elif r.failed:
+            why = f"{r.status}" + (f": {r.failure_reason}" if r.failure_reason else "")
+            res.reasons.append(f"run {r.label} did not train ({why})")
+    if not base_by_seed:
+        if not is_baseline:
+            res.reasons.append("no healthy baseline run to compare against")
+        return
+    pairs: list[Pair] = []
+    unpaired: list[Run] = []
+    for r in group:
+        if r.failed or r.nan_step is not None:
+            continue
+        base = base_by_seed.get(r.seed)
+        if base is None and len(base_by_seed) == 1 and len(group) == 1 and (
+                r.seed is None or None in base_by_seed):
+            base = next(iter(base_by_seed.values()))  # seeds unknown: one run each
+            res.notes.append("seed unknown: paired with the only baseline run")
+        if base is None:
+            unpaired.append(r)
+            continue
+        pair, why = _pair(base, r, st)
+        if pair is None:
+            res.reasons.append(f"run {r.label}: {why}")
+            continue
+        if pair.coverage < st.min_step_coverage:
+            res.reasons.append(
+                f"run {r.label} is incomplete: it reached {pair.x[-1]:g} of the baseline's "
+                f"{base.step.max() if pair.x_name == 'step' else base.tokens.max():g} "
+                f"{pair.x_name}s ({pair.coverage:.0%})")
+        pairs.append(pair)
+    for r in unpaired:
+        res.reasons.append(
+            f"run {r.label} (seed {r.seed}) has no baseline run with the same seed "
+            f"(baseline seeds: {sorted(map(str, base_by_seed))}): the comparison must be paired")
+    res.pairs = pairs
+    if not pairs:
+        if not res.reasons:
+            res.reasons.append("nothing to compare")
+        return
+    diffs = np.array([p.final_cand - p.final_base for p in pairs])
+    res.final_loss = float(np.mean([p.final_cand for p in pairs]))
+    res.baseline_final_loss = float(np.mean([p.final_base for p in pairs]))
+    res.final_loss_diff = float(diffs.mean())
+    if res.baseline_final_loss:
+        res.final_loss_diff_rel = res.final_loss_diff / abs(res.baseline_final_loss)
+    res.diff_seed_std = float(diffs.std(ddof=1)) if len(diffs) >= 2 else math.nan
+    worst = max(pairs, key=lambda p: p.worst_rel)
+    res.worst_divergence_rel, res.worst_divergence_at = worst.worst_rel, worst.worst_x
+    res.diverged = worst.worst_rel > st.divergence_tolerance_rel
+    rising_seeds = []
+    for p in pairs:
+        tail = p.cand_smooth[-max(1, math.ceil(st.final_window * len(p.x))):]
+        base_tail = p.base_smooth[-len(tail):]
+        rising = float(np.mean(tail)) > float(np.min(p.cand_smooth)) * (
+            1 + st.divergence_tolerance_rel)
+        base_rising = float(np.mean(base_tail)) > float(np.min(p.base_smooth)) * (
+            1 + st.divergence_tolerance_rel)
+        if rising and not base_rising:
+            rising_seeds.append(p.seed)
+    if rising_seeds:
+        res.diverged = True
+        res.reasons.append(f"loss rises at the end (seed {', '.join(map(str, rising_seeds))}) "
+                           "while the baseline's does not")
+    if res.diverged and worst.worst_rel > st.divergence_tolerance_rel:
+        res.reasons.append(
+            f"diverged: smoothed loss {worst.worst_rel:+.1%} off the baseline at "
+            f"{worst.x_name} {worst.worst_x:g} (tolerance {st.divergence_tolerance_rel:.0%})")
+
+
+def _speed(res: Result, precision: str, baseline: str, base_tps: float,
+           peaks: hardware.GPU, healthy_base: list[Run]) -> None:
+    base_emulated = any(r.emulated for r in healthy_base)
+    if precision == baseline:
+        res.speedup, res.speedup_source = 1.0, "baseline"
+        return
+    if not res.emulated and not base_emulated and math.isfinite(res.tokens_per_s) and \
+            math.isfinite(base_tps) and base_tps > 0:
+        res.speedup, res.speedup_source = res.tokens_per_s / base_tps, "measured"
+        return
+    known = precision in hardware.PRECISIONS and baseline in hardware.PRECISIONS
+    p_peak = peaks.peak_for(precision) if known else None
+    b_peak = peaks.peak_for(baseline) if known else None
+    if known and p_peak and b_peak and peaks.supports(precision):
+        res.speedup = p_peak / b_peak
+        res.speedup_source = (f"expected on {peaks.name}: dense peak {p_peak:g} vs "
+                              f"{b_peak:g} TFLOP/s")
+    elif precision in hardware.PRECISIONS and not peaks.supports(precision):
+        res.speedup_source = f"{precision} is not supported on {peaks.name}"
+        res.reasons.append(f"{precision} does not run on {peaks.name}")
+    else:
+        res.speedup_source = "unknown (no throughput measured)"
+
+
+def _verdict(res: Result, st: Settings, baseline: str, have_baseline: bool) -> None:
+    if res.pairs and math.isfinite(res.final_loss_diff):
+        tol = max(st.loss_tolerance_abs, st.loss_tolerance_rel * abs(res.baseline_final_loss))
+        how = (f"{st.loss_tolerance_rel:.1%} of the baseline's final loss"
+               if tol > st.loss_tolerance_abs else f"{st.loss_tolerance_abs:g} absolute")
+        if math.isfinite(res.seed_spread) and st.seed_spread_factor > 0:
+            noise = st.seed_spread_factor * res.seed_spread
+            if noise > tol:
+                tol, how = noise, (f"{st.seed_spread_factor:g} x the baseline's seed spread "
+                                   f"{res.seed_spread:.4g}")
+        res.tolerance = tol
+        if res.final_loss_diff > tol:
+            res.reasons.append(
+                f"final loss {res.final_loss_diff:+.4g} ({res.final_loss_diff_rel:+.2%}) above "
+                f"{baseline}; tolerance {tol:.4g} ({how})")
+    if res.precision == baseline and have_baseline and not res.reasons:
+        res.verdict = "pass"
+        return
+    res.verdict = "pass" if (res.pairs and not res.reasons) else "fail"
+
+
+def verdict_rows(cmp: Comparison) -> list[dict[str, Any]]:
+    """One plain dict per precision (the JSON verdicts, the tables)."""
+    rows = []
+    for p, r in cmp.results.items():
+        rows.append({
+            "precision": p, "baseline": p == cmp.baseline, "emulated": r.emulated,
+            "verdict": r.verdict, "reasons": r.reasons, "notes": r.notes,
+            "seeds": [s for s in r.seeds], "status": r.status,
+            "final_loss": _j(r.final_loss), "baseline_final_loss": _j(r.baseline_final_loss),
+            "final_loss_diff": _j(r.final_loss_diff),
+            "final_loss_diff_rel": _j(r.final_loss_diff_rel),
+            "diff_seed_std": _j(r.diff_seed_std), "seed_spread": _j(r.seed_spread),
+            "tolerance": _j(r.tolerance), "worst_divergence_rel": _j(r.worst_divergence_rel),
+            "worst_divergence_at": _j(r.worst_divergence_at), "diverged": r.diverged,
+            "nan": r.nan, "speedup": _j(r.speedup), "speedup_source": r.speedup_source,
+            "memory_ratio": _j(r.memory_ratio), "tokens_per_s": _j(r.tokens_per_s),
+            "peak_memory_gib": _j(r.peak_memory_gib), "gap_to_floor": _j(r.gap_to_floor),
+            "recommended": p == cmp.recommended,
+        })
+    return rows
+
+
+def _j(x: float) -> float | None:
+    return float(x) if isinstance(x, (int, float)) and math.isfinite(x) else None

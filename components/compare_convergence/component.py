@@ -1,0 +1,106 @@
+"""The compare_convergence KFP component (thin: the work is in the modules beside it)."""
+
+from typing import NamedTuple
+
+from kfp.dsl import HTML, Artifact, Dataset, Input, Markdown, Metrics, Output
+
+from components.common.component import component
+
+
+@component(aws=False)
+def compare_convergence(
+    series: Input[list[Dataset]],
+    report: Output[HTML],
+    summary: Output[Markdown],
+    metrics: Output[Metrics],
+    verdicts: Output[Artifact],
+    baseline: str = "bf16",
+    loss_tolerance_rel: float = 0.01,
+    loss_tolerance_abs: float = 0.0,
+    divergence_tolerance_rel: float = 0.1,
+    seed_spread_factor: float = 1.0,
+    final_window: float = 0.1,
+    smoothing_window: int = 0,
+    align_by: str = "step",
+    min_step_coverage: float = 0.9,
+    target_gpu: str = "B200",
+    require_complete: bool = False,
+) -> NamedTuple("Outputs", [("recommended_precision", str), ("passed", bool)]):  # type: ignore[valid-type]
+    """Compares the loss curves of a precision sweep with its baseline and recommends one.
+
+    Takes the per-step series that ``parse_logs`` wrote for each precision (pass them
+    with ``dsl.Collected`` from a ``ParallelFor``). The comparison is paired: every run
+    is compared with the baseline run of the same seed (same data order and init), on
+    the baseline's steps (or tokens), after the same smoothing; where several seeds
+    exist, the difference is also set against the baseline's seed-to-seed spread,
+    because at small scale precision effects are smaller than seed noise.
+
+    Verdict per precision: PASS when the run trained, has no NaN/inf loss, did not
+    diverge, and its final-window loss is at most
+    ``max(loss_tolerance_abs, loss_tolerance_rel x baseline)`` above the baseline's (or
+    within ``seed_spread_factor`` x the seed spread). The recommendation is the fastest
+    passing precision: measured steady-state tokens/s, or for emulated runs (the
+    PyTorch backend's emulated numerics) the expected speed-up on ``target_gpu`` from
+    its dense tensor-core peaks (labelled expected). Bad input (no series, a missing or
+    failed baseline, a baseline that stopped early, unreadable files) gives a clear
+    error or a report marked PARTIAL with no recommendation, never a silent pass.
+
+    Args:
+        series: the parse_logs series Datasets (CSV, ``kfp-sagemaker/step-series/v1``).
+        baseline: the reference precision (default bf16).
+        loss_tolerance_rel: allowed final loss excess, as a fraction of the baseline's.
+        loss_tolerance_abs: allowed final loss excess in nats (the larger one applies).
+        divergence_tolerance_rel: the smoothed loss may never (after warm-up) be more than
+            this fraction above the baseline's.
+        seed_spread_factor: with several seeds, a difference within this many baseline
+            seed spreads (standard deviation of the final loss) passes too.
+        final_window: fraction of the aligned points averaged as the final loss.
+        smoothing_window: moving-average window in logged points (0: about 5%).
+        align_by: step or tokens.
+        min_step_coverage: a run that reaches less than this fraction of the baseline's
+            steps is incomplete (fails).
+        target_gpu: GPU whose peaks give emulated runs' expected speed-up (B200 for
+            ml.p6-b200.48xlarge).
+        require_complete: fail the step (after writing the outputs' messages to the log)
+            when the report is partial.
+
+    Returns:
+        report: HTML with the loss curves (all precisions, second half zoomed), the
+            difference to the baseline, speed-up and memory bars and the verdict table;
+            images are embedded PNGs, so it renders in the KFP UI offline.
+        summary: Markdown verdict table and recommendation.
+        metrics: precisions, passed, failed, partial, recommended_speedup, and per
+            precision ``<p>_pass``, ``<p>_final_loss_diff(_rel)``, ``<p>_speedup``,
+            ``<p>_memory_ratio``, ``<p>_worst_divergence_rel``, ``<p>_gap_to_floor``.
+        verdicts: JSON (``kfp-sagemaker/convergence-verdicts/v1``): every number and
+            reason per precision.
+        recommended_precision: the fastest passing precision ("" when none or partial).
+        passed: True when a recommendation exists and the report is complete. (With
+            kfp.local 2.17, branch on it inside a sub-pipeline that takes it as an input:
+            ``dsl.If`` on a named output of a multi-output task is never true locally.)
+    """
+    from collections import namedtuple
+
+    from components.common.errors import UserError
+    from components.compare_convergence.compare import Settings
+    from components.compare_convergence.report import metrics as comparison_metrics
+    from components.compare_convergence.run import compare_files, write_outputs
+
+    settings = Settings(
+        baseline=baseline, loss_tolerance_rel=loss_tolerance_rel,
+        loss_tolerance_abs=loss_tolerance_abs, divergence_tolerance_rel=divergence_tolerance_rel,
+        seed_spread_factor=seed_spread_factor, final_window=final_window,
+        smoothing_window=smoothing_window, align_by=align_by,
+        min_step_coverage=min_step_coverage, target_gpu=target_gpu)
+    cmp = compare_files([s.path for s in series], settings)
+    write_outputs(cmp, html_path=report.path, markdown_path=summary.path,
+                  verdicts_path=verdicts.path)
+    for name, value in comparison_metrics(cmp).items():
+        metrics.log_metric(name, value)
+    print(open(summary.path, encoding="utf-8").read())
+    if require_complete and cmp.partial:
+        raise UserError("series", "the comparison is partial: " + "; ".join(cmp.problems),
+                        "fix the runs above, or set require_complete=False to get the "
+                        "partial report.")
+    Outputs = namedtuple("Outputs", ["recommended_precision", "passed"])
+    return Outputs(cmp.recommended, cmp.passed)

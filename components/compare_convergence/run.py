@@ -1,0 +1,37 @@
+"""Files in, files out: what the component and the CLI both do."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+from components.compare_convergence.compare import Comparison, Settings, compare
+from components.compare_convergence.report import html_report, markdown, verdicts_json
+from components.parse_logs.series import Series, SeriesFormatError, read_series
+
+
+def load(paths: Iterable[str | Path]) -> tuple[list[Series], list[str]]:
+    """Reads the series; a file that cannot be read becomes a problem, not a crash."""
+    series, problems = [], []
+    for path in paths:
+        try:
+            series.append(read_series(path))
+        except (OSError, SeriesFormatError, UnicodeError) as exc:
+            problems.append(f"{path}: could not be read as a step series ({exc}); left out.")
+    return series, problems
+
+
+def compare_files(paths: Iterable[str | Path], settings: Settings | None = None) -> Comparison:
+    series, problems = load(paths)
+    return compare(series, settings, input_problems=problems)
+
+
+def write_outputs(cmp: Comparison, *, html_path: str | Path | None = None,
+                  markdown_path: str | Path | None = None,
+                  verdicts_path: str | Path | None = None) -> None:
+    if html_path:
+        Path(html_path).write_text(html_report(cmp), encoding="utf-8")
+    if markdown_path:
+        Path(markdown_path).write_text(markdown(cmp), encoding="utf-8")
+    if verdicts_path:
+        Path(verdicts_path).write_text(verdicts_json(cmp), encoding="utf-8")
