@@ -659,7 +659,7 @@ def _json_payload(rest: bytes) -> dict[str, Any] | None:
 
 
 def parse_bytes(data: bytes, *, stream: str = "", spike_threshold: float = 0.5,
-                block: int = 4 << 20) -> ParsedLog:
+                block: int = 8 << 20) -> ParsedLog:
     """Parses a whole log held in memory."""
     parser = LogParser(spike_threshold=spike_threshold)
     feed_blocks(parser, [data], stream=stream, block=block)
@@ -667,26 +667,28 @@ def parse_bytes(data: bytes, *, stream: str = "", spike_threshold: float = 0.5,
 
 
 def feed_blocks(parser: LogParser, blocks: Iterable[bytes], *, stream: str = "",
-                block: int = 4 << 20) -> None:
-    """Feeds arbitrary byte blocks (file reads), cutting them at line ends."""
+                block: int = 8 << 20) -> None:
+    """Feeds arbitrary byte blocks (file reads), cut at line ends into buffers of at most
+    ``block`` bytes (a longer line is cut: parsing stays bounded, whatever the input)."""
     carry = b""
     for data in blocks:
         if carry:
             data = carry + data
             carry = b""
-        start = 0
-        while len(data) - start > block:
+        start, n = 0, len(data)
+        while n - start > block:
             cut = data.rfind(b"\n", start, start + block)
             if cut < 0:  # one enormous line: cut it at the block size
                 cut = start + block - 1
             parser.feed(data[start:cut + 1], stream)
             start = cut + 1
-        rest = data[start:]
-        cut = rest.rfind(b"\n")
-        if cut >= 0:
-            parser.feed(rest[:cut + 1], stream)
-            carry = rest[cut + 1:]
+        cut = data.rfind(b"\n", start)
+        if cut < 0:
+            carry = data[start:] if start else data
+        elif start == 0 and cut == n - 1:
+            parser.feed(data, stream)  # no copy
         else:
-            carry = rest
+            parser.feed(data[start:cut + 1], stream)
+            carry = data[cut + 1:]
     if carry:
         parser.feed(carry, stream)

@@ -13,7 +13,7 @@ from components.common.errors import UserError
 from components.common.naming import is_valid_sagemaker_name
 from components.parse_logs.parser import LogParser, ParsedLog, feed_blocks
 
-READ_BLOCK = 8 << 20
+READ_BLOCK = 4 << 20  # reads; the parser takes up to 8 MiB at a time
 
 
 def _blocks(f: BinaryIO) -> Iterator[bytes]:
