@@ -273,3 +273,19 @@ def test_failure_summary_names_failed_phases_and_messages():
                          "contexts": [{"message": "exit status 1"}]}]}
     assert cb.failure_summary(build) == "BUILD: FAILED (exit status 1)"
     assert json.dumps(cb.failure_summary({"phases": []})) == '"no failed phase reported"'
+
+
+def test_cli_prints_the_tag_without_aws_and_exits_2_on_user_errors(tmp_path):
+    root = make_tree(tmp_path / "a")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    base = [sys.executable, "-m", "components.build_image", "--context-dir", str(root),
+            "--dockerfile", "docker/Dockerfile", "--base-image", "example.com/base:1"]
+    out = subprocess.run(base + ["--run-id", "r1", "--print-tag"], capture_output=True,
+                         text=True, cwd=b.PACKAGE_ROOT, env=env)
+    assert out.returncode == 0, out.stderr
+    printed = json.loads(out.stdout)
+    expected = ctx.collect(root, "docker/Dockerfile", {"BASE_IMAGE": "example.com/base:1"})
+    assert printed["tag"] == expected.tag and "trainer/train.py" in printed["files"]
+    bad = subprocess.run(base + ["--run-id", "run-*"], capture_output=True, text=True,
+                         cwd=b.PACKAGE_ROOT, env=env)
+    assert bad.returncode == 2 and "run_id" in bad.stderr

@@ -33,6 +33,8 @@ from components.build_image import ecr as ecr_mod
 from components.common import aws, iam_policy, resources, tags
 from components.common.errors import UserError
 
+pytestmark = pytest.mark.timeout(120)
+
 RUN = "run-build-1"
 ROLE = "arn:aws:iam::123456789012:role/kfp-sagemaker-codebuild"
 BUCKET = "kfp-test-bucket"
@@ -70,7 +72,8 @@ class CodeBuildWorker:
                 "environmentVariablesOverride"] or []
             build["environment"]["privilegedMode"] = bool(request["privilegedModeOverride"])
             worker.started.append(request)
-            thread = threading.Thread(target=worker._run, args=(build, request), daemon=True)
+            thread = threading.Thread(target=worker._run_safely, args=(build, request),
+                                      daemon=True)
             worker._threads.append(thread)
             thread.start()
             return result
@@ -96,6 +99,13 @@ class CodeBuildWorker:
                 build["phases"].append({"phaseType": phase, "phaseStatus": status,
                                         "contexts": [{"statusCode": "COMMAND_EXECUTION_ERROR",
                                                       "message": message}]})
+
+    def _run_safely(self, build: dict, request: dict) -> None:
+        try:
+            self._run(build, request)
+        except Exception as exc:  # a build that never ends would hang the component
+            self._finish(build, "FAULT", "BUILD", f"test worker error: {exc!r}")
+            raise
 
     def _run(self, build: dict, request: dict) -> None:
         s3 = self.backend.client("s3")
@@ -145,8 +155,11 @@ class CodeBuildWorker:
                                            "mediaType": "application/vnd.docker.container.image.v1+json"},
                                 "layers": [{"digest": f"sha256:{layer}", "size": 1,
                                             "mediaType": "application/vnd.docker.image.rootfs.diff.tar.gzip"}]}
-                    ecr.put_image(repositoryName=repo_uri.split("/", 1)[1],
-                                  imageManifest=json.dumps(manifest), imageTag=tag)
+                    try:  # a registry accepts the same image pushed again; moto refuses
+                        ecr.put_image(repositoryName=repo_uri.split("/", 1)[1],
+                                      imageManifest=json.dumps(manifest), imageTag=tag)
+                    except ecr.exceptions.ImageAlreadyExistsException:
+                        pass
         say("[Container] Phase complete: BUILD State: SUCCEEDED")
         self._finish(build, "SUCCEEDED")
 
@@ -299,13 +312,17 @@ def test_sigterm_stops_the_build(backend, checkout, monkeypatch):
 def test_retried_step_reattaches_to_the_running_build(backend, checkout, monkeypatch, tmp_path):
     worker = CodeBuildWorker(backend, monkeypatch, hold=True)
     req = request(checkout)
-    threading.Timer(0.5, worker.release.set).start()
     first = threading.Thread(target=lambda: b.build_image(req, log=lambda _: None))
     first.start()
     while not worker.started:
         time.sleep(0.02)
+
+    def log(line: str) -> None:  # the build may finish once the retry has attached
+        if "re-attaching" in line:
+            worker.release.set()
+
     with aws.record_calls(str(tmp_path / "calls.jsonl")) as recording:
-        result = b.build_image(req, log=lambda _: None)  # the retried step, while it runs
+        result = b.build_image(req, log=log)  # the retried step, while the build runs
     first.join(timeout=10)
     worker.join()
     assert result.outcome == "built"

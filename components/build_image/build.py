@@ -309,6 +309,29 @@ def _codebuild(req: BuildRequest, region: str, context: ctx.BuildContext,
 
 # ---- the whole step ----
 
+def plan_context(
+    req: BuildRequest, *, log: Callable[[str], None] = print,
+    lookup: Callable[[str, str], str] = lookup_dlc,
+) -> ctx.BuildContext:
+    """Checks the request and hashes the build context: everything before any AWS call."""
+    validate(req)
+    root = Path(req.context_dir) if req.context_dir else PACKAGE_ROOT
+    dockerfile_path = root / req.dockerfile
+    if not dockerfile_path.is_file():
+        raise UserError("dockerfile", f"{dockerfile_path} does not exist.",
+                        "pass the Dockerfile path relative to context_dir.")
+    build_args = dict(req.build_args)
+    if declares_arg(dockerfile_path.read_text(encoding="utf-8"), BASE_IMAGE_ARG) and (
+            BASE_IMAGE_ARG not in build_args):
+        region = "" if req.base_image else resolve_region(req.region or None)
+        build_args[BASE_IMAGE_ARG] = resolve_base_image(req, region, lookup)
+        log(f"[build_image] base image: {build_args[BASE_IMAGE_ARG]}")
+    context = ctx.collect(root, req.dockerfile, build_args, req.context_paths or None)
+    log(f"[build_image] build context {context.tag}: {len(context.files)} files, "
+        f"{context.total_bytes} bytes")
+    return context
+
+
 def build_image(
     req: BuildRequest,
     *,
@@ -318,24 +341,14 @@ def build_image(
     docker_ok: Callable[[], bool] = docker_daemon_available,
 ) -> BuildResult:
     """Builds ``req.dockerfile`` into ``req.repository`` unless the content tag exists."""
-    validate(req)
+    context = plan_context(req, log=log, lookup=lookup)
     region = resolve_region(req.region or None)
-    root = Path(req.context_dir) if req.context_dir else PACKAGE_ROOT
-    dockerfile_path = root / req.dockerfile
-    if not dockerfile_path.is_file():
-        raise UserError("dockerfile", f"{dockerfile_path} does not exist.",
-                        "pass the Dockerfile path relative to context_dir.")
-    build_args = dict(req.build_args)
-    base_image = None
-    if declares_arg(dockerfile_path.read_text(encoding="utf-8"), BASE_IMAGE_ARG) and (
-            BASE_IMAGE_ARG not in build_args):
-        base_image = resolve_base_image(req, region, lookup)
-        build_args[BASE_IMAGE_ARG] = base_image
-        log(f"[build_image] base image: {base_image}")
-    context = ctx.collect(root, req.dockerfile, build_args, req.context_paths or None)
-    log(f"[build_image] build context {context.tag}: {len(context.files)} files, "
-        f"{context.total_bytes} bytes")
-    run_tags = tags.merge(tags.run_tags(req.run_id, req.pipeline, req.component), req.extra_tags)
+    base_image = dict(context.build_args).get(BASE_IMAGE_ARG)
+    try:
+        run_tags = tags.merge(tags.run_tags(req.run_id, req.pipeline, req.component),
+                              req.extra_tags)
+    except ValueError as exc:
+        raise UserError("tags", str(exc), "drop or shorten the extra tags.") from exc
 
     recorded: list[resources.AwsResource] = []
 
