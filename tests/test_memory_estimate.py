@@ -131,10 +131,12 @@ def test_breakdown_adds_up_to_the_peak_and_names_every_part():
     assert e.breakdown["cuda_context"] > 0 and e.breakdown["allocator_reserve"] > 0
 
 
-def test_gradient_accumulation_keeps_gradients_alive_through_forward():
+def test_gradient_accumulation_keeps_unsharded_fp32_gradients_alive_through_forward():
+    # FSDP2 without gradient sync accumulates unsharded gradients in the reduce dtype.
     m = preset("8b")
-    plain = _phase(TrainingSetup(m, 1, 1024), "loss forward")
-    accum = _phase(TrainingSetup(m, 1, 1024, gradient_accumulation_steps=4), "loss forward")
+    plain = _phase(TrainingSetup(m, 1, 1024, world_size=8), "loss forward")
+    accum = _phase(TrainingSetup(m, 1, 1024, world_size=8, gradient_accumulation_steps=4),
+                   "loss forward")
     assert plain["gradients"] == 0
     assert accum["gradients"] == pytest.approx(4 * m.total_params())
 

@@ -363,6 +363,7 @@ class _Terms:
         # Unsharded gradients are produced in the compute dtype; FSDP copies them
         # into a reduce-scatter input of reduce_dtype (FSDP2 foreach_reduce).
         r = DTYPE_BYTES[s.reduce_dtype] if s.precision != "fp32" else 4
+        self.reduce_bytes = r
         self.block_grad_unsharded = self.p_block * self.c
         self.block_rs_buffer = self.p_block * r
         self.root_grad_unsharded = self.p_root * self.c
@@ -394,9 +395,12 @@ class _Terms:
             "optimizer_states": self.states,
             "workspaces": self.workspaces,
         }
-        # With gradient accumulation the sharded gradients live through every
-        # micro-batch; otherwise zero_grad(set_to_none=True) frees them each step.
-        held_grads = self.grads_full if accum else 0.0
+        # Gradient accumulation: the trainer skips the reduce-scatter on all but the
+        # last micro-batch (set_requires_gradient_sync(False)), so FSDP2 keeps every
+        # unit's *unsharded* gradient, accumulated in the reduce dtype
+        # (FSDPParam.unsharded_accumulated_grad), through the next micro-batches:
+        # P x reduce bytes, not divided by the world size. Unmeasured here.
+        held_grads = self.p_total * self.reduce_bytes if accum else 0.0
         saved_per_layer = self.act_ckpt_layer if ac else self.act_layer
         quant_per_layer = 0.0 if ac else self.q_block
         out: list[tuple[str, dict[str, float]]] = []
