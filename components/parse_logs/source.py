@@ -41,6 +41,9 @@ def parse_file(path: str | Path, *, spike_threshold: float = 0.5) -> ParsedLog:
 
 def check_job_name(job_name: str) -> str:
     job_name = job_name.strip()
+    if not job_name:
+        raise UserError("job_name", "is empty and no log file was given: nothing to read.",
+                        "pass the training job's name (and region), or a log file.")
     if not is_valid_sagemaker_name(job_name):
         raise UserError(
             "job_name",
