@@ -376,3 +376,27 @@ def test_dry_run_prints_the_exact_request_without_calling_aws(tmp_path):
                                cwd=ROOT, capture_output=True, text=True, timeout=60).stdout
     for flag in ("--training-plan-arn", "--use-spot", "--memory-plan", "--dry-run"):
         assert flag in help_text
+
+
+def test_precision_hyperparameters_apply_only_to_their_precision():
+    from components.sagemaker_training.request import merge_precision_hyperparameters
+
+    by_precision = {"nvfp4": {"high-precision-lm-head": "true"}, "fp8": {"lr": "1e-4"}}
+    assert merge_precision_hyperparameters({"lr": "3e-4"}, by_precision, "nvfp4") == {
+        "lr": "3e-4",
+        "high-precision-lm-head": "true",
+    }
+    assert merge_precision_hyperparameters({"lr": "3e-4"}, by_precision, "fp8") == {"lr": "1e-4"}
+    assert merge_precision_hyperparameters(None, by_precision, "bf16") == {}
+
+
+@pytest.mark.parametrize(
+    "by_precision,field_text",
+    [({"fp9": {"lr": "1"}}, "not a precision"), ({"fp8": "lr=1"}, "must be a mapping")],
+)
+def test_bad_precision_hyperparameters_name_the_field(by_precision, field_text):
+    from components.sagemaker_training.request import merge_precision_hyperparameters
+
+    with pytest.raises(UserError, match=field_text) as exc:
+        merge_precision_hyperparameters({}, by_precision, "fp8")
+    assert exc.value.field == "precision_hyperparameters"

@@ -31,6 +31,7 @@ def sagemaker_training(
     activation_checkpointing: bool = False,
     max_steps: int = 100,
     hyperparameters: Optional[dict] = None,
+    precision_hyperparameters: Optional[dict] = None,
     environment: Optional[dict] = None,
     checkpoint_s3_uri: str = "",
     input_channels: Optional[dict] = None,
@@ -111,6 +112,9 @@ def sagemaker_training(
             (e.g. {"lr": 0.0003, "checkpoint-every": 50}); the parameters above own
             precision, preset, dimensions, batch-size, seq-length, max-steps and
             activation-checkpointing.
+        precision_hyperparameters: Per-precision additions to ``hyperparameters``, keyed
+            by precision (e.g. {"nvfp4": {"high-precision-lm-head": "true"}}); only
+            this task's precision's entry applies, so a sweep passes one map to all.
         environment: Extra environment variables for the training container.
         checkpoint_s3_uri: S3 prefix the checkpoint directory is synced to and restored
             from (required with ``use_spot``).
@@ -156,7 +160,14 @@ def sagemaker_training(
     from collections import namedtuple
 
     from components.sagemaker_training.launcher import launch
-    from components.sagemaker_training.request import TrainingJobConfig
+    from components.sagemaker_training.request import (
+        TrainingJobConfig,
+        merge_precision_hyperparameters,
+    )
+
+    hyperparameters = merge_precision_hyperparameters(
+        hyperparameters, precision_hyperparameters, precision
+    )
 
     cfg = TrainingJobConfig(
         image_uri=image_uri, role_arn=role_arn, output_s3_uri=output_s3_uri, run_id=run_id,

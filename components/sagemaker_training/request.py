@@ -323,6 +323,33 @@ def derived_job_name(cfg: TrainingJobConfig, hyperparameters: dict[str, str]) ->
     return naming.training_job_name(cfg.run_id, f"{cfg.task}-{variant}", cfg.precision)
 
 
+def merge_precision_hyperparameters(
+    hyperparameters: dict[str, Any] | None,
+    precision_hyperparameters: dict[str, Any] | None,
+    precision: str,
+) -> dict[str, Any]:
+    """``hyperparameters`` plus the entry of ``precision_hyperparameters`` for ``precision``.
+
+    A sweep passes one map for all its precisions (e.g. ``{"nvfp4":
+    {"high-precision-lm-head": "true"}}``, as production FP4 recipes keep the LM
+    head in high precision); each training task picks its own entry.
+    """
+    from trainer import hardware
+
+    merged = dict(hyperparameters or {})
+    for key, extra in (precision_hyperparameters or {}).items():
+        if key not in hardware.PRECISIONS:
+            raise UserError("precision_hyperparameters", f"key {key!r} is not a precision.",
+                            f"use one of {', '.join(hardware.PRECISIONS)}.")
+        if not isinstance(extra, dict):
+            raise UserError("precision_hyperparameters", f"the value for {key!r} must be a "
+                            "mapping of hyperparameter name to value.",
+                            f'e.g. {{"{key}": {{"high-precision-lm-head": "true"}}}}.')
+        if key == precision:
+            merged.update(extra)
+    return merged
+
+
 def _hyperparameters(cfg: TrainingJobConfig, *, model_overrides: dict[str, int],
                      batch_size: int, checkpointing: bool) -> dict[str, str]:
     hps: dict[str, str] = {"precision": cfg.precision}
