@@ -52,6 +52,9 @@ def test_trainer_output_round_trips_through_the_parser(trainer_logs, tmp_path):
     s = read_series(path)
     assert s.columns["step"] == [1, 2, 3, 4] and s.meta["emulated"] is True
     assert s.columns["tokens"][0] > 0  # tokens per step from the summary
+    # the run's settings travel with its numbers (batch tuning ranks candidates by them)
+    assert s.meta["training"]["batch_size"] == parsed.records["config"]["batch_size"]
+    assert s.meta["training"]["activation_checkpointing"] is False
 
 
 def test_a_resumed_run_in_a_new_stream_reads_as_a_restart(trainer_logs):

@@ -66,6 +66,11 @@ def confirmed_precision(parsed: ParsedLog) -> tuple[str, bool, dict[str, Any]]:
     return "", False, {}
 
 
+# Settings of the run worth carrying next to its numbers (batch tuning ranks by them).
+TRAINING_KEYS = ("batch_size", "seq_length", "activation_checkpointing", "grad_accum_steps",
+                 "max_steps")
+
+
 def run_status(parsed: ParsedLog) -> str:
     counts = parsed.event_counts
     summary_status = str(parsed.summary.get("status") or "") if parsed.summary else ""
@@ -222,6 +227,7 @@ def analyse(parsed: ParsedLog, *, requested_precision: str = "", run: str = "") 
         "world_size": world_size if isinstance(world_size, int) else None,
         "gpu": world.get("gpu") or parsed.summary.get("gpu") or "",
         "tokens_per_step": tokens_per_step(parsed),
+        "training": {k: parsed.records.get("config", {}).get(k) for k in TRAINING_KEYS},
         "metrics": metrics(parsed),
         "warnings": warnings,
         "counts": dict(sorted(parsed.event_counts.items())),

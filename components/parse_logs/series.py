@@ -72,7 +72,7 @@ def metadata(report: dict[str, Any]) -> dict[str, Any]:
     """The run-level facts compare_convergence needs (the CSV's first line)."""
     keys = ("run", "status", "failed", "failure_reason", "requested_precision", "precision",
             "precision_confirmed", "recipe", "backend", "emulated", "seed", "entropy_floor",
-            "world_size", "gpu", "tokens_per_step", "metrics", "counts", "warnings")
+            "world_size", "gpu", "tokens_per_step", "training", "metrics", "counts", "warnings")
     meta: dict[str, Any] = {"schema": SERIES_SCHEMA}
     meta.update({k: report.get(k) for k in keys})
     return meta
