@@ -1,0 +1,1 @@
+"""Ranks training runs by throughput (batch-size / checkpointing tuning)."""

@@ -1,0 +1,75 @@
+"""Batch-size tuning: candidates ranked by tokens/s per GPU, failures listed, never ranked."""
+
+import json
+from html.parser import HTMLParser
+
+import pytest
+
+from components.common.errors import UserError
+from components.parse_logs.series import COLUMN_NAMES, SERIES_SCHEMA
+from components.rank_throughput.rank import html_report, load, markdown, rank
+
+
+def _series(tmp_path, run, *, batch, ac, tps, mem, status="completed", emulated=False,
+            reason=""):
+    meta = {
+        "run": run, "precision": "fp8", "status": status, "emulated": emulated,
+        "failure_reason": reason,
+        "training": {"batch_size": batch, "activation_checkpointing": ac},
+        "metrics": {"mean_tokens_per_s_per_gpu": tps, "peak_memory_gib": mem},
+    }
+    path = tmp_path / f"{run}.csv"
+    path.write_text(f"# {SERIES_SCHEMA} {json.dumps(meta)}\n" + ",".join(COLUMN_NAMES) + "\n")
+    return str(path)
+
+
+def test_fastest_completed_candidate_wins_and_failures_are_listed_last(tmp_path):
+    paths = [
+        _series(tmp_path, "b4", batch=4, ac=False, tps=9000.0, mem=60.0),
+        _series(tmp_path, "b16", batch=16, ac=True, tps=12000.0, mem=70.0),
+        _series(tmp_path, "b32", batch=32, ac=False, tps=None, mem=None, status="oom",
+                reason="CUDA out of memory. Tried to allocate 8.00 GiB"),
+        _series(tmp_path, "b8", batch=8, ac=False, tps=11000.0, mem=90.0),
+    ]
+    r = rank(load(paths))
+    assert r.best is not None and r.best.run == "b16" and r.best.activation_checkpointing
+    assert [c.run for c in r.candidates] == ["b16", "b8", "b4", "b32"]
+    text = markdown(r)
+    assert "**Best: batch 16, checkpointing on**" in text
+    assert "| - | b32 | fp8 | batch 32, checkpointing off | oom: CUDA out of memory" in text
+
+
+def test_no_completed_candidate_recommends_nothing(tmp_path):
+    r = rank(load([_series(tmp_path, "b8", batch=8, ac=False, tps=None, mem=None,
+                           status="failed", reason="boom")]))
+    assert r.best is None
+    assert "No candidate completed" in markdown(r)
+
+
+def test_emulated_runs_are_labelled(tmp_path):
+    r = rank(load([_series(tmp_path, "b2", batch=2, ac=False, tps=500.0, mem=None,
+                           emulated=True)]))
+    assert "EMULATED" in markdown(r) and "(emulated)" in markdown(r)
+
+
+def test_empty_input_is_a_user_error():
+    with pytest.raises(UserError, match="series"):
+        load([])
+
+
+def test_html_report_embeds_a_png_chart(tmp_path):
+    r = rank(load([_series(tmp_path, "b2", batch=2, ac=False, tps=500.0, mem=3.0),
+                   _series(tmp_path, "b4", batch=4, ac=False, tps=900.0, mem=5.0)]))
+    srcs: list[str] = []
+
+    class Imgs(HTMLParser):
+        def handle_starttag(self, tag, attrs):
+            if tag == "img":
+                srcs.append(dict(attrs)["src"])
+
+    Imgs().feed(html_report(r))
+    assert len(srcs) == 1 and srcs[0].startswith("data:image/png;base64,")
+    import base64
+
+    png = base64.b64decode(srcs[0].split(",", 1)[1])
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 2000
