@@ -133,6 +133,8 @@ class CodeBuildWorker:
             self.on_first_log()
         self.release.wait(timeout=30)
         for phase in ("pre_build", "build"):
+            if build["buildStatus"] != "IN_PROGRESS":
+                return  # StopBuild: CodeBuild ends the container
             say(f"[Container] Entering phase {phase.upper()}")
             if self.fail_phase == phase.upper():
                 say("[Container] Command did not exit successfully: exit status 1")

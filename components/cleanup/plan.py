@@ -1,0 +1,431 @@
+"""What cleanup would do for a run: find the run's resources by its tag, decide per policy.
+
+Only resources that carry the run's tag ``kfp-sagemaker:run-id = <run id>`` are
+ever acted on, and things derived from them:
+
+- training jobs tagged with the run (ListTrainingJobs + ListTags): stopped when
+  still running; their output prefix ``{S3OutputPath}/{job}/`` (SageMaker's
+  layout, so unique to the job), their checkpoint prefix when it is unique to the
+  job (the job name is one of its path segments), and their log streams
+  ``{job}/...`` in /aws/sagemaker/TrainingJobs (the group itself never);
+- CodeBuild builds of the run (builds cannot be tagged: build_image marks them
+  with the environment variable KFP_SAGEMAKER_RUN_ID) in the project's projects
+  (named ``kfp-sagemaker-*`` and tagged by any run, plus the ones named): stopped
+  when still running, their log streams;
+- S3 objects under the given prefixes whose object tags name the run (the build
+  contexts build_image uploads, and whatever other components tag);
+- ECR images carrying the run's marker tag (``run-<hash of run id>-...``, pushed
+  by build_image next to the content tag), in repositories of the project (tagged
+  by any run) or named; a repository only when this run created it
+  (``kfp-sagemaker:created-by-run``) and nothing else is left in it;
+- CodeBuild projects and IAM roles (names containing ``kfp-sagemaker-``) only when
+  this run created them.
+
+Everything is decided here, before anything is changed, so a dry run lists
+exactly the actions a real run takes.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import urllib.parse
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from components.build_image import codebuild as cb
+from components.build_image import ecr as ecr_mod
+from components.common import tags
+from components.common.aws import client, error_code
+from components.common.cloudwatch import TRAINING_JOBS_LOG_GROUP
+from components.common.errors import UserError
+
+# Policy per resource kind: allowed verbs and the safe default (stop what costs money,
+# delete what is scratch, keep what someone may want).
+POLICY_CHOICES: dict[str, tuple[str, ...]] = {
+    "training_jobs": ("stop", "keep"),
+    "codebuild_builds": ("stop", "keep"),
+    "build_contexts": ("delete", "keep"),
+    "artifacts": ("delete", "keep"),
+    "checkpoints": ("delete", "keep"),
+    "logs": ("delete", "keep"),
+    "images": ("delete", "keep"),
+    "repositories": ("delete", "keep"),
+    "codebuild_projects": ("delete", "keep"),
+    "iam_roles": ("delete", "keep"),
+}
+DEFAULT_POLICY: dict[str, str] = {
+    "training_jobs": "stop",
+    "codebuild_builds": "stop",
+    "build_contexts": "delete",  # zips only the build needed
+    "artifacts": "keep",  # model artifacts and outputs
+    "checkpoints": "keep",
+    "logs": "keep",
+    "images": "keep",  # content-addressed: the next run reuses them
+    "repositories": "delete",  # only when the run created it and it is empty
+    "codebuild_projects": "keep",  # shared by later runs
+    "iam_roles": "keep",
+}
+KIND_ORDER = list(POLICY_CHOICES)
+VERB_ORDER = {"stop": 0, "delete": 1, "keep": 2, "skip": 3}
+ROLE_NAME_MARK = "kfp-sagemaker-"  # roles cleanup may delete (and the pod policy allows)
+PROJECT_NAME_MARK = "kfp-sagemaker-"  # CodeBuild projects cleanup looks into
+DEFAULT_MAX_OBJECTS = 10_000  # objects whose tags one run reads, per prefix
+
+
+def resolve_policy(overrides: dict[str, str] | None) -> dict[str, str]:
+    policy = dict(DEFAULT_POLICY)
+    for kind, verb in (overrides or {}).items():
+        if kind not in POLICY_CHOICES:
+            raise UserError("policy", f"unknown resource kind {kind!r}.",
+                            f"use one of {', '.join(KIND_ORDER)}.")
+        if verb not in POLICY_CHOICES[kind]:
+            raise UserError("policy", f"{kind}={verb!r} is not allowed.",
+                            f"{kind} takes {' or '.join(POLICY_CHOICES[kind])}.")
+        policy[kind] = verb
+    return policy
+
+
+def parse_policy(items: list[str]) -> dict[str, str]:
+    """``["logs=delete", "images=delete"]`` -> dict (the CLI's and component's form)."""
+    out: dict[str, str] = {}
+    for item in items:
+        kind, sep, verb = item.partition("=")
+        if not sep:
+            raise UserError("policy", f"{item!r} is not KIND=ACTION.",
+                            "write e.g. logs=delete or images=delete.")
+        out[kind.strip()] = verb.strip()
+    return out
+
+
+@dataclass(frozen=True)
+class Action:
+    """One thing cleanup does (or reports keeping) to one resource.
+
+    Identity (for "the dry run equals the real run") is kind, verb and resource;
+    ``detail`` says why and how big; ``op`` is what the executor needs.
+    """
+
+    kind: str
+    verb: str  # stop | delete | keep | skip
+    resource: str  # ARN, s3:// URI, repo@digest, group:stream ...
+    detail: str = ""
+    op: tuple[Any, ...] = field(default=(), compare=False)
+    after_jobs: tuple[str, ...] = field(default=(), compare=False)  # wait for these to stop
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return (self.kind, self.verb, self.resource)
+
+
+@dataclass
+class Plan:
+    run_id: str
+    region: str
+    policy: dict[str, str]
+    actions: list[Action]
+    notes: list[str] = field(default_factory=list)  # scan limits and the like
+
+    def sort(self) -> None:
+        self.actions.sort(key=lambda a: (VERB_ORDER.get(a.verb, 9), KIND_ORDER.index(a.kind),
+                                         a.resource))
+
+
+def parse_s3_prefix(uri: str) -> tuple[str, str]:
+    parsed = urllib.parse.urlparse(uri)
+    if parsed.scheme != "s3" or not parsed.netloc:
+        raise UserError("s3_uris", f"{uri!r} is not an S3 URI.", "pass s3://<bucket>/<prefix>.")
+    return parsed.netloc, parsed.path.lstrip("/")
+
+
+def _s3_uri(bucket: str, key: str) -> str:
+    return f"s3://{bucket}/{key}"
+
+
+def _size(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} B"
+
+
+class Planner:
+    def __init__(self, run_id: str, region: str, policy: dict[str, str], *,
+                 s3_uris: list[str], ecr_repositories: list[str], codebuild_projects: list[str],
+                 created_after: dt.datetime | None, max_objects: int,
+                 log: Callable[[str], None]) -> None:
+        self.run_id = run_id
+        self.region = region
+        self.policy = policy
+        self.s3_uris = s3_uris
+        self.ecr_repositories = ecr_repositories
+        self.codebuild_projects = codebuild_projects
+        self.created_after = created_after
+        self.max_objects = max_objects
+        self.log = log
+        self.actions: list[Action] = []
+        self.notes: list[str] = []
+        self.claimed_prefixes: list[tuple[str, str]] = []  # (bucket, prefix) already planned
+
+    def add(self, kind: str, wanted: str, resource: str, detail: str = "",
+            op: tuple[Any, ...] = (), after_jobs: tuple[str, ...] = ()) -> None:
+        verb = self.policy[kind] if wanted == "policy" else wanted
+        self.actions.append(Action(kind, verb, resource, detail, op if verb in ("stop", "delete")
+                                   else (), after_jobs))
+
+    def mine(self, resource_tags: dict[str, str]) -> bool:
+        return tags.belongs_to_run(resource_tags, self.run_id)
+
+    def created_by_me(self, resource_tags: dict[str, str]) -> bool:
+        return self.mine(resource_tags) and resource_tags.get(tags.CREATED_KEY) == tags.clean_value(
+            self.run_id)
+
+    # ---- SageMaker training jobs, and what hangs off them ----
+    def training_jobs(self) -> None:
+        sm = client("sagemaker", self.region)
+        kwargs: dict[str, Any] = {"MaxResults": 100, "SortBy": "CreationTime",
+                                  "SortOrder": "Descending"}
+        if self.created_after:
+            kwargs["CreationTimeAfter"] = self.created_after
+        jobs: list[dict[str, Any]] = []
+        while True:
+            page = sm.list_training_jobs(**kwargs)
+            for summary in page.get("TrainingJobSummaries", []):
+                job_tags = tags.from_key_value(
+                    sm.list_tags(ResourceArn=summary["TrainingJobArn"]).get("Tags"))
+                if self.mine(job_tags):
+                    jobs.append(summary)
+            token = page.get("NextToken")
+            if not token:
+                break
+            kwargs["NextToken"] = token
+        logs = client("logs", self.region)
+        for summary in sorted(jobs, key=lambda j: j["TrainingJobName"]):
+            name = summary["TrainingJobName"]
+            job = sm.describe_training_job(TrainingJobName=name)
+            status = job["TrainingJobStatus"]
+            running = status in ("InProgress", "Stopping")
+            will_stop = status == "InProgress" and self.policy["training_jobs"] == "stop"
+            if status == "InProgress":
+                self.add("training_jobs", "policy", job["TrainingJobArn"],
+                         f"{name}: {status} ({job.get('SecondaryStatus', '')})",
+                         ("sagemaker_stop", name))
+            # A job still running (and not being stopped here) keeps what it writes.
+            after = (name,) if running else ()
+            blocked = running and not will_stop and status != "Stopping"
+            out = job.get("OutputDataConfig", {}).get("S3OutputPath", "")
+            if out:
+                bucket, prefix = parse_s3_prefix(out)
+                self.prefix("artifacts", bucket, f"{prefix.rstrip('/')}/{name}/".lstrip("/"),
+                            f"output of {name}", after, blocked)
+            ckpt = job.get("CheckpointConfig", {}).get("S3Uri", "")
+            if ckpt:
+                bucket, prefix = parse_s3_prefix(ckpt)
+                if name in prefix.strip("/").split("/"):
+                    self.prefix("checkpoints", bucket, prefix.rstrip("/") + "/",
+                                f"checkpoints of {name}", after, blocked)
+                else:
+                    self.add("checkpoints", "skip", ckpt,
+                             f"checkpoint prefix of {name} is not unique to the job (its name "
+                             "is not a path segment): never deleted by cleanup")
+            self.log_streams(logs, TRAINING_JOBS_LOG_GROUP, f"{name}/", f"log of {name}",
+                             after, blocked)
+
+    def prefix(self, kind: str, bucket: str, prefix: str, what: str,
+               after: tuple[str, ...], blocked: bool) -> None:
+        s3 = client("s3", self.region)
+        count, size = 0, 0
+        for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+            for obj in page.get("Contents", []):
+                count += 1
+                size += int(obj.get("Size", 0))
+        self.claimed_prefixes.append((bucket, prefix))
+        if not count and not after:
+            return  # a job still running may still write here: planned even when empty
+        detail = f"{what}: {count} objects, {_size(size)}" + (
+            " so far (the job is still running)" if after else "")
+        if blocked:
+            self.add(kind, "skip", _s3_uri(bucket, prefix), detail + "; the job is still "
+                     "running (training_jobs=keep)")
+            return
+        self.add(kind, "policy", _s3_uri(bucket, prefix), detail,
+                 ("s3_delete_prefix", bucket, prefix), after)
+
+    def log_streams(self, logs: Any, group: str, prefix: str, what: str,
+                    after: tuple[str, ...], blocked: bool) -> None:
+        try:
+            pages = logs.get_paginator("describe_log_streams").paginate(
+                logGroupName=group, logStreamNamePrefix=prefix)
+            streams = [s["logStreamName"] for page in pages for s in page.get("logStreams", [])]
+        except Exception as exc:
+            if error_code(exc) == "ResourceNotFoundException":
+                return
+            raise
+        for stream in sorted(streams):
+            resource = f"{group}:{stream}"
+            if blocked:
+                self.add("logs", "skip", resource, f"{what}; still being written")
+            else:
+                self.add("logs", "policy", resource, what, ("logs_delete_stream", group, stream),
+                         after)
+
+    # ---- CodeBuild ----
+    def codebuild(self) -> None:
+        codebuild = client("codebuild", self.region)
+        names: list[str] = []
+        kwargs: dict[str, Any] = {}
+        while True:
+            page = codebuild.list_projects(**kwargs)
+            names.extend(page.get("projects", []))
+            if not page.get("nextToken"):
+                break
+            kwargs["nextToken"] = page["nextToken"]
+        # Only the project's projects (what the pod policy lets it read) and the named ones.
+        names = sorted(n for n in names
+                       if n.startswith(PROJECT_NAME_MARK) or n in self.codebuild_projects)
+        projects: list[dict[str, Any]] = []
+        for i in range(0, len(names), 100):
+            projects.extend(codebuild.batch_get_projects(names=names[i:i + 100]).get(
+                "projects", []))
+        logs = client("logs", self.region)
+        for project in sorted(projects, key=lambda p: p["name"]):
+            project_tags = tags.from_key_value(project.get("tags"))
+            ours = tags.RUN_ID_KEY in project_tags or project["name"] in self.codebuild_projects
+            if not ours:
+                continue
+            self.builds(codebuild, logs, project["name"])
+            if self.created_by_me(project_tags):
+                self.add("codebuild_projects", "policy", project["arn"],
+                         f"{project['name']}: created by this run",
+                         ("codebuild_delete_project", project["name"]))
+
+    def builds(self, codebuild: Any, logs: Any, project: str) -> None:
+        ids = codebuild.list_builds_for_project(projectName=project, sortOrder="DESCENDING").get(
+            "ids", [])[:100]
+        if not ids:
+            return
+        for build in sorted(codebuild.batch_get_builds(ids=ids).get("builds", []),
+                            key=lambda b: str(b["id"])):
+            variables = {v.get("name"): v.get("value") for v in
+                         build.get("environment", {}).get("environmentVariables", [])}
+            if variables.get(cb.RUN_ID_VARIABLE) != self.run_id:
+                continue
+            status = build.get("buildStatus")
+            if status == "IN_PROGRESS":
+                self.add("codebuild_builds", "policy", str(build.get("arn", build["id"])),
+                         f"{build['id']}: {status}", ("codebuild_stop", str(build["id"])))
+            group, stream = cb.build_log_location(build, project)
+            running = status == "IN_PROGRESS"
+            blocked = running and self.policy["codebuild_builds"] == "keep"
+            self.log_streams(logs, group, stream, f"log of build {build['id']}", (), blocked)
+
+    # ---- S3 objects tagged with the run ----
+    def tagged_objects(self) -> None:
+        s3 = client("s3", self.region)
+        for uri in self.s3_uris:
+            bucket, prefix = parse_s3_prefix(uri)
+            scanned = 0
+            for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket,
+                                                                      Prefix=prefix):
+                for obj in page.get("Contents", []):
+                    key = obj["Key"]
+                    if any(b == bucket and key.startswith(p) for b, p in self.claimed_prefixes):
+                        continue  # already planned as part of a job's prefix
+                    if scanned >= self.max_objects:
+                        self.notes.append(
+                            f"s3://{bucket}/{prefix}: stopped reading object tags after "
+                            f"{self.max_objects} objects; objects past that were not checked "
+                            "(raise max_objects, or pass a narrower prefix)")
+                        break
+                    scanned += 1
+                    object_tags = tags.from_key_value(
+                        s3.get_object_tagging(Bucket=bucket, Key=key).get("TagSet"))
+                    if not self.mine(object_tags):
+                        continue
+                    kind = ("build_contexts" if object_tags.get(tags.COMPONENT_KEY) ==
+                            "build_image" else "artifacts")
+                    self.add(kind, "policy", _s3_uri(bucket, key),
+                             f"tagged by {object_tags.get(tags.COMPONENT_KEY, '?')}, "
+                             f"{_size(int(obj.get('Size', 0)))}",
+                             ("s3_delete_object", bucket, key))
+                else:
+                    continue
+                break
+
+    # ---- ECR ----
+    def ecr(self) -> None:
+        ecr = client("ecr", self.region)
+        marker = ecr_mod.run_marker_prefix(self.run_id)
+        repos: list[dict[str, Any]] = []
+        for page in ecr.get_paginator("describe_repositories").paginate():
+            repos.extend(page.get("repositories", []))
+        for repo in sorted(repos, key=lambda r: r["repositoryName"]):
+            name = repo["repositoryName"]
+            repo_tags = tags.from_key_value(
+                ecr.list_tags_for_resource(resourceArn=repo["repositoryArn"]).get("tags"))
+            if tags.RUN_ID_KEY not in repo_tags and name not in self.ecr_repositories:
+                continue
+            images: list[dict[str, Any]] = []
+            for page in ecr.get_paginator("describe_images").paginate(repositoryName=name):
+                images.extend(page.get("imageDetails", []))
+            mine = [i for i in images if any(t.startswith(marker) for t in i.get("imageTags", []))]
+            for image in sorted(mine, key=lambda i: i["imageDigest"]):
+                self.add("images", "policy", f"{repo['repositoryUri']}@{image['imageDigest']}",
+                         f"tags {', '.join(sorted(image.get('imageTags', [])))}",
+                         ("ecr_delete_image", name, image["imageDigest"]))
+            if not self.created_by_me(repo_tags):
+                continue
+            others = len(images) - (len(mine) if self.policy["images"] == "delete" else 0)
+            if others:
+                self.add("repositories", "skip", repo["repositoryArn"],
+                         f"{name}: created by this run but {others} image(s) stay in it")
+            else:
+                self.add("repositories", "policy", repo["repositoryArn"],
+                         f"{name}: created by this run, empty after cleanup",
+                         ("ecr_delete_repository", name))
+
+    # ---- IAM ----
+    def iam_roles(self) -> None:
+        iam = client("iam", self.region)
+        for page in iam.get_paginator("list_roles").paginate():
+            for role in page.get("Roles", []):
+                if ROLE_NAME_MARK not in role["RoleName"]:
+                    continue
+                role_tags = tags.from_key_value(
+                    iam.list_role_tags(RoleName=role["RoleName"]).get("Tags"))
+                if self.created_by_me(role_tags):
+                    self.add("iam_roles", "policy", role["Arn"], "created by this run",
+                             ("iam_delete_role", role["RoleName"]))
+
+
+def plan(
+    run_id: str,
+    region: str,
+    *,
+    policy: dict[str, str] | None = None,
+    s3_uris: list[str] | None = None,
+    ecr_repositories: list[str] | None = None,
+    codebuild_projects: list[str] | None = None,
+    created_after: dt.datetime | None = None,
+    max_objects: int = DEFAULT_MAX_OBJECTS,
+    log: Callable[[str], None] = print,
+) -> Plan:
+    """Every action for the run, decided before anything changes (checks come first)."""
+    try:
+        tags.validate_run_id(run_id)
+    except ValueError as exc:
+        raise UserError("run_id", str(exc), "pass the exact KFP run id to clean up.") from exc
+    resolved = resolve_policy(policy)
+    for uri in s3_uris or []:
+        parse_s3_prefix(uri)
+    planner = Planner(run_id, region, resolved, s3_uris=list(s3_uris or []),
+                      ecr_repositories=list(ecr_repositories or []),
+                      codebuild_projects=list(codebuild_projects or []),
+                      created_after=created_after, max_objects=max_objects, log=log)
+    for step in (planner.training_jobs, planner.codebuild, planner.tagged_objects, planner.ecr,
+                 planner.iam_roles):
+        step()
+    result = Plan(run_id, region, resolved, planner.actions, planner.notes)
+    result.sort()
+    return result

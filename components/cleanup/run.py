@@ -1,0 +1,275 @@
+"""Carry out a cleanup plan and write its Markdown report.
+
+Actions run in the plan's order (stops first, then deletions); each is tried on
+its own, so one that fails is reported and the rest continue. Deleting a job's
+outputs, checkpoints or logs waits until the job has actually stopped (SageMaker
+still uploads while Stopping). A dry run executes nothing and reports the same
+actions as "would ...". Running cleanup twice is harmless: a second run finds
+nothing left to stop or delete (what is already gone counts as done).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from components.cleanup.plan import Action, Plan, plan
+from components.common.aws import client, error_code, resolve_region
+
+TERMINAL_JOB = {"Completed", "Failed", "Stopped"}
+DEFAULT_STOP_WAIT_S = 900.0  # SageMaker gives a stopped job 120 s, then uploads
+
+PAST = {"stop": "stopped", "delete": "deleted", "keep": "kept", "skip": "left alone"}
+FUTURE = {"stop": "would stop", "delete": "would delete", "keep": "would keep",
+          "skip": "would leave alone"}
+
+
+@dataclass(frozen=True)
+class Outcome:
+    action: Action
+    status: str  # done | planned | failed | kept | skipped
+    message: str = ""
+
+
+@dataclass
+class CleanupResult:
+    plan: Plan
+    outcomes: list[Outcome]
+    dry_run: bool
+    markdown: str = ""
+
+    @property
+    def failures(self) -> list[Outcome]:
+        return [o for o in self.outcomes if o.status == "failed"]
+
+    def count(self, verb: str) -> int:
+        done = "planned" if self.dry_run else "done"
+        return sum(1 for o in self.outcomes if o.action.verb == verb and o.status == done)
+
+
+class _Executor:
+    def __init__(self, region: str, log: Callable[[str], None], stop_wait_s: float,
+                 poll_s: float) -> None:
+        self.region = region
+        self.log = log
+        self.stop_wait_s = stop_wait_s
+        self.poll_s = poll_s
+        self._clients: dict[str, Any] = {}
+        self.job_state: dict[str, str] = {}
+
+    def client(self, service: str) -> Any:
+        if service not in self._clients:
+            self._clients[service] = client(service, self.region)
+        return self._clients[service]
+
+    def wait_for_jobs(self, names: set[str]) -> None:
+        """Waits (bounded) until the jobs have left InProgress/Stopping."""
+        sm = self.client("sagemaker")
+        deadline = time.monotonic() + self.stop_wait_s
+        pending = set(names)
+        while pending:
+            for name in sorted(pending):
+                status = sm.describe_training_job(TrainingJobName=name)["TrainingJobStatus"]
+                self.job_state[name] = status
+                if status in TERMINAL_JOB:
+                    pending.discard(name)
+            if not pending or time.monotonic() > deadline:
+                return
+            self.log(f"[cleanup] waiting for {', '.join(sorted(pending))} to stop")
+            time.sleep(self.poll_s)
+
+    def run(self, action: Action) -> str:
+        """Executes one action; returns a message. Already-gone resources count as done."""
+        waiting = [n for n in action.after_jobs if self.job_state.get(n) not in TERMINAL_JOB]
+        if waiting:
+            raise RuntimeError(f"{', '.join(waiting)} did not stop within {self.stop_wait_s:.0f} "
+                               "s; its files may still change: run cleanup again later")
+        op, *args = action.op
+        return str(getattr(self, f"_{op}")(*args))
+
+    def _sagemaker_stop(self, name: str) -> str:
+        try:
+            self.client("sagemaker").stop_training_job(TrainingJobName=name)
+        except Exception as exc:
+            status = self.client("sagemaker").describe_training_job(
+                TrainingJobName=name)["TrainingJobStatus"]
+            if status in TERMINAL_JOB | {"Stopping"}:
+                return f"already {status}"
+            raise exc
+        return "StopTrainingJob sent"
+
+    def _codebuild_stop(self, build_id: str) -> str:
+        build = self.client("codebuild").stop_build(id=build_id)["build"]
+        return f"build {build.get('buildStatus', '')}"
+
+    def _s3_delete_prefix(self, bucket: str, prefix: str) -> str:
+        s3 = self.client("s3")
+        deleted = 0
+        errors: list[str] = []
+        for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+            keys = [{"Key": o["Key"]} for o in page.get("Contents", [])]
+            if not keys:
+                continue
+            result = s3.delete_objects(Bucket=bucket, Delete={"Objects": keys, "Quiet": True})
+            failed = result.get("Errors", [])
+            deleted += len(keys) - len(failed)
+            errors.extend(f"{e.get('Key')}: {e.get('Code')} {e.get('Message', '')}".strip()
+                          for e in failed)
+        if errors:
+            raise RuntimeError(f"{len(errors)} object(s) not deleted ({deleted} deleted): "
+                               + "; ".join(errors[:5]))
+        return f"{deleted} objects deleted"
+
+    def _s3_delete_object(self, bucket: str, key: str) -> str:
+        self.client("s3").delete_object(Bucket=bucket, Key=key)
+        return "deleted"
+
+    def _logs_delete_stream(self, group: str, stream: str) -> str:
+        try:
+            self.client("logs").delete_log_stream(logGroupName=group, logStreamName=stream)
+        except Exception as exc:
+            if error_code(exc) == "ResourceNotFoundException":
+                return "already gone"
+            raise
+        return "deleted"
+
+    def _ecr_delete_image(self, repository: str, digest: str) -> str:
+        result = self.client("ecr").batch_delete_image(
+            repositoryName=repository, imageIds=[{"imageDigest": digest}])
+        failures = [f for f in result.get("failures", [])
+                    if f.get("failureCode") != "ImageNotFound"]
+        if failures:
+            raise RuntimeError("; ".join(f"{f.get('failureCode')}: {f.get('failureReason')}"
+                                         for f in failures))
+        return "deleted"
+
+    def _ecr_delete_repository(self, repository: str) -> str:
+        try:  # never force: a repository that is not empty stays
+            self.client("ecr").delete_repository(repositoryName=repository)
+        except Exception as exc:
+            if error_code(exc) == "RepositoryNotFoundException":
+                return "already gone"
+            raise
+        return "deleted"
+
+    def _codebuild_delete_project(self, name: str) -> str:
+        self.client("codebuild").delete_project(name=name)
+        return "deleted"
+
+    def _iam_delete_role(self, name: str) -> str:
+        iam = self.client("iam")
+        for page in iam.get_paginator("list_attached_role_policies").paginate(RoleName=name):
+            for attached in page.get("AttachedPolicies", []):
+                iam.detach_role_policy(RoleName=name, PolicyArn=attached["PolicyArn"])
+        for page in iam.get_paginator("list_role_policies").paginate(RoleName=name):
+            for policy_name in page.get("PolicyNames", []):
+                iam.delete_role_policy(RoleName=name, PolicyName=policy_name)
+        iam.delete_role(RoleName=name)
+        return "deleted"
+
+
+def execute(cleanup_plan: Plan, *, dry_run: bool, log: Callable[[str], None] = print,
+            stop_wait_s: float = DEFAULT_STOP_WAIT_S, poll_s: float = 5.0) -> list[Outcome]:
+    executor = _Executor(cleanup_plan.region, log, stop_wait_s, poll_s)
+    outcomes: list[Outcome] = []
+    waited = False
+    for action in cleanup_plan.actions:
+        if action.verb in ("keep", "skip"):
+            outcomes.append(Outcome(action, "kept" if action.verb == "keep" else "skipped"))
+            continue
+        if dry_run:
+            outcomes.append(Outcome(action, "planned"))
+            continue
+        if action.verb == "delete" and not waited:
+            waited = True
+            jobs = {n for a in cleanup_plan.actions if a.verb == "delete" for n in a.after_jobs}
+            if jobs:
+                executor.wait_for_jobs(jobs)
+        try:
+            message = executor.run(action)
+        except Exception as exc:
+            log(f"[cleanup] FAILED to {action.verb} {action.resource}: {exc}")
+            outcomes.append(Outcome(action, "failed", str(exc)))
+            continue
+        log(f"[cleanup] {PAST[action.verb]} {action.resource} ({message})")
+        outcomes.append(Outcome(action, "done", message))
+    return outcomes
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def report(result: CleanupResult) -> str:
+    p = result.plan
+    words = FUTURE if result.dry_run else PAST
+    title = "Cleanup plan (dry run)" if result.dry_run else "Cleanup report"
+    lines = [
+        f"# {title} for run `{p.run_id}`",
+        "",
+        f"Region `{p.region}`. Policy: "
+        + ", ".join(f"{k}={v}" for k, v in p.policy.items()) + ".",
+        "",
+    ]
+    counts = [(words["stop"], result.count("stop")), (words["delete"], result.count("delete")),
+              ("kept", sum(1 for o in result.outcomes if o.status == "kept")),
+              ("left alone", sum(1 for o in result.outcomes if o.status == "skipped")),
+              ("failed", len(result.failures))]
+    lines.append(" | ".join(f"**{n}** {w}" for w, n in counts))
+    lines.append("")
+    sections = [
+        ("Failed", [o for o in result.outcomes if o.status == "failed"]),
+        (words["stop"].capitalize(), [o for o in result.outcomes if o.action.verb == "stop"
+                                      and o.status in ("done", "planned")]),
+        (words["delete"].capitalize(), [o for o in result.outcomes if o.action.verb == "delete"
+                                        and o.status in ("done", "planned")]),
+        ("Kept (policy)", [o for o in result.outcomes if o.status == "kept"]),
+        ("Left alone", [o for o in result.outcomes if o.status == "skipped"]),
+    ]
+    for heading, rows in sections:
+        if not rows:
+            continue
+        lines += [f"## {heading}", "", "| kind | resource | detail |", "|---|---|---|"]
+        for o in rows:
+            detail = o.action.detail + (f" — {o.message}" if o.message else "")
+            lines.append(f"| {o.action.kind} | `{_cell(o.action.resource)}` | {_cell(detail)} |")
+        lines.append("")
+    if not result.outcomes:
+        lines += ["Nothing carries this run's tag: nothing to do.", ""]
+    if p.notes:
+        lines += ["## Notes", ""] + [f"- {n}" for n in p.notes] + [""]
+    return "\n".join(lines)
+
+
+def cleanup(
+    run_id: str,
+    region: str,
+    *,
+    dry_run: bool = False,
+    policy: dict[str, str] | None = None,
+    s3_uris: list[str] | None = None,
+    ecr_repositories: list[str] | None = None,
+    codebuild_projects: list[str] | None = None,
+    created_after: dt.datetime | None = None,
+    max_objects: int | None = None,
+    stop_wait_s: float = DEFAULT_STOP_WAIT_S,
+    poll_s: float = 5.0,
+    log: Callable[[str], None] = print,
+) -> CleanupResult:
+    """Plans, then (unless ``dry_run``) carries out, the cleanup of one run."""
+    region = resolve_region(region or None)
+    kwargs: dict[str, Any] = {}
+    if max_objects is not None:
+        kwargs["max_objects"] = max_objects
+    the_plan = plan(run_id, region, policy=policy, s3_uris=s3_uris,
+                    ecr_repositories=ecr_repositories, codebuild_projects=codebuild_projects,
+                    created_after=created_after, log=log, **kwargs)
+    outcomes = execute(the_plan, dry_run=dry_run, log=log, stop_wait_s=stop_wait_s,
+                       poll_s=poll_s)
+    result = CleanupResult(the_plan, outcomes, dry_run)
+    result.markdown = report(result)
+    return result
+
