@@ -289,3 +289,14 @@ def test_cli_prints_the_tag_without_aws_and_exits_2_on_user_errors(tmp_path):
     bad = subprocess.run(base + ["--run-id", "run-*"], capture_output=True, text=True,
                          cwd=b.PACKAGE_ROOT, env=env)
     assert bad.returncode == 2 and "run_id" in bad.stderr
+
+
+def test_installed_package_finds_its_sources_through_the_environment(tmp_path, monkeypatch):
+    root = make_tree(tmp_path / "src")
+    req = b.BuildRequest(run_id="r", dockerfile="docker/Dockerfile")
+    with pytest.raises(UserError, match="KFP_SAGEMAKER_SOURCE_DIR"):
+        b.context_root(req)
+    monkeypatch.setenv(b.SOURCE_DIR_ENV, str(root))
+    assert b.context_root(req) == root
+    assert b.context_root(b.BuildRequest(run_id="r", dockerfile="images/components/Dockerfile")) \
+        == b.PACKAGE_ROOT

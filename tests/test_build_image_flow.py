@@ -363,3 +363,35 @@ def test_user_errors_fail_before_any_aws_call(backend, checkout, tmp_path):
             with pytest.raises(UserError):
                 b.build_image(request(checkout, **overrides), log=lambda _: None)
     assert recording.calls() == []
+
+
+def test_local_docker_daemon_builds_from_the_hashed_files_and_records_the_tag(
+        backend, checkout, tmp_path, monkeypatch):
+    # No Docker daemon here: a stand-in `docker` CLI records what it is asked to do,
+    # so this checks the commands and the local ECR record, not a real image build.
+    calls = tmp_path / "docker-calls.txt"
+    fake = tmp_path / "bin" / "docker"
+    fake.parent.mkdir()
+    fake.write_text(f"""#!/bin/sh
+echo "$@" >> {calls}
+case "$1" in
+  info) echo 28.2.2 ;;
+  build) find . -type f -perm -u+x | sort >> {calls} ;;
+  image) echo sha256:{'ab' * 32} ;;
+esac
+""")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}:{os.environ['PATH']}")
+    result = b.build_image(request(checkout, builder="auto"), log=lambda _: None)
+    assert result.outcome == "built"
+    recorded = calls.read_text().splitlines()
+    build_line = next(line for line in recorded if line.startswith("build "))
+    assert f"--build-arg BASE_IMAGE={BASE}" in build_line
+    assert f"--tag {result.tag_uri} ." in build_line
+    assert "./trainer/train.sh" in recorded  # the executable bit survived the zip
+    ecr = backend.client("ecr")
+    for tag in (result.context.tag, ecr_mod.run_marker(RUN, result.context.tag)):
+        assert ecr.describe_images(repositoryName=b.DEFAULT_REPOSITORY,
+                                   imageIds=[{"imageTag": tag}])["imageDetails"]
+    again = b.build_image(request(checkout, builder="auto"), log=lambda _: None)
+    assert again.outcome == "reused"

@@ -53,6 +53,7 @@ BASE_IMAGE_ARG = "BASE_IMAGE"
 BUILDERS = ("auto", "codebuild", "docker", "none")
 LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "::1"}
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent.parent
+SOURCE_DIR_ENV = "KFP_SAGEMAKER_SOURCE_DIR"
 
 
 @dataclass
@@ -309,17 +310,36 @@ def _codebuild(req: BuildRequest, region: str, context: ctx.BuildContext,
 
 # ---- the whole step ----
 
+def context_root(req: BuildRequest) -> Path:
+    """The build context folder: ``context_dir``, else the package's source checkout.
+
+    Installed (not editable) the package lives in site-packages without images/, so
+    the checkout is looked for at ``$KFP_SAGEMAKER_SOURCE_DIR``, this file's
+    checkout, then the working directory (the components image's WORKDIR).
+    """
+    if req.context_dir:
+        candidates = [Path(req.context_dir)]
+    else:
+        candidates = [Path(p) for p in (os.environ.get(SOURCE_DIR_ENV, ""),) if p]
+        candidates += [PACKAGE_ROOT, Path.cwd()]
+    for root in candidates:
+        if (root / req.dockerfile).is_file():
+            return root
+    raise UserError(
+        "dockerfile", f"{req.dockerfile} was not found under "
+        f"{', '.join(str(c) for c in candidates)}.",
+        "pass context_dir (the folder holding the Dockerfile and the files it copies), or set "
+        f"{SOURCE_DIR_ENV} to this package's source checkout.")
+
+
 def plan_context(
     req: BuildRequest, *, log: Callable[[str], None] = print,
     lookup: Callable[[str, str], str] = lookup_dlc,
 ) -> ctx.BuildContext:
     """Checks the request and hashes the build context: everything before any AWS call."""
     validate(req)
-    root = Path(req.context_dir) if req.context_dir else PACKAGE_ROOT
+    root = context_root(req)
     dockerfile_path = root / req.dockerfile
-    if not dockerfile_path.is_file():
-        raise UserError("dockerfile", f"{dockerfile_path} does not exist.",
-                        "pass the Dockerfile path relative to context_dir.")
     build_args = dict(req.build_args)
     if declares_arg(dockerfile_path.read_text(encoding="utf-8"), BASE_IMAGE_ARG) and (
             BASE_IMAGE_ARG not in build_args):
