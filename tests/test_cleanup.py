@@ -276,6 +276,8 @@ def test_dry_run_changes_nothing_and_lists_exactly_what_the_real_run_does(world)
     before = snapshot(world)
     dry = run_cleanup(dry_run=True, policy=ALL_DELETE)
     assert snapshot(world) == before
+    capped = run_cleanup(dry_run=True, policy=ALL_DELETE, max_objects=1)
+    assert "stopped reading object tags after 1 objects" in capped.markdown  # said, not hidden
     real = run_cleanup(policy=ALL_DELETE)
     assert [o.action.key for o in dry.outcomes] == [o.action.key for o in real.outcomes]
     assert {o.status for o in dry.outcomes if o.action.verb in ("stop", "delete")} == {"planned"}

@@ -18,6 +18,8 @@ call. The steps, in order:
 
 from __future__ import annotations
 
+import io
+import json
 import os
 import re
 import shutil
@@ -194,14 +196,13 @@ def choose_builder(requested: str, local: bool, docker_ok: Callable[[], bool]) -
     return "docker" if docker_ok() else "none"
 
 
-def _docker_build_local(req: BuildRequest, context: ctx.BuildContext, ecr: Any,
-                        repo: ecr_mod.Repository, marker: str,
-                        log: Callable[[str], None]) -> None:
+def _docker_build_local(context: ctx.BuildContext, ecr: Any, repo: ecr_mod.Repository,
+                        marker: str, log: Callable[[str], None]) -> None:
     """Builds with the local daemon from exactly the hashed files, and records the tag
     in the local ECR (moto serves ECR's API, not its registry: the image itself stays
     in the local daemon under the same name)."""
     with tempfile.TemporaryDirectory(prefix="build-context-") as tmp:
-        with zipfile.ZipFile(_zip_file(context, tmp)) as zf:
+        with zipfile.ZipFile(io.BytesIO(ctx.write_zip(context))) as zf:
             zf.extractall(Path(tmp) / "ctx")
         for entry in context.files:
             if entry.executable:
@@ -215,8 +216,6 @@ def _docker_build_local(req: BuildRequest, context: ctx.BuildContext, ecr: Any,
         subprocess.run(command, cwd=Path(tmp) / "ctx", check=True)
     image_id = subprocess.run(["docker", "image", "inspect", "--format", "{{.Id}}", image],
                               capture_output=True, text=True, check=True).stdout.strip()
-    import json
-
     manifest = json.dumps({
         "schemaVersion": 2,
         "mediaType": "application/vnd.docker.distribution.manifest.v2+json",
@@ -226,13 +225,6 @@ def _docker_build_local(req: BuildRequest, context: ctx.BuildContext, ecr: Any,
     }, sort_keys=True)
     for tag in (context.tag, marker):
         ecr.put_image(repositoryName=repo.name, imageManifest=manifest, imageTag=tag)
-
-
-def _zip_file(context: ctx.BuildContext, directory: str) -> str:
-    path = os.path.join(directory, "context.zip")
-    with open(path, "wb") as f:
-        f.write(ctx.write_zip(context))
-    return path
 
 
 def _codebuild(req: BuildRequest, region: str, context: ctx.BuildContext,
@@ -409,7 +401,7 @@ def build_image(
         log(f"[build_image] {message}")
         return BuildResult(tag_uri, tag_uri, "", "not-built", message, context, recorded)
     if builder == "docker":
-        _docker_build_local(req, context, ecr, repo, marker, log)
+        _docker_build_local(context, ecr, repo, marker, log)
     else:
         _codebuild(req, region, context, repo, marker, run_tags, base_image, record, log)
     digest = ecr_mod.image_digest(ecr, repo.name, context.tag)
