@@ -53,6 +53,14 @@ def latest(root: str | Path) -> Path | None:
     return found[-1] if found else None
 
 
+def _portable(model_sd: dict[str, Any]) -> dict[str, Any]:
+    """Drops TransformerEngine's ``_extra_state`` entries (pickled FP8 scaling metadata whose
+    size changes once training has started, so DCP cannot load it into a fresh model: seen as a
+    CheckpointException on the H200 at resume). TE rebuilds that state in the first steps after
+    a resume; on the PyTorch backend there is none and resume stays exact."""
+    return {k: v for k, v in model_sd.items() if not k.endswith("_extra_state")}
+
+
 def _barrier() -> None:
     if dist.is_initialized():
         dist.barrier()
@@ -77,7 +85,7 @@ def save(root: str | Path, step: int, model, optimizer, meta: dict[str, Any], ke
         tmp.mkdir(parents=True)
     _barrier()
     model_sd, optim_sd = get_state_dict(model, optimizer)
-    dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=str(tmp))
+    dcp.save({"model": _portable(model_sd), "optim": optim_sd}, checkpoint_id=str(tmp))
     torch.save(_rng_state(), tmp / f"rng_rank{rank:05d}.pt")
     _barrier()
     # One writer per node: on SageMaker each node has its own /opt/ml/checkpoints.
@@ -101,10 +109,12 @@ def load(path: str | Path, model, optimizer, rank: int) -> dict[str, Any]:
     """Collective: loads model, optimizer and RNG state in place; returns meta.json."""
     path = Path(path)
     model_sd, optim_sd = get_state_dict(model, optimizer)
-    state: dict[str, Any] = {"model": model_sd, "optim": optim_sd}
+    full = _portable(model_sd)
+    state: dict[str, Any] = {"model": full, "optim": optim_sd}
     dcp.load(state, checkpoint_id=str(path))
+    strict = len(full) == len(model_sd)  # TE's extra state is not in the checkpoint
     set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"],
-                   options=StateDictOptions(strict=True))
+                   options=StateDictOptions(strict=strict))
     rng = path / f"rng_rank{rank:05d}.pt"
     if rng.is_file():
         saved = torch.load(rng, weights_only=True)

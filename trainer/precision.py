@@ -28,8 +28,6 @@ def te_available() -> bool:
 
 def _te_check(precision: str) -> None:
     """TransformerEngine's own availability answers, raised in our words."""
-    import transformer_engine.pytorch as te
-
     fn = {
         "fp8": "is_fp8_available",
         "fp8-current": "is_fp8_available",
@@ -37,7 +35,11 @@ def _te_check(precision: str) -> None:
         "mxfp8": "is_mxfp8_available",
         "nvfp4": "is_nvfp4_available",
     }.get(precision)
-    if fn and hasattr(te, fn):
+    if not fn:
+        return
+    import transformer_engine.pytorch as te
+
+    if hasattr(te, fn):
         ok, reason = getattr(te, fn)(return_reason=True)
         if not ok:
             raise hardware.UnsupportedPrecisionError(
@@ -59,7 +61,10 @@ def plan(precision: str, backend: str, device_type: str) -> Plan:
             gpu_spec = None
     low = precision in hardware.LOW_PRECISIONS
     if backend == "auto":
-        backend = "te" if (device_type == "cuda" and low and te_available()) else "torch"
+        # On a GPU with TE, every precision uses the TE layers: runs of a precision sweep then
+        # differ in the precision alone (same layers, same initialisation), and the measured
+        # memory grid (benchmarks/memory/h200_grid.json) is the TE backend's.
+        backend = "te" if (device_type == "cuda" and te_available()) else "torch"
     if backend == "te":
         if device_type != "cuda":
             raise ConfigError("backend='te': TransformerEngine needs a CUDA GPU; use backend=torch "
