@@ -55,6 +55,11 @@ def test_hyperparameters_json_sm_hp_and_flags_take_precedence_in_that_order(tmp_
     assert cfg.model.num_layers == 3 and cfg.model.hidden_size == 96 and cfg.activation_checkpointing
     assert cfg.lr == 0.001 and cfg.model_dir == "/x/model" and cfg.checkpoint_dir == "/x/ck"
     assert config.parse(["--no-activation-checkpointing"], env=env).activation_checkpointing is False
+    # The SageMaker training toolkit's form: hyperparameters as arguments, values after booleans.
+    toolkit = config.parse(["--num_layers", "5", "--activation-checkpointing", "False",
+                            "--high-precision-lm-head=false"], env=env)
+    assert toolkit.model.num_layers == 5 and not toolkit.activation_checkpointing
+    assert not toolkit.high_precision_lm_head
 
 
 @pytest.mark.parametrize(

@@ -272,9 +272,9 @@ def _hp_argv(hps: dict[str, str], parser: argparse.ArgumentParser) -> list[str]:
         text = value.strip()
         if isinstance(action, argparse.BooleanOptionalAction):
             low = text.lower()
-            if low in ("true", "1", "yes", "on"):
+            if low in _TRUE:
                 argv.append(f"--{name}")
-            elif low in ("false", "0", "no", "off"):
+            elif low in _FALSE:
                 argv.append(f"--no-{name}")
             else:
                 raise ConfigError(f"hyperparameter {name!r}={value!r}: must be true or false")
@@ -283,6 +283,40 @@ def _hp_argv(hps: dict[str, str], parser: argparse.ArgumentParser) -> list[str]:
         else:
             argv += [f"--{name}", text]
     return argv
+
+
+_TRUE = ("true", "1", "yes", "on")
+_FALSE = ("false", "0", "no", "off")
+
+
+def normalise_argv(argv: list[str], parser: argparse.ArgumentParser) -> list[str]:
+    """Accepts the forms the SageMaker training toolkit passes hyperparameters in:
+    ``--num_layers 4`` (underscores) and ``--activation-checkpointing true`` (a value after a
+    boolean flag), besides the plain ``--num-layers 4`` / ``--activation-checkpointing``."""
+    actions = _actions(parser)
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        token = argv[i]
+        value = None
+        if token.startswith("--"):
+            name, eq, inline = token[2:].partition("=")
+            name = name.replace("_", "-")
+            token = f"--{name}" + (f"={inline}" if eq else "")
+            action = actions.get(name)
+            if isinstance(action, argparse.BooleanOptionalAction):
+                if eq:
+                    value = inline
+                elif i + 1 < len(argv) and argv[i + 1].lower() in _TRUE + _FALSE:
+                    value = argv[i + 1]
+                    i += 1
+                if value is not None:
+                    if value.lower() not in _TRUE + _FALSE:
+                        raise ConfigError(f"argument --{name}: {value!r} must be true or false")
+                    token = f"--{name}" if value.lower() in _TRUE else f"--no-{name}"
+        out.append(token)
+        i += 1
+    return out
 
 
 def parse(argv: list[str] | None = None, env: dict[str, str] | None = None) -> TrainConfig:
@@ -294,7 +328,7 @@ def parse(argv: list[str] | None = None, env: dict[str, str] | None = None) -> T
         hp_args = parser.parse_args(hp_argv)
     except ConfigError as exc:
         raise ConfigError(f"hyperparameters: {exc}") from None
-    args = parser.parse_args(argv if argv is not None else [], namespace=hp_args)
+    args = parser.parse_args(normalise_argv(list(argv or []), parser), namespace=hp_args)
     return from_namespace(args, env)
 
 
