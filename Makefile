@@ -2,7 +2,7 @@
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
-EXTRAS := aws,trainer,report,local,dev
+EXTRAS := aws,sagemaker,trainer,report,local,dev
 STAMP := $(VENV)/.installed
 
 .PHONY: demo test lint compile install clean

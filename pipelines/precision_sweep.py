@@ -1,0 +1,230 @@
+"""The precision sweep: which precision should this model train in on SageMaker Blackwell?
+
+Inside an exit handler whose exit task is ``cleanup`` (it runs even when a step
+fails): build the trainer image (skipped when its content-addressed tag exists),
+plan memory for every precision (a precision the GPU cannot run, or a
+configuration predicted not to fit, is reported and skipped, or fails the run
+before any job starts), train and parse the logs of every runnable precision in
+a ParallelFor, then compare the loss curves against the baseline and publish
+the HTML report and the recommended precision.
+
+    python pipelines/precision_sweep.py --compile            # compiled/precision_sweep.yaml
+    python pipelines/precision_sweep.py --run-local          # the whole sweep on this machine
+"""
+
+
+import sys
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):  # `python pipelines/precision_sweep.py`
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from kfp import dsl
+
+from components.build_image.component import build_image
+from components.cleanup.component import cleanup
+from components.compare_convergence.component import compare_convergence
+from components.memory_estimate.component import memory_estimate
+from components.parse_logs.component import parse_logs
+from components.sagemaker_training.component import sagemaker_training
+
+NAME = "precision-sweep"
+DEFAULT_PARALLELISM = 4
+RUN_ID = dsl.PIPELINE_JOB_ID_PLACEHOLDER
+
+
+def build_pipeline(parallelism: int = DEFAULT_PARALLELISM) -> Any:
+    """The pipeline with ``parallelism`` training jobs at a time (a compile-time setting)."""
+
+    @dsl.pipeline(
+        name=NAME,
+        description="Train one model in several precisions on SageMaker (ml.p6-b200.48xlarge), "
+        "compare their loss curves against a baseline and recommend the fastest that converges.",
+    )
+    def precision_sweep(
+        role_arn: str,
+        bucket: str,
+        region: str = "us-west-2",
+        s3_prefix: str = "kfp-sagemaker-blackwell",
+        instance_type: str = "ml.p6-b200.48xlarge",
+        instance_count: int = 1,
+        training_plan_arn: str = "",
+        use_spot: bool = False,
+        max_wait_seconds: int = 0,
+        max_runtime_seconds: int = 86400,
+        model_preset: str = "8b",
+        num_layers: int = 0,
+        hidden_size: int = 0,
+        num_heads: int = 0,
+        num_kv_heads: int = 0,
+        ffn_hidden_size: int = 0,
+        vocab_size: int = -1,
+        precisions: list = ["bf16", "fp8", "mxfp8", "nvfp4"],  # noqa: B006 (KFP default)
+        batch_size: int = 8,
+        seq_length: int = 2048,
+        activation_checkpointing: str = "auto",
+        max_steps: int = 500,
+        hyperparameters: dict = {},  # noqa: B006 (KFP default)
+        precision_hyperparameters: dict = {},  # noqa: B006 (KFP default)
+        fail_on_unrunnable: bool = False,
+        baseline: str = "bf16",
+        loss_tolerance_rel: float = 0.01,
+        divergence_tolerance_rel: float = 0.1,
+        target_gpu: str = "B200",
+        trainer_repository: str = "kfp-sagemaker-blackwell/trainer",
+        codebuild_role_arn: str = "",
+        cleanup_policy: dict = {},  # noqa: B006 (KFP default)
+    ) -> None:
+        """Precision sweep.
+
+        Args:
+            role_arn: SageMaker execution role ARN the training jobs run as.
+            bucket: S3 bucket for build contexts, checkpoints and model artifacts.
+            region: AWS region of every resource.
+            s3_prefix: Prefix in the bucket; the run writes under <prefix>/<run id>/.
+            instance_type: SageMaker instance type (8x B200 by default).
+            instance_count: Instances per training job (multi-node FSDP when > 1).
+            training_plan_arn: A SageMaker Flexible Training Plan to run in (reserved capacity).
+            use_spot: Managed Spot Training (checkpoints in S3, resumed after interruption).
+            max_wait_seconds: Spot only: the longest a job may wait plus run (>= max runtime).
+            max_runtime_seconds: The longest a job may run.
+            model_preset: Model preset (tiny, small, 1b, 3b, 8b, 14b, 32b, 64b, te-fsdp-example).
+            num_layers: Override of the preset's transformer blocks (0 = the preset's).
+            hidden_size: Override of the model width (0 = the preset's).
+            num_heads: Override of the attention heads (0 = the preset's).
+            num_kv_heads: Override of the key/value heads (0 = the preset's).
+            ffn_hidden_size: Override of the MLP inner size (0 = the preset's).
+            vocab_size: Override of the vocabulary (-1 = the preset's, 0 = none).
+            precisions: Precisions to train (fp32, bf16, fp16, fp8, fp8-current, fp8-block,
+                mxfp8, nvfp4); include the baseline.
+            batch_size: Micro-batch per GPU; 0 = the largest the memory plan says fits.
+            seq_length: Tokens per sequence.
+            activation_checkpointing: auto (on only where the memory plan needs it), on, off.
+            max_steps: Optimizer steps per training job.
+            hyperparameters: Extra trainer hyperparameters for every job (name -> value).
+            precision_hyperparameters: Per-precision extra hyperparameters, e.g.
+                {"nvfp4": {"high-precision-lm-head": "true"}}.
+            fail_on_unrunnable: Fail before any training when a precision is unsupported
+                or predicted not to fit (default: skip it and report it in the plan).
+            baseline: The precision the others are compared with.
+            loss_tolerance_rel: Largest relative final-loss difference to the baseline that passes.
+            divergence_tolerance_rel: Largest relative worst-case divergence that passes.
+            target_gpu: GPU whose expected speed-ups rank emulated runs.
+            trainer_repository: ECR repository of the trainer image.
+            codebuild_role_arn: CodeBuild service role (empty: the project's default).
+            cleanup_policy: Per-kind cleanup policy overrides, e.g. {"checkpoints": "delete"}.
+        """
+        run_prefix = f"s3://{bucket}/{s3_prefix}/{RUN_ID}"
+        clean = cleanup(
+            run_id=RUN_ID,
+            region=region,
+            policy=cleanup_policy,
+            s3_uris=[run_prefix],
+            ecr_repositories=[trainer_repository],
+        ).set_display_name("cleanup")
+        clean.set_retry(2)  # idempotent
+        with dsl.ExitHandler(clean, name="sweep"):
+            image = build_image(
+                run_id=RUN_ID,
+                s3_uri=f"{run_prefix}/build",
+                region=region,
+                repository=trainer_repository,
+                instance_type=instance_type,
+                codebuild_role_arn=codebuild_role_arn,
+                pipeline_name=NAME,
+            ).set_display_name("build trainer image")
+            image.set_retry(2)  # re-attaches to its build; skipped when the tag exists
+            plan = memory_estimate(
+                instance_type=instance_type,
+                model_preset=model_preset,
+                num_layers=num_layers,
+                hidden_size=hidden_size,
+                num_heads=num_heads,
+                num_kv_heads=num_kv_heads,
+                ffn_hidden_size=ffn_hidden_size,
+                vocab_size=vocab_size,
+                seq_length=seq_length,
+                batch_size=batch_size,
+                precisions=precisions,
+                activation_checkpointing=activation_checkpointing,
+                require_all_runnable=fail_on_unrunnable,
+            ).set_display_name("memory plan")
+            with dsl.ParallelFor(
+                plan.outputs["runnable_precisions"], parallelism=parallelism
+            ) as precision:
+                train = sagemaker_training(
+                    image_uri=image.outputs["image_uri"],
+                    role_arn=role_arn,
+                    output_s3_uri=f"{run_prefix}/output",
+                    checkpoint_s3_uri=f"{run_prefix}/checkpoints/{precision}",
+                    region=region,
+                    instance_type=instance_type,
+                    instance_count=instance_count,
+                    precision=precision,
+                    model_preset=model_preset,
+                    num_layers=num_layers,
+                    hidden_size=hidden_size,
+                    num_heads=num_heads,
+                    num_kv_heads=num_kv_heads,
+                    ffn_hidden_size=ffn_hidden_size,
+                    vocab_size=vocab_size,
+                    seq_length=seq_length,
+                    max_steps=max_steps,
+                    hyperparameters=hyperparameters,
+                    precision_hyperparameters=precision_hyperparameters,
+                    training_plan_arn=training_plan_arn,
+                    use_spot=use_spot,
+                    max_wait_seconds=max_wait_seconds,
+                    max_runtime_seconds=max_runtime_seconds,
+                    memory_plan=plan.outputs["plan"],
+                    pipeline=NAME,
+                ).set_display_name("train")
+                train.set_retry(2)  # a retry re-attaches to the same job, never a second one
+                logs = parse_logs(
+                    job_name=train.outputs["job_name"],
+                    region=region,
+                    requested_precision=precision,
+                ).set_display_name("parse logs")
+                logs.set_retry(3)  # read-only
+            compare_convergence(
+                series=dsl.Collected(logs.outputs["series"]),
+                baseline=baseline,
+                loss_tolerance_rel=loss_tolerance_rel,
+                divergence_tolerance_rel=divergence_tolerance_rel,
+                target_gpu=target_gpu,
+            ).set_display_name("compare convergence")
+
+    return precision_sweep
+
+
+PIPELINE = build_pipeline()
+
+# What `--run-local` runs: a small model on this machine's CPU, a few minutes in all.
+LOCAL_DEFAULTS: dict[str, Any] = {
+    "model_preset": "small",
+    "precisions": ["bf16", "fp8", "mxfp8", "nvfp4"],
+    "batch_size": 8,
+    "seq_length": 128,
+    "max_steps": 60,
+    "activation_checkpointing": "off",
+    "hyperparameters": {"log-every": "1", "checkpoint-every": "0"},
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    from pipelines import _cli
+
+    return _cli.main(
+        argv,
+        name="precision_sweep",
+        doc=__doc__ or "",
+        build=build_pipeline,
+        default_parallelism=DEFAULT_PARALLELISM,
+        local_defaults=LOCAL_DEFAULTS,
+        report_task="compare-convergence",
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())
