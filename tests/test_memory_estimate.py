@@ -268,8 +268,15 @@ def test_bad_hardware_names_the_field_and_what_is_valid(kwargs, field, hint):
     assert err.value.field == field and hint in str(err.value)
 
 
-def test_world_size_multiple_of_the_node_and_default_one_node_are_accepted():
+def test_world_size_multiple_of_the_node_and_default_all_gpus_of_the_instances_are_accepted():
     assert planner.resolve_hardware(instance_type="ml.p6-b200.48xlarge").world_size == 8
+    two = planner.resolve_hardware(instance_type="ml.p6-b200.48xlarge", instance_count=2)
+    assert two.world_size == 16
+    with pytest.raises(UserError, match="world_size"):
+        planner.resolve_hardware(instance_type="ml.p6-b200.48xlarge", instance_count=2,
+                                 world_size=8)
+    with pytest.raises(UserError, match="instance_count"):
+        planner.resolve_hardware(instance_type="ml.p6-b200.48xlarge", instance_count=0)
     assert planner.resolve_hardware(instance_type="ml.p6-b200.48xlarge", world_size=16).world_size == 16
     assert planner.resolve_hardware(gpu="nvidia h200").gpu.name == "H200"
 

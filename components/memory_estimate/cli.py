@@ -62,11 +62,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     hw.add_argument("--gpu", help=f"GPU instead of an instance type: {', '.join(hardware.GPUS)}")
     hw.add_argument(
+        "--instance-count",
+        type=int,
+        default=1,
+        help="instances (nodes) per training job; the default world size is all their GPUs",
+    )
+    hw.add_argument(
         "--world-size",
         type=int,
         default=None,
-        help="GPUs FSDP shards over (GPUs per node x nodes); default: one node of the "
-        "instance type, or 1 with --gpu",
+        help="GPUs FSDP shards over (GPUs per node x nodes); default: all GPUs of "
+        "--instance-count instances, or 1 with --gpu",
     )
 
     tr = p.add_argument_group("training")
@@ -155,7 +161,10 @@ def request_from_args(args: argparse.Namespace) -> planner.Request:
     dims = {k: v for k, v in vars(args).items() if k in ModelSpec.__dataclass_fields__}
     model = planner.model_from_values(args.preset, **dims)
     hw = planner.resolve_hardware(
-        gpu=args.gpu, instance_type=args.instance_type, world_size=args.world_size
+        gpu=args.gpu,
+        instance_type=args.instance_type,
+        world_size=args.world_size,
+        instance_count=args.instance_count,
     )
     return planner.Request(
         model=model,

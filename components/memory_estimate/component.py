@@ -12,6 +12,7 @@ def memory_estimate(
     report: Output[Markdown],
     metrics: Output[Metrics],
     instance_type: str = "ml.p6-b200.48xlarge",
+    instance_count: int = 1,
     world_size: int = 0,
     gpu: str = "",
     model_preset: str = "8b",
@@ -58,8 +59,10 @@ def memory_estimate(
     Args:
         instance_type: SageMaker instance type (ml.p6-b200.48xlarge, ml.p6-b300.48xlarge,
             ml.p5.48xlarge, ml.p5e.48xlarge, ...). Empty to give ``gpu`` instead.
+        instance_count: Instances (nodes) per training job.
         world_size: GPUs the model is sharded over (GPUs per node x nodes); 0 = all
-            GPUs of one instance. Must divide, or be a multiple of, the node's GPUs.
+            GPUs of ``instance_count`` instances. Must divide, or be a multiple of, the
+            node's GPUs.
         gpu: A GPU name (B200, B300, H100, H200, ...) instead of an instance type.
         model_preset: Model preset shared with the trainer (1b, 3b, 8b, 14b, 32b, 64b,
             te-fsdp-example, tiny, small).
@@ -102,6 +105,7 @@ def memory_estimate(
 
     out = run_component(
         instance_type=instance_type,
+        instance_count=instance_count,
         world_size=world_size,
         gpu=gpu,
         model_preset=model_preset,

@@ -46,9 +46,18 @@ class Hardware:
 
 
 def resolve_hardware(
-    *, gpu: str | None = None, instance_type: str | None = None, world_size: int | None = None
+    *,
+    gpu: str | None = None,
+    instance_type: str | None = None,
+    world_size: int | None = None,
+    instance_count: int = 1,
 ) -> Hardware:
-    """GPU spec, instance type and world size, checked (UserError names the field)."""
+    """GPU spec, instance type and world size, checked (UserError names the field).
+
+    ``world_size`` None or 0: all GPUs of ``instance_count`` instances (1 with a GPU name).
+    """
+    if isinstance(instance_count, bool) or not isinstance(instance_count, int) or instance_count < 1:
+        raise UserError("instance_count", f"={instance_count!r} must be a positive integer.", "")
     gpu = (gpu or "").strip() or None
     instance_type = (instance_type or "").strip() or None
     if not gpu and not instance_type:
@@ -78,7 +87,14 @@ def resolve_hardware(
         )
     per_node = it.gpus_per_node if it else 0
     if world_size is None or world_size == 0:
-        world_size = per_node or 1
+        world_size = (per_node or 1) * instance_count
+    elif instance_count > 1 and per_node and world_size != per_node * instance_count:
+        raise UserError(
+            "world_size",
+            f"={world_size} but {instance_count} x {it.name} have "  # type: ignore[union-attr]
+            f"{per_node * instance_count} GPUs.",
+            "leave world_size at 0 (all GPUs of the instances) or make them agree.",
+        )
     if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
         raise UserError("world_size", f"={world_size!r} must be a positive integer.", "")
     if it and not (world_size % per_node == 0 or per_node % world_size == 0):

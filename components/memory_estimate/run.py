@@ -22,6 +22,7 @@ class ComponentOutputs:
 def run_component(
     *,
     instance_type: str = "",
+    instance_count: int = 1,
     world_size: int = 0,
     gpu: str = "",
     model_preset: str = "",
@@ -60,7 +61,8 @@ def run_component(
         model=model,
         seq_length=seq_length,
         hardware=planner.resolve_hardware(
-            gpu=gpu, instance_type=instance_type, world_size=world_size
+            gpu=gpu, instance_type=instance_type, world_size=world_size,
+            instance_count=instance_count,
         ),
         precisions=planner.parse_precisions(precisions),
         batch_sizes=(batch_size,),
