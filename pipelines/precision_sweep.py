@@ -137,6 +137,7 @@ def build_pipeline(parallelism: int = DEFAULT_PARALLELISM) -> Any:
             image.set_retry(2)  # re-attaches to its build; skipped when the tag exists
             plan = memory_estimate(
                 instance_type=instance_type,
+                instance_count=instance_count,
                 model_preset=model_preset,
                 num_layers=num_layers,
                 hidden_size=hidden_size,

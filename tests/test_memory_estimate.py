@@ -247,6 +247,14 @@ def test_batch_candidates_are_powers_of_two_up_to_the_largest_that_fits():
     assert sizes[-1] == top and sizes[0] == 1 and all(b <= top for b in sizes)
 
 
+def test_batch_candidates_respect_a_cap_for_short_tuning_runs():
+    res = planner.plan(_request("1b", seq=2048, precisions=("bf16",), ac="off"))
+    assert res.plan.precisions["bf16"].max_batch_size_without_checkpointing > 6
+    assert [c["batch_size"] for c in planner.batch_candidates(res, 6)] == [1, 2, 4, 6]
+    with pytest.raises(UserError, match="max_candidate_batch_size"):
+        planner.batch_candidates(res, -1)
+
+
 # ---- errors -----------------------------------------------------------------------------
 
 

@@ -35,6 +35,7 @@ def memory_estimate(
     fsdp_version: int = 2,
     quantized_model_init: bool = False,
     require_all_runnable: bool = False,
+    max_candidate_batch_size: int = 0,
 ) -> NamedTuple(  # type: ignore[valid-type]
     "Outputs",
     [("plan", str), ("runnable_precisions", list), ("all_runnable", bool),
@@ -87,6 +88,8 @@ def memory_estimate(
         quantized_model_init: TE quantized_model_init (weights stored quantised).
         require_all_runnable: Fail when any requested precision is unsupported or
             predicted not to fit, instead of reporting it in the plan.
+        max_candidate_batch_size: Cap on the batch sizes in ``batch_candidates``
+            (0 = up to the largest that fits).
 
     Returns:
         plan: The MemoryPlan JSON (components.common.memory_plan) the training
@@ -128,6 +131,7 @@ def memory_estimate(
         fsdp_version=fsdp_version,
         quantized_model_init=quantized_model_init,
         require_all_runnable=require_all_runnable,
+        max_candidate_batch_size=max_candidate_batch_size,
     )
     with open(report.path, "w") as f:
         f.write(out.markdown)

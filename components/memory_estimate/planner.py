@@ -386,10 +386,13 @@ def _dedupe(rows: list[Estimate]) -> list[Estimate]:
     return out
 
 
-def batch_candidates(result: PlanResult) -> list[dict[str, Any]]:
+def batch_candidates(result: PlanResult, max_batch_size: int = 0) -> list[dict[str, Any]]:
     """Configurations worth timing (the article's "tune batch size first"): per runnable
     precision and allowed checkpointing mode, powers of two up to the largest batch
-    that fits, and that largest batch."""
+    that fits (capped at ``max_batch_size`` when > 0), and that largest batch."""
+    if max_batch_size < 0:
+        raise UserError("max_candidate_batch_size", f"{max_batch_size} is negative.",
+                        "pass 0 (no cap) or a positive batch size.")
     out: list[dict[str, Any]] = []
     modes = _modes(result.request)
     for p, e in result.plan.precisions.items():
@@ -397,6 +400,8 @@ def batch_candidates(result: PlanResult) -> list[dict[str, Any]]:
             continue
         for ac in modes:
             top = e.max_batch_size_with_checkpointing if ac else e.max_batch_size_without_checkpointing
+            if max_batch_size:
+                top = min(top, max_batch_size)
             sizes = sorted({1 << k for k in range(top.bit_length()) if (1 << k) <= top} | ({top} if top else set()))
             for b in sizes:
                 out.append({"precision": p, "batch_size": b, "activation_checkpointing": ac})

@@ -45,6 +45,7 @@ def run_component(
     fsdp_version: int = 2,
     quantized_model_init: bool = False,
     require_all_runnable: bool = False,
+    max_candidate_batch_size: int = 0,
 ) -> ComponentOutputs:
     """Component semantics: 0 / -1 / "" model values keep the preset's."""
     dims: dict[str, Any] = {
@@ -92,7 +93,7 @@ def run_component(
         plan=result.plan.to_json(),
         runnable_precisions=runnable,
         all_runnable=all_runnable,
-        batch_candidates=planner.batch_candidates(result),
+        batch_candidates=planner.batch_candidates(result, max_candidate_batch_size),
         markdown=report.markdown(result),
         metrics=report.metrics(result),
     )

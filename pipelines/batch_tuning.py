@@ -1,0 +1,210 @@
+"""Batch-size tuning: the article's first advice, tune the batch size before anything else.
+
+For one precision, the memory plan picks candidate micro-batch sizes (powers of
+two up to the largest that fits, with and without activation checkpointing);
+each candidate trains briefly on SageMaker, its logs are parsed, and the
+candidates are ranked by tokens/s per GPU next to their peak memory. All inside
+an exit handler whose exit task is ``cleanup``.
+
+    python pipelines/batch_tuning.py --compile           # compiled/batch_tuning.yaml
+    python pipelines/batch_tuning.py --run-local         # on this machine
+"""
+
+import sys
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):  # `python pipelines/batch_tuning.py`
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from kfp import dsl
+
+from components.build_image.component import build_image
+from components.cleanup.component import cleanup
+from components.memory_estimate.component import memory_estimate
+from components.parse_logs.component import parse_logs
+from components.rank_throughput.component import rank_throughput
+from components.sagemaker_training.component import sagemaker_training
+
+NAME = "batch-tuning"
+DEFAULT_PARALLELISM = 2
+RUN_ID = dsl.PIPELINE_JOB_ID_PLACEHOLDER
+
+
+def build_pipeline(parallelism: int = DEFAULT_PARALLELISM) -> Any:
+    """The pipeline with ``parallelism`` candidate jobs at a time (a compile-time setting)."""
+
+    @dsl.pipeline(
+        name=NAME,
+        description="Time short training runs of the batch sizes (with and without activation "
+        "checkpointing) the memory plan says fit, and rank them by tokens/s per GPU.",
+    )
+    def batch_tuning(
+        role_arn: str,
+        bucket: str,
+        region: str = "us-west-2",
+        s3_prefix: str = "kfp-sagemaker-blackwell",
+        instance_type: str = "ml.p6-b200.48xlarge",
+        instance_count: int = 1,
+        training_plan_arn: str = "",
+        use_spot: bool = False,
+        max_wait_seconds: int = 0,
+        max_runtime_seconds: int = 7200,
+        model_preset: str = "8b",
+        num_layers: int = 0,
+        hidden_size: int = 0,
+        num_heads: int = 0,
+        num_kv_heads: int = 0,
+        ffn_hidden_size: int = 0,
+        vocab_size: int = -1,
+        precision: str = "fp8",
+        seq_length: int = 2048,
+        activation_checkpointing: str = "auto",
+        max_batch_size: int = 64,
+        max_steps: int = 50,
+        hyperparameters: dict = {},  # noqa: B006 (KFP default)
+        trainer_repository: str = "kfp-sagemaker-blackwell/trainer",
+        codebuild_role_arn: str = "",
+        cleanup_policy: dict = {},  # noqa: B006 (KFP default)
+    ) -> None:
+        """Batch-size tuning.
+
+        Args:
+            role_arn: SageMaker execution role ARN the training jobs run as.
+            bucket: S3 bucket for build contexts, checkpoints and model artifacts.
+            region: AWS region of every resource.
+            s3_prefix: Prefix in the bucket; the run writes under <prefix>/<run id>/.
+            instance_type: SageMaker instance type (8x B200 by default).
+            instance_count: Instances per training job.
+            training_plan_arn: A SageMaker Flexible Training Plan to run in.
+            use_spot: Managed Spot Training.
+            max_wait_seconds: Spot only: the longest a job may wait plus run.
+            max_runtime_seconds: The longest a candidate job may run.
+            model_preset: Model preset (tiny, small, 1b, 3b, 8b, 14b, 32b, 64b, te-fsdp-example).
+            num_layers: Override of the preset's transformer blocks (0 = the preset's).
+            hidden_size: Override of the model width (0 = the preset's).
+            num_heads: Override of the attention heads (0 = the preset's).
+            num_kv_heads: Override of the key/value heads (0 = the preset's).
+            ffn_hidden_size: Override of the MLP inner size (0 = the preset's).
+            vocab_size: Override of the vocabulary (-1 = the preset's, 0 = none).
+            precision: The precision to tune for.
+            seq_length: Tokens per sequence.
+            activation_checkpointing: auto (try with and without), on, or off.
+            max_batch_size: Largest candidate micro-batch (0 = the largest that fits).
+            max_steps: Optimizer steps per candidate (enough to pass warm-up).
+            hyperparameters: Extra trainer hyperparameters for every candidate.
+            trainer_repository: ECR repository of the trainer image.
+            codebuild_role_arn: CodeBuild service role (empty: the project's default).
+            cleanup_policy: Per-kind cleanup policy overrides, e.g. {"logs": "delete"}.
+        """
+        run_prefix = f"s3://{bucket}/{s3_prefix}/{RUN_ID}"
+        clean = cleanup(
+            run_id=RUN_ID,
+            region=region,
+            policy=cleanup_policy,
+            s3_uris=[run_prefix],
+            ecr_repositories=[trainer_repository],
+        ).set_display_name("cleanup")
+        clean.set_retry(2)
+        with dsl.ExitHandler(clean, name="tuning"):
+            image = build_image(
+                run_id=RUN_ID,
+                s3_uri=f"{run_prefix}/build",
+                region=region,
+                repository=trainer_repository,
+                instance_type=instance_type,
+                codebuild_role_arn=codebuild_role_arn,
+                pipeline_name=NAME,
+            ).set_display_name("build trainer image")
+            image.set_retry(2)
+            plan = memory_estimate(
+                instance_type=instance_type,
+                instance_count=instance_count,
+                model_preset=model_preset,
+                num_layers=num_layers,
+                hidden_size=hidden_size,
+                num_heads=num_heads,
+                num_kv_heads=num_kv_heads,
+                ffn_hidden_size=ffn_hidden_size,
+                vocab_size=vocab_size,
+                seq_length=seq_length,
+                batch_size=0,
+                precisions=[precision],
+                activation_checkpointing=activation_checkpointing,
+                max_candidate_batch_size=max_batch_size,
+                require_all_runnable=True,
+            ).set_display_name("memory plan")
+            with dsl.ParallelFor(
+                plan.outputs["batch_candidates"], parallelism=parallelism
+            ) as candidate:
+                train = sagemaker_training(
+                    image_uri=image.outputs["image_uri"],
+                    role_arn=role_arn,
+                    output_s3_uri=f"{run_prefix}/output",
+                    region=region,
+                    instance_type=instance_type,
+                    instance_count=instance_count,
+                    precision=candidate.precision,
+                    batch_size=candidate.batch_size,
+                    activation_checkpointing=candidate.activation_checkpointing,
+                    model_preset=model_preset,
+                    num_layers=num_layers,
+                    hidden_size=hidden_size,
+                    num_heads=num_heads,
+                    num_kv_heads=num_kv_heads,
+                    ffn_hidden_size=ffn_hidden_size,
+                    vocab_size=vocab_size,
+                    seq_length=seq_length,
+                    max_steps=max_steps,
+                    hyperparameters=hyperparameters,
+                    training_plan_arn=training_plan_arn,
+                    use_spot=use_spot,
+                    checkpoint_s3_uri=f"{run_prefix}/checkpoints",
+                    max_wait_seconds=max_wait_seconds,
+                    max_runtime_seconds=max_runtime_seconds,
+                    pipeline=NAME,
+                ).set_display_name("train candidate")
+                train.set_retry(2)
+                logs = parse_logs(
+                    job_name=train.outputs["job_name"],
+                    region=region,
+                    requested_precision=candidate.precision,
+                ).set_display_name("parse logs")
+                logs.set_retry(3)
+            rank_throughput(series=dsl.Collected(logs.outputs["series"])).set_display_name(
+                "rank candidates"
+            )
+
+    return batch_tuning
+
+
+PIPELINE = build_pipeline()
+
+# What `--run-local` runs: a small model on this machine's CPU.
+LOCAL_DEFAULTS: dict[str, Any] = {
+    "model_preset": "small",
+    "precision": "fp8",
+    "seq_length": 128,
+    "max_batch_size": 8,
+    "activation_checkpointing": "auto",
+    "max_steps": 20,
+    "hyperparameters": {"log-every": "1", "checkpoint-every": "0"},
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    from pipelines import _cli
+
+    return _cli.main(
+        argv,
+        name="batch_tuning",
+        doc=__doc__ or "",
+        build=build_pipeline,
+        default_parallelism=DEFAULT_PARALLELISM,
+        local_defaults=LOCAL_DEFAULTS,
+        report_task="rank-throughput",
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())
