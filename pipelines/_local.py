@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -91,6 +92,10 @@ def run_local(pipeline: Callable[..., Any], arguments: dict[str, Any], *,
     from kfp import local
 
     _kfp_local_fixes.apply()
+    # kfp.local's notes that do not apply here: tasks run with this Python (the components
+    # image's packages are this checkout's), and display names are a UI setting.
+    warnings.filterwarnings("ignore", message=".*non-Python base image.*")
+    warnings.filterwarnings("ignore", message=".*have no effect in the current local runner.*")
     stamp = time.strftime("%Y%m%d-%H%M%S")
     root = runs_dir / f"{stamp}-{os.getpid()}"
     root.mkdir(parents=True, exist_ok=True)
