@@ -22,16 +22,14 @@ if __package__ in (None, ""):  # `python pipelines/precision_sweep.py`
 
 from kfp import dsl
 
-from components.build_image.component import build_image
-from components.cleanup.component import cleanup
 from components.compare_convergence.component import compare_convergence
 from components.memory_estimate.component import memory_estimate
 from components.parse_logs.component import parse_logs
 from components.sagemaker_training.component import sagemaker_training
+from pipelines import _steps
 
 NAME = "precision-sweep"
 DEFAULT_PARALLELISM = 4
-RUN_ID = dsl.PIPELINE_JOB_ID_PLACEHOLDER
 
 
 def build_pipeline(parallelism: int = DEFAULT_PARALLELISM) -> Any:
@@ -115,36 +113,25 @@ def build_pipeline(parallelism: int = DEFAULT_PARALLELISM) -> Any:
             codebuild_role_arn: CodeBuild service role (empty: the project's default).
             cleanup_policy: Per-kind cleanup policy overrides, e.g. {"checkpoints": "delete"}.
         """
-        run_prefix = f"s3://{bucket}/{s3_prefix}/{RUN_ID}"
-        clean = cleanup(
-            run_id=RUN_ID,
-            region=region,
-            policy=cleanup_policy,
-            s3_uris=[run_prefix],
-            ecr_repositories=[trainer_repository],
-        ).set_display_name("cleanup")
-        clean.set_retry(2)  # idempotent
+        prefix = _steps.run_prefix(bucket, s3_prefix)
+        model = _steps.model_arguments(
+            model_preset=model_preset, num_layers=num_layers, hidden_size=hidden_size,
+            num_heads=num_heads, num_kv_heads=num_kv_heads, ffn_hidden_size=ffn_hidden_size,
+            vocab_size=vocab_size,
+        )
+        clean = _steps.cleanup_step(
+            region=region, policy=cleanup_policy, prefix=prefix, repository=trainer_repository
+        )
         with dsl.ExitHandler(clean, name="sweep"):
-            image = build_image(
-                run_id=RUN_ID,
-                s3_uri=f"{run_prefix}/build",
-                region=region,
-                repository=trainer_repository,
-                instance_type=instance_type,
-                codebuild_role_arn=codebuild_role_arn,
+            image = _steps.trainer_image_step(
+                region=region, prefix=prefix, repository=trainer_repository,
+                instance_type=instance_type, codebuild_role_arn=codebuild_role_arn,
                 pipeline_name=NAME,
-            ).set_display_name("build trainer image")
-            image.set_retry(2)  # re-attaches to its build; skipped when the tag exists
+            )
             plan = memory_estimate(
                 instance_type=instance_type,
                 instance_count=instance_count,
-                model_preset=model_preset,
-                num_layers=num_layers,
-                hidden_size=hidden_size,
-                num_heads=num_heads,
-                num_kv_heads=num_kv_heads,
-                ffn_hidden_size=ffn_hidden_size,
-                vocab_size=vocab_size,
+                **model,
                 seq_length=seq_length,
                 batch_size=batch_size,
                 precisions=precisions,
@@ -157,19 +144,13 @@ def build_pipeline(parallelism: int = DEFAULT_PARALLELISM) -> Any:
                 train = sagemaker_training(
                     image_uri=image.outputs["image_uri"],
                     role_arn=role_arn,
-                    output_s3_uri=f"{run_prefix}/output",
-                    checkpoint_s3_uri=f"{run_prefix}/checkpoints/{precision}",
+                    output_s3_uri=f"{prefix}/output",
+                    checkpoint_s3_uri=f"{prefix}/checkpoints/{precision}",
                     region=region,
                     instance_type=instance_type,
                     instance_count=instance_count,
                     precision=precision,
-                    model_preset=model_preset,
-                    num_layers=num_layers,
-                    hidden_size=hidden_size,
-                    num_heads=num_heads,
-                    num_kv_heads=num_kv_heads,
-                    ffn_hidden_size=ffn_hidden_size,
-                    vocab_size=vocab_size,
+                    **model,
                     seq_length=seq_length,
                     max_steps=max_steps,
                     hyperparameters=hyperparameters,
