@@ -144,3 +144,15 @@ def test_many_interesting_lines_keep_bounded_events():
     parsed = parse_bytes(("\n".join(lines)).encode())
     assert parsed.event_counts["error"] >= 2000
     assert len([e for e in parsed.events if e["kind"] == "error"]) <= 50
+
+
+def test_a_step_number_too_long_for_an_integer_is_counted_not_fatal():
+    tail = (" loss=1.0 lr=1e-3 grad_norm=1.0 tokens_per_s=1.0 tokens_per_s_per_gpu=1.0 "
+            "tflops_per_gpu=1.0 mfu=nan mem_alloc_gib=nan mem_reserved_gib=nan precision=bf16 "
+            "emulated=0")
+    good = "[trainer] step step=7" + tail
+    hostile = "[trainer] step step=" + "9" * 5000 + tail  # int() refuses > 4300 digits
+    parsed = parse_bytes(f"{good}\n{hostile}\n".encode())
+    assert parsed.series["step"] == [7]
+    assert parsed.stats["unparsed_trainer_records"] == 1
+    assert lf.parse_step(hostile) is None and lf.parse_step(good).step == 7

@@ -46,7 +46,7 @@ STEP_FIELDS = tuple(f.name for f in fields(StepRecord))
 
 _NUM = r"([-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|nan|inf))"
 STEP_RE = re.compile(
-    r"\[trainer\] step step=(\d+) loss=" + _NUM + r" lr=" + _NUM + r" grad_norm=" + _NUM
+    r"\[trainer\] step step=(\d{1,18}) loss=" + _NUM + r" lr=" + _NUM + r" grad_norm=" + _NUM
     + r" tokens_per_s=" + _NUM + r" tokens_per_s_per_gpu=" + _NUM + r" tflops_per_gpu=" + _NUM
     + r" mfu=" + _NUM + r" mem_alloc_gib=" + _NUM + r" mem_reserved_gib=" + _NUM
     + r" precision=([\w-]+) emulated=([01])"

@@ -57,8 +57,9 @@ def _scan_pattern(step: bytes, number: bytes, precision: bytes) -> bytes:
 # Fast: any non-space number (checked afterwards; the contract's own number pattern, or a
 # narrower byte class, costs the regex engine more than the checks). Exact: the contract's
 # syntax. Steps and precision names are read exactly by both.
-SCAN_RE = re.compile(_scan_pattern(rb"\d+", rb"[^ ]+", rb"[\w-]+"))
-EXACT_SCAN_RE = re.compile(_scan_pattern(rb"\d+", _NUM, rb"[\w-]+"))
+# A step has at most 18 digits (an int64; Python refuses to convert > 4300 digits at all).
+SCAN_RE = re.compile(_scan_pattern(rb"\d{1,18}", rb"[^ ]+", rb"[\w-]+"))
+EXACT_SCAN_RE = re.compile(_scan_pattern(rb"\d{1,18}", _NUM, rb"[\w-]+"))
 STRIDE = SCAN_RE.groups + 1  # split() pieces per record: the noise before it + its groups
 KIND_GROUP = SCAN_RE.groups  # 1-based index of the kind word
 RECIPE_BULK_RE = re.compile(logformat.RECIPE_RE.pattern.encode())
