@@ -188,6 +188,20 @@ class TrainingSetup:
     def low_precision(self) -> bool:
         return self.precision in hardware.LOW_PRECISIONS
 
+    def optimizer_settings(self) -> dict[str, Any]:
+        """How parameters, gradients and optimizer states are kept (reports show these)."""
+        return {
+            "backend": self.backend,
+            "param_dtype": self.stored_param_dtype,
+            "master_weights": self.master_weights,
+            "optimizer_state_dtype": self.optimizer_state_dtype,
+            "fsdp_version": self.fsdp_version,
+            "reduce_dtype": self.reduce_dtype,
+            "quantized_model_init": self.quantized_model_init,
+            "optimizer": self.optimizer,
+            "gradient_accumulation_steps": self.gradient_accumulation_steps,
+        }
+
     def validate(self) -> TrainingSetup:
         """Raises UserError naming the field and what would be valid."""
         try:
@@ -258,15 +272,7 @@ class Estimate:
             "seq_length": s.seq_length,
             "activation_checkpointing": s.activation_checkpointing,
             "world_size": s.world_size,
-            "backend": s.backend,
-            "param_dtype": s.stored_param_dtype,
-            "master_weights": s.master_weights,
-            "optimizer_state_dtype": s.optimizer_state_dtype,
-            "fsdp_version": s.fsdp_version,
-            "reduce_dtype": s.reduce_dtype,
-            "quantized_model_init": s.quantized_model_init,
-            "optimizer": s.optimizer,
-            "gradient_accumulation_steps": s.gradient_accumulation_steps,
+            **s.optimizer_settings(),
             "model": asdict(s.model),
         }
 

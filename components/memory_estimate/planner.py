@@ -240,15 +240,7 @@ def plan(request: Request) -> PlanResult:
 def _training_settings(request: Request) -> dict[str, Any]:
     s = request.setup(request.precisions[0], 1, False)
     return {
-        "backend": s.backend,
-        "param_dtype": s.stored_param_dtype,
-        "master_weights": s.master_weights,
-        "optimizer_state_dtype": s.optimizer_state_dtype,
-        "fsdp_version": s.fsdp_version,
-        "reduce_dtype": s.reduce_dtype,
-        "quantized_model_init": s.quantized_model_init,
-        "optimizer": s.optimizer,
-        "gradient_accumulation_steps": s.gradient_accumulation_steps,
+        **s.optimizer_settings(),
         "activation_checkpointing_mode": request.activation_checkpointing,
         "batch_sizes_requested": list(request.batch_sizes),
     }
