@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 from botocore.exceptions import ClientError
+from conftest import local_backend_with_bucket
 
 from components.common import aws
-from components.local import LocalBackend
 
 ROOT = Path(__file__).resolve().parent.parent
 BUCKET = "local-backend-test"
@@ -27,12 +27,7 @@ BUCKET = "local-backend-test"
 
 @pytest.fixture(scope="module")
 def backend():
-    with LocalBackend(stop_grace_s=1.0) as b, pytest.MonkeyPatch.context() as mp:
-        for key, value in b.env().items():
-            mp.setenv(key, value)
-        b.client("s3").create_bucket(
-            Bucket=BUCKET, CreateBucketConfiguration={"LocationConstraint": b.region})
-        yield b
+    yield from local_backend_with_bucket(BUCKET, stop_grace_s=1.0)
 
 
 def request(name: str, script: str, **changes: Any) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import local_backend_with_bucket
 
 from components.common import aws, resources, tags
 from components.common.cloudwatch import training_job_tail
@@ -41,12 +42,7 @@ TINY_STEPS = 12
 
 @pytest.fixture(scope="module")
 def backend():
-    with LocalBackend(stop_grace_s=30) as b, pytest.MonkeyPatch.context() as mp:
-        for key, value in b.env().items():
-            mp.setenv(key, value)
-        b.client("s3").create_bucket(
-            Bucket=BUCKET, CreateBucketConfiguration={"LocationConstraint": b.region})
-        yield b
+    yield from local_backend_with_bucket(BUCKET, stop_grace_s=30)
 
 
 def tiny(run_id: str, **changes: Any) -> TrainingJobConfig:
