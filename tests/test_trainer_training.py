@@ -182,3 +182,42 @@ def test_quantized_model_init_is_refused_unless_explicitly_enabled(monkeypatch):
     monkeypatch.delenv("TRAINER_EXPERIMENTAL_QUANTIZED_INIT", raising=False)
     with pytest.raises(config.ConfigError, match="quantized-model-init: experimental"):
         config.make("tiny", precision="fp8", quantized_model_init=True)
+
+
+def test_checkpointed_blocks_see_fp32_rotary_tables_in_forward_and_recomputation(monkeypatch):
+    # FSDP2 with bf16 compute (as on a GPU), on the CPU. The rotary tables must reach every
+    # block in fp32 both in the forward and when activation checkpointing recomputes it: torch
+    # < 2.13 cast block inputs in the forward but not in the recomputation, which on an H200
+    # raised CheckpointError (recomputed tensors' metadata differs).
+    import dataclasses
+
+    from trainer import model as tm
+    from trainer import parallel, spec
+
+    world = parallel.init("cpu")
+    s = dataclasses.replace(spec.preset("tiny"), num_layers=2)
+    assert s.rotary
+    seen: list[tuple[torch.dtype, torch.dtype, bool]] = []
+    original = tm.apply_rotary
+
+    def spy(x, cos, sin):
+        seen.append((x.dtype, cos.dtype, torch.is_grad_enabled()))
+        return original(x, cos, sin)
+
+    monkeypatch.setattr(tm, "apply_rotary", spy)
+    tokens = torch.randint(0, s.vocab_size, (2, 16), generator=torch.Generator().manual_seed(0))
+    grads = {}
+    for ckpt in (False, True):
+        n = emulation.numerics_for("fp32")
+        with torch.device("meta"):
+            m = tm.CausalLM(s, [n] * s.num_layers, n)
+        m.checkpoint_blocks = ckpt
+        parallel.apply_fsdp(m, list(m.blocks), world, torch.bfloat16)
+        m.to_empty(device="cpu")
+        tm.init_weights(m, s, seed=0)
+        seen.clear()
+        m(tokens).float().logsumexp(-1).mean().backward()
+        calls = 2 * s.num_layers * (2 if ckpt else 1)  # q and k per block, again when recomputed
+        assert seen == [(torch.bfloat16, torch.float32, True)] * calls
+        grads[ckpt] = [p.grad.full_tensor().clone() for p in m.parameters()]
+    assert all(torch.equal(a, b) for a, b in zip(grads[False], grads[True]))

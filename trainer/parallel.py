@@ -72,10 +72,17 @@ def apply_fsdp(model, blocks, world: World, param_dtype: torch.dtype | None, res
 
     m = mesh(world)
     mp = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32) if param_dtype else MixedPrecisionPolicy()
+    # Blocks do not cast their inputs: the root already casts the model's input and the
+    # residual stream stays in param_dtype, so the only float inputs a cast would touch are the
+    # rotary tables, which stay fp32. It also keeps activation checkpointing consistent: before
+    # torch 2.13, FSDP2 skipped the cast when a block was recomputed in backward, so the forward
+    # saw bf16 tables and the recomputation fp32 ones (CheckpointError on the torch backend).
+    block_mp = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32,
+                                    cast_forward_inputs=False) if param_dtype else mp
     n = len(blocks)
     for i, block in enumerate(blocks):
         # The last block's parameters are needed again at once by backward: keep them.
-        fully_shard(block, mesh=m, mp_policy=mp, reshard_after_forward=reshard_after_forward and i < n - 1)
+        fully_shard(block, mesh=m, mp_policy=block_mp, reshard_after_forward=reshard_after_forward and i < n - 1)
     fully_shard(model, mesh=m, mp_policy=mp, reshard_after_forward=reshard_after_forward)
     return model
 
