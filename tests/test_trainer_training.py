@@ -220,4 +220,4 @@ def test_checkpointed_blocks_see_fp32_rotary_tables_in_forward_and_recomputation
         calls = 2 * s.num_layers * (2 if ckpt else 1)  # q and k per block, again when recomputed
         assert seen == [(torch.bfloat16, torch.float32, True)] * calls
         grads[ckpt] = [p.grad.full_tensor().clone() for p in m.parameters()]
-    assert all(torch.equal(a, b) for a, b in zip(grads[False], grads[True]))
+    assert all(torch.equal(a, b) for a, b in zip(grads[False], grads[True], strict=True))

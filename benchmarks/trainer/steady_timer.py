@@ -57,7 +57,7 @@ def main() -> None:
             return
         # Iteration i (1-based) lasts stamps[i-1] - stamps[i-2]; the first one from the start.
         edges = [start[0], *stamps]
-        times = [b - e for e, b in zip(edges, edges[1:])][a.warmup:]
+        times = [b - e for e, b in zip(edges, edges[1:], strict=False)][a.warmup:]
         name = os.path.basename(a.script)
         if not times:
             print(f"steady_timer script={name} iters={len(stamps)} warmup={a.warmup} s_per_iter=nan "
