@@ -21,17 +21,8 @@ import json
 import sys
 
 from components.build_image import build as b
+from components.common.cli import key_values
 from components.common.errors import USER_ERROR_EXIT_CODE, UserError
-
-
-def _key_values(items: list[str], flag: str) -> dict[str, str]:
-    out = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise UserError(flag, f"{item!r} is not KEY=VALUE.", f"pass {flag} KEY=VALUE.")
-        out[key] = value
-    return out
 
 
 def parser() -> argparse.ArgumentParser:
@@ -78,13 +69,13 @@ def main(argv: list[str] | None = None) -> int:
             run_id=args.run_id, region=args.region, s3_uri=args.s3_uri,
             repository=args.repository, dockerfile=args.dockerfile, context_dir=args.context_dir,
             context_paths=args.context_paths,
-            build_args=_key_values(args.build_args, "--build-arg"),
+            build_args=key_values("--build-arg", args.build_args),
             base_image=args.base_image, base_image_tag=args.base_image_tag,
             instance_type=args.instance_type, builder=args.builder,
             codebuild_project=args.codebuild_project, codebuild_role_arn=args.codebuild_role_arn,
             codebuild_compute_type=args.codebuild_compute_type,
             timeout_minutes=args.timeout_minutes, pipeline=args.pipeline,
-            extra_tags=_key_values(args.tags, "--tag"), poll_interval_s=args.poll_interval)
+            extra_tags=key_values("--tag", args.tags), poll_interval_s=args.poll_interval)
         if args.print_tag:
             context = b.plan_context(req, log=lambda line: print(line, file=sys.stderr))
             print(json.dumps({"tag": context.tag, "files": [f.path for f in context.files],

@@ -13,18 +13,9 @@ import json
 import sys
 from typing import Any
 
+from components.common.cli import key_values
 from components.common.errors import USER_ERROR_EXIT_CODE, UserError
 from components.sagemaker_training.request import DEFAULT_INSTANCE_TYPE, TrainingJobConfig
-
-
-def _pairs(flag: str, items: list[str] | None) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for item in items or []:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise UserError(flag, f"{item!r} is not KEY=VALUE.", f"write {flag} KEY=VALUE.")
-        out[key] = value
-    return out
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -128,15 +119,15 @@ def config_from_args(args: argparse.Namespace) -> TrainingJobConfig:
         ffn_hidden_size=args.ffn_hidden_size, vocab_size=args.vocab_size,
         batch_size=args.batch_size, seq_length=args.seq_length,
         activation_checkpointing=args.activation_checkpointing, max_steps=args.max_steps,
-        hyperparameters=_pairs("--hyperparameter", args.hyperparameter),
-        environment=_pairs("--env", args.env), checkpoint_s3_uri=args.checkpoint_s3_uri,
-        input_channels=_pairs("--input-channel", args.input_channel),
+        hyperparameters=key_values("--hyperparameter", args.hyperparameter),
+        environment=key_values("--env", args.env), checkpoint_s3_uri=args.checkpoint_s3_uri,
+        input_channels=key_values("--input-channel", args.input_channel),
         training_plan_arn=args.training_plan_arn, use_spot=args.use_spot,
         max_wait_seconds=args.max_wait_seconds, max_runtime_seconds=args.max_runtime_seconds,
         max_retry_attempts=args.max_retry_attempts, volume_size_gb=args.volume_size_gb,
         vpc_subnet_ids=args.vpc_subnet_id or [],
         vpc_security_group_ids=args.vpc_security_group_id or [],
-        tags=_pairs("--tag", args.tag), memory_plan=memory_plan, job_name=args.job_name,
+        tags=key_values("--tag", args.tag), memory_plan=memory_plan, job_name=args.job_name,
     )
 
 
@@ -147,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         cfg = config_from_args(args)
-        prices = _pairs("--instance-hour-price", args.instance_hour_price)
+        prices = key_values("--instance-hour-price", args.instance_hour_price)
         if args.dry_run:
             resolved, request = launcher.prepare(cfg)
             launcher.pricing.price_table(prices)
