@@ -1,90 +1,24 @@
 """The command line every pipeline module shares: ``--compile`` and ``--run-local``.
 
 Pipeline parameters become flags (``--model-preset small``, ``--precisions
-'["bf16","fp8"]'``) whose help text is the pipeline docstring's ``Args:``
-entry, so ``--help`` documents them without a second copy.
+bf16,fp8``) derived by ``components.common.cli`` from the pipeline function: its
+signature gives the flags and defaults, its docstring's ``Args:`` the help, so
+``--help`` documents them without a second copy.
 """
 
 from __future__ import annotations
 
 import argparse
-import inspect
 import json
-import re
 import shutil
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from components.common import cli
+
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def _doc_args(doc: str) -> dict[str, str]:
-    """Google-style ``Args:`` entries of a docstring, name -> one-line help."""
-    out: dict[str, str] = {}
-    section = doc.split("Args:", 1)[1] if "Args:" in doc else ""
-    section = re.split(r"\n\s*(Returns|Raises):", section)[0]
-    current = ""
-    for line in section.splitlines():
-        m = re.match(r"^\s{4,12}(\w+): (.*)$", line)
-        if m and (not current or len(line) - len(line.lstrip()) <= 12):
-            current = m.group(1)
-            out[current] = m.group(2).strip()
-        elif current and line.strip():
-            out[current] += " " + line.strip()
-    return out
-
-
-def _parse_value(kind: Any, text: str) -> Any:
-    if kind is bool:
-        if text.lower() in ("1", "true", "yes", "on"):
-            return True
-        if text.lower() in ("0", "false", "no", "off"):
-            return False
-        raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
-    if kind in (list, dict):
-        try:
-            value = json.loads(text)
-        except ValueError:
-            if kind is list:  # a comma-separated list is friendlier on a shell
-                return [v.strip() for v in text.split(",") if v.strip()]
-            raise argparse.ArgumentTypeError(f"expected JSON, got {text!r}") from None
-        if not isinstance(value, kind):
-            raise argparse.ArgumentTypeError(f"expected a JSON {kind.__name__}, got {text!r}")
-        return value
-    return kind(text)
-
-
-def pipeline_parameters(func: Callable[..., Any]) -> list[inspect.Parameter]:
-    return list(inspect.signature(func).parameters.values())
-
-
-def _parser_for(kind: Any) -> Callable[[str], Any]:
-    def parse(text: str) -> Any:
-        return _parse_value(kind, text)
-
-    return parse
-
-
-def add_parameter_flags(parser: argparse.ArgumentParser, func: Callable[..., Any]) -> None:
-    helps = _doc_args(inspect.getdoc(func) or "")
-    group = parser.add_argument_group(
-        "pipeline parameters (for --run-local; lists and dicts as JSON, lists also a,b,c)"
-    )
-    for p in pipeline_parameters(func):
-        kind = p.annotation if p.annotation in (str, int, float, bool, list, dict) else str
-        default = "" if p.default is inspect.Parameter.empty else " (pipeline default: "
-        if default:
-            default += f"{json.dumps(p.default)})"
-        group.add_argument(
-            f"--{p.name.replace('_', '-')}",
-            dest=f"param_{p.name}",
-            type=_parser_for(kind),
-            default=None,
-            metavar=kind.__name__.upper(),
-            help=helps.get(p.name, "") + default,
-        )
 
 
 def main(
@@ -97,6 +31,13 @@ def main(
     local_defaults: dict[str, Any],
     report_task: str,
 ) -> int:
+    """``--compile`` or ``--run-local`` for the pipeline ``build`` makes.
+
+    Parameter flags given with ``--compile`` become the compiled pipeline's
+    defaults (what a run submitted without that argument uses); with
+    ``--run-local`` they override ``local_defaults``, which override the
+    pipeline's. ``--help`` shows both defaults.
+    """
     parser = argparse.ArgumentParser(
         prog=f"python pipelines/{name}.py",
         description=doc.strip().split("\n\n")[0],
@@ -104,7 +45,8 @@ def main(
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     mode = parser.add_mutually_exclusive_group(required=True)
-    mode.add_argument("--compile", action="store_true", help=f"write compiled/{name}.yaml")
+    mode.add_argument("--compile", action="store_true",
+                      help=f"write compiled/{name}.yaml; parameter flags given become its defaults")
     mode.add_argument(
         "--run-local",
         action="store_true",
@@ -117,32 +59,43 @@ def main(
         "--parallelism",
         type=int,
         default=None,
-        help=f"training jobs at a time (compile default {default_parallelism}; "
+        help=f"training jobs at a time (--compile default {default_parallelism}; "
         "--run-local default 1: one job at a time suits a small machine)",
     )
-    parser.add_argument("--runs-dir", type=Path, default=ROOT / "runs",
+    parser.add_argument("--runs-dir", type=Path, default=None,
                         help="--run-local: where run outputs are kept (default: runs/)")
-    pipeline_func = build(default_parallelism).pipeline_func
-    add_parameter_flags(parser, pipeline_func)
+    params = cli.parameters(build(default_parallelism).pipeline_func)
+    cli.add_flags(
+        parser.add_argument_group(
+            "pipeline parameters (lists as JSON or a,b,c; dicts as JSON or KEY=VALUE, repeatable)"
+        ),
+        params,
+        required=False,  # the local backend supplies role_arn and bucket; a run supplies them
+        notes={k: "--run-local: " + (cli.show_default(v) or "''") for k, v in local_defaults.items()},
+    )
     args = parser.parse_args(argv)
+    overrides = cli.given(args, params)
 
     if args.compile:
+        if args.runs_dir is not None:
+            parser.error("--runs-dir goes with --run-local, not --compile")
         from kfp import compiler
 
         out = args.output or ROOT / "compiled" / f"{name}.yaml"
         out.parent.mkdir(parents=True, exist_ok=True)
-        compiler.Compiler().compile(build(args.parallelism or default_parallelism), str(out))
-        print(f"wrote {out}")
+        compiler.Compiler().compile(build(args.parallelism or default_parallelism), str(out),
+                                    pipeline_parameters=overrides or None)
+        print(f"wrote {out}" + (f" (defaults set: {', '.join(sorted(overrides))})"
+                                if overrides else ""))
         return 0
 
-    overrides = {
-        k[len("param_"):]: v for k, v in vars(args).items() if k.startswith("param_") and v is not None
-    }
+    if args.output is not None:
+        parser.error("--output goes with --compile, not --run-local")
     return run_local(
         name=name,
         pipeline=build(args.parallelism or 1),
         arguments={**local_defaults, **overrides},
-        runs_dir=args.runs_dir,
+        runs_dir=args.runs_dir or ROOT / "runs",
         report_task=report_task,
     )
 

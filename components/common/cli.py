@@ -1,8 +1,42 @@
-"""Helpers shared by the components' command lines (``python -m components.<name>``)."""
+"""Command lines derived from one declaration: a function's signature and its docstring.
+
+Every command line of this package (``python -m components.<name>``, ``python
+pipelines/<name>.py``) takes its parameters from the KFP component's (or the
+pipeline's) function: the flag is the parameter's name with dashes
+(``model_preset`` -> ``--model-preset``), its default is the signature's, its
+help text is the Google-style docstring's ``Args:`` entry, so a parameter has one
+name, one default and one help text in the component, the pipeline and the CLI.
+
+Values on the command line, by annotation:
+
+- ``bool``: ``--x`` (true), ``--x true|false`` (also yes/no, on/off, 1/0), ``--no-x`` (false);
+- ``list``: JSON (``'["bf16","fp8"]'``) or comma-separated (``bf16,fp8``);
+- ``dict``: JSON (``'{"lr": "3e-4"}'``) or ``KEY=VALUE``, repeatable and merged;
+- ``str``, ``int``, ``float``: as written.
+
+Flags are parsed with no default (``None`` = not given), so a command can tell
+what was given from what was declared (:func:`given`); :func:`values` fills the
+rest from the declaration.
+"""
 
 from __future__ import annotations
 
+import argparse
+import inspect
+import json
+import re
+import sys
+import typing
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
 from components.common.errors import UserError
+
+KINDS: dict[str, type] = {"str": str, "int": int, "float": float, "bool": bool, "list": list,
+                          "dict": dict}
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off")
 
 
 def key_values(flag: str, items: list[str] | None) -> dict[str, str]:
@@ -14,3 +48,263 @@ def key_values(flag: str, items: list[str] | None) -> dict[str, str]:
             raise UserError(flag, f"{item!r} is not KEY=VALUE.", f"write {flag} KEY=VALUE.")
         out[key] = value
     return out
+
+
+@dataclass(frozen=True)
+class Parameter:
+    """One declared parameter: name, value kind, default (``inspect.Parameter.empty``: required), help."""
+
+    name: str
+    kind: type
+    default: Any
+    help: str
+
+    @property
+    def flag(self) -> str:
+        return flag_name(self.name)
+
+    @property
+    def required(self) -> bool:
+        return self.default is inspect.Parameter.empty
+
+
+def flag_name(name: str) -> str:
+    """``model_preset`` -> ``--model-preset``: the one spelling of a parameter's flag."""
+    return "--" + name.replace("_", "-")
+
+
+def doc_args(doc: str) -> dict[str, str]:
+    """Google-style ``Args:`` entries of a docstring, name -> help on one line."""
+    out: dict[str, str] = {}
+    section = doc.split("Args:", 1)[1] if "Args:" in doc else ""
+    section = re.split(r"\n\s*(?:Returns|Raises|Yields):", section)[0]
+    indent = None
+    current = ""
+    for line in section.splitlines():
+        if not line.strip():
+            continue
+        depth = len(line) - len(line.lstrip())
+        m = re.match(r"^\s*(\w+): ?(.*)$", line)
+        if m and (indent is None or depth <= indent):
+            indent = depth
+            current = m.group(1)
+            out[current] = m.group(2).strip()
+        elif current:
+            out[current] += " " + line.strip()
+    return out
+
+
+def _python_func(func: Any) -> Callable[..., Any]:
+    """The plain function behind a KFP component or pipeline (``.python_func``), or ``func``."""
+    return getattr(func, "python_func", func)
+
+
+def _kind(func: Callable[..., Any], p: inspect.Parameter) -> type | None:
+    """The value kind of a parameter, or None for a KFP artifact/path (not a command-line value)."""
+    annotation = p.annotation
+    if isinstance(annotation, str):
+        try:
+            annotation = typing.get_type_hints(func).get(p.name, annotation)
+        except Exception:  # noqa: BLE001 - an unresolvable annotation is read by its name
+            pass
+    if isinstance(annotation, str):
+        annotation = KINDS.get(annotation, annotation)
+    if annotation in KINDS.values():
+        return annotation  # type: ignore[no-any-return]
+    module = getattr(annotation, "__module__", "") or type(annotation).__module__
+    if module.startswith("kfp."):
+        return None  # Input[...], Output[...], OutputPath(...): an artifact, not a flag
+    raise TypeError(
+        f"{func.__qualname__}({p.name}): annotation {annotation!r} has no command-line form; "
+        f"use one of {', '.join(KINDS)}"
+    )
+
+
+def parameters(func: Any, *, exclude: Iterable[str] = ()) -> list[Parameter]:
+    """The command-line parameters of a component, pipeline or function, in signature order."""
+    f = _python_func(func)
+    helps = doc_args(inspect.getdoc(f) or "")
+    skip = set(exclude)
+    out = []
+    for p in inspect.signature(f).parameters.values():
+        if p.name in skip or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            continue
+        kind = _kind(f, p)
+        if kind is None:
+            continue
+        out.append(Parameter(p.name, kind, p.default, helps.get(p.name, "")))
+    return out
+
+
+def defaults(func: Any, *, exclude: Iterable[str] = ()) -> dict[str, Any]:
+    """The declared defaults of ``func``'s command-line parameters (required ones left out)."""
+    return {p.name: p.default for p in parameters(func, exclude=exclude) if not p.required}
+
+
+def parse_bool(text: str) -> bool:
+    if text.lower() in _TRUE:
+        return True
+    if text.lower() in _FALSE:
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+
+
+def parse_value(kind: type, text: str) -> Any:
+    """One command-line word as a value of ``kind`` (see the module docstring)."""
+    if kind is bool:
+        return parse_bool(text)
+    if kind is list:
+        try:
+            value = json.loads(text)
+        except ValueError:
+            return [v.strip() for v in text.split(",") if v.strip()]
+        if not isinstance(value, list):
+            raise argparse.ArgumentTypeError(f"expected a JSON list or a,b,c, got {text!r}")
+        return value
+    if kind is dict:
+        if text.lstrip().startswith("{"):
+            try:
+                value = json.loads(text)
+            except ValueError:
+                raise argparse.ArgumentTypeError(f"expected a JSON object, got {text!r}") from None
+            if not isinstance(value, dict):
+                raise argparse.ArgumentTypeError(f"expected a JSON object, got {text!r}")
+            return value
+        key, sep, val = text.partition("=")
+        if not sep or not key:
+            raise argparse.ArgumentTypeError(f"expected KEY=VALUE or a JSON object, got {text!r}")
+        return {key: val}
+    try:
+        return kind(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected {kind.__name__}, got {text!r}") from None
+
+
+def show_default(value: Any) -> str:
+    """A default as the help text shows it: JSON for lists/dicts, true/false; "" for none."""
+    if value is inspect.Parameter.empty or value is None or value == "":
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list | dict | tuple):
+        return json.dumps(value)
+    return str(value)
+
+
+class _DictAction(argparse.Action):
+    """Repeated JSON objects or KEY=VALUE items, merged in order."""
+
+    def __call__(self, parser: Any, namespace: Any, values: Any, option_string: Any = None) -> None:
+        merged = dict(getattr(namespace, self.dest, None) or {})
+        merged.update(values)
+        setattr(namespace, self.dest, merged)
+
+
+def _with_default(text: str, shown: str, extra: str) -> str:
+    parts = [text.strip()] if text.strip() else []
+    notes = [f"default: {shown}"] if shown else []
+    notes += [extra] if extra else []
+    if notes:
+        parts.append(f"({'; '.join(notes)})")
+    return " ".join(parts)
+
+
+def add_flags(
+    parser: argparse.ArgumentParser | argparse._ArgumentGroup,
+    params: Sequence[Parameter],
+    *,
+    required: bool = True,
+    notes: dict[str, str] | None = None,
+    aliases: dict[str, str] | None = None,
+) -> None:
+    """One flag per parameter; its value lands in ``args.<name>`` (None when not given).
+
+    ``required``: parameters without a default are required flags (False when
+    something else supplies them, e.g. the local backend for a pipeline's role).
+    ``notes``: name -> text appended to the default in the help (e.g. another
+    default that one mode uses). ``aliases``: old flag -> parameter name, accepted
+    with a deprecation message on stderr.
+    """
+    notes = notes or {}
+    old: dict[str, list[str]] = {}
+    for flag, name in (aliases or {}).items():
+        old.setdefault(name, []).append(flag)
+    for p in params:
+        note = notes.get(p.name, "")
+        kwargs: dict[str, Any] = {"dest": p.name, "default": None}
+        if p.kind is bool:
+            negative = "--no-" + p.flag[2:]
+            note = "; ".join(filter(None, [note, f"also {negative}"]))
+            kwargs.update(nargs="?", const=True, type=parse_bool, metavar="BOOL")
+            parser.add_argument(negative, dest=p.name, action="store_const", const=False,
+                                default=None, help=argparse.SUPPRESS)
+        elif p.kind is dict:
+            kwargs.update(action=_DictAction, type=_parser_for(dict), metavar="KEY=VALUE|JSON")
+        else:
+            kwargs.update(type=_parser_for(p.kind), metavar=p.kind.__name__.upper())
+        help_text = _with_default(p.help, show_default(p.default), note)
+        parser.add_argument(p.flag, **kwargs, help=help_text, required=required and p.required)
+        for flag in old.get(p.name, []):
+            action = _deprecated(flag, p.flag, kwargs.get("action", argparse._StoreAction))
+            parser.add_argument(flag, **{**kwargs, "action": action}, help=argparse.SUPPRESS)
+
+
+def _parser_for(kind: type) -> Callable[[str], Any]:
+    def parse(text: str) -> Any:
+        return parse_value(kind, text)
+
+    parse.__name__ = kind.__name__  # argparse names the type in its error message
+    return parse
+
+
+def _deprecated(old: str, new: str, base: type[argparse.Action]) -> type[argparse.Action]:
+    """``base`` that first says on stderr that ``old`` is now spelled ``new``."""
+
+    class Deprecated(base):  # type: ignore[misc, valid-type]
+        def __call__(self, parser: Any, namespace: Any, values: Any, option_string: Any = None) -> None:
+            print(f"warning: {old} is deprecated; use {new}", file=sys.stderr)
+            super().__call__(parser, namespace, values, option_string)
+
+    return Deprecated
+
+
+def given(args: argparse.Namespace, params: Iterable[Parameter]) -> dict[str, Any]:
+    """The parameters given on the command line, name -> value."""
+    return {p.name: getattr(args, p.name) for p in params if getattr(args, p.name, None) is not None}
+
+
+def values(args: argparse.Namespace, params: Iterable[Parameter]) -> dict[str, Any]:
+    """Every parameter's value: as given, else its declared default (required ones as given)."""
+    params = list(params)
+    out = {p.name: p.default for p in params if not p.required}
+    out.update(given(args, params))
+    return out
+
+
+def derived_parser(
+    func: Any,
+    *,
+    prog: str,
+    doc: str | None = None,
+    exclude: Iterable[str] = (),
+    title: str | None = None,
+    **add: Any,
+) -> tuple[argparse.ArgumentParser, list[Parameter]]:
+    """An ArgumentParser whose flags are ``func``'s parameters (see :func:`add_flags`).
+
+    ``doc``: the description (default: ``func``'s docstring up to its ``Args:``);
+    its part after ``Examples::`` becomes the epilog. ``title``: a group heading
+    for the parameters.
+    """
+    if doc is None:
+        doc = re.split(r"\n\s*Args:", inspect.getdoc(_python_func(func)) or "")[0]
+    description, _, examples = doc.strip().partition("Examples::")
+    parser = argparse.ArgumentParser(
+        prog=prog,
+        description=description.strip(),
+        epilog=("Examples:\n" + examples.strip("\n")) if examples else None,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    params = parameters(func, exclude=exclude)
+    add_flags(parser.add_argument_group(title) if title else parser, params, **add)
+    return parser, params
