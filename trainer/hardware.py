@@ -58,6 +58,10 @@ class GPU:
     memory_bytes: int  # as reported by torch.cuda.get_device_properties().total_memory
     # Dense tensor-core peak per GPU in TFLOP/s by compute dtype (vendor datasheets).
     peak_tflops: dict[str, float] = field(default_factory=dict)
+    # HBM bandwidth in TB/s and NVLink bandwidth per direction in GB/s (datasheets, see
+    # GPUS); 0 where the GPU has no NVLink (PCIe cards talk over the host).
+    hbm_tb_s: float = 0.0
+    nvlink_gb_s: float = 0.0
 
     @property
     def memory_gib(self) -> float:
@@ -82,21 +86,27 @@ class GPU:
 
 _MiB = 2**20
 # Memory: nvidia-smi totals (MiB) of the SXM parts. Peaks: NVIDIA datasheets, dense
-# (no sparsity); REFERENCE.md lists H100/H200 989/1979, B200 2250/4500/9000.
+# (no sparsity): H100/H200 989 bf16 / 1979 fp8; HGX B200 2250 / 4500 / 9000 fp4; HGX
+# B300 2250 / 4500 and dense FP4 ~13-15 PFLOP/s (14000 taken). Bandwidths (datasheets):
+# HBM A100-40GB 1.555, A100-80GB 2.039, A10G 0.6, L4 0.3, L40S 0.864, H100 SXM 3.35,
+# H200 4.8, B200 8.0, B300 8.0 TB/s; NVLink 3 (A100) 600 GB/s, NVLink 4 (H100/H200)
+# 900 GB/s and NVLink 5 (B200/B300) 1800 GB/s in total, i.e. half of it per direction.
 GPUS: dict[str, GPU] = {
-    "A100-40GB": GPU("A100-40GB", (8, 0), 40960 * _MiB, {"tf32": 156, "bf16": 312}),
-    "A100": GPU("A100", (8, 0), 81920 * _MiB, {"tf32": 156, "bf16": 312}),
-    "A10G": GPU("A10G", (8, 6), 23028 * _MiB, {"tf32": 35, "bf16": 70}),
-    "L4": GPU("L4", (8, 9), 23034 * _MiB, {"tf32": 60, "bf16": 121, "fp8": 242}),
-    "L40S": GPU("L40S", (8, 9), 46068 * _MiB, {"tf32": 183, "bf16": 362, "fp8": 733}),
-    "H100": GPU("H100", (9, 0), 81559 * _MiB, {"tf32": 494, "bf16": 989, "fp8": 1979}),
-    "H200": GPU("H200", (9, 0), 143771 * _MiB, {"tf32": 494, "bf16": 989, "fp8": 1979}),
+    "A100-40GB": GPU("A100-40GB", (8, 0), 40960 * _MiB, {"tf32": 156, "bf16": 312}, 1.555, 300),
+    "A100": GPU("A100", (8, 0), 81920 * _MiB, {"tf32": 156, "bf16": 312}, 2.039, 300),
+    "A10G": GPU("A10G", (8, 6), 23028 * _MiB, {"tf32": 35, "bf16": 70}, 0.6, 0),
+    "L4": GPU("L4", (8, 9), 23034 * _MiB, {"tf32": 60, "bf16": 121, "fp8": 242}, 0.3, 0),
+    "L40S": GPU("L40S", (8, 9), 46068 * _MiB, {"tf32": 183, "bf16": 362, "fp8": 733}, 0.864, 0),
+    "H100": GPU("H100", (9, 0), 81559 * _MiB, {"tf32": 494, "bf16": 989, "fp8": 1979}, 3.35, 450),
+    "H200": GPU("H200", (9, 0), 143771 * _MiB, {"tf32": 494, "bf16": 989, "fp8": 1979}, 4.8, 450),
     "B200": GPU(
-        "B200", (10, 0), 183359 * _MiB, {"tf32": 1100, "bf16": 2250, "fp8": 4500, "fp4": 9000}
+        "B200", (10, 0), 183359 * _MiB, {"tf32": 1100, "bf16": 2250, "fp8": 4500, "fp4": 9000},
+        8.0, 900,
     ),
-    # B300: ~268-288 GB per GPU (REFERENCE.md); dense FP4 ~13-15 PFLOP/s, 14000 taken.
+    # B300: ~268-288 GB per GPU.
     "B300": GPU(
-        "B300", (10, 3), 275040 * _MiB, {"tf32": 1100, "bf16": 2250, "fp8": 4500, "fp4": 14000}
+        "B300", (10, 3), 275040 * _MiB, {"tf32": 1100, "bf16": 2250, "fp8": 4500, "fp4": 14000},
+        8.0, 900,
     ),
 }
 
@@ -120,6 +130,9 @@ class InstanceType:
     name: str
     gpu: str
     gpus_per_node: int
+    # Network bandwidth between instances in Gbit/s (EFA where the type has it; AWS
+    # instance-type pages: p5/p5e/p5en/p6-b200 3200, p6-b300 6400, p4d/p4de 400).
+    network_gbps: float = 0.0
 
     @property
     def gpu_spec(self) -> GPU:
@@ -129,38 +142,42 @@ class InstanceType:
 INSTANCE_TYPES: dict[str, InstanceType] = {
     it.name: it
     for it in (
-        InstanceType("ml.p6-b200.48xlarge", "B200", 8),
-        InstanceType("ml.p6-b300.48xlarge", "B300", 8),
-        InstanceType("ml.p5.48xlarge", "H100", 8),
-        InstanceType("ml.p5e.48xlarge", "H200", 8),
-        InstanceType("ml.p5en.48xlarge", "H200", 8),
-        InstanceType("ml.p4d.24xlarge", "A100-40GB", 8),
-        InstanceType("ml.p4de.24xlarge", "A100", 8),
-        InstanceType("ml.g6e.48xlarge", "L40S", 8),
-        InstanceType("ml.g6e.12xlarge", "L40S", 4),
-        InstanceType("ml.g6e.xlarge", "L40S", 1),
-        InstanceType("ml.g6.48xlarge", "L4", 8),
-        InstanceType("ml.g6.xlarge", "L4", 1),
-        InstanceType("ml.g5.48xlarge", "A10G", 8),
-        InstanceType("ml.g5.xlarge", "A10G", 1),
+        InstanceType("ml.p6-b200.48xlarge", "B200", 8, 3200),
+        InstanceType("ml.p6-b300.48xlarge", "B300", 8, 6400),
+        InstanceType("ml.p5.48xlarge", "H100", 8, 3200),
+        InstanceType("ml.p5e.48xlarge", "H200", 8, 3200),
+        InstanceType("ml.p5en.48xlarge", "H200", 8, 3200),
+        InstanceType("ml.p4d.24xlarge", "A100-40GB", 8, 400),
+        InstanceType("ml.p4de.24xlarge", "A100", 8, 400),
+        InstanceType("ml.g6e.48xlarge", "L40S", 8, 400),
+        InstanceType("ml.g6e.12xlarge", "L40S", 4, 100),
+        InstanceType("ml.g6e.xlarge", "L40S", 1, 20),
+        InstanceType("ml.g6.48xlarge", "L4", 8, 100),
+        InstanceType("ml.g6.xlarge", "L4", 1, 10),
+        InstanceType("ml.g5.48xlarge", "A10G", 8, 100),
+        InstanceType("ml.g5.xlarge", "A10G", 1, 10),
     )
 }
 
 
 def gpu(name: str) -> GPU:
-    """Looks up a GPU by short name (B200) or by torch's device name (NVIDIA H200)."""
-    key = name.strip()
-    if key in GPUS:
-        return GPUS[key]
+    """Looks up a GPU by short name (``B200``, any case) or by the name torch reports for
+    the device (``NVIDIA H200``, ``NVIDIA H100 80GB HBM3``). Names are matched exactly,
+    word for word: ``A100X`` or ``L40`` are unknown, not an A100 or an L4."""
+    key = " ".join(name.split())
     lowered = key.lower()
     for short, spec in GPUS.items():
         if short.lower() == lowered:
             return spec
     if lowered in _GPU_ALIASES:
         return GPUS[_GPU_ALIASES[lowered]]
-    for short in sorted(GPUS, key=len, reverse=True):  # "NVIDIA H100 80GB HBM3" -> H100
-        if short.lower() in lowered.split() or f" {short.lower()}" in f" {lowered}":
-            return GPUS[short]
+    # A device name: "NVIDIA <model> [memory / form-factor words]", e.g.
+    # "NVIDIA H100 80GB HBM3": the model word must equal a short name.
+    words = lowered.split()
+    if len(words) >= 2 and words[0] == "nvidia":
+        for short in GPUS:
+            if words[1] == short.lower():
+                return GPUS[short]
     raise ValueError(f"gpu={name!r}: unknown GPU; choose one of {', '.join(GPUS)}")
 
 

@@ -17,6 +17,17 @@ A JSON document (a string output parameter) with one entry per precision::
 ``batch_size`` and ``activation_checkpointing`` are what the plan recommends
 running (the requested batch when it fits, with checkpointing switched on when
 only that makes it fit). ``entry_for`` is how consumers read it.
+
+Entries of precisions the GPU runs also carry the throughput model's prediction
+(``components.memory_estimate.throughput``) for that configuration, all
+predicted, never measured (``throughput_source`` says by what)::
+
+    "tokens_per_s_per_gpu": 11033.0, "step_seconds": 0.742, "mfu": 0.27,
+    "cost_usd_per_billion_tokens": 367.1,   # null without an instance price
+    "throughput_source": "predicted by the throughput model v1 ...",
+    "throughput_bound": "compute"           # or "host (CPU launch)", "communication"
+
+(absent or null for plans written before the model, or for unsupported precisions).
 """
 
 from __future__ import annotations
@@ -48,6 +59,13 @@ class PrecisionPlan:
     peak_allocated_bytes: int = 0
     breakdown: dict[str, int] = field(default_factory=dict)
     note: str = ""
+    # The throughput model's prediction for this configuration (see the module docstring).
+    tokens_per_s_per_gpu: float | None = None
+    step_seconds: float | None = None
+    mfu: float | None = None
+    cost_usd_per_billion_tokens: float | None = None
+    throughput_source: str = ""
+    throughput_bound: str = ""
 
     @property
     def runnable(self) -> bool:

@@ -192,6 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         result = planner.plan(request_from_args(args))
+        planner.check_single_precision_supported(result)
     except UserError as exc:
         print(f"memory_estimate: error: {exc}", file=sys.stderr)
         return USER_ERROR_EXIT_CODE

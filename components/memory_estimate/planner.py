@@ -5,16 +5,22 @@ sizes, precisions, checkpointing mode, headroom) into the shared
 :class:`components.common.memory_plan.MemoryPlan` plus the per-configuration
 estimates behind it. Rules, in the user's words:
 
-- ``batch_sizes`` are candidates; 0 means "the largest that fits". The plan takes
-  the largest candidate that fits without activation checkpointing; when none
-  does and the mode is ``auto``, the largest that fits with it (checkpointing is
-  then switched on and ``checkpointing_required`` is true).
+- ``batch_sizes`` are candidates; 0 means "the largest that fits", capped at a
+  sensible micro-batch (``batch_cap``: 65,536 tokens per GPU per micro-batch and
+  4,194,304 tokens per optimizer step over all GPUs; the entry's ``reason`` says
+  when the cap applied). The plan takes the largest candidate that fits without
+  activation checkpointing; when none does and the mode is ``auto``, the largest
+  that fits with it (checkpointing is then switched on and
+  ``checkpointing_required`` is true).
 - ``activation_checkpointing``: ``auto`` (the rule above), ``on`` or ``off`` (only
   that mode is considered).
 - A configuration fits when its predicted peak (allocated tensors + CUDA
   context + allocator reserve) is at most ``(1 - headroom) x`` the GPU's memory.
 - A precision the GPU cannot run is reported (``supported: false`` and the
-  reason) rather than raised, so that one plan covers a whole sweep.
+  reason) rather than raised, so that one plan covers a whole sweep
+  (``check_single_precision_supported`` makes it an error when it is the only one).
+- Entries the GPU runs carry the throughput model's prediction for the chosen
+  configuration (``throughput.predict``: tokens/s per GPU, step time, MFU, cost).
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ from typing import Any
 
 from components.common.errors import UserError
 from components.common.memory_plan import MemoryPlan, PrecisionPlan
-from components.memory_estimate import estimator
+from components.memory_estimate import estimator, throughput
 from components.memory_estimate.estimator import Estimate, TrainingSetup
 from trainer import hardware
 from trainer.spec import ModelSpec
@@ -32,6 +38,12 @@ from trainer.spec import ModelSpec
 CHECKPOINTING_MODES = ("auto", "on", "off")
 DEFAULT_HEADROOM = 0.05
 MAX_BATCH_SIZE = 1 << 16  # search bound for "largest that fits"
+# The cap on what batch_size=0 ("the largest that fits") chooses: see batch_cap().
+MAX_TOKENS_PER_MICRO_BATCH = 1 << 16  # 65,536 tokens per GPU per micro-batch
+MAX_TOKENS_PER_STEP = 1 << 22  # 4,194,304 tokens per optimizer step over all GPUs
+# The throughput model's keys in each plan entry (components/common/memory_plan.py).
+PLAN_THROUGHPUT_KEYS = ("tokens_per_s_per_gpu", "step_seconds", "mfu",
+                        "cost_usd_per_billion_tokens", "throughput_source", "throughput_bound")
 # Precisions only Blackwell runs: their numbers come from the formats' byte sizes
 # and are not measured on the H200 grid (benchmarks/memory/README.md).
 UNMEASURED_NOTE = "estimated from the format's byte sizes; not measured (no Blackwell GPU here)"
@@ -123,6 +135,9 @@ class Request:
     headroom: float = DEFAULT_HEADROOM
     # Training settings (see estimator.TrainingSetup); defaults: this project's trainer.
     training: dict[str, Any] = field(default_factory=dict)
+    # USD per instance-hour overriding components.sagemaker_training.pricing's defaults
+    # (for the predicted cost); None: the defaults.
+    instance_hour_prices: dict[str, float] | None = None
 
     def validate(self) -> Request:
         if not self.precisions:
@@ -237,12 +252,27 @@ def plan(request: Request) -> PlanResult:
     return PlanResult(mp, estimates, request)
 
 
+def check_single_precision_supported(result: PlanResult) -> None:
+    """A precision the GPU cannot run is a row of a sweep's plan, but an error when it is
+    the only precision asked for (nothing could be trained): UserError naming it."""
+    if len(result.plan.precisions) != 1:
+        return
+    (entry,) = result.plan.precisions.values()
+    if not entry.supported:
+        runs = ", ".join(result.plan.supported_precisions)
+        raise UserError("precision", entry.reason or f"{entry.precision} is not supported on "
+                        f"{result.plan.gpu}.", f"choose one {result.plan.gpu} runs ({runs}), "
+                        "or another GPU.")
+
+
 def _training_settings(request: Request) -> dict[str, Any]:
     s = request.setup(request.precisions[0], 1, False)
     return {
         **s.optimizer_settings(),
         "activation_checkpointing_mode": request.activation_checkpointing,
         "batch_sizes_requested": list(request.batch_sizes),
+        "batch_size_zero_cap": batch_cap(request)[0],
+        "batch_size_zero_cap_reason": batch_cap(request)[1],
     }
 
 
@@ -250,121 +280,171 @@ def _gib(x: float) -> str:
     return f"{x / estimator.GiB:.1f} GiB"
 
 
-def _plan_precision(request: Request, precision: str) -> tuple[PrecisionPlan, list[Estimate]]:
+@dataclass(frozen=True)
+class _Limits:
+    """What bounds the batch of one precision: the largest that fits in each mode and
+    the cap on "the largest that fits" (batch 0)."""
+
+    max_no: int
+    max_ac: int
+    cap: int
+    cap_reason: str
+
+    def largest(self, ac: bool) -> int:
+        return self.max_ac if ac else self.max_no
+
+    def for_zero(self, ac: bool) -> int:
+        """The batch that ``batch_size=0`` stands for: the largest that fits, capped."""
+        return min(self.largest(ac), self.cap)
+
+
+def batch_cap(request: Request) -> tuple[int, str]:
+    """The largest micro-batch ``batch_size=0`` may choose, and why.
+
+    Fitting in memory is not what makes a micro-batch sensible: past a few tens of
+    thousands of tokens per GPU the GEMMs are saturated (the throughput model gains
+    < 1% per doubling), while a huge optimizer step changes the training itself. So
+    "the largest that fits" is capped at ``MAX_TOKENS_PER_MICRO_BATCH`` tokens per GPU
+    and ``MAX_TOKENS_PER_STEP`` tokens per optimizer step over all GPUs (Llama 3's
+    pre-training batch was 4M tokens; GPT-3's 3.2M), whichever is smaller, and at
+    least 1."""
+    s, w = request.seq_length, request.hardware.world_size
+    accum = int(request.training.get("gradient_accumulation_steps", 1) or 1)
+    by_micro = MAX_TOKENS_PER_MICRO_BATCH // s
+    by_step = MAX_TOKENS_PER_STEP // (s * w * accum)
+    cap = max(1, min(by_micro, by_step))
+    if by_micro <= by_step:
+        why = f"{MAX_TOKENS_PER_MICRO_BATCH:,} tokens per micro-batch per GPU"
+    else:
+        why = f"{MAX_TOKENS_PER_STEP:,} tokens per optimizer step over {w} GPU(s)"
+    return cap, f"batch 0 (largest that fits) is capped at {cap} ({why} at sequence {s})"
+
+
+def _support(request: Request, precision: str) -> tuple[bool, str]:
     hw = request.hardware
-    gpu = hw.gpu
-    supported = gpu.supports(precision)
-    unsupported_reason = ""
-    if not supported:
-        try:
-            hardware.check_precision_for_gpu(precision, gpu.name, where=hw.instance_type)
-        except ValueError as exc:
-            unsupported_reason = str(exc)
-    modes = _modes(request)
-    max_no = largest_batch(request, precision, False)
-    max_ac = largest_batch(request, precision, True)
-    max_for = {False: max_no, True: max_ac}
+    if hw.gpu.supports(precision):
+        return True, ""
+    try:
+        hardware.check_precision_for_gpu(precision, hw.gpu.name, where=hw.instance_type)
+    except ValueError as exc:
+        return False, str(exc)
+    return False, f"{precision} is not supported on {hw.gpu.name}"
 
-    # Every (batch, mode) the request asks about.
+
+def _estimate_rows(request: Request, precision: str, limits: _Limits) -> list[Estimate]:
+    """Every (batch, mode) the request asks about; batch 0 -> the capped largest fit;
+    nothing fits: batch 1, so that the table says by how much."""
     rows: list[Estimate] = []
-    for ac in modes:
+    for ac in _modes(request):
         for b in sorted(set(request.batch_sizes)):
-            batch = b or max_for[ac]
-            if batch == 0:  # nothing fits: show batch 1 so the table says by how much
-                batch = 1
-            rows.append(estimator.estimate(request.setup(precision, batch, ac), gpu))
-    rows = _dedupe(rows)
+            batch = (b or limits.for_zero(ac)) or 1
+            rows.append(estimator.estimate(request.setup(precision, batch, ac), request.hardware.gpu))
+    return _dedupe(rows)
 
-    def best(ac: bool) -> Estimate | None:
-        fitting = [
-            e for e in rows if e.setup.activation_checkpointing == ac and _fits(request, e)
-        ]
-        return max(fitting, key=lambda e: e.setup.batch_size) if fitting else None
 
-    chosen = None
-    for ac in modes:  # no checkpointing first when both are allowed
-        chosen = best(ac)
-        if chosen:
-            break
-    note = UNMEASURED_NOTE if precision in ("mxfp8", "nvfp4") else ""
-    usable = request.usable_bytes
-    if chosen is not None:
-        s = chosen.setup
-        reason = ""
-        required = False
-        if s.activation_checkpointing:
-            without = estimator.estimate(request.setup(precision, s.batch_size, False), gpu)
-            required = not _fits(request, without)
-            if required and request.activation_checkpointing == "auto":
-                reason = (
-                    f"batch {s.batch_size} fits only with activation checkpointing (without: "
-                    f"{_gib(without.peak_bytes)} > {_gib(usable)} usable); checkpointing "
-                    "switched on."
-                )
-        if not supported:
-            reason = unsupported_reason
-        return (
-            PrecisionPlan(
-                precision=precision,
-                supported=supported,
-                fits=True,
-                batch_size=s.batch_size,
-                activation_checkpointing=s.activation_checkpointing,
-                peak_bytes=chosen.peak_bytes,
-                headroom_bytes=gpu.memory_bytes - chosen.peak_bytes,
-                max_batch_size_without_checkpointing=max_no,
-                max_batch_size_with_checkpointing=max_ac,
-                checkpointing_required=required,
-                reason=reason,
-                peak_allocated_bytes=chosen.peak_allocated_bytes,
-                breakdown=dict(chosen.breakdown),
-                note=note,
-            ),
-            rows,
-        )
-    # Nothing fits: report the smallest request in the most frugal allowed mode.
-    ac = modes[-1]
-    smallest = min(
-        (e for e in rows if e.setup.activation_checkpointing == ac),
-        key=lambda e: e.setup.batch_size,
+def _choose(request: Request, rows: list[Estimate]) -> Estimate | None:
+    """The largest fitting batch, no checkpointing first when both modes are allowed."""
+    for ac in _modes(request):
+        fitting = [e for e in rows if e.setup.activation_checkpointing == ac and _fits(request, e)]
+        if fitting:
+            return max(fitting, key=lambda e: e.setup.batch_size)
+    return None
+
+
+def _entry(request: Request, precision: str, e: Estimate, limits: _Limits, *,
+           supported: bool, fits: bool, required: bool, reason: str) -> PrecisionPlan:
+    gpu = request.hardware.gpu
+    s = e.setup
+    return PrecisionPlan(
+        precision=precision,
+        supported=supported,
+        fits=fits,
+        batch_size=s.batch_size,
+        activation_checkpointing=s.activation_checkpointing,
+        peak_bytes=e.peak_bytes,
+        headroom_bytes=gpu.memory_bytes - e.peak_bytes,
+        max_batch_size_without_checkpointing=limits.max_no,
+        max_batch_size_with_checkpointing=limits.max_ac,
+        checkpointing_required=required,
+        reason=reason,
+        peak_allocated_bytes=e.peak_allocated_bytes,
+        breakdown=dict(e.breakdown),
+        note=UNMEASURED_NOTE if precision in ("mxfp8", "nvfp4") else "",
+        **(_throughput(request, s) if supported else {}),
     )
-    b = smallest.setup.batch_size
+
+
+def _throughput(request: Request, setup: TrainingSetup) -> dict[str, Any]:
+    p = throughput.predict(setup, request.hardware.gpu,
+                           instance_type=request.hardware.instance_type,
+                           prices=request.instance_hour_prices)
+    out = throughput.summary(p)
+    return {k: out[k] for k in PLAN_THROUGHPUT_KEYS}
+
+
+def _fitting_reason(request: Request, precision: str, chosen: Estimate,
+                    limits: _Limits) -> tuple[bool, str]:
+    """(checkpointing required, the reason text) for a batch that fits."""
+    s = chosen.setup
+    notes = []
+    if 0 in request.batch_sizes and limits.largest(s.activation_checkpointing) > limits.cap \
+            and s.batch_size == limits.cap:
+        notes.append(limits.cap_reason + f"; {limits.largest(s.activation_checkpointing)} "
+                     "would fit.")
+    required = False
+    if s.activation_checkpointing:
+        without = estimator.estimate(request.setup(precision, s.batch_size, False),
+                                     request.hardware.gpu)
+        required = not _fits(request, without)
+        if required and request.activation_checkpointing == "auto":
+            notes.insert(0, f"batch {s.batch_size} fits only with activation checkpointing "
+                         f"(without: {_gib(without.peak_bytes)} > {_gib(request.usable_bytes)} "
+                         "usable); checkpointing switched on.")
+    return required, " ".join(notes)
+
+
+def _not_fitting_reason(request: Request, smallest: Estimate, limits: _Limits) -> str:
+    gpu = request.hardware.gpu
+    ac = smallest.setup.activation_checkpointing
     mode = "with" if ac else "without"
-    if max_for[ac] > 0:
-        hint = f"the largest batch that fits {mode} activation checkpointing is {max_for[ac]}"
+    if limits.largest(ac) > 0:
+        hint = f"the largest batch that fits {mode} activation checkpointing is {limits.largest(ac)}"
     else:
         hint = (
             f"even batch 1 does not fit {mode} activation checkpointing: use more GPUs "
             "(world_size), a shorter sequence or a smaller model"
         )
-    if not ac and max_ac > 0:
-        hint += f"; with activation checkpointing batch {max_ac} fits"
-    reason = (
-        f"batch {b} {mode} activation checkpointing needs {_gib(smallest.peak_bytes)} per GPU "
-        f"but {_gib(usable)} of {gpu.name}'s {_gib(gpu.memory_bytes)} are usable at "
-        f"{request.headroom:.0%} headroom; {hint}."
+    if not ac and limits.max_ac > 0:
+        hint += f"; with activation checkpointing batch {limits.max_ac} fits"
+    return (
+        f"batch {smallest.setup.batch_size} {mode} activation checkpointing needs "
+        f"{_gib(smallest.peak_bytes)} per GPU but {_gib(request.usable_bytes)} of {gpu.name}'s "
+        f"{_gib(gpu.memory_bytes)} are usable at {request.headroom:.0%} headroom; {hint}."
     )
+
+
+def _plan_precision(request: Request, precision: str) -> tuple[PrecisionPlan, list[Estimate]]:
+    supported, unsupported_reason = _support(request, precision)
+    cap, cap_reason = batch_cap(request)
+    limits = _Limits(largest_batch(request, precision, False),
+                     largest_batch(request, precision, True), cap, cap_reason)
+    rows = _estimate_rows(request, precision, limits)
+    chosen = _choose(request, rows)
+    if chosen is not None:
+        required, reason = _fitting_reason(request, precision, chosen, limits)
+        entry = _entry(request, precision, chosen, limits, supported=supported, fits=True,
+                       required=required, reason=unsupported_reason or reason)
+        return entry, rows
+    # Nothing fits: report the smallest request in the most frugal allowed mode.
+    ac = _modes(request)[-1]
+    smallest = min((e for e in rows if e.setup.activation_checkpointing == ac),
+                   key=lambda e: e.setup.batch_size)
+    reason = _not_fitting_reason(request, smallest, limits)
     if not supported:
         reason = unsupported_reason + " " + reason
-    return (
-        PrecisionPlan(
-            precision=precision,
-            supported=supported,
-            fits=False,
-            batch_size=b,
-            activation_checkpointing=ac,
-            peak_bytes=smallest.peak_bytes,
-            headroom_bytes=gpu.memory_bytes - smallest.peak_bytes,
-            max_batch_size_without_checkpointing=max_no,
-            max_batch_size_with_checkpointing=max_ac,
-            checkpointing_required=max_no == 0 and max_ac > 0,
-            reason=reason,
-            peak_allocated_bytes=smallest.peak_allocated_bytes,
-            breakdown=dict(smallest.breakdown),
-            note=note,
-        ),
-        rows,
-    )
+    entry = _entry(request, precision, smallest, limits, supported=supported, fits=False,
+                   required=limits.max_no == 0 and limits.max_ac > 0, reason=reason)
+    return entry, rows
 
 
 def _dedupe(rows: list[Estimate]) -> list[Estimate]:

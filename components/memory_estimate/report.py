@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from components.memory_estimate import estimator
-from components.memory_estimate.planner import PlanResult
+from components.memory_estimate.planner import PLAN_THROUGHPUT_KEYS, PlanResult
 
 _LABELS = {
     "parameters": "parameters (sharded)",
@@ -62,6 +62,7 @@ def markdown(result: PlanResult) -> str:
             f"{e.max_batch_size_without_checkpointing} / {e.max_batch_size_with_checkpointing} | "
             f"{notes} |"
         )
+    lines += _throughput_markdown(result)
     lines += ["", "#### What the peak is made of (GiB per GPU)", ""]
     precs = list(plan.precisions)
     lines.append("| part | " + " | ".join(precs) + " |")
@@ -97,6 +98,34 @@ def markdown(result: PlanResult) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _fmt_cost(x: float | None) -> str:
+    return "n/a (no instance price)" if x is None else f"${x:,.2f}"
+
+
+def _throughput_markdown(result: PlanResult) -> list[str]:
+    """The throughput model's prediction for each runnable entry (predicted, labelled)."""
+    plan = result.plan
+    rows = [(p, e) for p, e in plan.precisions.items() if e.tokens_per_s_per_gpu]
+    if not rows:
+        return []
+    base = plan.precisions.get("bf16")
+    base_tps = base.tokens_per_s_per_gpu if base and base.runnable else None
+    out = ["", "#### Predicted speed and cost (throughput model; predicted, not measured)", "",
+           "| precision | batch | tokens/s per GPU | step s | MFU | vs bf16 | $ per billion tokens "
+           "| limited by |", "|---|---|---|---|---|---|---|---|"]
+    for p, e in rows:
+        rate = e.tokens_per_s_per_gpu or 0.0
+        vs = f"{rate / base_tps:.2f}x" if base_tps else "n/a"
+        mfu = f"{e.mfu:.0%}" if e.mfu is not None else "n/a"
+        out.append(f"| {p} | {e.batch_size} | {rate:,.0f} | "
+                   f"{e.step_seconds or 0.0:.3f} | {mfu} | {vs} | "
+                   f"{_fmt_cost(e.cost_usd_per_billion_tokens)} | {e.throughput_bound} |")
+    sources = sorted({e.throughput_source for _, e in rows})
+    out += ["", "Source: " + "; ".join(sources) + ". MFU counts model FLOPs (6N + 12LHT per "
+            "token) against the precision's dense peak, as the trainer reports it."]
+    return out
+
+
 def metrics(result: PlanResult) -> dict[str, float]:
     """Scalars for KFP Metrics (one set per precision)."""
     plan = result.plan
@@ -112,13 +141,20 @@ def metrics(result: PlanResult) -> dict[str, float]:
         out[f"{p}_activation_checkpointing"] = float(e.activation_checkpointing)
         out[f"{p}_max_batch_without_checkpointing"] = float(e.max_batch_size_without_checkpointing)
         out[f"{p}_max_batch_with_checkpointing"] = float(e.max_batch_size_with_checkpointing)
+        for key in ("tokens_per_s_per_gpu", "step_seconds", "mfu", "cost_usd_per_billion_tokens"):
+            value = getattr(e, key)
+            if value is not None:
+                out[f"{p}_predicted_{key}"] = float(value)
     return out
 
 
 def json_document(result: PlanResult) -> dict[str, Any]:
     """The CLI's ``--json``. One precision and one batch size: the estimate of the
-    configuration the plan chose (``peak_bytes``, ``breakdown``...). Otherwise a
-    sweep: ``{"estimates": [...every configuration...]}``. Both carry ``plan``."""
+    configuration the plan chose (``peak_bytes``, ``breakdown``...) and the throughput
+    model's prediction for it (``tokens_per_s_per_gpu``, ``step_seconds``, ``mfu``,
+    ``cost_usd_per_billion_tokens``, ``throughput_source``; null where the GPU cannot
+    run the precision). Otherwise a sweep: ``{"estimates": [...every
+    configuration...]}``. Both carry ``plan``."""
     import json
 
     req = result.request
@@ -135,5 +171,6 @@ def json_document(result: PlanResult) -> dict[str, Any]:
                 entry.batch_size,
                 entry.activation_checkpointing,
             ):
-                return dict(row(est), plan=plan)
+                predicted = {k: getattr(entry, k) for k in PLAN_THROUGHPUT_KEYS}
+                return dict(row(est), **predicted, plan=plan)
     return {"estimates": [row(e) for e in result.estimates], "plan": plan}

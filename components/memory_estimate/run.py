@@ -79,6 +79,7 @@ def run_component(
         },
     )
     result = planner.plan(request)
+    planner.check_single_precision_supported(result)
     runnable = result.plan.runnable_precisions()
     all_runnable = len(runnable) == len(result.plan.precisions)
     if require_all_runnable and not all_runnable:

@@ -1,0 +1,220 @@
+"""The throughput and cost model (components/memory_estimate/throughput.py): its behaviour.
+
+Its accuracy against the trainer's H200 measurements is in
+tests/test_throughput_accuracy.py.
+"""
+
+import json
+import math
+import subprocess
+import sys
+import time
+from dataclasses import replace
+
+import pytest
+
+from components.memory_estimate import planner, throughput
+from components.memory_estimate.estimator import TrainingSetup
+from components.sagemaker_training import pricing
+from trainer import hardware
+from trainer.spec import PRESETS
+
+
+def setup(preset="8b", precision="bf16", batch=1, seq=8192, ac=True, world=8, **kw):
+    return TrainingSetup(PRESETS[preset], batch, seq, precision, ac, world, **kw)
+
+
+def tps(s, gpu="B200", **kw):
+    return throughput.predict(s, gpu, **kw).tokens_per_s_per_gpu
+
+
+def test_parts_add_up_to_the_step_and_are_named():
+    p = throughput.predict(setup(), "H200")
+    assert set(p.parts) == set(throughput.PARTS)
+    assert sum(p.parts.values()) == pytest.approx(p.step_seconds)
+    assert all(v >= 0 for v in p.parts.values())
+    assert p.tokens_per_s_per_gpu == pytest.approx(8192 / p.step_seconds)
+    assert p.bound == "compute"
+
+
+def test_bigger_models_are_slower_per_token():
+    order = ["1b", "3b", "8b", "14b", "32b"]
+    rates = [tps(setup(m, batch=1, seq=4096, world=8)) for m in order]
+    assert rates == sorted(rates, reverse=True), dict(zip(order, rates, strict=True))
+    # ... and so are longer sequences (attention grows with it) at equal tokens per step
+    assert tps(setup("8b", batch=1, seq=16384)) < tps(setup("8b", batch=2, seq=8192))
+
+
+def test_activation_checkpointing_costs_about_a_forward():
+    on, off = tps(setup(ac=True)), tps(setup(ac=False))
+    assert 1.15 < off / on < 1.40  # recomputing the forward: ~4/3 of the block work
+
+
+def test_recipe_order_on_blackwell_for_a_large_model():
+    """Per-tensor FP8 is the cheapest to quantise; current scaling adds an amax pass; block
+    formats pay for scales; NVFP4's 4-bit GEMMs win on an 8B model despite its overheads."""
+    r = {p: tps(setup(precision=p, batch=2)) for p in hardware.PRECISIONS if p not in
+         ("fp32", "fp16")}
+    assert r["nvfp4"] > r["fp8"] > r["fp8-current"] > r["bf16"]
+    assert r["fp8"] > r["mxfp8"] > r["bf16"]
+    assert r["fp8-current"] > r["fp8-block"]
+
+
+def test_fp8_recipes_on_hopper_and_gains_vs_bf16():
+    r = {p: tps(setup(precision=p), "H200") for p in ("bf16", "fp8", "fp8-current", "fp8-block")}
+    assert r["fp8"] > r["fp8-current"] > r["fp8-block"] > r["bf16"]
+    assert 1.15 < r["fp8"] / r["bf16"] < 1.6
+
+
+def test_a_tiny_model_is_host_bound_and_gains_nothing_from_low_precision():
+    """The overhead floor: a 4-layer hidden-128 model cannot use a B200's tensor cores;
+    its step is the host's launch time, so a low precision gains nothing (or loses)."""
+    base = throughput.predict(setup("small", batch=8, seq=128, world=1), "B200")
+    assert base.bound == "host (CPU launch)"
+    assert base.step_seconds >= throughput.DEFAULT.cpu_step_s
+    for p in ("fp8", "mxfp8", "nvfp4"):
+        other = throughput.predict(setup("small", p, batch=8, seq=128, world=1), "B200")
+        assert other.speedup_over(base) <= 1.0
+    # doubling the batch of a host-bound step doubles tokens/s
+    twice = throughput.predict(setup("small", batch=16, seq=128, world=1), "B200")
+    assert twice.tokens_per_s_per_gpu == pytest.approx(2 * base.tokens_per_s_per_gpu, rel=0.05)
+
+
+def test_mfu_follows_the_trainers_convention():
+    s = setup(precision="fp8")
+    p = throughput.predict(s, "H200")
+    flops = PRESETS["8b"].flops_per_token(8192)
+    assert p.mfu == pytest.approx(flops * p.tokens_per_s_per_gpu / 1979e12)
+    assert 0 < p.mfu < 1
+
+
+def test_nvlink_costs_a_few_percent_and_the_network_between_instances_more():
+    two = throughput.predict(setup("1b", world=2, seq=4096, batch=4), "H200")
+    one = throughput.predict(setup("1b", world=1, seq=4096, batch=4), "H200")
+    compute = sum(v for k, v in one.parts.items() if k not in ("optimizer", "fsdp_copies"))
+    extra = two.step_seconds - (compute + two.parts["optimizer"] + two.parts["fsdp_copies"])
+    assert 0.02 < extra / compute < 0.08  # measured on 2 H200s: 95.6-95.8% scaling
+    it = "ml.p5en.48xlarge"
+    eight = throughput.predict(setup(world=8, batch=1), "H200", instance_type=it)
+    sixteen = throughput.predict(setup(world=16, batch=1), "H200", instance_type=it)
+    assert sixteen.tokens_per_s_per_gpu < eight.tokens_per_s_per_gpu
+    assert sixteen.parts["communication_exposed"] > 10 * eight.parts["communication_exposed"]
+    # a bigger micro-batch hides the all-gathers again
+    bigger = throughput.predict(setup(world=16, batch=4), "H200", instance_type=it)
+    assert bigger.parts["communication_exposed"] < sixteen.parts["communication_exposed"]
+
+
+def test_cost_uses_the_pricing_table_and_the_instance_count():
+    s = setup(world=16)
+    p = throughput.predict(s, "B200", instance_type="ml.p6-b200.48xlarge")
+    price = pricing.DEFAULT_INSTANCE_HOUR_PRICES_USD["ml.p6-b200.48xlarge"]
+    assert p.instance_count == 2
+    expected = price * 2 / 3600 * 1e9 / (p.tokens_per_s_per_gpu * 16)
+    assert p.cost_usd_per_billion_tokens == pytest.approx(expected)
+    assert p.run_cost_usd(1000) == pytest.approx(p.step_seconds * 1000 / 3600 * price * 2)
+    cheaper = throughput.predict(s, "B200", instance_type="ml.p6-b200.48xlarge",
+                                 prices={"ml.p6-b200.48xlarge": 50.0})
+    assert cheaper.cost_usd_per_billion_tokens < p.cost_usd_per_billion_tokens
+    # no price known: no cost, not a made-up one
+    none = throughput.predict(setup(world=8), "B300", instance_type="ml.p6-b300.48xlarge")
+    assert none.cost_usd_per_billion_tokens is None and none.run_cost_usd(10) is None
+
+
+def test_predictions_say_they_are_predicted_and_blackwell_unmeasured():
+    assert "not measured" in throughput.predict(setup(), "B200").source
+    assert "not measured" in throughput.predict(setup(), "B300").source
+    assert "calibrated on H200" in throughput.predict(setup(), "H200").source
+    assert "predicted" in throughput.predict(setup(), "H100").source
+
+
+def test_prediction_is_fast():
+    s = setup()
+    start = time.perf_counter()
+    for _ in range(50):
+        throughput.predict(s, "B200", instance_type="ml.p6-b200.48xlarge")
+    assert (time.perf_counter() - start) / 50 < 0.005
+
+
+def test_every_constant_is_used():
+    """Changing any constant changes some prediction (no dead constants)."""
+    cases = [(setup(precision=p, world=w, ac=ac), g, it)
+             for p, g, it in (("bf16", "H200", "ml.p5en.48xlarge"),
+                              ("fp8", "H200", "ml.p5en.48xlarge"),
+                              ("fp8-current", "H200", "ml.p5en.48xlarge"),
+                              ("fp8-block", "H200", "ml.p5en.48xlarge"),
+                              ("mxfp8", "B200", "ml.p6-b200.48xlarge"),
+                              ("nvfp4", "B200", "ml.p6-b200.48xlarge"),
+                              ("bf16", "L40S", "ml.g6e.48xlarge"))
+             for w in (1, 8, 16) for ac in (True, False)]
+    cases += [(setup("small", p, batch=4, seq=128, world=1), "H200", "") for p in ("bf16", "fp8")]
+
+    def steps(c):
+        return [throughput.predict(s, g, instance_type=it, constants=c).step_seconds
+                for s, g, it in cases]
+
+    base = steps(throughput.DEFAULT)
+    for name, value in vars(throughput.DEFAULT).items():
+        if isinstance(value, dict):
+            changed = {k: ({kk: vv * 1.5 for kk, vv in v.items()} if isinstance(v, dict) else
+                           tuple(x * 1.5 for x in v) if isinstance(v, tuple) else v * 1.5)
+                       for k, v in value.items()}
+        else:
+            changed = value * 1.5
+        after = steps(replace(throughput.DEFAULT, **{name: changed}))
+        assert any(not math.isclose(a, b) for a, b in zip(after, base, strict=True)), name
+
+
+def _plan(**kw):
+    defaults = dict(model=PRESETS["8b"], seq_length=8192,
+                    hardware=planner.resolve_hardware(instance_type="ml.p6-b200.48xlarge"),
+                    precisions=("bf16", "fp8", "nvfp4"), batch_sizes=(2,))
+    defaults.update(kw)
+    return planner.plan(planner.Request(**defaults))
+
+
+def test_plan_entries_carry_the_prediction():
+    result = _plan()
+    for p, e in result.plan.precisions.items():
+        assert e.tokens_per_s_per_gpu and e.step_seconds and e.mfu
+        assert e.cost_usd_per_billion_tokens and "not measured" in e.throughput_source
+        s = TrainingSetup(PRESETS["8b"], e.batch_size, 8192, p, e.activation_checkpointing, 8)
+        assert e.tokens_per_s_per_gpu == pytest.approx(
+            throughput.predict(s, "B200").tokens_per_s_per_gpu, rel=1e-4)
+    # the plan's JSON round-trips with the new keys
+    from components.common.memory_plan import MemoryPlan
+
+    again = MemoryPlan.from_json(result.plan.to_json())
+    assert again.precisions["fp8"].step_seconds == result.plan.precisions["fp8"].step_seconds
+
+
+def test_unsupported_precisions_carry_no_prediction():
+    result = _plan(hardware=planner.resolve_hardware(gpu="H200"), precisions=("bf16", "nvfp4"))
+    assert result.plan.precisions["nvfp4"].tokens_per_s_per_gpu is None
+    assert result.plan.precisions["bf16"].tokens_per_s_per_gpu
+
+
+def _cli(*args):
+    return subprocess.run([sys.executable, "-m", "components.memory_estimate", *args],
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_cli_json_with_one_precision_and_batch_has_the_top_level_keys():
+    out = _cli("--preset", "1b", "--instance-type", "ml.p5.48xlarge", "--batch-size", "2",
+               "--seq-length", "4096", "--precision", "fp8", "--json")
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    for key in ("tokens_per_s_per_gpu", "step_seconds", "mfu", "cost_usd_per_billion_tokens"):
+        assert isinstance(doc[key], float), key
+    assert doc["throughput_source"].startswith("predicted")
+    entry = doc["plan"]["precisions"]["fp8"]
+    assert entry["tokens_per_s_per_gpu"] == doc["tokens_per_s_per_gpu"]
+
+
+def test_markdown_shows_the_prediction_labelled():
+    from components.memory_estimate import report
+
+    md = report.markdown(_plan())
+    assert "Predicted speed and cost (throughput model; predicted, not measured)" in md
+    assert "tokens/s per GPU" in md and "$ per billion tokens" in md
+    metrics = report.metrics(_plan())
+    assert metrics["fp8_predicted_tokens_per_s_per_gpu"] > metrics["bf16_predicted_tokens_per_s_per_gpu"]
