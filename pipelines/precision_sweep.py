@@ -108,7 +108,7 @@ def build_pipeline(parallelism: int = DEFAULT_PARALLELISM) -> Any:
             baseline: The precision the others are compared with.
             loss_tolerance_rel: Largest relative final-loss difference to the baseline that passes.
             divergence_tolerance_rel: Largest relative worst-case divergence that passes.
-            target_gpu: GPU whose expected speed-ups rank emulated runs.
+            target_gpu: GPU the speed-ups are for (runs not timed on it: predicted).
             trainer_repository: ECR repository of the trainer image.
             codebuild_role_arn: CodeBuild service role (empty: the project's default).
             cleanup_policy: Per-kind cleanup policy overrides, e.g. {"checkpoints": "delete"}.

@@ -243,14 +243,14 @@ def test_large_models_need_checkpointing_on_b200_as_the_article_reports():
 def test_batch_candidates_are_powers_of_two_up_to_the_largest_that_fits():
     res = planner.plan(_request("1b", seq=2048, precisions=("bf16",), ac="off"))
     top = res.plan.precisions["bf16"].max_batch_size_without_checkpointing
-    sizes = [c["batch_size"] for c in planner.batch_candidates(res)]
+    sizes = sorted(c["batch_size"] for c in planner.batch_candidates(res))
     assert sizes[-1] == top and sizes[0] == 1 and all(b <= top for b in sizes)
 
 
 def test_batch_candidates_respect_a_cap_for_short_tuning_runs():
     res = planner.plan(_request("1b", seq=2048, precisions=("bf16",), ac="off"))
     assert res.plan.precisions["bf16"].max_batch_size_without_checkpointing > 6
-    assert [c["batch_size"] for c in planner.batch_candidates(res, 6)] == [1, 2, 4, 6]
+    assert sorted(c["batch_size"] for c in planner.batch_candidates(res, 6)) == [1, 2, 4, 6]
     with pytest.raises(UserError, match="max_candidate_batch_size"):
         planner.batch_candidates(res, -1)
 
@@ -427,3 +427,12 @@ def test_fsdp_mem_tracker_cross_check_agrees_on_a_block_stack():
     assert estimate(s, "H200").peak_allocated_bytes == pytest.approx(peak, rel=0.10)
     with pytest.raises(UserError, match="cross_check"):
         crosscheck.check_supported(TrainingSetup(preset("tiny"), 1, 64, precision="fp8"))
+
+
+def test_batch_candidates_are_pre_ranked_by_predicted_throughput():
+    res = planner.plan(_request("1b", seq=2048, precisions=("bf16", "fp8"), ac="auto"))
+    cands = planner.batch_candidates(res)
+    rates = [c["predicted_tokens_per_s_per_gpu"] for c in cands]
+    assert rates == sorted(rates, reverse=True) and len(set(rates)) > 3
+    assert cands[0]["batch_size"] > 1  # batch 1 is host-bound, never the predicted best
+    assert cands[-1]["batch_size"] == 1

@@ -94,3 +94,40 @@ def test_an_explicit_batch_is_not_capped():
                               precisions=("bf16",), batch_sizes=(2048,))
     entry = planner.plan(request).plan.precisions["bf16"]
     assert entry.batch_size == 2048 and "capped" not in entry.reason
+
+
+# ---- compare_convergence ----
+
+def test_a_series_file_with_one_huge_line_is_refused_in_bounded_memory(tmp_path):
+    """Issue 12: one 200 MB line gave `_csv.Error: field larger than field limit` at 1.2 GB
+    resident. 64 MB here: the old reader held it several times over."""
+    huge = tmp_path / "huge.csv"
+    with open(huge, "wb") as f:
+        chunk = b"x" * (1 << 20)
+        for _ in range(64):
+            f.write(chunk)
+    code = (
+        "import resource, sys\n"
+        "from components.compare_convergence.run import load\n"
+        "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+        f"series, problems = load([{str(huge)!r}])\n"
+        "after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+        "print(len(series), (after - before) // 1024, problems[0])\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    count, grew_mib, problem = out.stdout.split(" ", 2)
+    assert count == "0" and int(grew_mib) < 16, out.stdout
+    assert "longer than 1 MiB" in problem and "huge.csv" in problem
+    cli = subprocess.run([sys.executable, "-m", "components.compare_convergence", str(huge)],
+                         capture_output=True, text=True, timeout=120)
+    assert cli.returncode == 2 and "longer than 1 MiB" in cli.stderr
+
+
+def test_rank_throughput_names_a_file_that_is_not_a_series(tmp_path):
+    from components.rank_throughput.rank import load
+
+    bad = tmp_path / "bad.csv"
+    bad.write_bytes(b"y" * ((1 << 20) + 10))
+    with pytest.raises(UserError, match="bad.csv could not be read"):
+        load([str(bad)])

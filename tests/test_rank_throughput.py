@@ -73,3 +73,32 @@ def test_html_report_embeds_a_png_chart(tmp_path):
 
     png = base64.b64decode(srcs[0].split(",", 1)[1])
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 2000
+
+
+def test_the_models_prediction_stands_beside_each_measured_run(tmp_path):
+    from components.memory_estimate import throughput
+    from components.memory_estimate.estimator import TrainingSetup
+    from trainer.spec import PRESETS
+
+    def gpu_run(run, batch, tps):
+        meta = {"run": run, "precision": "fp8", "status": "completed", "emulated": False,
+                "gpu": "NVIDIA H200", "world_size": 1,
+                "training": {"batch_size": batch, "activation_checkpointing": False,
+                             "seq_length": 4096, "model": PRESETS["1b"].to_dict()},
+                "metrics": {"mean_tokens_per_s_per_gpu": tps, "peak_memory_gib": 50.0}}
+        path = tmp_path / f"{run}.csv"
+        path.write_text(f"# {SERIES_SCHEMA} {json.dumps(meta)}\n" + ",".join(COLUMN_NAMES) + "\n")
+        return str(path)
+
+    r = rank(load([gpu_run("b4", 4, 60000.0), gpu_run("b1", 1, 30000.0)]))
+    expect = throughput.predict(TrainingSetup(PRESETS["1b"], 4, 4096, "fp8", False),
+                                "H200").tokens_per_s_per_gpu
+    assert r.best.predicted_tokens_per_s_per_gpu == pytest.approx(expect)
+    assert r.best.measured_over_predicted == pytest.approx(60000.0 / expect)
+    text = markdown(r)
+    assert "tokens/s/GPU (predicted)" in text and "measured / predicted" in text
+    assert f"{expect:,.0f}" in text
+    # CPU (emulated) runs get no prediction: n/a, not a number for another machine
+    cpu = rank(load([_series(tmp_path, "cpu", batch=2, ac=False, tps=10.0, mem=0.0,
+                             emulated=True)]))
+    assert cpu.best.predicted_tokens_per_s_per_gpu is None

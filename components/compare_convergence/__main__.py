@@ -2,7 +2,8 @@
 
 Takes the per-step series CSVs that parse_logs writes (one per precision and seed),
 compares each precision with the baseline run of the same seed, prints a Markdown
-verdict table and the recommended precision (the fastest that passes), and writes
+verdict table and the recommended precision (a riskier precision only when it is at
+least --min-speedup-gain faster than the safer one that passed), and writes
 the HTML report (images embedded), the Markdown and the JSON verdicts.
 
 Examples:
@@ -52,7 +53,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a run reaching less of the baseline's steps is incomplete "
                         "(%(default)s)")
     p.add_argument("--target-gpu", default=d.target_gpu,
-                   help="GPU for emulated runs' expected speed-up (%(default)s)")
+                   help="GPU the speed-ups are for; runs not timed on it get the throughput "
+                        "model's prediction (%(default)s)")
+    p.add_argument("--min-speedup-gain", type=float, default=d.min_speedup_gain,
+                   help="gain a riskier precision needs over the safer one (%(default)s)")
     p.add_argument("--html", metavar="PATH", help="write the HTML report here")
     p.add_argument("--markdown", metavar="PATH", help="write the Markdown summary here")
     p.add_argument("--verdicts", metavar="PATH", help="write the JSON verdicts here")
@@ -73,7 +77,8 @@ def main(argv: list[str] | None = None) -> int:
             divergence_tolerance_rel=args.divergence_tolerance_rel,
             seed_spread_factor=args.seed_spread_factor, final_window=args.final_window,
             smoothing_window=args.smoothing_window, align_by=args.align_by,
-            min_step_coverage=args.min_step_coverage, target_gpu=args.target_gpu)
+            min_step_coverage=args.min_step_coverage, target_gpu=args.target_gpu,
+            min_speedup_gain=args.min_speedup_gain)
         cmp = compare_files(args.series, settings)
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -15,16 +15,24 @@ Per precision (mean over its paired seeds):
 - ``diverged``: worst divergence above ``divergence_tolerance_rel``, or a loss that
   ends well above its own minimum while the baseline's does not;
 - ``nan``: a non-finite loss anywhere;
-- ``speedup``: steady-state tokens/s over the baseline's (measured), or for runs
-  with emulated numerics the target GPU's dense-peak ratio (expected, labelled);
+- ``speedup``: steady-state tokens/s over the baseline's, measured when both runs
+  were timed on the target GPU; otherwise (emulated numerics, a CPU, another GPU) the
+  throughput model's prediction for the target GPU and each run's configuration
+  (``components.memory_estimate.throughput``), labelled "predicted";
 - ``memory_ratio``: peak memory over the baseline's; ``gap_to_floor``: final loss
   minus the data's entropy floor when the trainer logged one.
 
 Verdict: pass when the run completed, has no NaN, did not diverge and its final
 loss is at most ``max(loss_tolerance_abs, loss_tolerance_rel * baseline)`` above the
 baseline (with seeds: or within ``seed_spread_factor`` x the baseline's seed spread).
-Recommended: the fastest precision that passes (the baseline passes by definition
-when it is healthy); ties go to the smaller loss difference.
+A run with no baseline run of the same seed is "not compared" (never a fail): the
+comparison must be paired.
+
+Recommended: walking up the risk order (``RISK``: bf16 < fp8 < fp8-current /
+fp8-block < mxfp8 < nvfp4), a riskier passing precision replaces the safer one only
+when it is at least ``min_speedup_gain`` (5%) faster; ``Comparison.recommendation``
+says why in one sentence ("nvfp4 is predicted 3% faster than fp8 for this model: not
+worth the risk").
 """
 
 from __future__ import annotations
@@ -36,9 +44,18 @@ from typing import Any
 import numpy as np
 
 from components.common.errors import UserError
+from components.memory_estimate import throughput
+from components.memory_estimate.estimator import TrainingSetup
 from components.parse_logs.analysis import FAILED_STATUSES
 from components.parse_logs.series import Series
 from trainer import hardware
+from trainer.spec import ModelSpec
+
+# How much numerical risk a precision carries, lowest first (the issue's and the article's
+# order: start with FP8; block formats need newer kernels; NVFP4 needs real engineering).
+RISK: dict[str, int] = {"fp32": 0, "bf16": 0, "fp16": 1, "fp8": 1, "fp8-current": 2,
+                        "fp8-block": 2, "mxfp8": 3, "nvfp4": 4}
+NOT_COMPARED = "not compared"
 
 
 @dataclass(frozen=True)
@@ -54,6 +71,7 @@ class Settings:
     align_by: str = "step"  # step | tokens
     min_step_coverage: float = 0.9
     target_gpu: str = "B200"
+    min_speedup_gain: float = 0.05  # a riskier precision must be this much faster
 
     def validate(self) -> Settings:
         checks = [
@@ -67,6 +85,7 @@ class Settings:
             ("smoothing_window", self.smoothing_window >= 0, ">= 0 (0 = automatic)"),
             ("align_by", self.align_by in ("step", "tokens"), "step or tokens"),
             ("min_step_coverage", 0 < self.min_step_coverage <= 1, "a fraction in (0, 1]"),
+            ("min_speedup_gain", 0 <= self.min_speedup_gain < 10, "a fraction, e.g. 0.05"),
         ]
         for name, ok, want in checks:
             if not ok:
@@ -97,6 +116,9 @@ class Run:
     peak_memory_gib: float
     entropy_floor: float | None
     source: str
+    gpu: str = ""  # the GPU it ran on ("" on a CPU)
+    world_size: int = 1
+    training: dict[str, Any] = field(default_factory=dict)  # batch, sequence, model...
 
     @property
     def failed(self) -> bool:
@@ -153,7 +175,13 @@ def run_from_series(s: Series) -> Run:
         emulated=bool(emulated), status=status,
         failure_reason=str(meta.get("failure_reason") or ""), step=step, tokens=col("tokens"),
         loss=loss, tokens_per_s=throughput, peak_memory_gib=peak,
-        entropy_floor=None if math.isnan(floor) else floor, source=s.source)
+        entropy_floor=None if math.isnan(floor) else floor, source=s.source,
+        gpu=str(meta.get("gpu") or ""), world_size=_positive_int(meta.get("world_size"), 1),
+        training=dict(meta.get("training") or {}))
+
+
+def _positive_int(x: Any, default: int) -> int:
+    return x if isinstance(x, int) and not isinstance(x, bool) and x > 0 else default
 
 
 def smooth(y: np.ndarray, window: int) -> np.ndarray:
@@ -190,7 +218,7 @@ class Pair:
 class Result:
     precision: str
     emulated: bool
-    verdict: str = "fail"  # pass | fail
+    verdict: str = "fail"  # pass | fail | not compared
     reasons: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     seeds: list[int | None] = field(default_factory=list)
@@ -206,7 +234,9 @@ class Result:
     diverged: bool = False
     nan: bool = False
     speedup: float = math.nan
-    speedup_source: str = ""  # measured | expected
+    speedup_source: str = ""  # "measured on <GPU>" | "predicted on <GPU> by ..." | why none
+    measured_speedup: float = math.nan  # on the GPU the runs were timed on, when real
+    measured_on: str = ""
     memory_ratio: float = math.nan
     tokens_per_s: float = math.nan
     peak_memory_gib: float = math.nan
@@ -219,6 +249,14 @@ class Result:
     def passed(self) -> bool:
         return self.verdict == "pass"
 
+    @property
+    def compared(self) -> bool:
+        return self.verdict != NOT_COMPARED
+
+    @property
+    def speedup_predicted(self) -> bool:
+        return self.speedup_source.startswith("predicted")
+
 
 @dataclass
 class Comparison:
@@ -230,6 +268,7 @@ class Comparison:
     problems: list[str]
     notes: list[str]
     runs: dict[str, list[Run]]
+    recommendation: str = ""  # one sentence: why this precision (or why none)
 
     @property
     def passed(self) -> bool:
@@ -277,16 +316,8 @@ def _pair(base: Run, cand: Run, st: Settings) -> tuple[Pair | None, str]:
                 float(x[start + i]), float(coverage)), ""
 
 
-def compare(series: list[Series], settings: Settings | None = None, *,
-            input_problems: list[str] | None = None) -> Comparison:
-    """Compares the series; ``input_problems`` (e.g. unreadable files) make it partial."""
-    st = (settings or Settings()).validate()
-    if not series:
-        raise UserError("series", "no series were given: nothing to compare"
-                        + (f" ({'; '.join(input_problems)})." if input_problems else "."),
-                        "pass the parse_logs series of each precision (dsl.Collected).")
-    problems: list[str] = list(input_problems or [])
-    notes: list[str] = []
+def _group_runs(series: list[Series], problems: list[str]) -> dict[str, list[Run]]:
+    """Runs by precision, each group sorted by seed; a duplicate (precision, seed) is an error."""
     runs: dict[str, list[Run]] = {}
     seen: dict[tuple[str, int | None], str] = {}
     for s in series:
@@ -304,23 +335,39 @@ def compare(series: list[Series], settings: Settings | None = None, *,
         runs.setdefault(run.precision, []).append(run)
     for group in runs.values():
         group.sort(key=lambda r: (r.seed is None, r.seed or 0))
-    baseline = st.baseline
+    return runs
+
+
+def _healthy_baseline(runs: dict[str, list[Run]], baseline: str, problems: list[str]) -> list[Run]:
     base_runs = runs.get(baseline, [])
-    healthy_base = [r for r in base_runs if not r.failed and r.nan_step is None]
+    healthy = [r for r in base_runs if not r.failed and r.nan_step is None]
     if not base_runs:
         problems.append(f"the baseline precision {baseline} is not among the series "
                         f"({', '.join(sorted(runs, key=_precision_order)) or 'none'}): "
                         "nothing can be compared.")
-    elif not healthy_base:
+    elif not healthy:
         r = base_runs[0]
         why = f"NaN loss at step {r.nan_step}" if r.nan_step is not None else (
             f"status {r.status}" + (f": {r.failure_reason}" if r.failure_reason else ""))
         problems.append(f"the baseline {baseline} run failed ({why}): nothing can be compared.")
-    base_by_seed = {r.seed: r for r in healthy_base}
+    return healthy
 
+
+def compare(series: list[Series], settings: Settings | None = None, *,
+            input_problems: list[str] | None = None) -> Comparison:
+    """Compares the series; ``input_problems`` (e.g. unreadable files) make it partial."""
+    st = (settings or Settings()).validate()
+    if not series:
+        raise UserError("series", "no series were given: nothing to compare"
+                        + (f" ({'; '.join(input_problems)})." if input_problems else "."),
+                        "pass the parse_logs series of each precision (dsl.Collected).")
+    problems: list[str] = list(input_problems or [])
+    runs = _group_runs(series, problems)
+    baseline = st.baseline
+    healthy_base = _healthy_baseline(runs, baseline, problems)
+    base_by_seed = {r.seed: r for r in healthy_base}
+    target = hardware.gpu(st.target_gpu)
     results: dict[str, Result] = {}
-    peaks = hardware.gpu(st.target_gpu)
-    base_tps = _nanmean([r.tokens_per_s for r in healthy_base])
     base_mem = _nanmean([r.peak_memory_gib for r in healthy_base])
     for precision in sorted(runs, key=_precision_order):
         group = runs[precision]
@@ -333,37 +380,124 @@ def compare(series: list[Series], settings: Settings | None = None, *,
         _judge(res, group, base_by_seed, st, precision == baseline)
         if floors and math.isfinite(res.final_loss):
             res.gap_to_floor = res.final_loss - float(np.mean(floors))
-        _speed(res, precision, baseline, base_tps, peaks, healthy_base)
+        _speed(res, baseline, target, healthy_base)
         if math.isfinite(res.peak_memory_gib) and math.isfinite(base_mem) and base_mem > 0:
             res.memory_ratio = res.peak_memory_gib / base_mem
-    # Seed spread of the baseline, and the verdicts that depend on it.
-    spread = _spread([r for r in healthy_base])
+    spread = _spread(healthy_base)
     for res in results.values():
         res.seed_spread = spread
         _verdict(res, st, baseline, bool(healthy_base))
+    problems += _coverage_problems(runs, healthy_base, st)
+    problems += _nothing_compared(results, baseline, bool(healthy_base))
+    recommended, why = ("", "")
+    if not problems:
+        recommended, why = recommend(results, st, baseline)
+    elif any(r.compared and r.precision != baseline for r in results.values()):
+        why = "No recommendation: the comparison is partial (see the problems above)."
+    else:
+        why = "No recommendation: nothing was compared (see the problems above)."
+    return Comparison(st, baseline, results, recommended, bool(problems), problems,
+                      _notes(runs, results, target), runs, recommendation=why)
+
+
+def _coverage_problems(runs: dict[str, list[Run]], healthy_base: list[Run],
+                       st: Settings) -> list[str]:
     longest = max((r.step.max() for g in runs.values() for r in g if len(r.step)), default=0)
-    if healthy_base and max(r.step.max() for r in healthy_base) < st.min_step_coverage * longest:
-        problems.append(
-            f"the baseline ran to step {max(r.step.max() for r in healthy_base)} but other runs "
-            f"to step {longest}: runs are compared on the baseline's steps only.")
-    passing = [r for r in results.values() if r.passed]
-    recommended = ""
-    if passing and not problems:
-        best = max(passing, key=lambda r: (
-            r.speedup if math.isfinite(r.speedup) else 1.0,
-            -(r.final_loss_diff if math.isfinite(r.final_loss_diff) else 0.0),
-            -_precision_order(r.precision)[0]))
-        recommended = best.precision
+    if not healthy_base:
+        return []
+    base_end = max(r.step.max() for r in healthy_base)
+    if base_end < st.min_step_coverage * longest:
+        return [f"the baseline ran to step {base_end} but other runs to step {longest}: runs "
+                "are compared on the baseline's steps only."]
+    return []
+
+
+def _nothing_compared(results: dict[str, Result], baseline: str, have_baseline: bool) -> list[str]:
+    """A sweep where no run could be paired with the baseline compared nothing."""
+    others = [r for p, r in results.items() if p != baseline]
+    if not have_baseline or not others or any(r.compared for r in others):
+        return []
+    return ["nothing was compared: no run of " + ", ".join(r.precision for r in others)
+            + " shares a seed with a healthy baseline run (each is 'not compared'; see its "
+            "notes)."]
+
+
+def _notes(runs: dict[str, list[Run]], results: dict[str, Result],
+           target: hardware.GPU) -> list[str]:
+    notes = []
     if any(r.emulated for r in results.values()):
         notes.append(
-            f"Runs marked emulated used the PyTorch backend's emulation of the low-precision "
-            f"numerics: their losses are meaningful, their throughput is not. Their speed-up is "
-            f"the expected one on {peaks.name} (ratio of dense tensor-core peaks, an upper "
-            "bound), not a measurement.")
+            "Runs marked emulated used the PyTorch backend's emulation of the low-precision "
+            "numerics: their losses are meaningful, their throughput is not. Their speed-up is "
+            f"predicted for {target.name} by the throughput model "
+            "(components/memory_estimate/throughput.py) from each run's model, batch, "
+            "sequence, checkpointing and world size: predicted, not measured.")
     if len({len(g) for g in runs.values()}) > 1:
         notes.append("precisions have different numbers of seeds; each is compared on the "
                      "seeds it shares with the baseline.")
-    return Comparison(st, baseline, results, recommended, bool(problems), problems, notes, runs)
+    return notes
+
+
+def _speed_of(r: Result, baseline: str) -> float:
+    if r.precision == baseline:
+        return 1.0
+    return r.speedup if math.isfinite(r.speedup) else math.nan
+
+
+def _best(group: list[Result], baseline: str) -> Result:
+    return max(group, key=lambda r: (math.isfinite(_speed_of(r, baseline)),
+                                     _speed_of(r, baseline) if math.isfinite(
+                                         _speed_of(r, baseline)) else 0.0,
+                                     -(r.final_loss_diff if math.isfinite(r.final_loss_diff)
+                                       else 0.0)))
+
+
+def recommend(results: dict[str, Result], st: Settings, baseline: str) -> tuple[str, str]:
+    """(precision, one sentence why): the safest passing precision, replaced by a riskier
+    passing one (``RISK``) only when that one is at least ``min_speedup_gain`` faster."""
+    passing = [r for r in results.values() if r.passed]
+    if not passing:
+        return "", "No precision passed: nothing to recommend."
+    ranks: dict[int, list[Result]] = {}
+    for r in passing:
+        ranks.setdefault(RISK.get(r.precision, 5), []).append(r)
+    order = sorted(ranks)
+    current = _best(ranks[order[0]], baseline)
+    rejected: tuple[Result, float] | None = None
+    step_up: tuple[Result, float] | None = None
+    for rank in order[1:]:
+        cand = _best(ranks[rank], baseline)
+        gain = _speed_of(cand, baseline) / _speed_of(current, baseline) - 1.0
+        if math.isfinite(gain) and gain >= st.min_speedup_gain:
+            step_up, current, rejected = (current, gain), cand, None
+        elif rejected is None or not math.isfinite(rejected[1]) or (
+                math.isfinite(gain) and gain > rejected[1]):
+            rejected = (cand, gain)
+    return current.precision, _why(current, step_up, rejected, st, baseline)
+
+
+def _how(*rs: Result) -> str:
+    return "predicted" if any(r.speedup_predicted for r in rs) else "measured"
+
+
+def _why(chosen: Result, step_up: tuple[Result, float] | None,
+         rejected: tuple[Result, float] | None, st: Settings, baseline: str) -> str:
+    thr = f"threshold {st.min_speedup_gain:.0%}"
+    if rejected is not None:
+        r, gain = rejected
+        if not math.isfinite(gain):
+            return (f"{chosen.precision} recommended: {r.precision} also passed but its "
+                    f"speed-up is unknown ({r.speedup_source}), so it is not worth the risk.")
+        return (f"{r.precision} is {_how(r, chosen)} {gain:+.0%} vs {chosen.precision} for this "
+                f"model: not worth the risk ({thr}); {chosen.precision} recommended.")
+    if step_up is not None:
+        safer, gain = step_up
+        return (f"{chosen.precision} is {_how(chosen, safer)} {gain:.0%} faster than "
+                f"{safer.precision}, the next safer precision that passed ({thr}): "
+                f"{chosen.precision} recommended.")
+    if chosen.precision == baseline:
+        return f"{baseline} is the only precision that passed."
+    return f"{chosen.precision} is the safest precision that passed."
 
 
 def _nanmean(values: list[float]) -> float:
@@ -400,7 +534,7 @@ def _judge(res: Result, group: list[Run], base_by_seed: dict[int | None, Run], s
             res.reasons.append(f"run {r.label} did not train ({why})")
     if not base_by_seed:
         if not is_baseline:
-            res.reasons.append("no healthy baseline run to compare against")
+            res.notes.append(f"{NOT_COMPARED}: no healthy baseline run to compare against")
         return
     pairs: list[Pair] = []
     unpaired: list[Run] = []
@@ -426,13 +560,12 @@ def _judge(res: Result, group: list[Run], base_by_seed: dict[int | None, Run], s
                 f"{pair.x_name}s ({pair.coverage:.0%})")
         pairs.append(pair)
     for r in unpaired:
-        res.reasons.append(
-            f"run {r.label} (seed {r.seed}) has no baseline run with the same seed "
-            f"(baseline seeds: {sorted(map(str, base_by_seed))}): the comparison must be paired")
+        res.notes.append(
+            f"{NOT_COMPARED}: run {r.label} (seed {r.seed}) has no baseline run with the same "
+            f"seed (baseline seeds: {', '.join(sorted(map(str, base_by_seed)))}); the "
+            "comparison must be paired")
     res.pairs = pairs
     if not pairs:
-        if not res.reasons:
-            res.reasons.append("nothing to compare")
         return
     diffs = np.array([p.final_cand - p.final_base for p in pairs])
     res.final_loss = float(np.mean([p.final_cand for p in pairs]))
@@ -464,28 +597,66 @@ def _judge(res: Result, group: list[Run], base_by_seed: dict[int | None, Run], s
             f"{worst.x_name} {worst.worst_x:g} (tolerance {st.divergence_tolerance_rel:.0%})")
 
 
-def _speed(res: Result, precision: str, baseline: str, base_tps: float,
-           peaks: hardware.GPU, healthy_base: list[Run]) -> None:
-    base_emulated = any(r.emulated for r in healthy_base)
+def _setup(run: Run, precision: str) -> TrainingSetup | None:
+    """The run's configuration as the throughput model needs it (None when the series
+    does not carry the model and the batch)."""
+    t = run.training
+    model, batch, seq = t.get("model"), t.get("batch_size"), t.get("seq_length")
+    if not isinstance(model, dict) or not isinstance(batch, int) or not isinstance(seq, int):
+        return None
+    try:
+        spec = ModelSpec(**{k: v for k, v in model.items() if k in ModelSpec.__dataclass_fields__})
+        accum = t.get("grad_accum_steps")
+        return TrainingSetup(spec, batch, seq, precision, bool(t.get("activation_checkpointing")),
+                             run.world_size, gradient_accumulation_steps=accum
+                             if isinstance(accum, int) and accum > 0 else 1).validate()
+    except (TypeError, ValueError, UserError):
+        return None
+
+
+def _timed_on(runs: list[Run]) -> str:
+    """The GPU all these runs were timed on with real numerics ("" if not all one GPU)."""
+    names = set()
+    for r in runs:
+        if r.emulated or not r.gpu:
+            return ""
+        try:
+            names.add(hardware.gpu(r.gpu).name)
+        except ValueError:
+            return ""
+    return names.pop() if len(names) == 1 else ""
+
+
+def _speed(res: Result, baseline: str, target: hardware.GPU, healthy_base: list[Run]) -> None:
+    precision = res.precision
     if precision == baseline:
         res.speedup, res.speedup_source = 1.0, "baseline"
         return
-    if not res.emulated and not base_emulated and math.isfinite(res.tokens_per_s) and \
-            math.isfinite(base_tps) and base_tps > 0:
-        res.speedup, res.speedup_source = res.tokens_per_s / base_tps, "measured"
+    base_tps = _nanmean([r.tokens_per_s for r in healthy_base])
+    timed = _timed_on(res.runs + healthy_base)
+    if timed and math.isfinite(res.tokens_per_s) and math.isfinite(base_tps) and base_tps > 0:
+        res.measured_speedup, res.measured_on = res.tokens_per_s / base_tps, timed
+        if timed == target.name:
+            res.speedup, res.speedup_source = res.measured_speedup, f"measured on {timed}"
+            return
+    if precision in hardware.PRECISIONS and not target.supports(precision):
+        res.speedup_source = f"{precision} is not supported on {target.name}"
+        res.reasons.append(f"{precision} does not run on {target.name}")
         return
-    known = precision in hardware.PRECISIONS and baseline in hardware.PRECISIONS
-    p_peak = peaks.peak_for(precision) if known else None
-    b_peak = peaks.peak_for(baseline) if known else None
-    if known and p_peak and b_peak and peaks.supports(precision):
-        res.speedup = p_peak / b_peak
-        res.speedup_source = (f"expected on {peaks.name}: dense peak {p_peak:g} vs "
-                              f"{b_peak:g} TFLOP/s")
-    elif precision in hardware.PRECISIONS and not peaks.supports(precision):
-        res.speedup_source = f"{precision} is not supported on {peaks.name}"
-        res.reasons.append(f"{precision} does not run on {peaks.name}")
-    else:
-        res.speedup_source = "unknown (no throughput measured)"
+    run = next((r for r in res.runs if _setup(r, precision)), None)
+    base = next((r for r in healthy_base if _setup(r, baseline)), None)
+    if run is None or base is None or precision not in hardware.PRECISIONS:
+        res.speedup_source = ("unknown: the series do not say the model and batch the "
+                              "throughput model needs" if precision in hardware.PRECISIONS
+                              else f"unknown: {precision} is not a known precision")
+        return
+    p = throughput.predict(_setup(run, precision), target)  # type: ignore[arg-type]
+    b = throughput.predict(_setup(base, baseline), target)  # type: ignore[arg-type]
+    res.speedup = p.tokens_per_s_per_gpu / b.tokens_per_s_per_gpu
+    res.speedup_source = (f"predicted on {target.name} by the throughput model for the run's "
+                          f"configuration ({p.bound}-bound)")
+    if res.measured_on:
+        res.notes.append(f"measured {res.measured_speedup:.2f}x on {res.measured_on}")
 
 
 def _verdict(res: Result, st: Settings, baseline: str, have_baseline: bool) -> None:
@@ -506,6 +677,9 @@ def _verdict(res: Result, st: Settings, baseline: str, have_baseline: bool) -> N
     if res.precision == baseline and have_baseline and not res.reasons:
         res.verdict = "pass"
         return
+    if not res.pairs and not res.reasons and res.precision != baseline:
+        res.verdict = NOT_COMPARED  # nothing failed, nothing was paired: see res.notes
+        return
     res.verdict = "pass" if (res.pairs and not res.reasons) else "fail"
 
 
@@ -524,6 +698,8 @@ def verdict_rows(cmp: Comparison) -> list[dict[str, Any]]:
             "tolerance": _j(r.tolerance), "worst_divergence_rel": _j(r.worst_divergence_rel),
             "worst_divergence_at": _j(r.worst_divergence_at), "diverged": r.diverged,
             "nan": r.nan, "speedup": _j(r.speedup), "speedup_source": r.speedup_source,
+            "speedup_predicted": r.speedup_predicted,
+            "measured_speedup": _j(r.measured_speedup), "measured_on": r.measured_on,
             "memory_ratio": _j(r.memory_ratio), "tokens_per_s": _j(r.tokens_per_s),
             "peak_memory_gib": _j(r.peak_memory_gib), "gap_to_floor": _j(r.gap_to_floor),
             "recommended": p == cmp.recommended,

@@ -24,6 +24,7 @@ def compare_convergence(
     align_by: str = "step",
     min_step_coverage: float = 0.9,
     target_gpu: str = "B200",
+    min_speedup_gain: float = 0.05,
     require_complete: bool = False,
 ) -> NamedTuple("Outputs", [("recommended_precision", str), ("passed", bool)]):  # type: ignore[valid-type]
     """Compares the loss curves of a precision sweep with its baseline and recommends one.
@@ -38,12 +39,17 @@ def compare_convergence(
     Verdict per precision: PASS when the run trained, has no NaN/inf loss, did not
     diverge, and its final-window loss is at most
     ``max(loss_tolerance_abs, loss_tolerance_rel x baseline)`` above the baseline's (or
-    within ``seed_spread_factor`` x the seed spread). The recommendation is the fastest
-    passing precision: measured steady-state tokens/s, or for emulated runs (the
-    PyTorch backend's emulated numerics) the expected speed-up on ``target_gpu`` from
-    its dense tensor-core peaks (labelled expected). Bad input (no series, a missing or
-    failed baseline, a baseline that stopped early, unreadable files) gives a clear
-    error or a report marked PARTIAL with no recommendation, never a silent pass.
+    within ``seed_spread_factor`` x the seed spread); a run with no baseline run of the
+    same seed is "not compared", never a fail. Speed-ups are measured steady-state
+    tokens/s when the runs were timed on ``target_gpu``; otherwise (emulated numerics,
+    CPU runs, another GPU) the throughput model's prediction for ``target_gpu`` and
+    each run's configuration, labelled "predicted". The recommendation walks up the
+    risk order bf16 < fp8 < fp8-current / fp8-block < mxfp8 < nvfp4: a riskier passing
+    precision is recommended only when it is at least ``min_speedup_gain`` faster than
+    the safer one, and one sentence says why. Bad input (no series, a missing or
+    failed baseline, a baseline that stopped early, unreadable files, no pairs) gives
+    a clear error or a report marked PARTIAL with no recommendation, never a silent
+    pass.
 
     Args:
         series: the parse_logs series Datasets (CSV, ``kfp-sagemaker/step-series/v1``).
@@ -59,8 +65,10 @@ def compare_convergence(
         align_by: step or tokens.
         min_step_coverage: a run that reaches less than this fraction of the baseline's
             steps is incomplete (fails).
-        target_gpu: GPU whose peaks give emulated runs' expected speed-up (B200 for
-            ml.p6-b200.48xlarge).
+        target_gpu: GPU the speed-ups are for: runs not timed on it get the throughput
+            model's prediction (B200 for ml.p6-b200.48xlarge).
+        min_speedup_gain: the gain a riskier precision needs over the next safer passing
+            one to be recommended (0.05 = 5%).
         require_complete: fail the step (after writing the outputs' messages to the log)
             when the report is partial.
 
@@ -74,7 +82,7 @@ def compare_convergence(
             ``<p>_memory_ratio``, ``<p>_worst_divergence_rel``, ``<p>_gap_to_floor``.
         verdicts: JSON (``kfp-sagemaker/convergence-verdicts/v1``): every number and
             reason per precision.
-        recommended_precision: the fastest passing precision ("" when none or partial).
+        recommended_precision: the recommended precision ("" when none or partial).
         passed: True when a recommendation exists and the report is complete. (With
             kfp.local 2.17, branch on it inside a sub-pipeline that takes it as an input:
             ``dsl.If`` on a named output of a multi-output task is never true locally.)
@@ -91,7 +99,8 @@ def compare_convergence(
         loss_tolerance_abs=loss_tolerance_abs, divergence_tolerance_rel=divergence_tolerance_rel,
         seed_spread_factor=seed_spread_factor, final_window=final_window,
         smoothing_window=smoothing_window, align_by=align_by,
-        min_step_coverage=min_step_coverage, target_gpu=target_gpu)
+        min_step_coverage=min_step_coverage, target_gpu=target_gpu,
+        min_speedup_gain=min_speedup_gain)
     cmp = compare_files([s.path for s in series], settings)
     write_outputs(cmp, html_path=report.path, markdown_path=summary.path,
                   verdicts_path=verdicts.path)

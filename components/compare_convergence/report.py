@@ -10,7 +10,7 @@ import json
 import math
 from typing import Any
 
-from components.compare_convergence.compare import Comparison, Result, verdict_rows
+from components.compare_convergence.compare import NOT_COMPARED, Comparison, Result, verdict_rows
 
 PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2",
            "#7f7f7f", "#bcbd22", "#17becf"]
@@ -140,19 +140,19 @@ def figures(cmp: Comparison) -> dict[str, str]:
                   color=[colors[p] for p in names])
     for bar, p, s in zip(bars, names, speed, strict=True):
         res = cmp.results[p]
-        if res.speedup_source.startswith("expected"):
+        if res.speedup_predicted:
             bar.set_hatch("//")
             bar.set_alpha(0.6)
         ax.text(bar.get_x() + bar.get_width() / 2, bar.get_height(),
                 (f"{s:.2f}x" if math.isfinite(s) else "n/a")
-                + ("\n(expected)" if res.speedup_source.startswith("expected") else "")
-                + ("" if res.passed else "\nFAIL"),
+                + ("\n(predicted)" if res.speedup_predicted else "")
+                + ("" if res.passed else "\n" + res.verdict.upper()),
                 ha="center", va="bottom", fontsize=8)
     ax.axhline(1.0, color="black", linewidth=0.8)
     ax.set_ylabel(f"throughput vs {cmp.baseline}")
     gpu = cmp.settings.target_gpu
-    ax.set_title("Speed-up (hatched: expected on " + gpu + " from dense peaks; emulated runs)"
-                 if any(cmp.results[p].speedup_source.startswith("expected") for p in names)
+    ax.set_title("Speed-up (hatched: predicted on " + gpu + " by the throughput model)"
+                 if any(cmp.results[p].speedup_predicted for p in names)
                  else "Speed-up (measured tokens/s, after warm-up)")
     ax.margins(y=0.25)
     out["speedup"] = _png(fig)
@@ -180,7 +180,11 @@ def figures(cmp: Comparison) -> dict[str, str]:
 
 
 def _reason_text(r: Result) -> str:
-    return "; ".join(r.reasons) if r.reasons else "within tolerance"
+    if r.reasons:
+        return "; ".join(r.reasons)
+    if not r.compared:
+        return "; ".join(n for n in r.notes if n.startswith(NOT_COMPARED)) or NOT_COMPARED
+    return "within tolerance"
 
 
 CSS = """body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px;
@@ -205,10 +209,11 @@ def html_report(cmp: Comparison, figs: dict[str, str] | None = None) -> str:
         r = cmp.results[cmp.recommended]
         how = (f"{_fmt(r.speedup, '.2f')}x {e(r.speedup_source)}"
                if r.speedup_source != "baseline" else "the baseline itself")
-        parts.append(f"<p><b>Recommended precision: {e(label(r))}</b> - the fastest that "
-                     f"passes ({how}).</p>")
+        parts.append(f"<p><b>Recommended precision: {e(label(r))}</b> ({how}).</p>")
     elif not cmp.partial:
         parts.append("<p><b>No precision passed.</b></p>")
+    if cmp.recommendation:
+        parts.append(f"<p>{e(cmp.recommendation)}</p>")
     for note in cmp.notes:
         parts.append(f"<p class='note'>{e(note)}</p>")
     parts.append("<h2>Verdicts</h2>")
@@ -241,13 +246,13 @@ def verdict_table_html(cmp: Comparison) -> str:
             "<th>reason</th></tr>")
     rows = [head]
     for p, r in cmp.results.items():
-        cls = "pass" if r.passed else "fail"
+        cls = "pass" if r.passed else ("fail" if r.compared else "note")
         star = " (recommended)" if p == cmp.recommended else ""
         diff = (f"{_fmt(r.final_loss_diff, '+.4g')} ({_fmt(r.final_loss_diff_rel * 100, '+.2f')}%)"
                 if math.isfinite(r.final_loss_diff) else "n/a")
         speed = _fmt(r.speedup, ".2f") + "x" if math.isfinite(r.speedup) else "n/a"
-        if r.speedup_source.startswith("expected"):
-            speed += " (expected)"
+        if r.speedup_predicted:
+            speed += " (predicted)"
         rows.append(
             f"<tr><td>{e(label(r))}{e(star)}</td><td class='{cls}'>{r.verdict.upper()}</td>"
             f"<td>{_fmt(r.final_loss)}</td><td>{diff}</td>"
@@ -270,14 +275,16 @@ def markdown(cmp: Comparison) -> str:
                      f"{r.speedup_source})")
     elif not cmp.partial:
         lines.append("**No precision passed.**")
+    if cmp.recommendation:
+        lines += ["", cmp.recommendation]
     lines += ["", "| precision | verdict | final loss | diff vs baseline | speed-up | memory "
               "ratio | reason |", "|---|---|---|---|---|---|---|"]
     for p, r in cmp.results.items():
         diff = (f"{_fmt(r.final_loss_diff, '+.4g')} ({_fmt(r.final_loss_diff_rel * 100, '+.2f')}%)"
                 if math.isfinite(r.final_loss_diff) else "n/a")
         speed = (_fmt(r.speedup, ".2f") + "x") if math.isfinite(r.speedup) else "n/a"
-        if r.speedup_source.startswith("expected"):
-            speed += " (expected)"
+        if r.speedup_predicted:
+            speed += " (predicted)"
         reason = _reason_text(r).replace("|", "\\|")
         lines.append(f"| {label(r)}{' **(recommended)**' if p == cmp.recommended else ''} | "
                      f"{r.verdict.upper()} | {_fmt(r.final_loss)} | {diff} | {speed} | "
@@ -291,7 +298,8 @@ def metrics(cmp: Comparison) -> dict[str, float]:
     out: dict[str, float] = {
         "precisions": float(len(cmp.results)),
         "passed": float(sum(r.passed for r in cmp.results.values())),
-        "failed": float(sum(not r.passed for r in cmp.results.values())),
+        "failed": float(sum(r.verdict == "fail" for r in cmp.results.values())),
+        "not_compared": float(sum(not r.compared for r in cmp.results.values())),
         "partial": float(cmp.partial),
     }
     if cmp.recommended:
@@ -311,6 +319,7 @@ def metrics(cmp: Comparison) -> dict[str, float]:
 def verdicts_json(cmp: Comparison) -> str:
     return json.dumps({
         "schema": "kfp-sagemaker/convergence-verdicts/v1", "baseline": cmp.baseline,
-        "recommended_precision": cmp.recommended, "passed": cmp.passed, "partial": cmp.partial,
+        "recommended_precision": cmp.recommended, "recommendation": cmp.recommendation,
+        "passed": cmp.passed, "partial": cmp.partial,
         "problems": cmp.problems, "notes": cmp.notes, "precisions": verdict_rows(cmp),
     }, indent=1, allow_nan=False) + "\n"

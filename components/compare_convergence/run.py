@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -16,7 +17,7 @@ def load(paths: Iterable[str | Path]) -> tuple[list[Series], list[str]]:
     for path in paths:
         try:
             series.append(read_series(path))
-        except (OSError, SeriesFormatError, UnicodeError) as exc:
+        except (OSError, SeriesFormatError, UnicodeError, csv.Error) as exc:
             problems.append(f"{path}: could not be read as a step series ({exc}); left out.")
     return series, problems
 

@@ -461,22 +461,30 @@ def _dedupe(rows: list[Estimate]) -> list[Estimate]:
 def batch_candidates(result: PlanResult, max_batch_size: int = 0) -> list[dict[str, Any]]:
     """Configurations worth timing (the article's "tune batch size first"): per runnable
     precision and allowed checkpointing mode, powers of two up to the largest batch
-    that fits (capped at ``max_batch_size`` when > 0), and that largest batch."""
+    that fits (capped at ``max_batch_size`` when > 0), and that largest batch. Ranked by
+    the throughput model's predicted tokens/s per GPU, fastest first (each candidate
+    carries ``predicted_tokens_per_s_per_gpu``), so that a sweep cut short has timed the
+    likeliest winners."""
     if max_batch_size < 0:
         raise UserError("max_candidate_batch_size", f"{max_batch_size} is negative.",
                         "pass 0 (no cap) or a positive batch size.")
     out: list[dict[str, Any]] = []
-    modes = _modes(result.request)
+    request, hw = result.request, result.request.hardware
     for p, e in result.plan.precisions.items():
         if not e.supported:
             continue
-        for ac in modes:
+        for ac in _modes(request):
             top = e.max_batch_size_with_checkpointing if ac else e.max_batch_size_without_checkpointing
             if max_batch_size:
                 top = min(top, max_batch_size)
             sizes = sorted({1 << k for k in range(top.bit_length()) if (1 << k) <= top} | ({top} if top else set()))
             for b in sizes:
-                out.append({"precision": p, "batch_size": b, "activation_checkpointing": ac})
+                predicted = throughput.predict(request.setup(p, b, ac), hw.gpu,
+                                               instance_type=hw.instance_type)
+                out.append({"precision": p, "batch_size": b, "activation_checkpointing": ac,
+                            "predicted_tokens_per_s_per_gpu":
+                                round(predicted.tokens_per_s_per_gpu, 1)})
+    out.sort(key=lambda c: -c["predicted_tokens_per_s_per_gpu"])
     return out
 
 

@@ -66,9 +66,10 @@ def confirmed_precision(parsed: ParsedLog) -> tuple[str, bool, dict[str, Any]]:
     return "", False, {}
 
 
-# Settings of the run worth carrying next to its numbers (batch tuning ranks by them).
+# Settings of the run worth carrying next to its numbers (batch tuning ranks by them; the
+# model, batch and sequence let compare_convergence and rank_throughput predict its speed).
 TRAINING_KEYS = ("batch_size", "seq_length", "activation_checkpointing", "grad_accum_steps",
-                 "max_steps")
+                 "max_steps", "model")
 
 
 def run_status(parsed: ParsedLog) -> str:

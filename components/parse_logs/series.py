@@ -134,7 +134,24 @@ class SeriesFormatError(ValueError):
     """A file that is not a step series (names the file and what is wrong)."""
 
 
+# The longest line a series may have: a step row is ~200 bytes and the metadata line a
+# few KiB; a longer line is not a series, and is refused before the file is read.
+MAX_LINE_BYTES = 1 << 20
+
+
+def check_line_lengths(path: str | Path) -> None:
+    """SeriesFormatError for a line over MAX_LINE_BYTES, reading at most that much at once
+    (a 200 MB one-line file must not cost gigabytes)."""
+    with open(path, "rb") as f:
+        for lineno, line in enumerate(iter(lambda: f.readline(MAX_LINE_BYTES + 1), b""), 1):
+            if len(line) > MAX_LINE_BYTES:
+                raise SeriesFormatError(
+                    f"{path}:{lineno}: a line longer than {MAX_LINE_BYTES // 2**20} MiB, so not "
+                    f"a step series ({SERIES_SCHEMA}); the file was not read")
+
+
 def read_series(path: str | Path) -> Series:
+    check_line_lengths(path)
     text = Path(path).read_text(encoding="utf-8", errors="replace")
     return parse_series(text, source=str(path))
 

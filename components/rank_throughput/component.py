@@ -31,7 +31,8 @@ def rank_throughput(
 
     Returns:
         report: HTML with throughput and memory bars per candidate and the table.
-        summary: Markdown table (rank, setting, status, tokens/s per GPU, peak GiB).
+        summary: Markdown table (rank, setting, status, tokens/s per GPU measured and
+            predicted by the throughput model, peak GiB).
         metrics: best_tokens_per_s_per_gpu, best_batch_size, candidates, completed.
         best_batch_size: The fastest completed candidate's batch size (0 when none).
         best_activation_checkpointing: Whether that candidate used checkpointing.

@@ -6,11 +6,16 @@ run's settings and headline metrics in the CSV's metadata line. This module
 ranks the candidates by steady-state tokens/s per GPU, shows their peak memory,
 and names the best one that completed. Emulated runs (CPU) are ranked too but
 labelled: their speed is not the precision's speed on a GPU.
+
+Beside each measured figure stands the throughput model's prediction for the same
+configuration on the GPU the run used (``components.memory_estimate.throughput``),
+so that every real run also checks the model; runs on a CPU get no prediction.
 """
 
 from __future__ import annotations
 
 import base64
+import csv
 import html
 import io
 import json
@@ -19,7 +24,11 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from components.common.errors import UserError
-from components.parse_logs.series import read_series
+from components.memory_estimate import throughput
+from components.memory_estimate.estimator import TrainingSetup
+from components.parse_logs.series import SeriesFormatError, read_series
+from trainer import hardware
+from trainer.spec import ModelSpec
 
 
 @dataclass(frozen=True)
@@ -33,10 +42,19 @@ class Candidate:
     peak_memory_gib: float | None
     emulated: bool
     failure_reason: str = ""
+    # The throughput model's prediction on the GPU the run used (None on a CPU or when
+    # the series does not say the model).
+    predicted_tokens_per_s_per_gpu: float | None = None
 
     @property
     def ok(self) -> bool:
         return self.status == "completed" and self.tokens_per_s_per_gpu is not None
+
+    @property
+    def measured_over_predicted(self) -> float | None:
+        if self.tokens_per_s_per_gpu is None or not self.predicted_tokens_per_s_per_gpu:
+            return None
+        return self.tokens_per_s_per_gpu / self.predicted_tokens_per_s_per_gpu
 
 
 @dataclass(frozen=True)
@@ -54,11 +72,16 @@ def _num(x: Any) -> float | None:
 
 
 def load(paths: list[str]) -> list[Candidate]:
+    """The candidates' series (a file that is not a series is a UserError naming it)."""
     if not paths:
         raise UserError("series", "no runs to rank.", "pass the collected parse_logs series.")
     out: list[Candidate] = []
     for path in paths:
-        s = read_series(path)
+        try:
+            s = read_series(path)
+        except (OSError, SeriesFormatError, UnicodeError, csv.Error) as exc:
+            raise UserError("series", f"{path} could not be read as a step series ({exc}).",
+                            "pass the parse_logs series outputs of the candidate runs.") from None
         meta, metrics = s.meta, s.meta.get("metrics") or {}
         training = meta.get("training") or {}
         batch = training.get("batch_size")
@@ -73,8 +96,28 @@ def load(paths: list[str]) -> list[Candidate]:
             peak_memory_gib=_num(metrics.get("peak_memory_gib")),
             emulated=bool(meta.get("emulated")),
             failure_reason=str(meta.get("failure_reason") or ""),
+            predicted_tokens_per_s_per_gpu=_predict(meta, s.precision),
         ))
     return out
+
+
+def _predict(meta: dict[str, Any], precision: str) -> float | None:
+    """The model's tokens/s per GPU for the run's configuration on its GPU, or None."""
+    training = meta.get("training") or {}
+    model, batch, seq = training.get("model"), training.get("batch_size"), training.get("seq_length")
+    world = meta.get("world_size")
+    if meta.get("emulated") or not meta.get("gpu") or not isinstance(model, dict) or \
+            not isinstance(batch, int) or not isinstance(seq, int):
+        return None
+    try:
+        gpu = hardware.gpu(str(meta["gpu"]))
+        spec = ModelSpec(**{k: v for k, v in model.items() if k in ModelSpec.__dataclass_fields__})
+        setup = TrainingSetup(spec, batch, seq, precision,
+                              bool(training.get("activation_checkpointing")),
+                              world if isinstance(world, int) and world > 0 else 1)
+        return throughput.predict(setup, gpu).tokens_per_s_per_gpu
+    except (TypeError, ValueError, UserError):
+        return None
 
 
 def rank(candidates: list[Candidate]) -> Ranking:
@@ -103,14 +146,20 @@ def markdown(r: Ranking) -> str:
     if r.emulated:
         lines += ["", "Some runs used EMULATED numerics (PyTorch backend on a CPU): their "
                   "tokens/s rank this machine, not the target GPU."]
-    lines += ["", "| rank | run | precision | setting | status | tokens/s/GPU | peak GiB |",
-              "|---:|---|---|---|---|---:|---:|"]
+    lines += ["", "| rank | run | precision | setting | status | tokens/s/GPU (measured) | "
+              "tokens/s/GPU (predicted) | measured / predicted | peak GiB |",
+              "|---:|---|---|---|---|---:|---:|---:|---:|"]
     for i, c in enumerate(r.candidates, 1):
         status = c.status + (f": {c.failure_reason[:80]}" if c.failure_reason else "")
         lines.append(f"| {i if c.ok else '-'} | {c.run} | {c.precision}"
                      f"{' (emulated)' if c.emulated else ''} | {_setting(c)} | {status} | "
                      f"{_fmt(c.tokens_per_s_per_gpu, ',.0f')} | "
+                     f"{_fmt(c.predicted_tokens_per_s_per_gpu, ',.0f')} | "
+                     f"{_fmt(c.measured_over_predicted, '.2f')} | "
                      f"{_fmt(c.peak_memory_gib, '.2f')} |")
+    if any(c.predicted_tokens_per_s_per_gpu for c in r.candidates):
+        lines += ["", "Predicted: the throughput model (components/memory_estimate/"
+                  "throughput.py) for each run's configuration on the GPU it ran on."]
     return "\n".join(lines) + "\n"
 
 
@@ -141,6 +190,7 @@ def html_report(r: Ranking) -> str:
     rows = "".join(
         f"<tr><td>{html.escape(c.run)}</td><td>{html.escape(_setting(c))}</td>"
         f"<td>{html.escape(c.status)}</td><td>{_fmt(c.tokens_per_s_per_gpu, ',.0f')}</td>"
+        f"<td>{_fmt(c.predicted_tokens_per_s_per_gpu, ',.0f')}</td>"
         f"<td>{_fmt(c.peak_memory_gib, '.2f')}</td></tr>"
         for c in r.candidates
     )
@@ -149,7 +199,8 @@ def html_report(r: Ranking) -> str:
         "<!doctype html><html><head><meta charset='utf-8'><title>Batch-size tuning</title>"
         "</head><body><h1>Batch-size tuning</h1>"
         f"<p><b>Best:</b> {best}</p>{img}<table border='1'><tr><th>run</th><th>setting</th>"
-        f"<th>status</th><th>tokens/s/GPU</th><th>peak GiB</th></tr>{rows}</table>"
+        f"<th>status</th><th>tokens/s/GPU (measured)</th><th>tokens/s/GPU (predicted by the "
+        f"throughput model)</th><th>peak GiB</th></tr>{rows}</table>"
         "</body></html>"
     )
 
