@@ -13,14 +13,17 @@ import pytest
 from components.common.cloudwatch import TRAINING_JOBS_LOG_GROUP
 from components.local import LocalBackend
 from trainer import logformat as lf
+from trainer.spec import PRESETS
 
 pytestmark = pytest.mark.slow
 
 
 def _log(precision: str, offset: float, seed: int = 7) -> list[str]:
     rng = random.Random(seed)
-    lines = [lf.format_json("config", {"seed": seed, "batch_size": 8, "seq_length": 64,
-                                       "grad_accum_steps": 1}),
+    # The run's configuration (an 8B-shaped model at sequence 8192) is what the throughput
+    # model predicts the emulated runs' speed-up on the target GPU from.
+    lines = [lf.format_json("config", {"seed": seed, "batch_size": 1, "seq_length": 8192,
+                                       "grad_accum_steps": 1, "model": PRESETS["8b"].to_dict()}),
              lf.format_recipe(lf.RecipeRecord(precision, "x", "torch", True)),
              lf.format_json("world", {"world_size": 1}),
              lf.format_json("data", {"entropy_floor": 1.2})]
