@@ -1,0 +1,320 @@
+"""Measure the trainer's steady-state step time over a grid of configurations, on one GPU, in one process.
+
+Writes the data the throughput model is calibrated and checked against
+(benchmarks/throughput/h200_grid.json). For each configuration ``trainer.train.run`` (TE
+backend) trains ``--steps`` steps on synthetic tokens; a global optimizer-step post-hook
+(``torch.optim.optimizer.register_optimizer_step_post_hook``, as in
+benchmarks/trainer/steady_timer.py) synchronises CUDA and time-stamps every step, and the
+median of the step intervals after the first ``--warmup`` steps is the step time. Model,
+optimizer and caches are freed between configurations (as in benchmarks/memory/measure_grid.py).
+
+    # the calibration grid, then the validation configurations, stopping after 540 s
+    python3 benchmarks/throughput/measure.py --out grid.json --split all --time-budget 540
+    # skip what an earlier (partial) file already holds, e.g. in a later call
+    python3 benchmarks/throughput/measure.py --out grid2.json --resume grid.json
+    # print the configurations (and the memory estimate of each) without a GPU
+    python3 benchmarks/throughput/measure.py --out /dev/null --dry-run
+
+JSON document: {"command", "machine", "gpu", "gpu_memory_bytes", "torch", "transformer_engine",
+"date", "trainer_settings", "schema", "results": [record, ...]}; each record (see SCHEMA below)
+is shaped like benchmarks/memory/h200_grid.json's, plus the unrounded timings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import gc
+import io
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+SCHEMA = {
+    "name": "unique label of the configuration",
+    "split": "calibration (fit the model on these) or validation (outside the calibration grid)",
+    "model": "the trainer's ModelSpec (trainer/spec.py) as a dict",
+    "preset": "the preset the shape comes from (num_layers may be overridden)",
+    "precision / backend / batch_size / seq_length / activation_checkpointing / world_size":
+        "the trainer's flags",
+    "status": "ok | oom | error",
+    "step_s": "median seconds per optimizer step over the steady-state steps (host clock, CUDA "
+              "synchronised after every optimizer.step)",
+    "step_times_s": "every steady-state step interval, seconds",
+    "step_s_mean_trainer": "the trainer's own steady-state mean (steady_state_step_s)",
+    "tokens_per_step": "batch_size x seq_length (one GPU)",
+    "tokens_per_s_per_gpu": "tokens_per_step / step_s",
+    "flops_per_token": "ModelSpec.flops_per_token(seq, include_lm_head=True): 6N + 12 L H T",
+    "tflops_per_gpu": "flops_per_token x tokens_per_s_per_gpu / 1e12",
+    "peak_tflops": "the GPU's dense peak for the precision's GEMM dtype (trainer/hardware.py)",
+    "mfu": "tflops_per_gpu / peak_tflops (fp8 precisions against the fp8 peak)",
+    "mfu_bf16_peak": "tflops_per_gpu / the bf16 peak (comparable across precisions)",
+    "peak_allocated_bytes / peak_reserved_bytes": "torch.cuda.max_memory_allocated / reserved over the run",
+    "seconds": "wall time of the configuration, model build included",
+}
+
+TRAINER_SETTINGS = {
+    "backend": "te (te.TransformerLayer blocks, fused attention, RMSNorm/SwiGLU or the preset's)",
+    "param_dtype": "fp32 master, bf16 compute (FSDP2 MixedPrecisionPolicy), world size 1",
+    "optimizer": "the trainer's default (fused AdamW, fp32 states)",
+    "lm_head": "high precision (bf16) even for FP8 recipes",
+    "fp8_recipes": "fp8: DelayedScaling(HYBRID, amax history 1024, max); fp8-current: "
+                   "Float8CurrentScaling(); fp8-block: Float8BlockScaling() (trainer/precision.py)",
+    "data": "synthetic token ids",
+    "timing": "steps per configuration and the warm-up steps left out are in the command",
+}
+
+# Shapes: the presets' widths; depth overridden so that one configuration takes seconds.
+# name -> (preset, num_layers)
+SHAPES = {
+    "w2048": ("1b", 8),     # hidden 2048, 32 heads (8 kv), FFN 8192, vocab 128256 tied
+    "w3072": ("3b", 4),     # hidden 3072, 24 heads (8 kv), FFN 8192, vocab 128256 tied
+    "w4096": ("8b", 4),     # hidden 4096, 32 heads (8 kv), FFN 14336, vocab 128256
+    "w5120": ("14b", 3),    # hidden 5120, 40 heads (8 kv), FFN 13824, vocab 152064
+    "w8192": ("64b", 2),    # hidden 8192, 64 heads (8 kv), FFN 24576, vocab 128256
+}
+PRECISIONS = ("bf16", "fp8", "fp8-current", "fp8-block")
+
+
+def _cfg(name, split, preset, layers, batch, seq, ac, prec) -> dict:
+    return {"name": name, "split": split, "preset": preset, "num_layers": layers, "batch_size": batch,
+            "seq_length": seq, "activation_checkpointing": ac, "precision": prec}
+
+
+def calibration() -> list[dict]:
+    """Widths 2048/4096/8192 x 4 precisions x checkpointing on/off x (batch 1, seq 8192) and
+    (batch 4, seq 2048), plus depth and token-count variants at width 2048."""
+    out = []
+    for tokens in ((1, 8192), (4, 2048)):
+        for prec in PRECISIONS:
+            for ac in (False, True):
+                for shape in ("w2048", "w4096", "w8192"):
+                    preset, layers = SHAPES[shape]
+                    b, s = tokens
+                    out.append(_cfg(f"cal-{shape}-L{layers}-b{b}-s{s}-{'ac' if ac else 'noac'}-{prec}",
+                                    "calibration", preset, layers, b, s, ac, prec))
+    for prec in ("bf16", "fp8"):
+        out.append(_cfg(f"cal-w2048-L16-b2-s4096-noac-{prec}", "calibration", "1b", 16, 2, 4096, False, prec))
+        out.append(_cfg(f"cal-w2048-L8-b8-s4096-ac-{prec}", "calibration", "1b", 8, 8, 4096, True, prec))
+    return out
+
+
+def validation() -> list[dict]:
+    """Configurations outside the calibration grid: other widths (3072, 5120), depths, batches,
+    sequences (1024, 16384), the full 1b preset and TE fsdp.py's block stack."""
+    v = [
+        ("1b", 16, 4, 4096, False, "bf16"), ("1b", 16, 4, 4096, False, "fp8"),
+        ("1b", 16, 4, 4096, True, "fp8-current"), ("1b", 16, 4, 4096, False, "fp8-block"),
+        ("te-fsdp-example", 24, 8, 8192, False, "bf16"), ("te-fsdp-example", 24, 8, 8192, False, "fp8"),
+        ("te-fsdp-example", 24, 16, 8192, True, "bf16"), ("te-fsdp-example", 24, 16, 8192, True, "fp8"),
+        ("3b", 4, 2, 4096, False, "bf16"), ("3b", 4, 2, 4096, True, "fp8-block"),
+        ("14b", 3, 1, 4096, False, "fp8"), ("14b", 3, 4, 4096, True, "fp8-current"),
+        ("8b", 4, 2, 2048, True, "bf16"), ("64b", 2, 2, 4096, False, "fp8"),
+        ("1b", 8, 8, 1024, False, "fp8-block"), ("8b", 6, 1, 16384, False, "bf16"),
+        ("14b", 3, 2, 8192, True, "bf16"), ("3b", 8, 4, 2048, False, "fp8-current"),
+    ]
+    return [_cfg(f"val-{p}-L{n}-b{b}-s{s}-{'ac' if ac else 'noac'}-{prec}", "validation", p, n, b, s, ac, prec)
+            for p, n, b, s, ac, prec in v]
+
+
+def configurations(split: str) -> list[dict]:
+    cal, val = calibration(), validation()
+    combos = {"calibration": cal, "validation": val, "all": cal + val}[split]
+    names = [c["name"] for c in combos]
+    if len(names) != len(set(names)):
+        raise SystemExit("measure.py: duplicate configuration names")
+    return combos
+
+
+def spec_of(combo: dict):
+    from trainer import spec as spec_mod
+
+    return spec_mod.spec_from_values(combo["preset"], num_layers=combo["num_layers"])
+
+
+def predicted_peak_bytes(combo: dict) -> int:
+    """The memory estimator's device peak for the configuration (to keep the grid on the GPU)."""
+    from components.memory_estimate import estimator
+
+    setup = estimator.TrainingSetup(model=spec_of(combo), batch_size=combo["batch_size"],
+                                    seq_length=combo["seq_length"], precision=combo["precision"],
+                                    activation_checkpointing=combo["activation_checkpointing"])
+    return estimator.estimate(setup, "H200").peak_bytes
+
+
+class StepClock:
+    """Time stamps after every optimizer step (CUDA synchronised), for all optimizers of the process."""
+
+    def __init__(self) -> None:
+        self.stamps: list[float] = []
+        self.installed = False
+
+    def install(self) -> None:
+        import torch
+        from torch.optim.optimizer import register_optimizer_step_post_hook
+
+        def after_step(optimizer, args, kwargs) -> None:
+            if torch.cuda.is_available():
+                torch.cuda.synchronize()
+            self.stamps.append(time.perf_counter())
+
+        register_optimizer_step_post_hook(after_step)
+        self.installed = True
+
+    def intervals(self, warmup: int) -> list[float]:
+        """Durations of steps warmup+1 .. n (step i lasts stamps[i-1] - stamps[i-2])."""
+        return [b - a for a, b in zip(self.stamps, self.stamps[1:], strict=False)][max(warmup - 1, 0):]
+
+
+def rates(combo: dict, step_s: float, flops_per_token: float, peak: float | None, bf16_peak: float) -> dict:
+    tokens = combo["batch_size"] * combo["seq_length"]
+    tps = tokens / step_s
+    tflops = tps * flops_per_token / 1e12
+    return {"tokens_per_step": tokens, "tokens_per_s_per_gpu": tps, "tflops_per_gpu": tflops,
+            "peak_tflops": peak, "mfu": tflops / peak if peak else None, "mfu_bf16_peak": tflops / bf16_peak}
+
+
+def measure(combo: dict, steps: int, warmup: int, clock: StepClock) -> dict:
+    import torch
+
+    from trainer import config, hardware, train
+
+    spec = spec_of(combo)
+    cfg = config.make(combo["preset"], precision=combo["precision"], backend="te",
+                      batch_size=combo["batch_size"], seq_length=combo["seq_length"],
+                      activation_checkpointing=combo["activation_checkpointing"], max_steps=steps,
+                      log_every=steps, timing_warmup_steps=warmup, save_model=False,
+                      num_layers=combo["num_layers"])
+    gc.collect()
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats()
+    record = {**combo, "model": spec.to_dict(), "backend": "te", "world_size": 1,
+              "flops_per_token": spec.flops_per_token(combo["seq_length"], include_lm_head=True)}
+    clock.stamps.clear()
+    t0 = time.perf_counter()
+    try:
+        summary = train.run(cfg, log_out=io.StringIO())
+        record.update(status="ok", peak_allocated_bytes=int(summary["peak_allocated_bytes"]),
+                      peak_reserved_bytes=int(summary["peak_reserved_bytes"]),
+                      step_s_mean_trainer=summary.get("steady_state_step_s"))
+        times = clock.intervals(warmup)
+        if times:
+            step_s = statistics.median(times)
+            record["step_times_s"] = times
+        else:  # no optimizer-step hook fired: fall back to the trainer's own mean
+            step_s = summary["steady_state_step_s"]
+        gpu = hardware.gpu("H200")
+        record["step_s"] = step_s
+        record.update(rates(combo, step_s, record["flops_per_token"], gpu.peak_for(combo["precision"]),
+                            gpu.peak_tflops["bf16"]))
+    except train.TrainingFailed as exc:
+        record.update(status="oom" if exc.kind == "oom" else "error", error=exc.reason[:300],
+                      peak_allocated_bytes=int(torch.cuda.max_memory_allocated()),
+                      peak_reserved_bytes=int(torch.cuda.max_memory_reserved()))
+        del exc
+    gc.collect()
+    torch.cuda.empty_cache()
+    record["seconds"] = round(time.perf_counter() - t0, 2)
+    return record
+
+
+def header(command: str) -> dict:
+    import torch
+
+    try:
+        import transformer_engine
+
+        te_version = transformer_engine.__version__
+    except ImportError:
+        te_version = None
+    props = torch.cuda.get_device_properties(0)
+    return {
+        "command": command,
+        "machine": f"{torch.cuda.device_count()}x {props.name} (lent GPU machine, Firecracker VM)",
+        "gpu": props.name,
+        "gpu_memory_bytes": int(props.total_memory),
+        "torch": torch.__version__,
+        "transformer_engine": te_version,
+        "date": datetime.date.today().isoformat(),
+        "trainer_settings": TRAINER_SETTINGS,
+        "schema": SCHEMA,
+        "results": [],
+    }
+
+
+def write(doc: dict, paths: list[str]) -> None:
+    text = json.dumps(doc, indent=1) + "\n"
+    for p in paths:
+        Path(p).write_text(text)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", required=True, action="append", help="results file (repeat to write copies)")
+    ap.add_argument("--split", choices=("calibration", "validation", "all"), default="all")
+    ap.add_argument("--steps", type=int, default=8, help="optimizer steps per configuration (default 8)")
+    ap.add_argument("--warmup", type=int, default=2, help="first steps left out of the median (default 2)")
+    ap.add_argument("--time-budget", type=float, default=1e9,
+                    help="seconds: start no configuration after this (results are written after each)")
+    ap.add_argument("--max-predicted-gib", type=float, default=128.0,
+                    help="skip configurations the memory estimator puts above this (default 128 GiB)")
+    ap.add_argument("--resume", action="append", default=[],
+                    help="an earlier results file: its configurations with status ok are kept (not re-run)")
+    ap.add_argument("--only", default="", help="comma-separated configuration names (default: all of --split)")
+    ap.add_argument("--dry-run", action="store_true", help="list the configurations; no GPU needed")
+    args = ap.parse_args(argv)
+    if args.steps < args.warmup + 2:
+        ap.error("--steps must exceed --warmup by at least 2 (a median needs intervals)")
+
+    combos = configurations(args.split)
+    if args.only:
+        wanted = set(args.only.split(","))
+        unknown = wanted - {c["name"] for c in combos}
+        if unknown:
+            ap.error(f"--only: unknown configuration(s) {', '.join(sorted(unknown))}")
+        combos = [c for c in combos if c["name"] in wanted]
+    prior: list[dict] = []
+    prior_commands: list[str] = []
+    for path in args.resume:
+        if Path(path).exists():
+            old = json.loads(Path(path).read_text())
+            prior += [r for r in old["results"] if r.get("status") == "ok"]
+            prior_commands.append(old["command"])
+    done = {r["name"] for r in prior}
+    combos = [c for c in combos if c["name"] not in done]
+    too_big = [c for c in combos if predicted_peak_bytes(c) > args.max_predicted_gib * 2**30]
+    combos = [c for c in combos if c not in too_big]
+    if args.dry_run:
+        for c in combos:
+            print(f"{c['name']:48s} predicted {predicted_peak_bytes(c) / 2**30:6.1f} GiB")
+        for c in too_big:
+            print(f"{c['name']:48s} SKIPPED: predicted {predicted_peak_bytes(c) / 2**30:6.1f} GiB")
+        print(f"{len(combos)} configurations ({len(done)} already done, {len(too_big)} too big)")
+        return 0
+
+    command = "python3 benchmarks/throughput/measure.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    doc = header(" ; ".join([*prior_commands, command]))
+    doc["results"] = prior  # the earlier calls' results travel on: the last file is complete
+    clock = StepClock()
+    clock.install()
+    t_start = time.perf_counter()
+    for i, combo in enumerate(combos):
+        if time.perf_counter() - t_start > args.time_budget:
+            print(f"time budget reached after {i} of {len(combos)} configurations", flush=True)
+            break
+        rec = measure(combo, args.steps, args.warmup, clock)
+        doc["results"].append(rec)
+        brief = {k: rec.get(k) for k in ("name", "status", "step_s", "tokens_per_s_per_gpu", "mfu", "seconds")}
+        print(json.dumps(brief), flush=True)
+        write(doc, args.out)  # after each configuration: a timeout keeps what ran
+    write(doc, args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
