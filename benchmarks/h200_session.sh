@@ -15,7 +15,8 @@ stage=${1:?stage: throughput, fsdp1 or last}
 total=${2:?seconds this call may run}
 end=$(( $(date +%s) + total ))
 left() { echo $(( end - $(date +%s) - ${1:-0} )); }
-export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+B=$(cd "$(dirname "$0")" && pwd)  # this benchmarks/ folder (a carried copy works too)
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 OUT=${OUT:-/tmp/h200_out}
 S=/root/h200_state
 mkdir -p "$OUT" "$S"
@@ -26,7 +27,7 @@ throughput() {  # $1 = seconds for it; results: $S/tp.json (every call's, merged
   local budget=$1 prev=""
   [ -f $S/tp.json ] && cp $S/tp.json $S/tp_prev.json && prev="--resume $S/tp_prev.json"
   [ "$budget" -gt 20 ] || return 0
-  python3 benchmarks/throughput/measure.py --split all --out $S/tp.json --out $OUT/h200_throughput_grid.json \
+  python3 $B/throughput/measure.py --split all --out $S/tp.json --out $OUT/h200_throughput_grid.json \
     --time-budget "$budget" $prev 2>&1 | tee -a $OUT/throughput.log
 }
 
@@ -34,7 +35,7 @@ fsdp1() {  # $1 = seconds; results: $S/fsdp1.json (merged over calls), copied to
   local budget=$1 prev=""
   [ -f $S/fsdp1.json ] && cp $S/fsdp1.json $S/fsdp1_prev.json && prev="--resume $S/fsdp1_prev.json"
   [ "$budget" -gt 30 ] || return 0
-  python3 benchmarks/memory/measure_fsdp1.py --script $FSDP --out $S/fsdp1.json --out $OUT/fsdp1_h200_grid.json \
+  python3 $B/memory/measure_fsdp1.py --script $FSDP --out $S/fsdp1.json --out $OUT/fsdp1_h200_grid.json \
     --raw-log $OUT/fsdp1_raw.log --time-budget "$budget" --grace 45 $prev 2>&1 | grep -v "^\[" | tee -a $OUT/fsdp1.log
 }
 
@@ -44,7 +45,7 @@ fp8_dpa() {  # issue 16's FP8 attention lever on fsdp.py dropout 0: te-fsdp-exam
   for r in none fp8-dpa fp8-dpa-mha; do
     echo "### fsdp_dropout0.py -k 24 -b 8 -s 8192 -n 16 -d 128 -i 8 --precision fp8 recipe=$r" | tee -a $OUT/fp8_dpa.log
     RANK=0 LOCAL_RANK=0 WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=29$((RANDOM % 400 + 100)) timeout 150 \
-      python3 benchmarks/memory/measure_fsdp1.py --child --recipe $r --warmup 2 -- $FSDP0 \
+      python3 $B/memory/measure_fsdp1.py --child --recipe $r --warmup 2 -- $FSDP0 \
       -k 24 -b 8 -s 8192 -n 16 -d 128 -i 8 --precision fp8 2>&1 \
       | grep -E "FSDP1_CHILD|Avg. Iter|Peak Memory|Error|error|Warning" | cut -c1-1500 | tee -a $OUT/fp8_dpa.log
   done
@@ -54,7 +55,7 @@ fp8_dpa() {  # issue 16's FP8 attention lever on fsdp.py dropout 0: te-fsdp-exam
 gemms() {
   [ -f $S/gemms.done ] && return 0
   [ "$(left)" -gt 60 ] || { echo "gemms: not enough time left"; return 0; }
-  python3 benchmarks/throughput/gemms.py --out $OUT/h200_gemms.json --time-budget "$(left 30)" 2>&1 \
+  python3 $B/throughput/gemms.py --out $OUT/h200_gemms.json --time-budget "$(left 30)" 2>&1 \
     | tail -3 && touch $S/gemms.done
 }
 
