@@ -7,6 +7,7 @@ tests/test_sagemaker_training.py.
 
 from __future__ import annotations
 
+import ast
 import os
 import signal
 import subprocess
@@ -200,3 +201,31 @@ def test_serve_prints_the_endpoint_and_runs_until_sigterm():
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+LOCAL_PACKAGE = ROOT / "components" / "local"
+
+
+def test_executor_gets_settings_and_a_client_factory_not_the_backend():
+    importers = set()
+    for path in sorted(LOCAL_PACKAGE.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([node.module or ""] if isinstance(node, ast.ImportFrom)
+                     else [a.name for a in node.names] if isinstance(node, ast.Import) else [])
+            if any(n == "components.local.backend" for n in names):
+                importers.add(path.name)
+    assert importers == {"__init__.py", "__main__.py"}  # nothing the backend imports
+
+
+def test_private_moto_apis_are_used_in_one_file_and_no_function_is_over_80_lines():
+    private = {}
+    for path in sorted(LOCAL_PACKAGE.glob("*.py")):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("moto."):
+                if not node.module.startswith("moto.moto_server."):  # the WSGI app is public
+                    private.setdefault(path.name, set()).add(node.module)
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                body = node.end_lineno - node.body[0].lineno + 1
+                assert body <= 80, f"{path.name}:{node.lineno} {node.name} is {body} lines"
+    assert set(private) == {"moto_state.py"}, private

@@ -7,7 +7,7 @@
         env = backend.env()   # AWS_ENDPOINT_URL, fake credentials, region
 
 See ``components.local.backend`` for how requests are routed and
-``components.local.executor`` for how training jobs run.
+``components.local.executor`` for the training-job state machine.
 """
 
 from components.local.backend import LocalBackend

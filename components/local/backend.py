@@ -24,10 +24,11 @@ import os
 import tempfile
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from components.local.executor import TrainingJobExecutor
+from components.local import moto_state
+from components.local.executor import TrainingJobExecutor
+from components.local.settings import ExecutorSettings
 
 REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 DEFAULT_REGION = "us-west-2"
@@ -181,10 +182,7 @@ class LocalBackend:
 
         with _running_lock:
             if _running == 0:
-                from moto.moto_api._internal.models import moto_api_backend
-
-                with self.moto_lock:
-                    moto_api_backend.reset()
+                moto_state.reset(self.moto_lock)
             _running += 1
         self._app = _Application(
             DomainDispatcherApplication(create_backend_app), self.moto_lock, self.region
@@ -213,10 +211,14 @@ class LocalBackend:
         return self
 
     def _start_executor(self) -> None:
-        from components.local.executor import TrainingJobExecutor
-
         assert self._app is not None
-        self.executor = TrainingJobExecutor(self)
+        settings = ExecutorSettings(
+            region=self.region, repo_root=self.repo_root, work_dir=self.work_dir,
+            endpoint_env=self.env(), max_concurrent_jobs=self.max_concurrent_jobs,
+            stop_grace_s=self.stop_grace_s, log_flush_s=self.log_flush_s, command=self.command,
+        )
+        self.executor = TrainingJobExecutor(
+            settings, self.client, moto_state.MotoMirror(self.moto_lock))
         self._app.executor = self.executor
 
     def stop(self) -> None:

@@ -1,0 +1,193 @@
+"""The records the executor keeps: training jobs and training plans, and how they read back.
+
+``Job.describe()`` and ``Job.summary()`` build DescribeTrainingJob's and
+ListTrainingJobs' answers from the request and the job's state;
+``TrainingPlan.describe()`` builds DescribeTrainingPlan's.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import re
+import threading
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from components.local import storage
+
+if TYPE_CHECKING:
+    from components.local.processes import HostProcess
+
+ACCOUNT_ID = "123456789012"  # moto's default account: STS and every moto ARN agree
+NAME_RE = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
+TERMINAL = frozenset({"Completed", "Failed", "Stopped"})
+PLAN_STATUSES = ("Pending", "Active", "Scheduled", "Expired", "Failed")
+MAX_FAILURE_REASON = 1024
+
+MESSAGES = {
+    "Starting": "Preparing the instances for training",
+    "Pending": "Waiting for capacity in the training plan",
+    "Downloading": "Downloading input data",
+    "Training": "Training image download completed. Training in progress.",
+    "Uploading": "Uploading generated training model",
+    "Completed": "Training job completed",
+    "Failed": "Training job failed",
+    "Stopping": "Stopping the training job",
+    "Stopped": "Training job stopped",
+    "Interrupted": "The training job was interrupted because Spot capacity was reclaimed",
+    "Restarting": "Restarting the training job after a Spot interruption",
+    "MaxRuntimeExceeded": "Training job exceeded MaxRuntimeInSeconds provided",
+    "MaxWaitTimeExceeded": "Training job exceeded MaxWaitTimeInSeconds provided",
+}
+
+
+def now() -> dt.datetime:
+    return dt.datetime.now(dt.timezone.utc)
+
+
+def training_job_arn(region: str, name: str) -> str:
+    return f"arn:aws:sagemaker:{region}:{ACCOUNT_ID}:training-job/{name}"
+
+
+def training_plan_arn(region: str, name: str) -> str:
+    return f"arn:aws:sagemaker:{region}:{ACCOUNT_ID}:training-plan/{name}"
+
+
+@dataclass
+class TrainingPlan:
+    name: str
+    arn: str
+    region: str
+    status: str
+    instance_type: str
+    instance_count: int
+    start_time: dt.datetime
+    end_time: dt.datetime
+    in_use: int = 0
+
+    def describe(self) -> dict[str, Any]:
+        hours = (self.end_time - self.start_time).total_seconds() / 3600
+        return {
+            "TrainingPlanArn": self.arn,
+            "TrainingPlanName": self.name,
+            "Status": self.status,
+            "StatusMessage": f"Training plan is {self.status} (registered with the local backend)",
+            "DurationHours": int(hours),
+            "DurationMinutes": int(round((hours - int(hours)) * 60)),
+            "StartTime": self.start_time,
+            "EndTime": self.end_time,
+            "UpfrontFee": "0",
+            "CurrencyCode": "USD",
+            "TotalInstanceCount": self.instance_count,
+            "AvailableInstanceCount": max(0, self.instance_count - self.in_use),
+            "InUseInstanceCount": self.in_use,
+            "TargetResources": ["training-job"],
+            "ReservedCapacitySummaries": [{
+                "ReservedCapacityArn": f"{self.arn}/reserved-capacity/1",
+                "InstanceType": self.instance_type,
+                "TotalInstanceCount": self.instance_count,
+                "Status": self.status,
+                "StartTime": self.start_time,
+                "EndTime": self.end_time,
+            }],
+        }
+
+
+@dataclass
+class Job:
+    name: str
+    arn: str
+    region: str
+    request: dict[str, Any]
+    creation_time: dt.datetime
+    status: str = "InProgress"
+    secondary_status: str = "Starting"
+    failure_reason: str = ""
+    transitions: list[dict[str, Any]] = field(default_factory=list)
+    last_modified_time: dt.datetime | None = None
+    training_start_time: dt.datetime | None = None
+    training_end_time: dt.datetime | None = None
+    billable_s: float = 0.0
+    training_s: float = 0.0
+    attempt: int = 0
+    last_stream_epoch: int = 0
+    stop_event: threading.Event = field(default_factory=threading.Event)
+    interrupt_event: threading.Event = field(default_factory=threading.Event)
+    thread: threading.Thread | None = None
+    hosts: list[HostProcess] = field(default_factory=list)
+
+    @property
+    def instance_count(self) -> int:
+        return int(self.request.get("ResourceConfig", {}).get("InstanceCount", 1) or 1)
+
+    @property
+    def plan_arn(self) -> str:
+        return str(self.request.get("ResourceConfig", {}).get("TrainingPlanArn") or "")
+
+    @property
+    def spot(self) -> bool:
+        return bool(self.request.get("EnableManagedSpotTraining"))
+
+    @property
+    def model_uri(self) -> str:
+        out = self.request["OutputDataConfig"]["S3OutputPath"]
+        return storage.join_s3(out, self.name, "output", "model.tar.gz")
+
+    @property
+    def output_uri(self) -> str:
+        out = self.request["OutputDataConfig"]["S3OutputPath"]
+        return storage.join_s3(out, self.name, "output", "output.tar.gz")
+
+    def describe(self) -> dict[str, Any]:
+        r = self.request
+        out: dict[str, Any] = {
+            "TrainingJobName": self.name,
+            "TrainingJobArn": self.arn,
+            "ModelArtifacts": {"S3ModelArtifacts": self.model_uri},
+            "TrainingJobStatus": self.status,
+            "SecondaryStatus": self.secondary_status,
+            "HyperParameters": r.get("HyperParameters") or {},
+            "AlgorithmSpecification": r.get("AlgorithmSpecification") or {},
+            "RoleArn": r.get("RoleArn"),
+            "OutputDataConfig": r.get("OutputDataConfig"),
+            "ResourceConfig": r.get("ResourceConfig") or {},
+            "StoppingCondition": r.get("StoppingCondition") or {},
+            "CreationTime": self.creation_time,
+            "LastModifiedTime": self.last_modified_time or self.creation_time,
+            "SecondaryStatusTransitions": [dict(t) for t in self.transitions],
+            "EnableNetworkIsolation": bool(r.get("EnableNetworkIsolation")),
+            "EnableInterContainerTrafficEncryption":
+                bool(r.get("EnableInterContainerTrafficEncryption")),
+            "EnableManagedSpotTraining": self.spot,
+        }
+        for key in ("InputDataConfig", "VpcConfig", "CheckpointConfig", "Environment",
+                    "RetryStrategy", "ExperimentConfig", "TensorBoardOutputConfig"):
+            if r.get(key):
+                out[key] = r[key]
+        if self.failure_reason:
+            out["FailureReason"] = self.failure_reason
+        if self.training_start_time:
+            out["TrainingStartTime"] = self.training_start_time
+        if self.training_end_time:
+            out["TrainingEndTime"] = self.training_end_time
+            out["TrainingTimeInSeconds"] = max(1, int(math.ceil(self.training_s)))
+            out["BillableTimeInSeconds"] = (
+                max(1, int(math.ceil(self.billable_s))) * self.instance_count
+            )
+        return out
+
+    def summary(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "TrainingJobName": self.name,
+            "TrainingJobArn": self.arn,
+            "CreationTime": self.creation_time,
+            "LastModifiedTime": self.last_modified_time or self.creation_time,
+            "TrainingJobStatus": self.status,
+            "SecondaryStatus": self.secondary_status,
+        }
+        if self.training_end_time:
+            out["TrainingEndTime"] = self.training_end_time
+        if self.plan_arn:
+            out["TrainingPlanArn"] = self.plan_arn
+        return out
