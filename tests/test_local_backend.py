@@ -8,11 +8,13 @@ tests/test_sagemaker_training.py.
 from __future__ import annotations
 
 import ast
+import json
 import os
 import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +26,8 @@ from components.common import aws
 
 ROOT = Path(__file__).resolve().parent.parent
 BUCKET = "local-backend-test"
+IMAGE = "123456789012.dkr.ecr.us-west-2.amazonaws.com/trainer:test"
+ROLE = "arn:aws:iam::123456789012:role/SageMakerTraining"
 
 
 @pytest.fixture(scope="module")
@@ -34,8 +38,8 @@ def backend():
 def request(name: str, script: str, **changes: Any) -> dict[str, Any]:
     req: dict[str, Any] = {
         "TrainingJobName": name,
-        "RoleArn": "arn:aws:iam::123456789012:role/SageMakerTraining",
-        "AlgorithmSpecification": {"TrainingImage": "local/trainer:test",
+        "RoleArn": ROLE,
+        "AlgorithmSpecification": {"TrainingImage": IMAGE,
                                    "TrainingInputMode": "File",
                                    "ContainerEntrypoint": ["bash", "-c", script]},
         "HyperParameters": {"precision": "bf16", "batch-size": "4"},
@@ -57,6 +61,69 @@ def wait_status(sm: Any, name: str, timeout: float = 30) -> dict[str, Any]:
             return job
         time.sleep(0.1)
     raise AssertionError(f"{name} still {job['TrainingJobStatus']} after {timeout} s")
+
+
+def raw_json(client: Any, operation: str, **kwargs: Any) -> dict[str, Any]:
+    """Calls ``operation`` and returns the response body exactly as the backend sent it
+    (botocore's parser drops members its model does not know, so check the raw body)."""
+    seen: list[bytes] = []
+
+    def grab(response_dict: dict[str, Any], **_: Any) -> None:
+        seen.append(response_dict["body"])
+
+    event = f"before-parse.sagemaker.{operation}"
+    client.meta.events.register(event, grab)
+    try:
+        getattr(client, xform(operation))(**kwargs)
+    finally:
+        client.meta.events.unregister(event, grab)
+    return json.loads(seen[-1])
+
+
+def xform(operation: str) -> str:
+    from botocore import xform_name
+
+    return xform_name(operation)
+
+
+def shape_errors(value: Any, shape: Any, path: str = "") -> list[str]:
+    """Where ``value`` (raw JSON) breaks botocore's ``shape``: unknown or missing members,
+    wrong types, values outside an enum."""
+    kind = shape.type_name
+    if kind == "structure":
+        if not isinstance(value, dict):
+            return [f"{path}: {type(value).__name__}, not an object"]
+        errors = [f"{path}.{k}: not in {shape.name}" for k in value if k not in shape.members]
+        errors += [f"{path}.{k}: required, missing" for k in shape.required_members
+                   if k not in value]
+        for k, v in value.items():
+            if k in shape.members:
+                errors += shape_errors(v, shape.members[k], f"{path}.{k}")
+        return errors
+    if kind == "list":
+        if not isinstance(value, list):
+            return [f"{path}: not a list"]
+        return [e for i, v in enumerate(value) for e in shape_errors(v, shape.member,
+                                                                       f"{path}[{i}]")]
+    if kind == "map":
+        if not isinstance(value, dict):
+            return [f"{path}: not a map"]
+        return [e for k, v in value.items() for e in shape_errors(v, shape.value, f"{path}.{k}")]
+    expected = {"string": str, "boolean": bool, "integer": int, "long": int,
+                "timestamp": (int, float), "double": (int, float), "float": (int, float)}
+    if kind in expected and (not isinstance(value, expected[kind]) or
+                             (kind != "boolean" and isinstance(value, bool))):
+        return [f"{path}: {value!r} is not a {kind}"]
+    if kind == "string" and shape.enum and value not in shape.enum:
+        return [f"{path}: {value!r} not in {shape.name}'s enum"]
+    return []
+
+
+def assert_matches_model(client: Any, operation: str, **kwargs: Any) -> dict[str, Any]:
+    body = raw_json(client, operation, **kwargs)
+    shape = client.meta.service_model.operation_model(operation).output_shape
+    assert shape_errors(body, shape) == []
+    return body
 
 
 def error_of(call, **kwargs) -> tuple[str, str]:
@@ -229,3 +296,323 @@ def test_private_moto_apis_are_used_in_one_file_and_no_function_is_over_80_lines
                 body = node.end_lineno - node.body[0].lineno + 1
                 assert body <= 80, f"{path.name}:{node.lineno} {node.name} is {body} lines"
     assert set(private) == {"moto_state.py"}, private
+
+
+# ---------------------------------------------------------------- SageMaker fidelity (issue 14)
+def test_describe_returns_what_sagemaker_returns_with_defaults_filled_in(backend):
+    sm = backend.client("sagemaker")
+    profiler = {"S3OutputPath": f"s3://{BUCKET}/profiler", "ProfilingIntervalInMilliseconds": 500}
+    sm.create_training_job(**request(
+        "described", "exit 0", ProfilerConfig=profiler, EnableNetworkIsolation=True,
+        EnableInterContainerTrafficEncryption=True,
+        ResourceConfig={"InstanceType": "ml.m5.xlarge", "InstanceCount": 1,
+                        "VolumeSizeInGB": 50, "VolumeKmsKeyId": "alias/training-volume"}))
+    wait_status(sm, "described")
+    job = assert_matches_model(sm, "DescribeTrainingJob", TrainingJobName="described")
+    assert job["OutputDataConfig"] == {"S3OutputPath": f"s3://{BUCKET}/out", "KmsKeyId": "",
+                                       "CompressionType": "GZIP"}  # the SDK's attach reads both
+    assert job["ProfilerConfig"] == profiler and job["ProfilingStatus"] == "Enabled"
+    assert job["ResourceConfig"]["VolumeKmsKeyId"] == "alias/training-volume"
+    assert job["EnableNetworkIsolation"] is job["EnableInterContainerTrafficEncryption"] is True
+    assert job["AlgorithmSpecification"]["TrainingInputMode"] == "File"
+    for operation, kwargs in (("ListTrainingJobs", {"NameContains": "described"}),
+                              ("ListTrainingPlans", {})):
+        assert_matches_model(sm, operation, **kwargs)
+
+
+def test_enterprise_kms_key_is_echoed_and_volume_key_refused_on_local_nvme_instances(backend):
+    sm = backend.client("sagemaker")
+    key = "arn:aws:kms:us-west-2:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab"
+    sm.create_training_job(**request("kms-out", "exit 0", OutputDataConfig={
+        "S3OutputPath": f"s3://{BUCKET}/out", "KmsKeyId": key}))
+    assert sm.describe_training_job(TrainingJobName="kms-out")["OutputDataConfig"][
+        "KmsKeyId"] == key
+    code, message = error_of(sm.create_training_job, **request(
+        "kms-nvme", "exit 0", ResourceConfig={"InstanceType": "ml.p6-b200.48xlarge",
+                                              "InstanceCount": 1, "VolumeSizeInGB": 50,
+                                              "VolumeKmsKeyId": key}))
+    assert code == "ValidationException" and "VolumeKmsKeyId" in message and "NVMe" in message
+
+
+def test_create_validates_instance_type_bucket_and_required_members_like_sagemaker(backend):
+    sm = backend.client("sagemaker")
+    code, message = error_of(sm.create_training_job, **request("bad-type", "exit 0", ResourceConfig={
+        "InstanceType": "ml.p9-bogus.48xlarge", "InstanceCount": 1, "VolumeSizeInGB": 50}))
+    assert code == "ValidationException" and "'resourceConfig.instanceType'" in message
+    assert "ml.p6-b200.48xlarge" in message  # botocore's enum, not a copied list
+    code, message = error_of(sm.create_training_job, **request(
+        "no-bucket", "exit 0", OutputDataConfig={"S3OutputPath": "s3://no-such-bucket/out"}))
+    assert code == "ValidationException" and "no-such-bucket" in message
+    for member in ("ResourceConfig", "AlgorithmSpecification"):
+        req = request(f"no-{member.lower()}", "exit 0")
+        del req[member]
+        code, message = error_of(sm.create_training_job, **req)
+        assert code == "ValidationException" and "Member must not be null" in message
+    assert sm.list_training_jobs(NameContains="no-")["TrainingJobSummaries"] == []
+
+
+def test_stopping_condition_defaults_to_sagemakers_one_day(backend):
+    sm = backend.client("sagemaker")
+    req = request("no-stop", "exit 0")
+    del req["StoppingCondition"]
+    sm.create_training_job(**req)
+    assert sm.describe_training_job(TrainingJobName="no-stop")["StoppingCondition"] == {
+        "MaxRuntimeInSeconds": 86400}
+    assert wait_status(sm, "no-stop")["TrainingJobStatus"] == "Completed"
+
+
+@pytest.fixture(scope="module")
+def strict():
+    from components.local import LocalBackend
+
+    with LocalBackend(strict_resources=True, quotas={"ml.p6-b200.48xlarge": 2},
+                      stop_grace_s=1.0) as b:
+        b.client("s3").create_bucket(Bucket="strict-bucket", CreateBucketConfiguration={
+            "LocationConstraint": b.region})
+        iam = b.client("iam")
+        iam.create_role(RoleName="strict-role", AssumeRolePolicyDocument="{}")
+        ecr = b.client("ecr")
+        ecr.create_repository(repositoryName="strict-trainer")
+        ecr.put_image(repositoryName="strict-trainer", imageTag="v1", imageManifest=json.dumps(
+            {"schemaVersion": 2, "config": {"digest": "sha256:" + "a" * 64},
+             "mediaType": "application/vnd.docker.distribution.manifest.v2+json"}))
+        yield b
+
+
+def strict_request(name: str, script: str, **changes: Any) -> dict[str, Any]:
+    base = request(name, script, RoleArn="arn:aws:iam::123456789012:role/strict-role",
+                   OutputDataConfig={"S3OutputPath": "s3://strict-bucket/out"})
+    base["AlgorithmSpecification"]["TrainingImage"] = (
+        "123456789012.dkr.ecr.us-west-2.amazonaws.com/strict-trainer:v1")
+    base.update(changes)
+    return base
+
+
+def test_strict_backend_refuses_unknown_role_image_and_kms_key_at_create(strict):
+    sm = strict.client("sagemaker")
+    sm.create_training_job(**strict_request("strict-ok", "exit 0"))
+    assert wait_status(sm, "strict-ok")["TrainingJobStatus"] == "Completed"
+    cases = {
+        "role": dict(RoleArn="arn:aws:iam::123456789012:role/nobody"),
+        "docker-hub": dict(AlgorithmSpecification={"TrainingImage": "docker.io/library/foo:1",
+                                                   "TrainingInputMode": "File"}),
+        "unpushed": dict(AlgorithmSpecification={
+            "TrainingImage": "123456789012.dkr.ecr.us-west-2.amazonaws.com/strict-trainer:v2",
+            "TrainingInputMode": "File"}),
+        "kms": dict(OutputDataConfig={"S3OutputPath": "s3://strict-bucket/out",
+                                      "KmsKeyId": "alias/nope"}),
+    }
+    words = {"role": "Could not assume role", "docker-hub": "not an Amazon ECR image",
+             "unpushed": "not found in ECR", "kms": "alias/nope"}
+    for case, changes in cases.items():
+        code, message = error_of(sm.create_training_job,
+                                 **strict_request(f"strict-{case}", "exit 0", **changes))
+        assert (code, words[case] in message) == ("ValidationException", True), message
+
+
+def test_instance_quota_answers_resource_limit_exceeded(strict):
+    sm = strict.client("sagemaker")
+    sm.create_training_job(**strict_request("quota-a", "sleep 30", ResourceConfig={
+        "InstanceType": "ml.p6-b200.48xlarge", "InstanceCount": 2, "VolumeSizeInGB": 50}))
+    code, message = error_of(sm.create_training_job, **strict_request("quota-b", "exit 0"))
+    assert code == "ResourceLimitExceeded"
+    assert "'ml.p6-b200.48xlarge for training job usage' is 2 Instances" in message
+    sm.stop_training_job(TrainingJobName="quota-a")
+    wait_status(sm, "quota-a")
+    sm.create_training_job(**strict_request("quota-b", "exit 0"))  # capacity is back
+
+
+def test_unsupported_sagemaker_operations_answer_at_once_in_sagemakers_format(backend):
+    sm = backend.client("sagemaker")
+    start = time.monotonic()
+    with pytest.raises(ClientError) as err:
+        sm.update_training_job(TrainingJobName="anything")
+    assert time.monotonic() - start < 2
+    response = err.value.response
+    assert response["Error"]["Code"] == "UnknownOperationException"
+    assert "local backend" in response["Error"]["Message"] and "UpdateTrainingJob" in response[
+        "Error"]["Message"]
+    assert response["ResponseMetadata"]["RetryAttempts"] == 0
+    assert error_of(sm.list_training_jobs_for_hyper_parameter_tuning_job,
+                    HyperParameterTuningJobName="hpo")[0] == "UnknownOperationException"
+    assert "Results" in sm.search(Resource="TrainingJob")  # what moto serves still goes to moto
+
+
+def test_list_training_jobs_validates_enums_and_bounds_like_sagemaker(backend):
+    sm = backend.client("sagemaker")
+    for kwargs, field in ((dict(StatusEquals="Bogus"), "statusEquals"),
+                          (dict(SortBy="Bogus"), "sortBy"),
+                          (dict(SortOrder="Sideways"), "sortOrder"),
+                          (dict(MaxResults=1000), "maxResults")):
+        code, message = error_of(sm.list_training_jobs, **kwargs)
+        assert code == "ValidationException" and f"'{field}'" in message, message
+
+
+def test_next_token_is_opaque_bound_to_its_filters_and_stable_under_creates(backend):
+    sm = backend.client("sagemaker")
+    for i in range(4):
+        sm.create_training_job(**request(f"paged-{i}", "exit 0"))
+        time.sleep(0.01)
+    first = sm.list_training_jobs(NameContains="paged-", MaxResults=2)
+    assert [s["TrainingJobName"] for s in first["TrainingJobSummaries"]] == ["paged-3", "paged-2"]
+    token = first["NextToken"]
+    assert not token.isdigit()
+    sm.create_training_job(**request("paged-4", "exit 0"))  # newest: would shift an offset
+    second = sm.list_training_jobs(NameContains="paged-", MaxResults=2, NextToken=token)
+    assert [s["TrainingJobName"] for s in second["TrainingJobSummaries"]] == ["paged-1", "paged-0"]
+    code, _ = error_of(sm.list_training_jobs, NameContains="other", NextToken=token)
+    assert code == "ValidationException"
+    names = [s["TrainingJobName"] for page in sm.get_paginator("list_training_jobs").paginate(
+        NameContains="paged-", PaginationConfig={"PageSize": 2}) for s in page[
+        "TrainingJobSummaries"]]
+    assert names == ["paged-4", "paged-3", "paged-2", "paged-1", "paged-0"]
+
+
+def test_secondary_statuses_last_a_while_and_spot_is_billed_below_training_time(backend):
+    sm = backend.client("sagemaker")
+    sm.create_training_job(**request(
+        "spot-billed", "sleep 2", EnableManagedSpotTraining=True,
+        StoppingCondition={"MaxRuntimeInSeconds": 600, "MaxWaitTimeInSeconds": 1200}))
+    job = wait_status(sm, "spot-billed")
+    transitions = job["SecondaryStatusTransitions"]
+    assert [t["Status"] for t in transitions] == [
+        "Starting", "Downloading", "Training", "Uploading", "Completed"]
+    for t in transitions[:-1]:  # the short profile: every step observable, none instantaneous
+        assert (t["EndTime"] - t["StartTime"]).total_seconds() >= 0.04, t
+    assert job["TrainingTimeInSeconds"] >= 2
+    assert job["BillableTimeInSeconds"] < job["TrainingTimeInSeconds"]  # the spot saving
+
+
+def test_spot_restart_takes_over_a_second_so_new_streams_are_later(backend):
+    sm = backend.client("sagemaker")
+    script = 'echo "attempt $SM_CURRENT_HOST"; sleep 30'
+    sm.create_training_job(**request(
+        "spot-restart", script, EnableManagedSpotTraining=True,
+        CheckpointConfig={"S3Uri": f"s3://{BUCKET}/ckpt/spot-restart"},
+        StoppingCondition={"MaxRuntimeInSeconds": 600, "MaxWaitTimeInSeconds": 1200}))
+    wait_secondary(sm, "spot-restart", "Training")
+    backend.interrupt_spot("spot-restart")
+    wait_secondary(sm, "spot-restart", "Training", after="Restarting")
+    job = sm.describe_training_job(TrainingJobName="spot-restart")
+    by_status = {t["Status"]: t for t in job["SecondaryStatusTransitions"]}
+    starts = [t["Status"] for t in job["SecondaryStatusTransitions"]]
+    interrupted = by_status["Interrupted"]["StartTime"]
+    restarted = [t for t in job["SecondaryStatusTransitions"] if t["Status"] == "Starting"][-1]
+    assert (restarted["StartTime"] - interrupted).total_seconds() >= 1.0, starts
+    sm.stop_training_job(TrainingJobName="spot-restart")
+    wait_status(sm, "spot-restart")
+
+
+def wait_secondary(sm: Any, name: str, status: str, after: str | None = None,
+                   timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        job = sm.describe_training_job(TrainingJobName=name)
+        seen = [t["Status"] for t in job["SecondaryStatusTransitions"]]
+        if job["SecondaryStatus"] == status and (after is None or after in seen):
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"{name}: never {status} (after {after}); saw {seen}")
+
+
+def test_filter_log_events_honours_the_stream_name_prefix(backend):
+    sm = backend.client("sagemaker")
+    for name in ("logs-a", "logs-b"):
+        sm.create_training_job(**request(name, f"echo from {name}"))
+    for name in ("logs-a", "logs-b"):
+        wait_status(sm, name)
+    logs = backend.client("logs")
+    deadline = time.monotonic() + 10
+
+    def messages(prefix: str) -> list[str]:
+        return [e["message"] for e in logs.filter_log_events(
+            logGroupName="/aws/sagemaker/TrainingJobs", logStreamNamePrefix=prefix)["events"]]
+
+    while messages("logs-") != ["from logs-a", "from logs-b"] and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert messages("logs-a/") == ["from logs-a"]
+    assert messages("no-such-job/") == []
+    assert sorted(messages("logs-")) == ["from logs-a", "from logs-b"]
+
+
+# ---------------------------------------------------------------- cost and failures (issue 12)
+def test_billable_time_is_per_instance_not_multiplied_by_the_instance_count(backend):
+    sm = backend.client("sagemaker")
+    sm.create_training_job(**request("two-hosts", "sleep 2", ResourceConfig={
+        "InstanceType": "ml.m5.xlarge", "InstanceCount": 2, "VolumeSizeInGB": 50}))
+    job = wait_status(sm, "two-hosts")
+    assert job["TrainingJobStatus"] == "Completed", job.get("FailureReason")
+    # botocore: "Multiply BillableTimeInSeconds by the number of instances ... to get the
+    # total compute time SageMaker bills you"; one instance's time is ~2-3 s, not 2 x that.
+    assert 2 <= job["BillableTimeInSeconds"] <= job["TrainingTimeInSeconds"] + 1
+
+
+def test_a_host_killed_by_sigkill_is_reported_as_host_memory_with_the_models_size(backend):
+    sm = backend.client("sagemaker")
+    sm.create_training_job(**request("oom-killed", "echo loading; kill -KILL $$",
+                                     HyperParameters={"preset": "8b"}))
+    job = wait_status(sm, "oom-killed")
+    reason = job["FailureReason"]
+    assert job["TrainingJobStatus"] == "Failed"
+    assert "SIGKILL" in reason and "out-of-memory" in reason and "GiB of memory" in reason
+    assert "preset=8b" in reason and "B parameters" in reason
+    assert "wrote no failure file" in reason and "exited with code 1" not in reason
+
+
+# ---------------------------------------------------------------- serve: plans, quotas, spot
+def test_serve_answers_training_plans_quotas_and_spot_interruptions(tmp_path):
+    offerings = tmp_path / "offerings.json"
+    offerings.write_text(json.dumps([{"instance_type": "ml.p6-b200.48xlarge",
+                                      "max_instance_count": 2,
+                                      "upfront_fee_per_instance_hour": 10.0}]))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "components.local", "serve", "--no-strict-resources",
+         "--quota", "ml.p6-b200.48xlarge=1", "--training-plan-offerings", str(offerings),
+         "--stop-grace", "1"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        assert proc.stdout is not None
+        url = proc.stdout.readline().strip()
+        sm = aws.client("sagemaker", endpoint_url=url)
+        s3 = aws.client("s3", endpoint_url=url)
+        s3.create_bucket(Bucket=BUCKET, CreateBucketConfiguration={
+            "LocationConstraint": "us-west-2"})
+        found = assert_matches_model(sm, "SearchTrainingPlanOfferings",
+                                     InstanceType="ml.p6-b200.48xlarge", InstanceCount=2,
+                                     DurationHours=24, TargetResources=["training-job"])
+        [offer] = found["TrainingPlanOfferings"]
+        assert offer["UpfrontFee"] == "480.00"  # 10 x 2 instances x 24 h, as configured
+        assert sm.search_training_plan_offerings(
+            InstanceType="ml.p6-b200.48xlarge", InstanceCount=3, DurationHours=24,
+            TargetResources=["training-job"])["TrainingPlanOfferings"] == []
+        arn = sm.create_training_plan(TrainingPlanName="served-plan", TrainingPlanOfferingId=offer[
+            "TrainingPlanOfferingId"])["TrainingPlanArn"]
+        plan = sm.describe_training_plan(TrainingPlanName="served-plan")
+        assert plan["TrainingPlanArn"] == arn and plan["TotalInstanceCount"] == 2
+
+        def admin(method: str, path: str, body: Any = None) -> dict[str, Any]:
+            data = None if body is None else json.dumps(body).encode()
+            req = urllib.request.Request(url + path, data=data, method=method)
+            with urllib.request.urlopen(req, timeout=10) as response:
+                return json.loads(response.read())
+
+        assert admin("GET", "/_local/settings")["quotas"] == {"ml.p6-b200.48xlarge": 1}
+        spot = request("served-spot", "sleep 60", EnableManagedSpotTraining=True,
+                       StoppingCondition={"MaxRuntimeInSeconds": 600,
+                                          "MaxWaitTimeInSeconds": 1200})
+        sm.create_training_job(**spot)
+        code, _ = error_of(sm.create_training_job, **request("served-two", "exit 0"))
+        assert code == "ResourceLimitExceeded"
+        admin("PUT", "/_local/quotas", {"ml.p6-b200.48xlarge": 2})
+        sm.create_training_job(**request("served-two", "exit 0"))
+        wait_secondary(sm, "served-spot", "Training")
+        out = subprocess.run([sys.executable, "-m", "components.local", "interrupt-spot",
+                              "served-spot", "--endpoint-url", url], cwd=ROOT,
+                             capture_output=True, text=True, timeout=30)
+        assert out.returncode == 0, out.stderr
+        wait_secondary(sm, "served-spot", "Training", after="Restarting")
+        sm.stop_training_job(TrainingJobName="served-spot")
+        wait_status(sm, "served-spot")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)

@@ -20,21 +20,39 @@ from an empty moto (later ones started while it runs share its state).
 
 from __future__ import annotations
 
+import io
+import json
 import os
 import tempfile
 import threading
 from pathlib import Path
 from typing import Any
 
-from components.local import moto_state
+from components.local import admin, moto_state
+from components.local.api import ApiError, encode
 from components.local.executor import TrainingJobExecutor
-from components.local.settings import ExecutorSettings
+from components.local.settings import (
+    DEFAULT_LATENCY,
+    DEFAULT_OFFERINGS,
+    DEFAULT_SPOT_SAVINGS,
+    LATENCY_PROFILES,
+    ExecutorSettings,
+    LatencyProfile,
+    OfferingTemplate,
+)
 
 REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 DEFAULT_REGION = "us-west-2"
 ACCESS_KEY = "testing"
 SECRET_KEY = "testing"  # noqa: S105 - moto's fake credentials
 LOOPBACK = "127.0.0.1"
+# The SageMaker Python SDK's defaults config: telemetry off (its TelemetryOptOut key).
+SDK_CONFIG = """SchemaVersion: '1.0'
+SageMaker:
+  PythonSDK:
+    Modules:
+      TelemetryOptOut: true
+"""
 
 # Operations the executor answers; everything else goes to moto.
 INTERCEPTED = frozenset(
@@ -46,6 +64,8 @@ INTERCEPTED = frozenset(
         "DeleteTrainingJob",
         "DescribeTrainingPlan",
         "ListTrainingPlans",
+        "SearchTrainingPlanOfferings",
+        "CreateTrainingPlan",
     }
 )
 
@@ -73,10 +93,22 @@ class _Application:
         self.executor: TrainingJobExecutor | None = None
 
     def __call__(self, environ: dict[str, Any], start_response: Any) -> Any:
+        path = environ.get("PATH_INFO", "")
+        if path.startswith(admin.PREFIX) and self.executor is not None:
+            status, payload = admin.handle(self.executor, environ.get("REQUEST_METHOD", "GET"),
+                                           path, _body(environ))
+            return _reply(start_response, status, payload, "application/json")
         target = environ.get("HTTP_X_AMZ_TARGET", "")
         service, _, operation = target.partition(".")
-        if service == "SageMaker" and operation in INTERCEPTED and self.executor is not None:
-            return self._executor_call(operation, environ, start_response)
+        if service == "SageMaker" and self.executor is not None:
+            if operation in INTERCEPTED:
+                return self._executor_call(operation, environ, start_response)
+            if not moto_state.moto_serves("sagemaker", operation):
+                return _reply(start_response, 400, unsupported(operation))
+        if target == "Logs_20140328.FilterLogEvents":
+            answer = self._filter_log_events(environ)
+            if answer is not None:
+                return _reply(start_response, *answer)
         with self.moto_lock:
             result = self.moto_app(environ, start_response)
             try:  # consume the whole body while holding the lock
@@ -87,29 +119,70 @@ class _Application:
                     close()
         return [body]
 
+    def _filter_log_events(self, environ: dict[str, Any]) -> tuple[int, dict[str, Any]] | None:
+        """moto ignores FilterLogEvents' logStreamNamePrefix (every stream's events come
+        back): turn the prefix into the stream names it matches before moto sees it."""
+        raw = _body(environ)
+        request = json.loads(raw or b"{}")
+        prefix = request.get("logStreamNamePrefix")
+        if prefix is None:
+            _rewind(environ, raw)
+            return None
+        if request.get("logStreamNames"):
+            return 400, ApiError("InvalidParameterException", "logStreamNames and "
+                                 "logStreamNamePrefix are mutually exclusive").payload()
+        region = region_from_environ(environ, self.default_region)
+        with self.moto_lock:
+            names = moto_state.log_stream_names(region, request.get("logGroupName", ""), prefix)
+        if names == []:
+            return 200, {"events": [], "searchedLogStreams": []}
+        if names is not None:  # None: no such group, moto answers ResourceNotFound
+            request = {k: v for k, v in request.items() if k != "logStreamNamePrefix"}
+            request["logStreamNames"] = names
+        _rewind(environ, json.dumps(request).encode())
+        return None
+
     def _executor_call(self, operation: str, environ: dict[str, Any], start_response: Any) -> Any:
-        import json
-
-        from components.local.api import ApiError, encode
-
         assert self.executor is not None
-        length = int(environ.get("CONTENT_LENGTH") or 0)
-        raw = environ["wsgi.input"].read(length) if length else b""
         region = region_from_environ(environ, self.default_region)
         try:
-            request = json.loads(raw or b"{}")
+            request = json.loads(_body(environ) or b"{}")
             status, payload = 200, self.executor.handle(operation, region, request)
         except ApiError as err:
             status, payload = err.status, err.payload()
         except Exception as exc:  # an executor bug must not kill the server thread
             status, payload = 500, {"__type": "InternalFailure", "message": repr(exc)}
-        body = encode(payload)
-        start_response(
-            f"{status} {'OK' if status == 200 else 'Error'}",
-            [("Content-Type", "application/x-amz-json-1.1"), ("Content-Length", str(len(body))),
-             ("x-amzn-RequestId", os.urandom(16).hex())],
-        )
-        return [body]
+        return _reply(start_response, status, payload)
+
+
+def unsupported(operation: str) -> dict[str, Any]:
+    """SageMaker's JSON error for an operation neither the executor nor moto serves."""
+    return {"__type": "UnknownOperationException",
+            "message": f"The local backend (python -m components.local) does not serve the "
+                       f"SageMaker operation {operation}. It serves training jobs "
+                       f"({', '.join(sorted(INTERCEPTED))}) and what moto implements "
+                       "(tags, Search, ...); run this call against AWS."}
+
+
+def _body(environ: dict[str, Any]) -> bytes:
+    length = int(environ.get("CONTENT_LENGTH") or 0)
+    return environ["wsgi.input"].read(length) if length else b""
+
+
+def _rewind(environ: dict[str, Any], raw: bytes) -> None:
+    environ["wsgi.input"] = io.BytesIO(raw)
+    environ["CONTENT_LENGTH"] = str(len(raw))
+
+
+def _reply(start_response: Any, status: int, payload: dict[str, Any],
+           content_type: str = "application/x-amz-json-1.1") -> list[bytes]:
+    body = encode(payload)
+    start_response(
+        f"{status} {'OK' if status == 200 else 'Error'}",
+        [("Content-Type", content_type), ("Content-Length", str(len(body))),
+         ("x-amzn-RequestId", os.urandom(16).hex())],
+    )
+    return [body]
 
 
 class LocalBackend:
@@ -135,6 +208,18 @@ class LocalBackend:
         log_requests: print one line per HTTP request (werkzeug's access log).
         command: what a training job runs instead of ``bash <repo_root>/trainer/train.sh``
             (a request's ``AlgorithmSpecification.ContainerEntrypoint`` still wins).
+        latency: how long secondary statuses last at least: a profile name (``none``,
+            ``short`` (default: non-zero, well under a second per job), ``realistic``
+            (minutes, for tests of polling code)) or a ``LatencyProfile``.
+        spot_savings: the saving a managed spot job reports (1 - Billable/Training).
+        strict_resources: also refuse at Create, as SageMaker does, a role that is not in the
+            local IAM, a training image that is not in the local ECR and KMS keys that are not
+            in the local KMS (off by default: this project's tests and local pipeline runs
+            use images that are never pushed; ``serve`` turns it on). The output bucket is
+            always checked.
+        quotas: per-instance-type quota of instances in use at once (ResourceLimitExceeded
+            beyond it); none by default.
+        offerings: what SearchTrainingPlanOfferings offers (``OfferingTemplate``s).
     """
 
     def __init__(
@@ -149,6 +234,11 @@ class LocalBackend:
         log_flush_s: float = 0.5,
         log_requests: bool = False,
         command: list[str] | None = None,
+        latency: str | LatencyProfile = DEFAULT_LATENCY,
+        spot_savings: float = DEFAULT_SPOT_SAVINGS,
+        strict_resources: bool = False,
+        quotas: dict[str, int] | None = None,
+        offerings: tuple[OfferingTemplate, ...] | list[OfferingTemplate] = DEFAULT_OFFERINGS,
     ) -> None:
         self.port = port
         self.region = region
@@ -159,6 +249,18 @@ class LocalBackend:
         self.log_flush_s = log_flush_s
         self.log_requests = log_requests
         self.command = list(command) if command else None
+        if isinstance(latency, str):
+            if latency not in LATENCY_PROFILES:
+                raise ValueError(f"latency={latency!r}: choose one of "
+                                 f"{', '.join(LATENCY_PROFILES)} or pass a LatencyProfile")
+            latency = LATENCY_PROFILES[latency]
+        if not 0.0 <= spot_savings < 1.0:
+            raise ValueError(f"spot_savings={spot_savings}: a fraction in [0, 1)")
+        self.latency = latency
+        self.spot_savings = spot_savings
+        self.strict_resources = strict_resources
+        self.quotas = dict(quotas or {})
+        self.offerings = tuple(offerings)
         self.moto_lock = threading.RLock()
         self._server: Any = None
         self._thread: threading.Thread | None = None
@@ -216,6 +318,8 @@ class LocalBackend:
             region=self.region, repo_root=self.repo_root, work_dir=self.work_dir,
             endpoint_env=self.env(), max_concurrent_jobs=self.max_concurrent_jobs,
             stop_grace_s=self.stop_grace_s, log_flush_s=self.log_flush_s, command=self.command,
+            latency=self.latency, spot_savings=self.spot_savings,
+            strict_resources=self.strict_resources, quotas=self.quotas, offerings=self.offerings,
         )
         self.executor = TrainingJobExecutor(
             settings, self.client, moto_state.MotoMirror(self.moto_lock))
@@ -265,7 +369,16 @@ class LocalBackend:
             "AWS_REGION": self.region,
             "AWS_DEFAULT_REGION": self.region,
             "AWS_EC2_METADATA_DISABLED": "true",
+            # The SageMaker SDKs (v2 and sagemaker-core) send telemetry to an AWS host after
+            # fit()/create unless their config opts out: nothing may leave 127.0.0.1.
+            "SAGEMAKER_USER_CONFIG_OVERRIDE": str(self._sdk_config()),
         }
+
+    def _sdk_config(self) -> Path:
+        path = Path(self.work_dir) / "sagemaker-sdk-config.yaml"
+        if not path.exists():
+            path.write_text(SDK_CONFIG)
+        return path
 
     def client(self, service: str, region: str | None = None) -> Any:
         """A boto3 client for ``service`` talking to this backend (explicit endpoint and keys).

@@ -20,7 +20,9 @@ peers), then uploads and finishes. Everything else is plumbing kept elsewhere:
 - ``processes``: the hosts' process groups, their output and the FailureReason;
 - ``logship``: output to CloudWatch Logs (``/aws/sagemaker/TrainingJobs``, one stream
   ``{job}/algo-{n}-{epoch}`` per host and start);
-- ``validation``: what SageMaker refuses at Create, ListTrainingJobs' filters and pages;
+- ``validation``: what SageMaker refuses at Create (and its defaults), List filters and pages;
+- ``plans``: SearchTrainingPlanOfferings' offerings (CreateTrainingPlan buys one);
+- ``settings``: what the backend hands over (latency profile, quotas, spot savings...);
 - ``moto_state``: the mirror of each job into moto's table, so moto's tag and
   search APIs see it (every private moto API is there);
 - ``storage``: S3 transfers (channels, checkpoints, ``model.tar.gz``/``output.tar.gz``).
@@ -29,9 +31,11 @@ S3 and CloudWatch are reached through the backend's own endpoint (moto), exactly
 as a container would, with clients from the ``ClientFactory`` the backend gives.
 
 What is not emulated: the training image itself (the checkout's trainer runs
-with this Python), VPC and network isolation, instance types (everything runs
-on this machine), FastFile/Pipe input modes (channels are always downloaded),
-RetryStrategy (nothing here fails with InternalServerError), warm pools.
+with this Python), VPC, network isolation, inter-container traffic encryption and
+KMS encryption (all validated and echoed by Describe, none enforced), instance
+types (everything runs on this machine), FastFile/Pipe input modes (channels are
+always downloaded), RetryStrategy (nothing here fails with InternalServerError),
+warm pools, heterogeneous clusters (InstanceGroups), debugger/profiler rules.
 """
 
 from __future__ import annotations
@@ -45,7 +49,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from components.local import processes, storage
+from components.local import plans, processes, storage
 from components.local.api import ApiError, not_found, validation
 from components.local.container import HostLayout, free_port, local_gpu_count
 from components.local.jobs import (
@@ -63,8 +67,14 @@ from components.local.jobs import (
 from components.local.logship import ensure_log_group
 from components.local.moto_state import MotoMirror
 from components.local.processes import HostProcess
-from components.local.settings import ClientFactory, ExecutorSettings
-from components.local.validation import matches, page, validate_create_request
+from components.local.settings import ClientFactory, ExecutorSettings, OfferingTemplate
+from components.local.validation import (
+    check_resources,
+    matches,
+    normalize_create_request,
+    page,
+    validate_list_request,
+)
 
 POLL_S = 0.1
 CHECKPOINT_SYNC_S = 1.0
@@ -92,6 +102,10 @@ class TrainingJobExecutor:
         self._log_groups: set[str] = set()
         self._shutdown = threading.Event()
         self.num_gpus = local_gpu_count()
+        # Changeable while serving (the admin endpoint): quotas and training-plan offerings.
+        self.quotas: dict[str, int] = dict(settings.quotas)
+        self.offerings: tuple[OfferingTemplate, ...] = tuple(settings.offerings)
+        self._offers: dict[str, dict[str, Any]] = {}  # offering ID -> what it reserves
 
     # ---------------------------------------------------------------- plumbing
     def client(self, service: str, region: str) -> Any:
@@ -106,6 +120,8 @@ class TrainingJobExecutor:
             "DeleteTrainingJob": self.delete_training_job,
             "DescribeTrainingPlan": self.describe_training_plan,
             "ListTrainingPlans": self.list_training_plans,
+            "SearchTrainingPlanOfferings": self.search_training_plan_offerings,
+            "CreateTrainingPlan": self.create_training_plan,
         }[operation]
         return handler(region, request)
 
@@ -119,18 +135,17 @@ class TrainingJobExecutor:
 
     # ---------------------------------------------------------------- API
     def create_training_job(self, region: str, req: dict[str, Any]) -> dict[str, Any]:
-        validate_create_request(req)
+        req = normalize_create_request(req)
         name = req["TrainingJobName"]
         with self._lock:
-            existing = self._jobs.get((region, name))
-            if existing is not None:
-                raise ApiError(
-                    "ResourceInUse",
-                    f"Training job names must be unique within an AWS account and region, and "
-                    f"a training job with this name already exists ({existing.arn})",
-                )
+            self._check_unique(region, name)
+        check_resources(req, region, self.client, strict=self.settings.strict_resources)
+        with self._lock:
+            self._check_unique(region, name)
             plan = self._check_plan(region, req)
-            job = Job(name, training_job_arn(region, name), region, req, now())
+            self._check_quota(region, req)
+            job = Job(name, training_job_arn(region, name), region, req, now(),
+                      spot_savings=self.settings.spot_savings)
             job.last_modified_time = job.creation_time
             self._transition(job, "Starting")
             self._jobs[(region, name)] = job
@@ -140,6 +155,34 @@ class TrainingJobExecutor:
             )
             job.thread.start()
         return {"TrainingJobArn": job.arn}
+
+    def _check_unique(self, region: str, name: str) -> None:
+        existing = self._jobs.get((region, name))
+        if existing is not None:
+            raise ApiError(
+                "ResourceInUse",
+                f"Training job names must be unique within an AWS account and region, and "
+                f"a training job with this name already exists ({existing.arn})",
+            )
+
+    def _check_quota(self, region: str, req: dict[str, Any]) -> None:
+        """SageMaker's per-instance-type quota ("<type> for training job usage")."""
+        rc = req["ResourceConfig"]
+        itype, count = rc["InstanceType"], int(rc["InstanceCount"])
+        limit = self.quotas.get(itype)
+        if limit is None:
+            return
+        in_use = sum(j.instance_count for (r, _), j in self._jobs.items()
+                     if r == region and j.status not in TERMINAL
+                     and j.request["ResourceConfig"]["InstanceType"] == itype)
+        if in_use + count > limit:
+            raise ApiError(
+                "ResourceLimitExceeded",
+                f"The account-level service limit '{itype} for training job usage' is {limit} "
+                f"Instances, with current utilization of {in_use} Instances and a request delta "
+                f"of {count} Instances. Please use AWS Service Quotas to request an increase "
+                "for this quota. If AWS Service Quotas is not available, contact AWS support "
+                "to request an increase for this quota.")
 
     def describe_training_job(self, region: str, req: dict[str, Any]) -> dict[str, Any]:
         with self._lock:
@@ -174,14 +217,21 @@ class TrainingJobExecutor:
         return {}
 
     def list_training_jobs(self, region: str, req: dict[str, Any]) -> dict[str, Any]:
+        validate_list_request(req, "ListTrainingJobs")
         with self._lock:
             jobs = [j for (r, _), j in self._jobs.items() if r == region]
             summaries = [j.summary() for j in jobs if matches(j, req)]
-        sort_by = req.get("SortBy", "CreationTime")
-        key = {"Name": "TrainingJobName", "Status": "TrainingJobStatus"}.get(sort_by, sort_by)
-        summaries.sort(key=lambda s: (s[key], s["TrainingJobName"]),
-                       reverse=req.get("SortOrder", "Descending") == "Descending")
-        return page(summaries, req, "TrainingJobSummaries", default_max=10)
+        key = {"Name": "TrainingJobName", "Status": "TrainingJobStatus",
+               "CreationTime": "CreationTime"}[req.get("SortBy", "CreationTime")]
+
+        def cursor(s: dict[str, Any]) -> list[Any]:
+            value = s[key]
+            return [value.timestamp() if isinstance(value, dt.datetime) else value,
+                    s["TrainingJobName"]]
+
+        descending = req.get("SortOrder", "Descending") == "Descending"
+        summaries.sort(key=cursor, reverse=descending)
+        return page(summaries, req, "TrainingJobSummaries", 10, cursor, descending)
 
     def describe_training_plan(self, region: str, req: dict[str, Any]) -> dict[str, Any]:
         name = str(req.get("TrainingPlanName") or "")
@@ -191,12 +241,47 @@ class TrainingJobExecutor:
                 raise ApiError("ResourceNotFound", f"Training plan {name} does not exist.")
             return plan.describe()
 
+    def search_training_plan_offerings(self, region: str,
+                                       req: dict[str, Any]) -> dict[str, Any]:
+        with self._lock:
+            offers = plans.search(self.offerings, req, region)
+            for offer in offers:
+                self._offers[offer["TrainingPlanOfferingId"]] = {"region": region, **offer}
+        return {"TrainingPlanOfferings": offers}
+
+    def create_training_plan(self, region: str, req: dict[str, Any]) -> dict[str, Any]:
+        name = str(req.get("TrainingPlanName") or "")
+        if not NAME_RE.match(name):
+            raise validation(f"TrainingPlanName {name!r} must match {NAME_RE.pattern}.")
+        with self._lock:
+            offer = self._offers.get(str(req.get("TrainingPlanOfferingId") or ""))
+            if offer is None or offer["region"] != region:
+                raise validation(f"TrainingPlanOfferingId {req.get('TrainingPlanOfferingId')!r} "
+                                 "is not an offering SearchTrainingPlanOfferings returned in "
+                                 f"{region}.")
+            if self._find_plan(region, name) is not None:
+                raise ApiError("ResourceInUse", f"Training plan {name} already exists.")
+            [capacity] = offer["ReservedCapacityOfferings"]
+            start = capacity["StartTime"]
+            arn = self.register_training_plan(
+                name, instance_type=capacity["InstanceType"],
+                instance_count=capacity["InstanceCount"], region=region,
+                status="Active" if start <= now() else "Scheduled",
+                start_time=start, end_time=capacity["EndTime"])
+            del self._offers[offer["TrainingPlanOfferingId"]]
+        return {"TrainingPlanArn": arn}
+
     def list_training_plans(self, region: str, req: dict[str, Any]) -> dict[str, Any]:
+        validate_list_request(req, "ListTrainingPlans")
         with self._lock:
             plans = [p.describe() for p in self._plans.values() if p.region == region]
-        plans.sort(key=lambda p: p["StartTime"],
-                   reverse=req.get("SortOrder", "Ascending") == "Descending")
-        return page(plans, req, "TrainingPlanSummaries", default_max=100)
+
+        def cursor(p: dict[str, Any]) -> list[Any]:
+            return [p["StartTime"].timestamp(), p["TrainingPlanArn"]]
+
+        descending = req.get("SortOrder", "Ascending") == "Descending"
+        plans.sort(key=cursor, reverse=descending)
+        return page(plans, req, "TrainingPlanSummaries", 100, cursor, descending)
 
     # ---------------------------------------------------------------- local controls
     def register_training_plan(
@@ -227,6 +312,18 @@ class TrainingJobExecutor:
                                             instance_count, start, end, in_use)
             self._capacity.notify_all()
         return arn
+
+    def set_quotas(self, quotas: dict[str, int]) -> None:
+        """Per-instance-type quotas (instances in use at once); replaces the current ones."""
+        for itype, limit in quotas.items():
+            if not isinstance(limit, int) or limit < 0:
+                raise ValueError(f"quota for {itype}: {limit!r} is not a count >= 0")
+        with self._lock:
+            self.quotas = dict(quotas)
+
+    def set_offerings(self, offerings: list[OfferingTemplate]) -> None:
+        with self._lock:
+            self.offerings = tuple(offerings)
 
     def interrupt_spot(self, job_name: str, region: str) -> None:
         with self._lock:
@@ -367,7 +464,9 @@ class TrainingJobExecutor:
             outcome, failure = self._attempt(job, max_runtime, max_wait)
             if outcome != "interrupted":
                 break
+            self._linger(job, self.settings.latency.restarting_s)
             self._transition(job, "Restarting")
+            self._linger(job, self.settings.latency.restarting_s)
             job.attempt += 1
             self._transition(job, "Starting")
         s3 = self.client("s3", job.region)
@@ -378,6 +477,7 @@ class TrainingJobExecutor:
         self._transition(job, "Uploading")
         t0 = time.monotonic()
         upload_error = self._upload_quietly(s3, job, model=True)
+        time.sleep(self.settings.latency.uploading_s)
         job.billable_s += time.monotonic() - t0
         if upload_error:
             self._finish(job, "Failed", "Failed", f"ClientError: {upload_error}")
@@ -418,6 +518,8 @@ class TrainingJobExecutor:
 
     def _attempt(self, job: Job, max_runtime: float, max_wait: float) -> tuple[str, str]:
         """One start of the job on fresh instances: ('completed'|'failed'|...,  failure)."""
+        if self._linger(job, self.settings.latency.starting_s):
+            return "stopped", ""
         self._transition(job, "Downloading")
         with self._lock:
             if job.training_start_time is None:
@@ -428,6 +530,7 @@ class TrainingJobExecutor:
         checkpoint_uri = (job.request.get("CheckpointConfig") or {}).get("S3Uri", "")
         try:
             self._prepare_hosts(s3, job, layouts, checkpoint_uri)
+            self._linger(job, self.settings.latency.downloading_s)
         except Exception as exc:
             job.billable_s += time.monotonic() - started
             return "failed", f"ClientError: Data download failed: {exc}"
@@ -443,6 +546,7 @@ class TrainingJobExecutor:
             job.billable_s += time.monotonic() - started
             return "failed", f"ClientError: cannot start {command[0]}: {exc}"
         job.hosts = procs
+        oom_kills = processes.oom_kill_count()
         reason, failed_host = self._supervise(job, procs, checkpoint_uri, started, max_runtime,
                                               max_wait)
         processes.reap(procs)
@@ -456,7 +560,14 @@ class TrainingJobExecutor:
             return reason, ""
         if all(p.proc.returncode == 0 for p in procs):
             return "completed", ""
-        return "failed", processes.failure_reason(procs, failed_host)
+        return "failed", processes.failure_reason(
+            procs, failed_host, oom_kills=processes.oom_kill_count() - oom_kills,
+            model=processes.describe_model(job.request.get("HyperParameters") or {}))
+
+    def _linger(self, job: Job, seconds: float) -> bool:
+        """Stays in the current secondary status ``seconds`` (the latency profile), less if
+        the job is stopped; returns whether it was."""
+        return job.stop_event.wait(seconds) if seconds > 0 else job.stop_event.is_set()
 
     def _prepare_hosts(self, s3: Any, job: Job, layouts: list[HostLayout],
                        checkpoint_uri: str) -> None:
@@ -528,8 +639,11 @@ class TrainingJobExecutor:
             elif t >= kill_at:
                 for p in procs:
                     p.signal(signal.SIGKILL)
-            if checkpoint_uri and t - last_sync >= CHECKPOINT_SYNC_S:
-                self._sync_checkpoints(s3, layouts, checkpoint_uri, seen)
+            if t - last_sync >= CHECKPOINT_SYNC_S:
+                for p in procs:
+                    p.sample_memory()
+                if checkpoint_uri:
+                    self._sync_checkpoints(s3, layouts, checkpoint_uri, seen)
                 last_sync = t
         job.interrupt_event.clear()
         if not reason and failed_host < 0:

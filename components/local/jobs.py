@@ -7,7 +7,9 @@ ListTrainingJobs' answers from the request and the job's state;
 
 from __future__ import annotations
 
+import copy
 import datetime as dt
+import functools
 import math
 import re
 import threading
@@ -52,6 +54,26 @@ def training_job_arn(region: str, name: str) -> str:
 
 def training_plan_arn(region: str, name: str) -> str:
     return f"arn:aws:sagemaker:{region}:{ACCOUNT_ID}:training-plan/{name}"
+
+
+# Computed here, never echoed from the request.
+_STATE_MEMBERS = frozenset({
+    "TrainingJobName", "TrainingJobArn", "ModelArtifacts", "TrainingJobStatus",
+    "SecondaryStatus", "FailureReason", "CreationTime", "TrainingStartTime", "TrainingEndTime",
+    "LastModifiedTime", "SecondaryStatusTransitions", "TrainingTimeInSeconds",
+    "BillableTimeInSeconds", "ProfilingStatus",
+})
+
+
+@functools.lru_cache(maxsize=1)
+def describe_members() -> frozenset[str]:
+    """Request members DescribeTrainingJob echoes: those of its output shape (botocore)."""
+    import botocore.session
+
+    model = botocore.session.get_session().get_service_model("sagemaker")
+    shape = model.operation_model("DescribeTrainingJob").output_shape
+    assert shape is not None
+    return frozenset(shape.members) - _STATE_MEMBERS
 
 
 @dataclass
@@ -116,6 +138,7 @@ class Job:
     interrupt_event: threading.Event = field(default_factory=threading.Event)
     thread: threading.Thread | None = None
     hosts: list[HostProcess] = field(default_factory=list)
+    spot_savings: float = 0.0
 
     @property
     def instance_count(self) -> int:
@@ -140,31 +163,26 @@ class Job:
         return storage.join_s3(out, self.name, "output", "output.tar.gz")
 
     def describe(self) -> dict[str, Any]:
+        """DescribeTrainingJob's answer: the (normalised) request's members that SageMaker
+        echoes, SageMaker's defaults where the request left a member out, and the state."""
         r = self.request
-        out: dict[str, Any] = {
+        out: dict[str, Any] = {k: copy.deepcopy(v) for k, v in r.items()
+                               if k in describe_members() and v is not None}
+        out.setdefault("HyperParameters", {})
+        out["OutputDataConfig"].setdefault("KmsKeyId", "")
+        if "ProfilerConfig" in r:
+            out["ProfilingStatus"] = ("Disabled" if r["ProfilerConfig"].get("DisableProfiler")
+                                      else "Enabled")
+        out.update({
             "TrainingJobName": self.name,
             "TrainingJobArn": self.arn,
             "ModelArtifacts": {"S3ModelArtifacts": self.model_uri},
             "TrainingJobStatus": self.status,
             "SecondaryStatus": self.secondary_status,
-            "HyperParameters": r.get("HyperParameters") or {},
-            "AlgorithmSpecification": r.get("AlgorithmSpecification") or {},
-            "RoleArn": r.get("RoleArn"),
-            "OutputDataConfig": r.get("OutputDataConfig"),
-            "ResourceConfig": r.get("ResourceConfig") or {},
-            "StoppingCondition": r.get("StoppingCondition") or {},
             "CreationTime": self.creation_time,
             "LastModifiedTime": self.last_modified_time or self.creation_time,
             "SecondaryStatusTransitions": [dict(t) for t in self.transitions],
-            "EnableNetworkIsolation": bool(r.get("EnableNetworkIsolation")),
-            "EnableInterContainerTrafficEncryption":
-                bool(r.get("EnableInterContainerTrafficEncryption")),
-            "EnableManagedSpotTraining": self.spot,
-        }
-        for key in ("InputDataConfig", "VpcConfig", "CheckpointConfig", "Environment",
-                    "RetryStrategy", "ExperimentConfig", "TensorBoardOutputConfig"):
-            if r.get(key):
-                out[key] = r[key]
+        })
         if self.failure_reason:
             out["FailureReason"] = self.failure_reason
         if self.training_start_time:
@@ -172,10 +190,15 @@ class Job:
         if self.training_end_time:
             out["TrainingEndTime"] = self.training_end_time
             out["TrainingTimeInSeconds"] = max(1, int(math.ceil(self.training_s)))
-            out["BillableTimeInSeconds"] = (
-                max(1, int(math.ceil(self.billable_s))) * self.instance_count
-            )
+            out["BillableTimeInSeconds"] = self.billable_seconds()
         return out
+
+    def billable_seconds(self) -> int:
+        """BillableTimeInSeconds, PER INSTANCE as SageMaker reports it (botocore's model:
+        multiply by InstanceCount for the bill). A managed spot job reports the on-demand
+        equivalent of its spot price, so 1 - Billable/Training is the saving."""
+        seconds = self.billable_s * ((1.0 - self.spot_savings) if self.spot else 1.0)
+        return max(1, int(math.ceil(seconds)))
 
     def summary(self) -> dict[str, Any]:
         out: dict[str, Any] = {

@@ -4,12 +4,16 @@ moto serves S3, IAM, ECR, CloudWatch Logs and SageMaker's tag and search APIs
 from process-global backends. The local executor owns training jobs, so it
 mirrors each one into moto's training-job table (``MotoMirror``): moto's
 AddTags / ListTags / DeleteTags / Search then see local jobs. ``reset()`` empties
-every moto backend. Everything here reaches into ``moto.*.models`` and may need
+every moto backend; ``moto_serves`` tells which operations moto implements (the
+rest are answered "not served" at once); ``log_stream_names`` resolves the
+``logStreamNamePrefix`` that moto's FilterLogEvents ignores. Everything here reaches into ``moto.*.models`` and may need
 care on a moto upgrade; nothing else in ``components.local`` does.
 """
 
 from __future__ import annotations
 
+import functools
+import importlib
 import threading
 from typing import Any
 
@@ -22,6 +26,34 @@ def reset(lock: threading.RLock) -> None:
 
     with lock:
         moto_api_backend.reset()
+
+
+def moto_serves(service: str, operation: str) -> bool:
+    """Whether moto implements ``operation`` (its response class has the handler)."""
+    return operation in _moto_operations(service)
+
+
+@functools.cache
+def _moto_operations(service: str) -> frozenset[str]:
+    import botocore.session
+    from botocore import xform_name
+
+    responses = {"sagemaker": "moto.sagemaker.responses:SageMakerResponse"}[service]
+    module, _, cls = responses.partition(":")
+    handler = getattr(importlib.import_module(module), cls)
+    model = botocore.session.get_session().get_service_model(service)
+    return frozenset(op for op in model.operation_names if hasattr(handler, xform_name(op)))
+
+
+def log_stream_names(region: str, group: str, prefix: str) -> list[str] | None:
+    """The streams of a CloudWatch Logs group whose names start with ``prefix``, sorted;
+    None when there is no such group. The caller holds the moto lock."""
+    from moto.logs.models import logs_backends
+
+    log_group = logs_backends[ACCOUNT_ID][region].groups.get(group)
+    if log_group is None:
+        return None
+    return sorted(name for name in log_group.streams if name.startswith(prefix))
 
 
 class MotoMirror:
@@ -51,7 +83,8 @@ class MotoMirror:
                 stopping_condition=dict(r.get("StoppingCondition") or {}),
                 tags=[dict(t) for t in r.get("Tags") or []],
                 enable_network_isolation=bool(r.get("EnableNetworkIsolation")),
-                enable_inter_container_traffic_encryption=False,
+                enable_inter_container_traffic_encryption=bool(
+                    r.get("EnableInterContainerTrafficEncryption")),
                 enable_managed_spot_training=job.spot,
                 checkpoint_config=r.get("CheckpointConfig") or {},
                 debug_hook_config={}, debug_rule_configurations=[],

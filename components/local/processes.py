@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import collections
 import os
+import re
 import signal
 import subprocess
 import threading
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from components.local.container import HostLayout
@@ -31,6 +33,10 @@ class HostProcess:
     tail: collections.deque[str] = field(
         default_factory=lambda: collections.deque(maxlen=TAIL_LINES))
     reader: threading.Thread | None = None
+    peak_rss_bytes: int = 0  # the host's processes together, sampled by the supervisor
+
+    def sample_memory(self) -> None:
+        self.peak_rss_bytes = max(self.peak_rss_bytes, session_rss_bytes(self.proc.pid))
 
     def signal(self, sig: int) -> None:
         """Signals the whole process group (the SIGKILL that ends an instance)."""
@@ -90,8 +96,13 @@ def reap(procs: list[HostProcess]) -> None:
         p.shipper.close()
 
 
-def failure_reason(procs: list[HostProcess], failed_host: int) -> str:
-    """The failed host's failure file, else the first one any host wrote, else what happened."""
+def failure_reason(procs: list[HostProcess], failed_host: int, *, oom_kills: int = 0,
+                   model: str = "") -> str:
+    """The failed host's failure file, else the first one any host wrote, else what happened.
+
+    ``oom_kills``: how many processes the kernel's OOM killer ended in this process's
+    cgroup during the attempt (0 if unknown); ``model``: the job's model and its size.
+    """
     order = ([procs[failed_host]] if failed_host >= 0 else []) + procs
     for p in order:
         text = p.layout.failure_reason()
@@ -99,6 +110,125 @@ def failure_reason(procs: list[HostProcess], failed_host: int) -> str:
             return text[:MAX_FAILURE_REASON]
     p = order[0]
     tail = "\n".join(line for line in p.tail if line.strip())[-TAIL_CHARS:]
+    if oom_kills or killed_by_sigkill(p):
+        return (host_memory_reason(p, oom_kills, model) + f" Last output:\n{tail}")[
+            :MAX_FAILURE_REASON]
     return (f"AlgorithmError: the training process on {p.layout.host} exited with code "
             f"{p.proc.returncode} and wrote no {p.layout.failure_file.name} file. "
             f"Last output:\n{tail}")[:MAX_FAILURE_REASON]
+
+
+# torchrun's report of a worker ended by a signal: "exitcode  : -9 (pid: 123)" and
+# "Signal 9 (SIGKILL) received by PID 123"; bash reports a SIGKILLed child as 137.
+_SIGKILL_RE = re.compile(r"exitcode\s*:\s*-9\b|Signal 9 \(SIGKILL\)")
+
+
+def killed_by_sigkill(p: HostProcess) -> bool:
+    """Whether the host (or a worker under it) died of a SIGKILL. The executor sends one only
+    after it has decided to end the job (stop, limits, failed peer), and then asks for no
+    FailureReason, so a SIGKILL seen here came from outside: on a training host, the kernel."""
+    code = p.proc.returncode
+    return code in (-signal.SIGKILL, 128 + signal.SIGKILL) or any(
+        _SIGKILL_RE.search(line) for line in p.tail)
+
+
+def host_memory_reason(p: HostProcess, oom_kills: int, model: str) -> str:
+    total, available = host_memory_bytes()
+    evidence = (f"the kernel's out-of-memory killer ended {oom_kills} process(es) of this "
+                "backend's cgroup" if oom_kills else
+                "nothing in the local backend sent it, so most likely the kernel's "
+                "out-of-memory killer did")
+    peak = (f" The host's processes peaked at {_gib(p.peak_rss_bytes)} resident (measured, "
+            "sampled every second)." if p.peak_rss_bytes else "")
+    return (f"AlgorithmError: the training process on {p.layout.host} was killed by SIGKILL "
+            f"(exit code {p.proc.returncode}) and wrote no failure file: {evidence}. This "
+            f"machine has {_gib(total)} of memory ({_gib(available)} available now), shared by "
+            f"every local instance of the job.{peak}{' ' + model if model else ''} Fix: a "
+            "smaller model (preset or num-layers/hidden-size), a smaller batch-size or "
+            "seq-length, fewer instances (InstanceCount) on this machine, or a machine with "
+            "more memory.")
+
+
+def _gib(n: int) -> str:
+    return f"{n / 2**30:.1f} GiB"
+
+
+def host_memory_bytes() -> tuple[int, int]:
+    """(MemTotal, MemAvailable) from /proc/meminfo; (0, 0) where there is none."""
+    values: dict[str, int] = {}
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                key, _, rest = line.partition(":")
+                values[key] = int(rest.split()[0]) * 1024
+    except (OSError, ValueError, IndexError):
+        return 0, 0
+    return values.get("MemTotal", 0), values.get("MemAvailable", 0)
+
+
+def session_rss_bytes(sid: int) -> int:
+    """Resident memory of every process in session ``sid`` (a host's process group)."""
+    page = os.sysconf("SC_PAGE_SIZE")
+    total = 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        # after "pid (comm)": state ppid pgrp session ... rss is the 22nd field
+        if len(fields) > 21 and fields[3] == str(sid):
+            total += int(fields[21]) * page
+    return total
+
+
+def oom_kill_count() -> int:
+    """The kernel's ``oom_kill`` counter of this process's memory cgroup (v2 memory.events or
+    v1 memory.oom_control); 0 where unreadable."""
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return 0
+    candidates = []
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if controllers == "":
+            candidates.append(Path("/sys/fs/cgroup") / path.lstrip("/") / "memory.events")
+        elif "memory" in controllers.split(","):
+            candidates.append(Path("/sys/fs/cgroup/memory") / path.lstrip("/") /
+                              "memory.oom_control")
+    for candidate in candidates:
+        try:
+            for row in candidate.read_text().splitlines():
+                key, _, value = row.partition(" ")
+                if key == "oom_kill":
+                    return int(value)
+        except (OSError, ValueError):
+            continue
+    return 0
+
+
+def describe_model(hyperparameters: dict[str, Any]) -> str:
+    """The job's model and its size, when its hyperparameters name this project's trainer
+    model (``preset`` / ``model-preset`` and dimensions); '' otherwise."""
+    from trainer import spec  # torch-free: the model spec shared by trainer and estimator
+
+    hps = {str(k).replace("-", "_"): v for k, v in hyperparameters.items()}
+    preset = hps.get("preset") or hps.get("model_preset")
+    dims = {}
+    for name in ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "ffn_hidden_size",
+                 "vocab_size"):
+        if name in hps:
+            try:
+                dims[name] = int(hps[name])
+            except (TypeError, ValueError):
+                return ""
+    if not preset and not dims:
+        return ""
+    try:
+        params = spec.spec_from_values(str(preset) if preset else None, **dims).total_params()
+    except ValueError:
+        return ""
+    shown = ", ".join([f"preset={preset}"] * bool(preset) + [f"{k}={v}" for k, v in dims.items()])
+    return (f"The job's model ({shown}) has {params / 1e9:.2f} B parameters: {_gib(2 * params)} "
+            f"of 16-bit weights, about {_gib(16 * params)} with gradients, fp32 master weights "
+            "and Adam's two moments (16 bytes per parameter, predicted), before activations.")

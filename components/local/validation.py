@@ -1,34 +1,110 @@
 """What SageMaker checks in a request before acting on it, and how it pages its lists.
 
 botocore checks types, lengths and required members on the client side; what
-SageMaker itself refuses (name patterns, spot/wait rules, list limits...) is
-checked here, with SageMaker's error codes and messages.
+SageMaker itself refuses (name patterns, enums, spot/wait rules, resources that
+do not exist...) is checked here with SageMaker's error codes and messages, and
+SageMaker's documented defaults are filled in (``normalize_create_request``), so
+that DescribeTrainingJob returns what SageMaker returns. Limits and enums come
+from botocore's service model, not from copied constants.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
+import copy
+import functools
+import hashlib
+import json
+import re
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from components.local import storage
-from components.local.api import validation
+from components.local.api import ApiError, validation
 from components.local.jobs import NAME_RE, Job
+from components.local.settings import ClientFactory
+
+# SageMaker's documented defaults (CreateTrainingJob's API reference).
+DEFAULT_MAX_RUNTIME_S = 86400  # StoppingCondition.MaxRuntimeInSeconds: one day
+DEFAULT_INPUT_MODE = "File"  # AlgorithmSpecification.TrainingInputMode
+DEFAULT_COMPRESSION = "GZIP"  # OutputDataConfig.CompressionType
+
+ECR_IMAGE_RE = re.compile(
+    r"^(?P<account>\d{12})\.dkr\.ecr\.(?P<region>[a-z0-9-]+)\.amazonaws\.com(?:\.cn)?/"
+    r"(?P<repo>[a-z0-9][a-z0-9._/-]*)(?::(?P<tag>[\w][\w.-]{0,127})|@(?P<digest>sha256:[0-9a-f]{64}))?$"
+)
+ROLE_ARN_RE = re.compile(r"^arn:aws[a-z-]*:iam::\d{12}:role/(?:[\w+=,.@-]+/)*(?P<name>[\w+=,.@-]+)$")
+# Training instance families with local NVMe instance storage (EC2's "Instance store volumes"):
+# SageMaker refuses a VolumeKmsKeyId for them (botocore's ResourceConfig.VolumeKmsKeyId doc).
+LOCAL_STORAGE_FAMILIES = frozenset({
+    "p3dn", "p4d", "p4de", "p5", "p5e", "p5en", "p6-b200", "p6-b300", "p6e-gb200",
+    "g4dn", "g5", "g6", "g6e", "trn1", "trn1n", "trn2", "c5d", "m5d", "r5d",
+    "c6id", "m6id", "r6id",
+})
+
+
+@functools.lru_cache(maxsize=1)
+def service_model() -> Any:
+    import botocore.session
+
+    return botocore.session.get_session().get_service_model("sagemaker")
+
+
+def enum_of(shape: str) -> list[str]:
+    return list(service_model().shape_for(shape).enum)
+
+
+def _camel(field: str) -> str:
+    """``ResourceConfig.InstanceType`` -> ``resourceConfig.instanceType`` (SageMaker's paths)."""
+    return ".".join(part[:1].lower() + part[1:] for part in field.split("."))
+
+
+def constraint_error(field: str, value: Any, constraint: str) -> ApiError:
+    """SageMaker's (Coral's) wording for a member that fails its model constraint."""
+    shown = "null" if value is None else f"'{value}'"
+    return validation(f"1 validation error detected: Value {shown} at '{_camel(field)}' "
+                      f"failed to satisfy constraint: {constraint}")
+
+
+def check_enum(field: str, value: Any, shape: str) -> None:
+    allowed = enum_of(shape)
+    if value is not None and value not in allowed:
+        raise constraint_error(field, value,
+                               f"Member must satisfy enum value set: [{', '.join(allowed)}]")
+
+
+def _required(field: str, value: Any) -> None:
+    if value is None or value == {}:
+        raise constraint_error(field, None, "Member must not be null")
+
+
+# ---------------------------------------------------------------- CreateTrainingJob
+def normalize_create_request(req: dict[str, Any]) -> dict[str, Any]:
+    """Validates a CreateTrainingJob request and returns it with SageMaker's defaults filled in."""
+    validate_create_request(req)
+    out = copy.deepcopy(req)
+    sc = out.setdefault("StoppingCondition", {})
+    sc.setdefault("MaxRuntimeInSeconds", DEFAULT_MAX_RUNTIME_S)
+    out["AlgorithmSpecification"].setdefault("TrainingInputMode", DEFAULT_INPUT_MODE)
+    out["OutputDataConfig"].setdefault("CompressionType", DEFAULT_COMPRESSION)
+    for key in ("EnableNetworkIsolation", "EnableInterContainerTrafficEncryption",
+                "EnableManagedSpotTraining"):
+        out[key] = bool(out.get(key, False))
+    return out
 
 
 def validate_create_request(req: dict[str, Any]) -> None:
     """What SageMaker itself refuses (botocore only checks types, lengths and required)."""
     name = req.get("TrainingJobName") or ""
     if not NAME_RE.match(name):
-        raise validation(
-            f"1 validation error detected: Value '{name}' at 'trainingJobName' failed to "
-            f"satisfy constraint: Member must satisfy regular expression pattern: "
-            f"{NAME_RE.pattern[1:-1]}"
-        )
-    for key in ("AlgorithmSpecification", "ResourceConfig", "StoppingCondition"):
-        if not req.get(key):
-            raise validation(f"{key} is required.")
-    if not (req.get("OutputDataConfig") or {}).get("S3OutputPath"):
-        raise validation("OutputDataConfig.S3OutputPath is required.")
-    for key, uri in (("OutputDataConfig.S3OutputPath", req["OutputDataConfig"]["S3OutputPath"]),
+        raise constraint_error("trainingJobName", name, "Member must satisfy regular expression "
+                               f"pattern: {NAME_RE.pattern[1:-1]}")
+    _required("AlgorithmSpecification", req.get("AlgorithmSpecification"))
+    _required("ResourceConfig", req.get("ResourceConfig"))
+    output = req.get("OutputDataConfig") or {}
+    _required("OutputDataConfig.S3OutputPath", output.get("S3OutputPath"))
+    for key, uri in (("OutputDataConfig.S3OutputPath", output["S3OutputPath"]),
                      ("CheckpointConfig.S3Uri", (req.get("CheckpointConfig") or {}).get("S3Uri"))):
         if uri is not None:
             try:
@@ -38,8 +114,48 @@ def validate_create_request(req: dict[str, Any]) -> None:
     spec = req["AlgorithmSpecification"]
     if not spec.get("TrainingImage") and not spec.get("AlgorithmName"):
         raise validation("AlgorithmSpecification needs a TrainingImage or an AlgorithmName.")
+    check_enum("AlgorithmSpecification.TrainingInputMode", spec.get("TrainingInputMode"),
+               "TrainingInputMode")
+    check_enum("OutputDataConfig.CompressionType", output.get("CompressionType"),
+               "OutputCompressionType")
+    _check_resource_config(req["ResourceConfig"])
+    _check_kms(req)
     _check_counts(req)
     _check_spot(req)
+
+
+def _check_resource_config(rc: dict[str, Any]) -> None:
+    if rc.get("InstanceGroups"):
+        raise validation("ResourceConfig.InstanceGroups (heterogeneous clusters) is not "
+                         "emulated by the local backend; use InstanceType and InstanceCount.")
+    _required("ResourceConfig.InstanceType", rc.get("InstanceType"))
+    check_enum("ResourceConfig.InstanceType", rc["InstanceType"], "TrainingInstanceType")
+    _required("ResourceConfig.InstanceCount", rc.get("InstanceCount"))
+    _required("ResourceConfig.VolumeSizeInGB", rc.get("VolumeSizeInGB"))
+    count = rc["InstanceCount"]
+    if not isinstance(count, int) or count < 1:
+        raise constraint_error("ResourceConfig.InstanceCount", count,
+                               "Member must have value greater than or equal to 1")
+
+
+def instance_family(instance_type: str) -> str:
+    """``ml.p6-b200.48xlarge`` -> ``p6-b200``."""
+    parts = instance_type.split(".")
+    return parts[1] if len(parts) == 3 else instance_type
+
+
+def _check_kms(req: dict[str, Any]) -> None:
+    rc = req["ResourceConfig"]
+    volume_key = rc.get("VolumeKmsKeyId")
+    if volume_key and instance_family(rc["InstanceType"]) in LOCAL_STORAGE_FAMILIES:
+        raise validation(
+            f"Instance type {rc['InstanceType']} is not supported with a VolumeKmsKeyId: its "
+            "storage is local NVMe instance storage, encrypted by a hardware module on the "
+            "instance. Remove ResourceConfig.VolumeKmsKeyId for this instance type.")
+    for field, key in (("OutputDataConfig.KmsKeyId", req["OutputDataConfig"].get("KmsKeyId")),
+                       ("ResourceConfig.VolumeKmsKeyId", volume_key)):
+        if key is not None and not isinstance(key, str):
+            raise constraint_error(field, key, "Member must be a string")
 
 
 def _check_counts(req: dict[str, Any]) -> None:
@@ -49,22 +165,93 @@ def _check_counts(req: dict[str, Any]) -> None:
         raise validation("Environment: at most 100 entries.")
     if len(req.get("Tags") or []) > 50:
         raise validation("Tags: at most 50 tags.")
-    count = req["ResourceConfig"].get("InstanceCount", 1)
-    if not isinstance(count, int) or count < 1:
-        raise validation("ResourceConfig.InstanceCount must be at least 1.")
 
 
 def _check_spot(req: dict[str, Any]) -> None:
-    sc = req["StoppingCondition"]
+    sc = req.get("StoppingCondition") or {}
     wait = sc.get("MaxWaitTimeInSeconds")
     if req.get("EnableManagedSpotTraining"):
         if wait is None:
             raise validation("MaxWaitTimeInSeconds is required for managed spot training.")
-        if wait < sc.get("MaxRuntimeInSeconds", 86400):
+        if wait < sc.get("MaxRuntimeInSeconds", DEFAULT_MAX_RUNTIME_S):
             raise validation("MaxWaitTimeInSeconds must be greater than or equal to "
                              "MaxRuntimeInSeconds.")
     elif wait is not None:
         raise validation("MaxWaitTimeInSeconds is only valid with EnableManagedSpotTraining.")
+
+
+# ---------------------------------------------------------------- resources the request names
+def check_resources(req: dict[str, Any], region: str, clients: ClientFactory, *,
+                    strict: bool) -> None:
+    """The resources SageMaker looks up at Create: the output bucket always; with ``strict``
+    also the role (local IAM), the training image (local ECR) and the KMS keys (local KMS)."""
+    bucket, _ = storage.split_s3_uri(req["OutputDataConfig"]["S3OutputPath"])
+    if not _exists(lambda: clients("s3", region).head_bucket(Bucket=bucket)):
+        raise validation(f"The S3 bucket {bucket} of OutputDataConfig.S3OutputPath does not "
+                         f"exist (or is not in {region}). Create it, or name an existing bucket.")
+    if not strict:
+        return
+    role = req.get("RoleArn") or ""
+    m = ROLE_ARN_RE.match(role)
+    if not m or not _exists(lambda: clients("iam", region).get_role(RoleName=m.group("name"))):
+        raise validation(f"Could not assume role {role}. Please ensure that the role exists and "
+                         "allows principal 'sagemaker.amazonaws.com' to assume the role.")
+    image = (req["AlgorithmSpecification"].get("TrainingImage") or "")
+    if image:
+        _check_image(image, region, clients)
+    rc = req["ResourceConfig"]
+    kms = clients("kms", region)
+    for field, key in (("OutputDataConfig.KmsKeyId", req["OutputDataConfig"].get("KmsKeyId")),
+                       ("ResourceConfig.VolumeKmsKeyId", rc.get("VolumeKmsKeyId"))):
+        if key and not _exists(functools.partial(kms.describe_key, KeyId=key)):
+            raise validation(f"{field}: KMS key {key} does not exist in {region} (or is not "
+                             "accessible); name a key ID, key ARN, alias name or alias ARN.")
+
+
+def _check_image(image: str, region: str, clients: ClientFactory) -> None:
+    m = ECR_IMAGE_RE.match(image)
+    if not m:
+        raise validation(f"TrainingImage {image} is not an Amazon ECR image URI "
+                         "(<account>.dkr.ecr.<region>.amazonaws.com/<repository>[:tag|@digest]); "
+                         "SageMaker pulls training images from ECR only.")
+    ident = {"imageDigest": m.group("digest")} if m.group("digest") else {
+        "imageTag": m.group("tag") or "latest"}
+    ecr = clients("ecr", m.group("region"))
+    if not _exists(lambda: ecr.describe_images(repositoryName=m.group("repo"),
+                                               imageIds=[ident])):
+        raise validation(f"Requested image {image} not found in ECR (repository "
+                         f"{m.group('repo')} in {m.group('region')}). Push it first.")
+
+
+def _exists(call: Callable[[], Any]) -> bool:
+    from botocore.exceptions import ClientError
+
+    try:
+        call()
+    except ClientError:
+        return False
+    return True
+
+
+# ---------------------------------------------------------------- ListTrainingJobs
+def validate_list_request(req: dict[str, Any], operation: str) -> None:
+    """Enums and bounds of a List request, from its input shape in botocore's model."""
+    shape = service_model().operation_model(operation).input_shape
+    assert shape is not None
+    for field, member in shape.members.items():
+        value = req.get(field)
+        if value is None:
+            continue
+        if getattr(member, "enum", None):
+            check_enum(field, value, member.name)
+        bounds = member.metadata
+        if member.type_name == "integer":
+            if "min" in bounds and value < bounds["min"]:
+                raise constraint_error(field, value, "Member must have value greater than or "
+                                       f"equal to {bounds['min']}")
+            if "max" in bounds and value > bounds["max"]:
+                raise constraint_error(field, value, "Member must have value less than or "
+                                       f"equal to {bounds['max']}")
 
 
 def matches(job: Job, req: dict[str, Any]) -> bool:
@@ -88,15 +275,39 @@ def matches(job: Job, req: dict[str, Any]) -> bool:
     return True
 
 
-def page(items: list[dict[str, Any]], req: dict[str, Any], key: str,
-         default_max: int) -> dict[str, Any]:
-    """One page of ``items`` under ``key``, from the request's NextToken and MaxResults."""
-    try:
-        start = int(req.get("NextToken") or 0)
-    except ValueError:
-        raise validation("Invalid NextToken.") from None
+# ---------------------------------------------------------------- pages
+def _filter_digest(req: dict[str, Any]) -> str:
+    """What a NextToken is bound to: every member of the request but the paging ones."""
+    rest = {k: v for k, v in req.items() if k not in ("NextToken", "MaxResults")}
+    return hashlib.sha256(json.dumps(rest, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def page(items: Sequence[dict[str, Any]], req: dict[str, Any], key: str, default_max: int,
+         cursor: Callable[[dict[str, Any]], list[Any]], descending: bool) -> dict[str, Any]:
+    """One page of ``items`` (sorted by ``cursor``) under ``key``.
+
+    The NextToken is opaque: it holds the cursor of the last item returned (so an item
+    created or deleted between two pages neither repeats nor shifts the next page) and
+    a digest of the filters (a token is refused with different filters).
+    """
+    token = req.get("NextToken")
+    start = 0
+    if token:
+        try:
+            state = json.loads(base64.urlsafe_b64decode(token.encode()))
+            digest, after = state["f"], state["after"]
+        except (ValueError, KeyError, TypeError, binascii.Error):
+            raise validation("Invalid NextToken.") from None
+        if digest != _filter_digest(req):
+            raise validation("Invalid NextToken: it was issued for a request with other "
+                             "filters or sort order.")
+        start = next((i for i, item in enumerate(items)
+                      if (cursor(item) < after if descending else cursor(item) > after)),
+                     len(items))
     size = int(req.get("MaxResults") or default_max)
-    out: dict[str, Any] = {key: items[start:start + size]}
+    chosen = list(items[start:start + size])
+    out: dict[str, Any] = {key: chosen}
     if start + size < len(items):
-        out["NextToken"] = str(start + size)
+        state = {"f": _filter_digest(req), "after": cursor(chosen[-1])}
+        out["NextToken"] = base64.urlsafe_b64encode(json.dumps(state).encode()).decode()
     return out
