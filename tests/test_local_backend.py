@@ -30,9 +30,30 @@ IMAGE = "123456789012.dkr.ecr.us-west-2.amazonaws.com/trainer:test"
 ROLE = "arn:aws:iam::123456789012:role/SageMakerTraining"
 
 
+SHAPE_ERRORS: list[str] = []
+CHECKED: dict[str, int] = {}
+
+
 @pytest.fixture(scope="module")
 def backend():
-    yield from local_backend_with_bucket(BUCKET, stop_grace_s=1.0)
+    """The backend every test here shares; every SageMaker response its client gets is checked
+    against botocore's output shape (or SageMaker's error format) as it arrives."""
+    for b in local_backend_with_bucket(BUCKET, stop_grace_s=1.0):
+        sm = b.client("sagemaker")
+        sm.meta.events.register("before-parse.sagemaker", check_every_response)
+        yield b
+        sm.meta.events.unregister("before-parse.sagemaker", check_every_response)
+
+
+def check_every_response(operation_model: Any, response_dict: dict[str, Any], **_: Any) -> None:
+    name = operation_model.name
+    body = json.loads(response_dict["body"] or b"{}")
+    if response_dict["status_code"] >= 300:
+        if set(body) != {"__type", "message"}:
+            SHAPE_ERRORS.append(f"{name}: error body {body}")
+    elif operation_model.output_shape is not None:
+        SHAPE_ERRORS.extend(f"{name}{e}" for e in shape_errors(body, operation_model.output_shape))
+    CHECKED[name] = CHECKED.get(name, 0) + 1
 
 
 def request(name: str, script: str, **changes: Any) -> dict[str, Any]:
@@ -533,6 +554,13 @@ def test_filter_log_events_honours_the_stream_name_prefix(backend):
     assert messages("logs-a/") == ["from logs-a"]
     assert messages("no-such-job/") == []
     assert sorted(messages("logs-")) == ["from logs-a", "from logs-b"]
+
+
+def test_every_sagemaker_response_so_far_matched_botocores_shapes(backend):
+    """Runs after the tests above (pytest keeps file order): all of their responses."""
+    assert SHAPE_ERRORS == []
+    assert sum(CHECKED.values()) >= 100 and {"CreateTrainingJob", "DescribeTrainingJob",
+                                             "ListTrainingJobs", "StopTrainingJob"} <= set(CHECKED)
 
 
 # ---------------------------------------------------------------- cost and failures (issue 12)

@@ -71,6 +71,10 @@ class MotoMirror:
         from moto.sagemaker.models import FakeTrainingJob
 
         r = job.request
+
+        def optional(member: str) -> Any:
+            return r.get(member) or None
+
         with self.lock:
             standin = FakeTrainingJob(
                 account_id=ACCOUNT_ID, region_name=job.region, training_job_name=job.name,
@@ -79,16 +83,20 @@ class MotoMirror:
                 role_arn=r.get("RoleArn", ""), input_data_config=r.get("InputDataConfig") or [],
                 output_data_config=dict(r["OutputDataConfig"]),
                 resource_config=dict(r.get("ResourceConfig") or {}),
-                vpc_config=r.get("VpcConfig") or {},
+                # moto drops None members from its answers; an empty {} would break the
+                # shapes (VpcConfig's required SecurityGroupIds) of Search's results
+                vpc_config=optional("VpcConfig"),
                 stopping_condition=dict(r.get("StoppingCondition") or {}),
                 tags=[dict(t) for t in r.get("Tags") or []],
                 enable_network_isolation=bool(r.get("EnableNetworkIsolation")),
                 enable_inter_container_traffic_encryption=bool(
                     r.get("EnableInterContainerTrafficEncryption")),
                 enable_managed_spot_training=job.spot,
-                checkpoint_config=r.get("CheckpointConfig") or {},
-                debug_hook_config={}, debug_rule_configurations=[],
-                tensor_board_output_config={}, experiment_config={},
+                checkpoint_config=optional("CheckpointConfig"),
+                debug_hook_config=optional("DebugHookConfig"),
+                debug_rule_configurations=r.get("DebugRuleConfigurations") or [],
+                tensor_board_output_config=optional("TensorBoardOutputConfig"),
+                experiment_config=optional("ExperimentConfig"),
             )
             standin.arn = job.arn
             standin.creation_time = job.creation_time
