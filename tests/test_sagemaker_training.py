@@ -227,7 +227,7 @@ def test_two_instance_job_trains_across_two_local_hosts(backend):
     assert world and world[0]["world_size"] == 2 and world[0]["nodes"] == 2
     assert sorted(losses(logs["algo-1"])) == [1, 2, 3]
     assert result.billable_seconds == describe(backend, result.job_name)[
-        "BillableTimeInSeconds"] and result.billable_seconds % 2 == 0
+        "BillableTimeInSeconds"]
 
 
 def test_sigterm_to_the_component_stops_the_training_job_within_seconds(backend, tmp_path):
