@@ -257,7 +257,7 @@ def test_sigterm_to_the_component_stops_the_training_job_within_seconds(backend,
     wait_for(lambda: describe(backend, name)["TrainingJobStatus"] == "Stopped", 30,
              "status Stopped")
     assert time.monotonic() - start < 30
-    assert "SIGTERM: stopping training job" in output
+    assert "terminated (SIGTERM): stopping training job" in output
 
 
 # ---------------------------------------------------------------- validation

@@ -23,6 +23,7 @@ import sys
 from components.build_image import build as b
 from components.common.cli import key_values
 from components.common.errors import USER_ERROR_EXIT_CODE, UserError
+from components.common.execution_context import TERMINATED_EXIT_CODE, Terminated
 
 
 def parser() -> argparse.ArgumentParser:
@@ -85,6 +86,9 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return USER_ERROR_EXIT_CODE
+    except Terminated as exc:  # SIGTERM/SIGINT: the running build was stopped
+        print(f"error: {exc}", file=sys.stderr)
+        return TERMINATED_EXIT_CODE
     print(json.dumps({"image_uri": result.image_uri, "tag_uri": result.tag_uri,
                       "digest": result.digest, "outcome": result.outcome,
                       "message": result.message}, indent=2))

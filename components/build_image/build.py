@@ -38,6 +38,7 @@ from components.build_image import ecr as ecr_mod
 from components.common import resources, tags
 from components.common.aws import client, resolve_region
 from components.common.errors import UserError
+from components.common.execution_context import ExecutionContext
 
 DEFAULT_REPOSITORY = "kfp-sagemaker-blackwell/trainer"
 DEFAULT_DOCKERFILE = "images/trainer/Dockerfile"
@@ -230,7 +231,7 @@ def _docker_build_local(context: ctx.BuildContext, ecr: Any, repo: ecr_mod.Repos
 def _codebuild(req: BuildRequest, region: str, context: ctx.BuildContext,
                repo: ecr_mod.Repository, marker: str, run_tags: dict[str, str],
                base_image: str | None, record: Callable[[resources.AwsResource], None],
-               log: Callable[[str], None]) -> None:
+               log: Callable[[str], None], ectx: ExecutionContext) -> None:
     if not req.s3_uri:
         raise UserError("s3_uri", "CodeBuild needs an S3 location for the build context.",
                         "pass s3_uri=s3://<bucket>/<prefix>.")
@@ -265,33 +266,27 @@ def _codebuild(req: BuildRequest, region: str, context: ctx.BuildContext,
         base_registry=ecr_mod.ecr_registry_of(base_image) if base_image else None,
         target_registry=(repo.registry, region),
     )
-    started: dict[str, str] = {}
-
-    def stop() -> None:
-        if started:
-            codebuild.stop_build(id=started["id"])
-
-    # The SIGTERM handler is in place before StartBuild, so a Terminate never misses it.
-    with cb.stop_on_sigterm(stop, log) as stop_request:
-        build = cb.running_build_for(codebuild, req.codebuild_project, target.image)
-        if build:
-            log(f"[build_image] re-attaching to running build {build['id']}")
-        else:
-            build = cb.start_build(codebuild, req.codebuild_project, target, run_id=req.run_id,
-                                   role_arn=req.codebuild_role_arn,
-                                   compute_type=req.codebuild_compute_type,
-                                   timeout_minutes=req.timeout_minutes)
-            log(f"[build_image] started CodeBuild build {build['id']}")
-        started["id"] = str(build["id"])
-        record(resources.AwsResource(
-            resources.CODEBUILD_BUILD, str(build.get("arn", build["id"])), name=str(build["id"]),
-            region=region,
-            consoleUri=(f"https://{region}.console.aws.amazon.com/codesuite/codebuild/projects/"
-                        f"{req.codebuild_project}/build/"
-                        f"{urllib.parse.quote(str(build['id']), safe='')}")))
-        final = cb.wait_for_build(codebuild, client("logs", region), build,
-                                  req.codebuild_project, poll_interval_s=req.poll_interval_s,
-                                  log=log, stop_request=stop_request)
+    # The termination handler is in place since before the first AWS call; the
+    # build is stopped by wait_for_build's first check if it arrived meanwhile.
+    build = cb.running_build_for(codebuild, req.codebuild_project, target.image)
+    if build:
+        log(f"[build_image] re-attaching to running build {build['id']}")
+    else:
+        ectx.check("before StartBuild: no build was started")
+        build = cb.start_build(codebuild, req.codebuild_project, target, run_id=req.run_id,
+                               role_arn=req.codebuild_role_arn,
+                               compute_type=req.codebuild_compute_type,
+                               timeout_minutes=req.timeout_minutes)
+        log(f"[build_image] started CodeBuild build {build['id']}")
+    record(resources.AwsResource(
+        resources.CODEBUILD_BUILD, str(build.get("arn", build["id"])), name=str(build["id"]),
+        region=region,
+        consoleUri=(f"https://{region}.console.aws.amazon.com/codesuite/codebuild/projects/"
+                    f"{req.codebuild_project}/build/"
+                    f"{urllib.parse.quote(str(build['id']), safe='')}")))
+    final = cb.wait_for_build(codebuild, client("logs", region), build,
+                              req.codebuild_project, poll_interval_s=req.poll_interval_s,
+                              log=log, ctx=ectx)
     if final["buildStatus"] != "SUCCEEDED":
         raise RuntimeError(
             f"CodeBuild build {final['id']} ended {final['buildStatus']}: "
@@ -352,7 +347,25 @@ def build_image(
     lookup: Callable[[str, str], str] = lookup_dlc,
     docker_ok: Callable[[], bool] = docker_daemon_available,
 ) -> BuildResult:
-    """Builds ``req.dockerfile`` into ``req.repository`` unless the content tag exists."""
+    """Builds ``req.dockerfile`` into ``req.repository`` unless the content tag exists.
+
+    SIGTERM/SIGINT are handled from before the first AWS call on: a running build
+    is stopped and ``codebuild.BuildStopped`` (a ``Terminated``) raised.
+    """
+    with ExecutionContext("build_image") as ectx:
+        return _build_image(req, ectx, log=log, on_resources=on_resources, lookup=lookup,
+                            docker_ok=docker_ok)
+
+
+def _build_image(
+    req: BuildRequest,
+    ectx: ExecutionContext,
+    *,
+    log: Callable[[str], None],
+    on_resources: Callable[[list[resources.AwsResource]], None] | None,
+    lookup: Callable[[str, str], str],
+    docker_ok: Callable[[], bool],
+) -> BuildResult:
     context = plan_context(req, log=log, lookup=lookup)
     region = resolve_region(req.region or None)
     base_image = dict(context.build_args).get(BASE_IMAGE_ARG)
@@ -369,6 +382,7 @@ def build_image(
         if on_resources:
             on_resources(list(recorded))
 
+    ectx.check("before any AWS call: nothing was created")
     ecr = client("ecr", region)
     repo = ecr_mod.ensure_repository(
         ecr, req.repository, {**run_tags, tags.CREATED_KEY: run_tags[tags.RUN_ID_KEY]})
@@ -403,7 +417,7 @@ def build_image(
     if builder == "docker":
         _docker_build_local(context, ecr, repo, marker, log)
     else:
-        _codebuild(req, region, context, repo, marker, run_tags, base_image, record, log)
+        _codebuild(req, region, context, repo, marker, run_tags, base_image, record, log, ectx)
     digest = ecr_mod.image_digest(ecr, repo.name, context.tag)
     if not digest:
         raise RuntimeError(

@@ -9,7 +9,9 @@ and pushes the content tag and the run marker tag.
 
 While the build runs, its CloudWatch log (``/aws/codebuild/<project>``, one stream
 per build) is copied into this process's log, BatchGetBuilds is polled, and a
-SIGTERM (KFP's Terminate) stops the build before the process exits. A retried
+SIGTERM (KFP's Terminate) or SIGINT stops the build before the process exits
+(``components.common.execution_context``: the caller enters it before its first
+AWS call; the wait loop checks it between polls). A retried
 component re-attaches to a build of the same image that is still running
 instead of starting a second one.
 """
@@ -19,11 +21,8 @@ from __future__ import annotations
 import contextlib
 import json
 import shlex
-import signal
-import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,6 +30,7 @@ from components.common import tags
 from components.common.aws import error_code
 from components.common.cloudwatch import LogTail
 from components.common.errors import UserError
+from components.common.execution_context import ExecutionContext, Terminated
 from components.common.naming import short_hash
 
 BUILD_ENVIRONMENT_IMAGE = "aws/codebuild/standard:7.0"  # Ubuntu 22.04, Docker, AWS CLI v2
@@ -46,8 +46,8 @@ def log_group(project: str) -> str:
     return f"/aws/codebuild/{project}"
 
 
-class BuildStopped(RuntimeError):
-    """The build was stopped because this process got SIGTERM."""
+class BuildStopped(Terminated):
+    """The build was stopped because this process got SIGTERM or SIGINT."""
 
 
 @dataclass(frozen=True)
@@ -212,45 +212,6 @@ def build_log_location(build: dict[str, Any], project: str) -> tuple[str, str]:
     return group, stream
 
 
-class StopRequest:
-    """Set by SIGTERM; the wait loop checks it between steps."""
-
-    def __init__(self) -> None:
-        self.requested = False
-
-
-@contextmanager
-def stop_on_sigterm(stop: Callable[[], None], log: Callable[[str], None]) -> Iterator[StopRequest]:
-    """On SIGTERM, ``stop()`` the remote work at once and flag the wait loop to end.
-
-    KFP's Terminate SIGTERMs the pod; without this the build would run (and bill)
-    to completion. The handler does not raise: an exception raised from a signal
-    handler surfaces at an arbitrary point (inside boto3 or socket code) and was
-    seen to be lost there, so the loop raises ``BuildStopped`` itself. Outside the
-    main thread signals cannot be handled: no-op there.
-    """
-    request = StopRequest()
-    if threading.current_thread() is not threading.main_thread():
-        yield request
-        return
-
-    def handler(signum: int, frame: Any) -> None:
-        if request.requested:
-            return
-        request.requested = True
-        log("[build_image] SIGTERM received: stopping the CodeBuild build")
-        try:
-            stop()
-        except Exception as exc:  # the loop stops it again; report, never mask
-            log(f"[build_image] StopBuild failed in the signal handler ({exc!r}); retrying")
-
-    previous = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield request
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
 def wait_for_build(
     codebuild: Any,
     logs: Any,
@@ -260,13 +221,13 @@ def wait_for_build(
     poll_interval_s: float,
     log: Callable[[str], None],
     sleep: Callable[[float], None] = time.sleep,
-    stop_request: StopRequest | None = None,
+    ctx: ExecutionContext | None = None,
 ) -> dict[str, Any]:
     """Polls BatchGetBuilds until the build ends, copying its log lines to ``log``.
 
-    ``stop_request``: the flag of a ``stop_on_sigterm`` the caller already holds
-    (installed before StartBuild, so that no SIGTERM is missed); else one is
-    installed here.
+    ``ctx``: the ``ExecutionContext`` the caller entered before its first AWS call
+    (so that no SIGTERM/SIGINT is missed); else one is entered here. When it
+    reports termination, the build is stopped and ``BuildStopped`` raised.
     """
     build_id = str(build["id"])
     group, stream = build_log_location(build, project)
@@ -276,16 +237,17 @@ def wait_for_build(
     def stop() -> None:
         codebuild.stop_build(id=build_id)
 
-    def check(request: StopRequest) -> None:
-        if request.requested:
+    def check(request: ExecutionContext) -> None:
+        if request.terminating:
             final = codebuild.batch_get_builds(ids=[build_id])["builds"][0]
             if final.get("buildStatus") == "IN_PROGRESS":
                 stop()
             raise BuildStopped(
-                f"build {build_id} was stopped because this step was terminated (SIGTERM)")
+                f"build {build_id} was stopped because this step was terminated "
+                f"({request.signal_name})")
 
     with contextlib.ExitStack() as stack:
-        request = stop_request or stack.enter_context(stop_on_sigterm(stop, log))
+        request = ctx or stack.enter_context(ExecutionContext("build_image"))
         while True:
             check(request)
             build = codebuild.batch_get_builds(ids=[build_id])["builds"][0]
@@ -303,7 +265,7 @@ def wait_for_build(
                     log(event.message.rstrip("\n"))
                 return dict(build)
             waited = 0.0
-            while waited < poll_interval_s and not request.requested:
+            while waited < poll_interval_s and not request.terminating:
                 step = min(1.0, poll_interval_s - waited)
                 sleep(step)
                 waited += step

@@ -69,7 +69,14 @@ def client(
         raise RuntimeError(
             "boto3 is not installed: pip install 'kfp-sagemaker-blackwell[aws]'"
         ) from exc
-    session = boto3.session.Session(region_name=resolve_region(region))
+    import botocore.session
+
+    # A fresh botocore session per client (credentials and the environment are read
+    # anew), sharing one loader: botocore's JSON models (endpoints, the SageMaker
+    # service model) are then parsed once per process instead of once per client.
+    core = botocore.session.get_session()
+    core.register_component("data_loader", _shared_loader())
+    session = boto3.session.Session(botocore_session=core, region_name=resolve_region(region))
     made = session.client(  # type: ignore[call-overload]
         service,
         endpoint_url=endpoint_url,
@@ -79,7 +86,13 @@ def client(
         "before-parameter-build", functools.partial(_record_call, region=made.meta.region_name)
     )
     return made
-    return made
+
+
+@functools.lru_cache(maxsize=1)
+def _shared_loader() -> Any:
+    from botocore.loaders import create_loader
+
+    return create_loader()
 
 
 def account_id(region: str | None = None) -> str:
@@ -87,13 +100,16 @@ def account_id(region: str | None = None) -> str:
 
 
 def is_throttling(exc: BaseException) -> bool:
-    code = getattr(exc, "response", {}).get("Error", {}).get("Code", "")
-    return code in {"ThrottlingException", "Throttling", "TooManyRequestsException",
+    return error_code(exc) in {"ThrottlingException", "Throttling", "TooManyRequestsException",
                     "RequestLimitExceeded", "SlowDown"}
 
 
 def error_code(exc: BaseException) -> str:
-    return str(getattr(exc, "response", {}).get("Error", {}).get("Code", ""))
+    """The AWS error code of a botocore ClientError; "" for anything else (botocore's
+    connection errors carry no response, some exceptions carry ``response = None``)."""
+    response = getattr(exc, "response", None)
+    error = response.get("Error") if isinstance(response, dict) else None
+    return str(error.get("Code", "")) if isinstance(error, dict) else ""
 
 
 # ---- Opt-in record of every API call made through client() ----

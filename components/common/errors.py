@@ -9,6 +9,9 @@ for it, so that a retry policy can tell it from an internal failure.
 from __future__ import annotations
 
 USER_ERROR_EXIT_CODE = 2
+# The AWS endpoint stayed unreachable past the step's outage budget (sysexits'
+# EX_UNAVAILABLE): distinct from 1 (the remote work failed) and 2 (a user error).
+AWS_UNREACHABLE_EXIT_CODE = 69
 
 
 class UserError(ValueError):

@@ -2,8 +2,11 @@
 
 Flags mirror the component's parameters (``--batch-size`` for ``batch_size``...);
 ``--dry-run`` validates and prints the exact CreateTrainingJob request without
-calling AWS. Exit status: 0 Completed, 2 a user error (nothing was created),
-1 the job failed or was stopped (its FailureReason is printed), 143 terminated.
+calling AWS. Exit status: 0 Completed; 1 the job failed or was stopped (its
+FailureReason is printed); 2 a user error (nothing was created); 69 SageMaker
+was unreachable for longer than ``--max-outage-seconds`` while following the job
+(the job may still be running: the message names it); 143 terminated by SIGTERM
+or SIGINT (the job was stopped).
 """
 
 from __future__ import annotations
@@ -14,8 +17,14 @@ import sys
 from typing import Any
 
 from components.common.cli import key_values
-from components.common.errors import USER_ERROR_EXIT_CODE, UserError
+from components.common.errors import AWS_UNREACHABLE_EXIT_CODE, USER_ERROR_EXIT_CODE, UserError
+from components.common.execution_context import (
+    TERMINATED_EXIT_CODE,
+    ExecutionContext,
+    Terminated,
+)
 from components.sagemaker_training.request import DEFAULT_INSTANCE_TYPE, TrainingJobConfig
+from components.sagemaker_training.runner import DEFAULT_MAX_OUTAGE_S, DEFAULT_POLL_INTERVAL_S
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -93,7 +102,11 @@ def build_parser() -> argparse.ArgumentParser:
     g = p.add_argument_group("outputs and behaviour")
     g.add_argument("--instance-hour-price", action="append", metavar="TYPE=USD",
                    help="override the price table for the cost estimate (repeatable)")
-    g.add_argument("--poll-interval", type=float, default=5.0, help="seconds between polls")
+    g.add_argument("--poll-interval-seconds", "--poll-interval", dest="poll_interval",
+                   type=float, default=DEFAULT_POLL_INTERVAL_S, help="seconds between polls")
+    g.add_argument("--max-outage-seconds", type=float, default=DEFAULT_MAX_OUTAGE_S,
+                   help="how long an unreachable SageMaker endpoint is ridden out while "
+                        f"following the job before giving up (exit {AWS_UNREACHABLE_EXIT_CODE})")
     g.add_argument("--aws-resources-path", default=None,
                    help="write the aws_resources record here as soon as the job exists")
     g.add_argument("--output-json", default=None, help="write the result as JSON here")
@@ -132,9 +145,16 @@ def config_from_args(args: argparse.Namespace) -> TrainingJobConfig:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    # SIGTERM/SIGINT are handled from here on, before the heavier imports and long
+    # before the first AWS call (a signal during interpreter start-up finds nothing
+    # created yet and takes the default action).
+    with ExecutionContext("sagemaker_training") as ctx:
+        return _main(build_parser().parse_args(argv), ctx)
+
+
+def _main(args: argparse.Namespace, ctx: ExecutionContext) -> int:
     from components.sagemaker_training import launcher
-    from components.sagemaker_training.runner import Terminated, TrainingJobFailed
+    from components.sagemaker_training.runner import AwsUnreachable, TrainingJobFailed
 
     try:
         cfg = config_from_args(args)
@@ -148,13 +168,19 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         result = launcher.launch(cfg, resources_path=args.aws_resources_path,
                                  instance_hour_prices=prices, poll_interval_s=args.poll_interval,
-                                 raise_on_failure=False)
+                                 max_outage_s=args.max_outage_seconds, raise_on_failure=False,
+                                 ctx=ctx)
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return USER_ERROR_EXIT_CODE
     except Terminated as exc:
-        print(str(exc), file=sys.stderr)
-        return 143
+        print(f"error: {exc}", file=sys.stderr)
+        return TERMINATED_EXIT_CODE
+    except AwsUnreachable as exc:
+        print(f"error: {exc}. The training job may still be running: check it with aws "
+              "sagemaker describe-training-job, re-run this command to re-attach to it.",
+              file=sys.stderr)
+        return AWS_UNREACHABLE_EXIT_CODE
     if args.output_json:
         with open(args.output_json, "w", encoding="utf-8") as f:
             json.dump(_asdict(result), f, indent=2)

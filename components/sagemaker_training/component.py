@@ -48,6 +48,7 @@ def sagemaker_training(
     instance_hour_prices: Optional[dict] = None,
     job_name: str = "",
     poll_interval_seconds: float = 5.0,
+    max_outage_seconds: float = 300.0,
     run_id: str = dsl.PIPELINE_JOB_ID_PLACEHOLDER,
     task: str = dsl.PIPELINE_TASK_NAME_PLACEHOLDER,
     pipeline: str = dsl.PIPELINE_JOB_NAME_PLACEHOLDER,
@@ -77,8 +78,10 @@ def sagemaker_training(
       first attempt created instead of launching a second one; a job of that name that
       does not carry this run's ``kfp-sagemaker:run-id`` tag is refused, never adopted.
     - ``aws_resources`` is written as soon as the job exists (for cleanup and humans).
-    - Terminating the run (SIGTERM) stops the training job and waits until SageMaker
-      reports it Stopping.
+    - Terminating the run (SIGTERM, or SIGINT) at any instant stops the training job:
+      the handler is installed before the first AWS call, a termination during
+      CreateTrainingJob stops the job as soon as it exists, and the task waits until
+      SageMaker reports it Stopping, then exits 143.
     - A failed job fails this task with SageMaker's FailureReason (for example the
       trainer's CUDA out-of-memory message and the fix it suggests).
 
@@ -142,6 +145,9 @@ def sagemaker_training(
             built-in approximate on-demand table used for ``estimated_cost_usd``.
         job_name: Explicit training job name (default: derived, see above).
         poll_interval_seconds: Seconds between DescribeTrainingJob/log polls.
+        max_outage_seconds: How long an unreachable SageMaker endpoint is ridden out
+            while following the job (it keeps running meanwhile); past it the task
+            fails (exit 69) naming the job, and a retry re-attaches to it.
         run_id: Run id for naming and tags (default: the KFP run's id).
         task: Task name for naming (default: this task's name).
         pipeline: Pipeline name for tags (default: the KFP job name).
@@ -185,9 +191,15 @@ def sagemaker_training(
         vpc_subnet_ids=vpc_subnet_ids or [], vpc_security_group_ids=vpc_security_group_ids or [],
         tags=tags or {}, memory_plan=memory_plan, job_name=job_name,
     )
-    result = launch(cfg, resources_path=aws_resources,
-                    instance_hour_prices=instance_hour_prices or {},
-                    poll_interval_s=poll_interval_seconds)
+    from components.common.execution_context import TERMINATED_EXIT_CODE, Terminated
+
+    try:
+        result = launch(cfg, resources_path=aws_resources,
+                        instance_hour_prices=instance_hour_prices or {},
+                        poll_interval_s=poll_interval_seconds, max_outage_s=max_outage_seconds)
+    except Terminated as exc:
+        print(f"error: {exc}", flush=True)
+        raise SystemExit(TERMINATED_EXIT_CODE) from None
     model.uri = result.model_s3_uri
     model.metadata.update({"training_job_name": result.job_name, "precision": precision,
                            "instance_type": instance_type, "instance_count": instance_count,

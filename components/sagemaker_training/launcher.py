@@ -5,6 +5,7 @@ Shared by the KFP component and ``python -m components.sagemaker_training``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -12,16 +13,23 @@ from typing import Any
 
 from components.common import aws
 from components.common.errors import UserError
+from components.common.execution_context import ExecutionContext
 from components.sagemaker_training import pricing
+from components.sagemaker_training import runner as runner_mod
 from components.sagemaker_training.request import (
     ResolvedConfig,
     TrainingJobConfig,
     build_request,
     resolve,
 )
-from components.sagemaker_training.runner import DEFAULT_POLL_INTERVAL_S, TrainingJobRunner
+from components.sagemaker_training.runner import (
+    DEFAULT_MAX_OUTAGE_S,
+    DEFAULT_POLL_INTERVAL_S,
+    TrainingJobRunner,
+)
 
 USABLE_PLAN_STATUSES = ("Active", "Scheduled")
+FOLLOW_CLIENT: dict[str, Any] = {"max_attempts": 1, "connect_timeout": 10, "read_timeout": 30}
 
 
 @dataclass(frozen=True)
@@ -78,30 +86,67 @@ def check_training_plan(sagemaker: Any, resolved: ResolvedConfig) -> dict[str, A
     return dict(plan)
 
 
+def check_follow_settings(poll_interval_s: float, max_outage_s: float) -> None:
+    for fld, value, default in (("poll_interval_seconds", poll_interval_s, DEFAULT_POLL_INTERVAL_S),
+                                ("max_outage_seconds", max_outage_s, DEFAULT_MAX_OUTAGE_S)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
+                0 < value < float("inf")):
+            raise UserError(fld, f"{value!r}: must be a number of seconds > 0.",
+                            f"pass e.g. {fld}={default:g}.")
+
+
 def launch(
     cfg: TrainingJobConfig,
     *,
     resources_path: str | None = None,
     instance_hour_prices: Mapping[str, Any] | None = None,
     poll_interval_s: float = DEFAULT_POLL_INTERVAL_S,
+    max_outage_s: float = DEFAULT_MAX_OUTAGE_S,
     out: Callable[[str], None] | None = None,
     raise_on_failure: bool = True,
+    ctx: ExecutionContext | None = None,
 ) -> TrainingResult:
-    """Runs the job to its end; raises UserError before any AWS call for bad parameters."""
+    """Runs the job to its end; raises UserError before any AWS call for bad parameters.
+
+    SIGTERM and SIGINT are handled from the first line on (an ``ExecutionContext``,
+    or ``ctx`` when the caller holds one): the job is stopped and ``Terminated``
+    raised. ``max_outage_s``: how long an unreachable SageMaker endpoint is ridden
+    out while following the job before ``AwsUnreachable``.
+    """
+    with contextlib.ExitStack() as stack:
+        ctx = ctx or stack.enter_context(ExecutionContext("sagemaker_training"))
+        return _launch(cfg, ctx, resources_path=resources_path,
+                       instance_hour_prices=instance_hour_prices,
+                       poll_interval_s=poll_interval_s, max_outage_s=max_outage_s,
+                       out=out or (lambda line: print(line, flush=True)),
+                       raise_on_failure=raise_on_failure)
+
+
+def _launch(cfg: TrainingJobConfig, ctx: ExecutionContext, *, resources_path: str | None,
+            instance_hour_prices: Mapping[str, Any] | None, poll_interval_s: float,
+            max_outage_s: float, out: Callable[[str], None],
+            raise_on_failure: bool) -> TrainingResult:
+    check_follow_settings(poll_interval_s, max_outage_s)
     resolved, request = prepare(cfg)
     prices = pricing.price_table(instance_hour_prices)  # validated before any AWS call too
-    say = out or (lambda line: print(line, flush=True))
+    say = out
     for note in resolved.notes:
         say(note)
+    ctx.check("before any AWS call: nothing was created")
     sagemaker = aws.client("sagemaker", resolved.region)
-    logs = aws.client("logs", resolved.region)
+    # Following the job: no botocore retries and short connect timeouts; the runner
+    # rides out outages itself, looking at the termination flag between attempts
+    # (botocore's own back-off, up to minutes, would hide it).
+    follow = aws.client("sagemaker", resolved.region, **FOLLOW_CLIENT)
+    logs = aws.client("logs", resolved.region, **FOLLOW_CLIENT)
     if cfg.training_plan_arn:
         plan = check_training_plan(sagemaker, resolved)
         say(f"training plan {plan.get('TrainingPlanName')}: {plan.get('Status')}, "
             f"{plan.get('AvailableInstanceCount', '?')} of {plan.get('TotalInstanceCount', '?')} "
             "instance(s) available")
     runner = TrainingJobRunner(sagemaker, logs, resolved.region, poll_interval_s=poll_interval_s,
-                               out=say)
+                               max_outage_s=max_outage_s, stop_wait_s=runner_mod.DEFAULT_STOP_WAIT_S,
+                               out=say, ctx=ctx, follow=follow)
     job = runner.run(request, run_id=cfg.run_id, resources_path=resources_path)
     billable = int(job.get("BillableTimeInSeconds") or 0)
     cost = pricing.estimate_cost_usd(cfg.instance_type, billable, prices)

@@ -1,8 +1,8 @@
 """The life cycle of a SageMaker training job, from the component's side.
 
 Modelled on GCPC's ``job_remote_runner``: create the job (or re-attach to it),
-record it in ``aws_resources`` before anything else can fail, poll until it
-ends, stream its CloudWatch logs meanwhile, stop it when the component is
+record it in ``aws_resources`` the moment it exists, poll until it ends,
+stream its CloudWatch logs meanwhile, stop it when the component is
 terminated, and raise with SageMaker's FailureReason when it fails.
 
 Re-attaching is what makes retries safe: the job name is deterministic (run id
@@ -10,28 +10,44 @@ Re-attaching is what makes retries safe: the job name is deterministic (run id
 first attempt created and follows it instead of launching a second one. It
 only does so when the job carries this run's ``kfp-sagemaker:run-id`` tag;
 a job of the same name from anywhere else is refused, never adopted.
+
+Termination (SIGTERM from a KFP Terminate, SIGINT from Ctrl-C) arrives through
+an ``ExecutionContext`` the launcher entered before its first AWS call; this
+runner looks at it at its safe points: before Create, right after Create
+returns (or fails: the job is then looked up by its deterministic name), and
+between polls. It then stops the job and raises ``Terminated``.
+
+An outage of the AWS endpoint while the job runs is ridden out for
+``max_outage_s`` (the job keeps running on SageMaker meanwhile); after that the
+runner gives up with ``AwsUnreachable``, naming the job, which may still run.
 """
 
 from __future__ import annotations
 
-import signal
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
 from components.common import resources, tags
 from components.common.aws import error_code, is_throttling
 from components.common.cloudwatch import LogTail, training_job_tail
 from components.common.errors import UserError
+from components.common.execution_context import ExecutionContext, Terminated
 
 TERMINAL = frozenset({"Completed", "Failed", "Stopped"})
 DEFAULT_POLL_INTERVAL_S = 5.0
-DEFAULT_STOP_WAIT_S = 60.0
-MAX_POLL_FAILURES = 8
+# KFP gives a terminated pod 30 s before SIGKILL: stop within that.
+DEFAULT_STOP_WAIT_S = 25.0
+DEFAULT_MAX_OUTAGE_S = 300.0
+MAX_RETRY_BACKOFF_S = 30.0
 TRANSIENT_ERRORS = frozenset({"EndpointConnectionError", "ConnectionClosedError",
-                              "ReadTimeoutError", "ConnectTimeoutError"})
+                              "ReadTimeoutError", "ConnectTimeoutError", "ConnectionError",
+                              "ProxyConnectionError", "HTTPClientError"})
+TRANSIENT_CODES = frozenset({"InternalFailure", "InternalServerError", "ServiceUnavailable",
+                             "InternalError"})
+
+__all__ = ["AwsUnreachable", "Terminated", "TrainingJobFailed", "TrainingJobRunner"]
 
 
 def _print(line: str) -> None:
@@ -50,13 +66,23 @@ class TrainingJobFailed(RuntimeError):
         super().__init__(text)
 
 
-class Terminated(RuntimeError):
-    """The component got SIGTERM (KFP terminate); the job was asked to stop."""
+class AwsUnreachable(RuntimeError):
+    """SageMaker could not be reached for longer than the outage budget."""
+
+
+class _Terminating(Exception):
+    """Internal: termination was requested while waiting out an outage."""
+
+
+def is_transient(exc: BaseException) -> bool:
+    """A failure worth retrying: a connection problem, throttling or a 5xx of the service."""
+    return (is_throttling(exc) or type(exc).__name__ in TRANSIENT_ERRORS
+            or error_code(exc) in TRANSIENT_CODES)
 
 
 def _is_not_found(exc: BaseException) -> bool:
     code = error_code(exc)
-    message = str(getattr(exc, "response", {}).get("Error", {}).get("Message", ""))
+    message = str(exc)
     return code in ("ResourceNotFound", "ResourceNotFoundException") or (
         code == "ValidationException" and "not found" in message.lower())
 
@@ -70,21 +96,70 @@ class TrainingJobRunner:
     region: str
     poll_interval_s: float = DEFAULT_POLL_INTERVAL_S
     stop_wait_s: float = DEFAULT_STOP_WAIT_S
+    max_outage_s: float = DEFAULT_MAX_OUTAGE_S
     out: Callable[[str], None] = _print
-    sleep: Callable[[float], None] = time.sleep
+    ctx: ExecutionContext = field(default_factory=ExecutionContext)
+    follow: Any = None  # the SageMaker client for Describe/Stop (default: ``sagemaker``)
     created: bool = False  # whether this attempt created the job (False: re-attached)
+    resources_path: str | None = None
     _transitions_seen: int = 0
     _tail: LogTail | None = None
-    _terminating: bool = field(default=False)
+    _logs_failing: bool = False
 
+    # ---- AWS calls that ride out an outage ----
     def describe(self, name: str) -> dict[str, Any] | None:
         try:
-            return dict(self.sagemaker.describe_training_job(TrainingJobName=name))
+            return dict((self.follow or self.sagemaker).describe_training_job(
+                TrainingJobName=name))
         except Exception as exc:
             if _is_not_found(exc):
                 return None
             raise
 
+    def _retrying(self, what: str, call: Callable[[], Any], *, budget_s: float,
+                  interruptible: bool = True) -> Any:
+        """``call()``, retried on transient failures for up to ``budget_s`` seconds.
+
+        Raises ``AwsUnreachable`` past the budget, and ``_Terminating`` when
+        ``interruptible`` and termination is requested during the outage.
+        """
+        started: float | None = None
+        delay = min(1.0, max(self.poll_interval_s, 0.05))
+        while True:
+            try:
+                result = call()
+            except Exception as exc:
+                if not is_transient(exc):
+                    raise
+                now = time.monotonic()
+                if started is None:
+                    started = now
+                    self.out(f"({what} failed: {exc}; retrying for up to {budget_s:.0f} s)")
+                if now - started >= budget_s:
+                    raise AwsUnreachable(
+                        f"{what}: SageMaker unreachable for {now - started:.0f} s ({exc})"
+                    ) from None
+                if interruptible and self.ctx.terminating:
+                    raise _Terminating() from None
+                pause = min(delay, budget_s - (now - started))
+                if interruptible:
+                    self.ctx.sleep(pause)
+                else:
+                    time.sleep(pause)
+                delay = min(MAX_RETRY_BACKOFF_S, delay * 2)
+                continue
+            if started is not None:
+                self.out(f"({what} succeeded again after {time.monotonic() - started:.0f} s)")
+            return result
+
+    def _describe_following(self, name: str) -> dict[str, Any] | None:
+        try:
+            return self._retrying(f"DescribeTrainingJob {name}", lambda: self.describe(name),
+                                  budget_s=self.max_outage_s)
+        except _Terminating:
+            self._terminate(name)
+
+    # ---- create or attach ----
     def _check_owner(self, job: dict[str, Any], run_id: str) -> None:
         job_tags = tags.from_key_value(
             self.sagemaker.list_tags(ResourceArn=job["TrainingJobArn"]).get("Tags"))
@@ -96,70 +171,82 @@ class TrainingJobRunner:
                 f"run ({tags.RUN_ID_KEY}={owner}); it will not be adopted or overwritten.",
                 "use a different task name or run id, or pass an explicit job_name.")
 
-    def create_or_attach(self, request: dict[str, Any], run_id: str) -> dict[str, Any]:
-        name = request["TrainingJobName"]
-        job = self.describe(name)
-        if job is None:
-            try:
-                self.sagemaker.create_training_job(**request)
-                self.created = True
-                self.out(f"created training job {name}")
-            except Exception as exc:
-                if error_code(exc) != "ResourceInUse":
-                    raise
-                # Another attempt of this task won the race: follow its job.
-            job = self.describe(name)
-            if job is None:
-                raise RuntimeError(f"training job {name} was created but cannot be described")
-        if not self.created:
-            self._check_owner(job, run_id)
-            self.out(f"re-attached to existing training job {name} "
-                     f"({job['TrainingJobStatus']}/{job.get('SecondaryStatus', '')})")
+    def _attach(self, job: dict[str, Any], run_id: str) -> dict[str, Any]:
+        self._check_owner(job, run_id)  # before anything could stop it
+        self._record(job["TrainingJobName"], job["TrainingJobArn"])
+        self.out(f"re-attached to existing training job {job['TrainingJobName']} "
+                 f"({job['TrainingJobStatus']}/{job.get('SecondaryStatus', '')})")
+        if self.ctx.terminating:
+            self._terminate(job["TrainingJobName"])
         return job
 
-    def record(self, job: dict[str, Any], path: str) -> None:
-        name = job["TrainingJobName"]
-        resources.write(path, [resources.AwsResource(
+    def create_or_attach(self, request: dict[str, Any], run_id: str) -> dict[str, Any]:
+        name = request["TrainingJobName"]
+        job = self._describe_following(name)
+        if job is not None:
+            return self._attach(job, run_id)
+        self.ctx.check(f"before CreateTrainingJob {name}: nothing was created")
+        create_error: Exception | None = None
+        try:
+            arn = self.sagemaker.create_training_job(**request)["TrainingJobArn"]
+        except Exception as exc:
+            if error_code(exc) != "ResourceInUse" and not (
+                    is_transient(exc) or self.ctx.terminating):
+                raise
+            # Another attempt won the race (ResourceInUse), or Create's response never
+            # arrived: the job may exist under its deterministic name. Look it up.
+            create_error = exc
+        else:
+            self.created = True
+            self._record(name, arn)
+            self.out(f"created training job {name}")
+            if self.ctx.terminating:  # the safe point right after Create returns
+                self._terminate(name)
+        job = self._describe_following(name)
+        if job is None:
+            if self.ctx.terminating:
+                self._terminate(name)
+            raise RuntimeError(f"CreateTrainingJob {name} failed ({create_error}) and no "
+                               "training job of that name exists; nothing was created")
+        if self.created:
+            return job
+        self.out(f"CreateTrainingJob {name}: {create_error}; the job exists")
+        return self._attach(job, run_id)
+
+    def _record(self, name: str, arn: str) -> None:
+        if not self.resources_path:
+            return
+        resources.write(self.resources_path, [resources.AwsResource(
             resourceType=resources.TRAINING_JOB,
-            resourceUri=job["TrainingJobArn"],
+            resourceUri=arn,
             name=name,
             region=self.region,
             consoleUri=resources.training_job_console_uri(self.region, name),
         )])
 
+    # ---- following ----
     def run(self, request: dict[str, Any], *, run_id: str,
             resources_path: str | None = None) -> dict[str, Any]:
         """Creates or re-attaches, then waits; returns the final DescribeTrainingJob."""
+        if resources_path:
+            self.resources_path = resources_path
         job = self.create_or_attach(request, run_id)
         name = job["TrainingJobName"]
-        if resources_path:
-            self.record(job, resources_path)
         self.out(f"console: {resources.training_job_console_uri(self.region, name)}")
         self._tail = training_job_tail(self.logs, name)
-        with self._stop_on_sigterm(name):
-            while True:
-                self._report(job)
-                if job["TrainingJobStatus"] in TERMINAL:
-                    break
-                self.sleep(self.poll_interval_s)
-                job = self._poll(name) or job
+        while True:
+            self._report(job)
+            if job["TrainingJobStatus"] in TERMINAL:
+                break
+            self.ctx.sleep(self.poll_interval_s)
+            if self.ctx.terminating:  # the safe point between polls
+                self._terminate(name)
+            polled = self._describe_following(name)
+            if polled is None:
+                raise RuntimeError(f"training job {name} disappeared (deleted?) while running")
+            job = polled
         self._drain_logs()
         return job
-
-    def _poll(self, name: str) -> dict[str, Any] | None:
-        """DescribeTrainingJob, riding out connection errors and throttling past botocore's
-        own retries (the job keeps running on SageMaker meanwhile)."""
-        failures = 0
-        while True:
-            try:
-                return self.describe(name)
-            except Exception as exc:
-                transient = is_throttling(exc) or type(exc).__name__ in TRANSIENT_ERRORS
-                failures += 1
-                if not transient or failures > MAX_POLL_FAILURES:
-                    raise
-                self.out(f"(DescribeTrainingJob failed, retrying: {exc})")
-                self.sleep(min(60.0, self.poll_interval_s * 2 ** failures))
 
     def check(self, job: dict[str, Any]) -> None:
         if job["TrainingJobStatus"] != "Completed":
@@ -180,55 +267,60 @@ class TrainingJobRunner:
         if self._tail is None:
             return
         try:
-            events = self._tail.poll(sleep=self.sleep)
+            events = self._tail.poll(max_backoff_s=2 * self.poll_interval_s,
+                                     sleep=self.ctx.sleep)
         except Exception as exc:  # logs are a convenience; the job's status is what counts
-            self.out(f"(could not read CloudWatch logs: {exc})")
+            if not self._logs_failing:
+                self.out(f"(could not read CloudWatch logs: {exc})")
+            self._logs_failing = True
             return
+        self._logs_failing = False
         for event in events:
             host = event.stream.split("/", 1)[-1]
             self.out(f"[{host}] {event.message}")
 
     # ---- termination ----
-    def stop(self, name: str) -> None:
-        """Asks SageMaker to stop the job and waits (briefly) until it is Stopping."""
-        try:
-            self.sagemaker.stop_training_job(TrainingJobName=name)
-        except Exception as exc:
-            self.out(f"StopTrainingJob {name}: {exc}")
+    def _terminate(self, name: str) -> NoReturn:
+        """Stops the job (if it exists and runs) within ``stop_wait_s``; raises Terminated."""
+        why = f"terminated ({self.ctx.signal_name or 'requested'})"
+        self.out(f"{why}: stopping training job {name}")
         deadline = time.monotonic() + self.stop_wait_s
-        while time.monotonic() < deadline:
-            job = self.describe(name)
-            status = job["TrainingJobStatus"] if job else "gone"
-            if status != "InProgress":
-                self.out(f"training job {name} is {status}")
-                return
-            time.sleep(min(1.0, self.poll_interval_s))
-        self.out(f"training job {name} did not reach Stopping within {self.stop_wait_s:.0f} s")
+        try:
+            status = self._stop_and_wait(name, deadline)
+        except AwsUnreachable as exc:
+            raise Terminated(
+                f"{why}; could not reach SageMaker to stop training job {name} ({exc}). Stop "
+                f"it yourself: aws sagemaker stop-training-job --training-job-name {name} "
+                f"--region {self.region}") from None
+        if status == "absent":
+            raise Terminated(f"{why}; no training job {name} exists (nothing was created)")
+        self.out(f"training job {name} is {status}")
+        raise Terminated(f"{why}; training job {name} is {status}")
 
-    def _stop_on_sigterm(self, name: str) -> Any:
-        runner = self
+    def _stop_and_wait(self, name: str, deadline: float) -> str:
+        def left() -> float:
+            return max(0.0, deadline - time.monotonic())
 
-        class _Handler:
-            previous: Any = None
-            installed = False
-
-            def __enter__(self) -> None:
-                if threading.current_thread() is not threading.main_thread():
-                    return  # signals can only be handled on the main thread
-                self.previous = signal.getsignal(signal.SIGTERM)
-                signal.signal(signal.SIGTERM, self.handle)
-                self.installed = True
-
-            def handle(self, signum: int, frame: Any) -> None:
-                if runner._terminating:
-                    return
-                runner._terminating = True
-                runner.out(f"SIGTERM: stopping training job {name}")
-                runner.stop(name)
-                raise Terminated(f"terminated; training job {name} was asked to stop")
-
-            def __exit__(self, *exc: object) -> None:
-                if self.installed:
-                    signal.signal(signal.SIGTERM, self.previous)
-
-        return _Handler()
+        job = self._retrying("DescribeTrainingJob", lambda: self.describe(name),
+                             budget_s=left(), interruptible=False)
+        if job is None:
+            return "absent"
+        status = str(job["TrainingJobStatus"])
+        if status == "InProgress":
+            try:
+                self._retrying("StopTrainingJob",
+                               lambda: (self.follow or self.sagemaker).stop_training_job(
+                                   TrainingJobName=name),
+                               budget_s=left(), interruptible=False)
+            except AwsUnreachable:
+                raise
+            except Exception as exc:  # e.g. it ended between the describe and the stop
+                self.out(f"StopTrainingJob {name}: {exc}")
+        while status == "InProgress" and left() > 0:
+            time.sleep(min(0.5, self.poll_interval_s, left()))
+            job = self._retrying("DescribeTrainingJob", lambda: self.describe(name),
+                                 budget_s=left(), interruptible=False)
+            status = str(job["TrainingJobStatus"]) if job else "absent"
+        if status == "InProgress":
+            return f"still InProgress after {self.stop_wait_s:.0f} s (StopTrainingJob was sent)"
+        return status

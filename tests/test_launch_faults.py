@@ -1,0 +1,444 @@
+"""Fault tests of the training launcher on the local backend: nothing paid is leaked.
+
+The jobs here do not run the trainer: the backend runs ``JOB_SCRIPT`` (sleeps
+``max-steps`` x 50 ms, logs a line per step, exits on SIGTERM), so that every
+case takes about a second. Signals are sent to this very process (the launcher
+runs on pytest's main thread, as in a KFP executor) from botocore event hooks,
+i.e. at exact points of the job's life cycle: before Create, while Create is
+on the wire (request sent, response not yet returned), when Create's response
+is lost, right after Create returns, while polling, while stopping. Each point
+is repeated ``REPEAT`` times, SIGTERM and SIGINT alike; after each case no job
+may be left running on the backend.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+from botocore.exceptions import ConnectionClosedError, EndpointConnectionError
+from conftest import local_backend_with_bucket
+
+from components.common import aws, resources
+from components.common.errors import AWS_UNREACHABLE_EXIT_CODE
+from components.common.execution_context import TERMINATED_EXIT_CODE, ExecutionContext, Terminated
+from components.sagemaker_training import __main__ as cli
+from components.sagemaker_training import launcher, runner
+from components.sagemaker_training.request import TrainingJobConfig
+
+ROOT = Path(__file__).resolve().parent.parent
+BUCKET = "kfp-sagemaker-faults"
+IMAGE = "123456789012.dkr.ecr.us-west-2.amazonaws.com/kfp-sagemaker-trainer:test"
+ROLE = "arn:aws:iam::123456789012:role/SageMakerTraining"
+REPEAT = 3
+JOB_SCRIPT = r"""
+import json, signal, sys, time
+signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))
+hps = json.load(open("input/config/hyperparameters.json"))
+for step in range(1, int(hps["max-steps"]) + 1):
+    print(f"step {step}", flush=True)
+    time.sleep(0.05)
+"""
+_ids = itertools.count()
+
+
+@pytest.fixture(scope="module")
+def backend():
+    yield from local_backend_with_bucket(
+        BUCKET, stop_grace_s=2, log_flush_s=0.1, max_concurrent_jobs=8,
+        command=[sys.executable, "-c", JOB_SCRIPT])
+
+
+def config(steps: int = 40, **changes: Any) -> TrainingJobConfig:
+    cfg = TrainingJobConfig(
+        image_uri=IMAGE, role_arn=ROLE, output_s3_uri=f"s3://{BUCKET}/out",
+        run_id=f"fault-{os.getpid()}-{next(_ids)}", task="train", pipeline="tests",
+        model_preset="tiny", batch_size=2, seq_length=32, max_steps=steps)
+    return replace(cfg, **changes)
+
+
+def jobs(backend: Any) -> dict[str, str]:
+    summaries = backend.client("sagemaker").list_training_jobs(MaxResults=100)
+    return {s["TrainingJobName"]: s["TrainingJobStatus"]
+            for s in summaries["TrainingJobSummaries"]}
+
+
+def status(backend: Any, name: str) -> str | None:
+    return jobs(backend).get(name)
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def wait_stopped(backend: Any, name: str) -> None:
+    wait_for(lambda: status(backend, name) == "Stopped", 15, f"{name} Stopped")
+
+
+def assert_nothing_running(backend: Any) -> None:
+    """No job of the backend stays InProgress (Stopping jobs get the grace period)."""
+    wait_for(lambda: "InProgress" not in jobs(backend).values()
+             and "Stopping" not in jobs(backend).values(), 15, f"no running job: {jobs(backend)}")
+
+
+@pytest.fixture
+def hooks(monkeypatch):
+    """``hooks.append((event, handler))``: registered on every client the launcher makes."""
+    registered: list[tuple[str, Callable[..., Any]]] = []
+    real = aws.client
+
+    def client(service: str, region: str | None = None, **kwargs: Any) -> Any:
+        made = real(service, region, **kwargs)
+        for event, handler in registered:
+            made.meta.events.register(event, handler)
+        return made
+
+    monkeypatch.setattr(aws, "client", client)
+    monkeypatch.setattr(runner, "DEFAULT_STOP_WAIT_S", 2.0)
+    return registered
+
+
+def signal_once(sig: int, when: Callable[..., bool] = lambda **kw: True) -> Callable[..., None]:
+    sent: list[bool] = []
+
+    def handler(**kwargs: Any) -> None:
+        if not sent and when(**kwargs):
+            sent.append(True)
+            os.kill(os.getpid(), sig)
+    return handler
+
+
+def launch(cfg: TrainingJobConfig, lines: list[str] | None = None, **kwargs: Any) -> Any:
+    out = lines.append if lines is not None else (lambda line: None)
+    return launcher.launch(cfg, poll_interval_s=0.1, out=out, **kwargs)
+
+
+def in_training(parsed: Any = None, **kwargs: Any) -> bool:
+    return bool(parsed) and parsed.get("SecondaryStatus") == "Training"
+
+
+class LoseResponse:
+    """An after-call hook: the job was created on the backend, its response never arrives."""
+
+    def __init__(self, sig: int) -> None:
+        self.sig, self.done = sig, False
+
+    def __call__(self, **kwargs: Any) -> None:
+        if not self.done:
+            self.done = True
+            os.kill(os.getpid(), self.sig)
+            raise ConnectionClosedError(endpoint_url="http://127.0.0.1 (response lost)")
+
+
+# (point of the life cycle, event, handler factory, whether the job comes to exist)
+POINTS: list[tuple[str, str, Callable[[int], Callable[..., Any]], bool]] = [
+    ("before-create", "before-call.sagemaker.DescribeTrainingJob",
+     lambda sig: signal_once(sig), False),
+    ("create-on-the-wire", "before-send.sagemaker.CreateTrainingJob",
+     lambda sig: signal_once(sig), True),
+    ("create-returned", "after-call.sagemaker.CreateTrainingJob",
+     lambda sig: signal_once(sig), True),
+    ("create-response-lost", "after-call.sagemaker.CreateTrainingJob", LoseResponse, True),
+    ("while-polling", "after-call.sagemaker.DescribeTrainingJob",
+     lambda sig: signal_once(sig, in_training), True),
+]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+@pytest.mark.parametrize("point", [p[0] for p in POINTS])
+def test_a_signal_at_any_point_of_the_life_cycle_leaves_no_job_running(
+        backend, hooks, point, sig):
+    _, event, factory, exists = next(p for p in POINTS if p[0] == point)
+    previous = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+    for _ in range(REPEAT):
+        hooks.clear()
+        hooks.append((event, factory(sig)))
+        cfg = config(steps=400)
+        name = launcher.prepare(cfg)[0].job_name
+        record = Path(os.environ.get("TMPDIR", "/tmp")) / f"{name}.aws_resources.json"
+        with pytest.raises(Terminated) as err:
+            launch(cfg, resources_path=str(record))
+        assert signal.Signals(sig).name in str(err.value)
+        if exists:
+            assert status(backend, name) in ("Stopping", "Stopped"), (point, jobs(backend))
+            wait_stopped(backend, name)
+            assert resources.read(str(record))[0].name == name  # recorded before stopping
+            record.unlink()
+        else:
+            assert status(backend, name) is None and "nothing was created" in str(err.value)
+        assert_nothing_running(backend)
+    # The launcher restored the handlers it replaced.
+    assert {s: signal.getsignal(s) for s in previous} == previous
+
+
+def test_a_second_signal_while_stopping_still_ends_stopped(backend, hooks):
+    for _ in range(REPEAT):
+        hooks.clear()
+        hooks.append(("after-call.sagemaker.DescribeTrainingJob",
+                      signal_once(signal.SIGTERM, in_training)))
+        hooks.append(("before-call.sagemaker.StopTrainingJob", signal_once(signal.SIGINT)))
+        cfg = config(steps=400)
+        name = launcher.prepare(cfg)[0].job_name
+        lines: list[str] = []
+        with pytest.raises(Terminated):
+            launch(cfg, lines)
+        wait_stopped(backend, name)
+        assert any(f"training job {name} is Stopp" in line for line in lines), lines
+    assert_nothing_running(backend)
+
+
+def test_the_command_line_exits_143_on_sigterm_and_on_ctrl_c_at_random_instants(backend):
+    """Real processes, signals at random instants from start-up to training (repeated)."""
+    delays = [0.0, 0.4, 0.8, 1.2, 1.6, 2.0]
+    handled = 0
+    for i, delay in enumerate(delays):
+        sig = (signal.SIGTERM, signal.SIGINT)[i % 2]
+        cfg = config(steps=400)
+        name = launcher.prepare(cfg)[0].job_name
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "components.sagemaker_training", "--run-id", cfg.run_id,
+             "--task", cfg.task, "--image-uri", IMAGE, "--role-arn", ROLE,
+             "--output-s3-uri", cfg.output_s3_uri, "--model-preset", "tiny",
+             "--batch-size", "2", "--seq-length", "32", "--max-steps", "400",
+             "--poll-interval-seconds", "0.1"],
+            cwd=ROOT, env={**os.environ, **backend.env()}, stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT, text=True)
+        try:
+            time.sleep(delay)
+            proc.send_signal(sig)
+            output, _ = proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        if proc.returncode == -sig:  # still starting Python: no handler yet, nothing created
+            assert status(backend, name) is None, output
+            continue
+        assert proc.returncode == TERMINATED_EXIT_CODE, output
+        assert "Traceback" not in output, output
+        assert status(backend, name) in (None, "Stopping", "Stopped"), (delay, output)
+        handled += 1
+    assert handled >= len(delays) - 2
+    assert_nothing_running(backend)
+
+
+def test_kill_9_then_rerun_reattaches_to_the_same_job(backend, tmp_path):
+    for _ in range(2):
+        cfg = config(steps=60)
+        name = launcher.prepare(cfg)[0].job_name
+        record = tmp_path / f"{name}.json"
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "components.sagemaker_training", "--run-id", cfg.run_id,
+             "--task", cfg.task, "--image-uri", IMAGE, "--role-arn", ROLE,
+             "--output-s3-uri", cfg.output_s3_uri, "--model-preset", "tiny",
+             "--batch-size", "2", "--seq-length", "32", "--max-steps", "60",
+             "--poll-interval-seconds", "0.1", "--aws-resources-path", str(record)],
+            cwd=ROOT, env={**os.environ, **backend.env()}, stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL)
+        try:
+            wait_for(record.exists, 60, "the job's aws_resources record")
+        finally:
+            proc.kill()  # SIGKILL: no handler runs, the job keeps running on the backend
+            proc.wait()
+        assert status(backend, name) == "InProgress"
+        before = len(jobs(backend))
+        lines: list[str] = []
+        result = launch(cfg, lines)
+        assert result.status == "Completed" and not result.created
+        assert result.job_name == name and len(jobs(backend)) == before
+        assert any(line.startswith(f"re-attached to existing training job {name}")
+                   for line in lines)
+    assert_nothing_running(backend)
+
+
+def test_two_launchers_at_once_make_one_job_and_both_follow_it(backend, hooks):
+    for _ in range(REPEAT):
+        cfg = config(steps=20)
+        before = len(jobs(backend))
+        results = launch_twice_at_once(cfg, hooks)
+        assert len(results) == 2 and len(jobs(backend)) == before + 1
+        assert {r.job_name for r in results} == {launcher.prepare(cfg)[0].job_name}
+        assert sorted(r.created for r in results) == [False, True]
+        assert {r.status for r in results} == {"Completed"}
+
+
+def launch_twice_at_once(cfg: TrainingJobConfig, hooks: list[Any]) -> list[Any]:
+    """Two launchers of one configuration in threads, both past Describe before either
+    calls Create (the race a retried task and its first attempt can run)."""
+    barrier = threading.Barrier(2, timeout=30)
+    results: list[Any] = []
+
+    def together(**kwargs: Any) -> None:
+        barrier.wait()
+
+    def one() -> None:
+        results.append(launcher.launch(cfg, poll_interval_s=0.1, out=lambda line: None,
+                                       ctx=ExecutionContext()))
+
+    hooks.clear()
+    hooks.append(("before-call.sagemaker.CreateTrainingJob", together))
+    threads = [threading.Thread(target=one) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    return results
+
+
+def spot(cfg: TrainingJobConfig) -> TrainingJobConfig:
+    return replace(cfg, use_spot=True, checkpoint_s3_uri=f"s3://{BUCKET}/ckpt/{cfg.run_id}",
+                   max_wait_seconds=7200, max_runtime_seconds=3600)
+
+
+def test_a_spot_interruption_is_followed_to_the_end_and_a_sigterm_after_it_stops(backend, hooks):
+    for terminate in (False, True, False):
+        cfg = spot(config(steps=80))
+        name = launcher.prepare(cfg)[0].job_name
+        seen: list[str] = []
+        hooks.clear()
+        hooks.append(("after-call.sagemaker.DescribeTrainingJob",
+                      interrupt_once(backend, name, seen, then_signal=terminate)))
+        if terminate:
+            with pytest.raises(Terminated):
+                launch(cfg)
+            wait_stopped(backend, name)
+            assert "signalled" in seen
+        else:
+            lines: list[str] = []
+            result = launch(cfg, lines)
+            assert result.status == "Completed", lines
+            assert any("Interrupted" in line for line in lines), lines
+        assert "interrupted" in seen
+    assert_nothing_running(backend)
+
+
+def interrupt_once(backend: Any, name: str, seen: list[str], *,
+                   then_signal: bool) -> Callable[..., None]:
+    """Reclaims the spot capacity once the job trains; SIGTERM once it trains again."""
+    def handler(parsed: Any = None, **kwargs: Any) -> None:
+        history = [t["Status"] for t in (parsed or {}).get("SecondaryStatusTransitions", [])]
+        if not history or history[-1] != "Training":
+            return
+        if "interrupted" not in seen:
+            seen.append("interrupted")
+            backend.interrupt_spot(name)
+        elif "Interrupted" in history and then_signal and "signalled" not in seen:
+            seen.append("signalled")
+            os.kill(os.getpid(), signal.SIGTERM)
+    return handler
+
+
+class Outage:
+    """A before-send hook: while ``on``, every request fails as if the endpoint were down."""
+
+    def __init__(self, duration: float = float("inf")) -> None:
+        self.on = False
+        self.started = 0.0
+        self.duration = duration
+        self.signalled = False
+
+    def start(self) -> None:
+        self.on, self.started = True, time.monotonic()
+
+    def __call__(self, request: Any = None, **kwargs: Any) -> None:
+        if self.on and time.monotonic() - self.started < self.duration:
+            raise EndpointConnectionError(endpoint_url=str(getattr(request, "url", "")))
+
+
+def start_outage_when_training(outage: Outage) -> Callable[..., None]:
+    def handler(parsed: Any = None, **kwargs: Any) -> None:
+        if in_training(parsed) and not outage.started:
+            outage.start()
+    return handler
+
+
+def cli_args(cfg: TrainingJobConfig, *extra: str) -> list[str]:
+    return ["--run-id", cfg.run_id, "--task", cfg.task, "--image-uri", IMAGE, "--role-arn", ROLE,
+            "--output-s3-uri", cfg.output_s3_uri, "--model-preset", "tiny", "--batch-size", "2",
+            "--seq-length", "32", "--max-steps", str(cfg.max_steps),
+            "--poll-interval-seconds", "0.1", *extra]
+
+
+def test_an_outage_longer_than_the_budget_exits_with_its_own_code_naming_the_job(
+        backend, hooks, capsys):
+    outage = Outage()
+    hooks.extend([("after-call.sagemaker.DescribeTrainingJob", start_outage_when_training(outage)),
+                  ("before-send", outage)])
+    cfg = config(steps=400)
+    name = launcher.prepare(cfg)[0].job_name
+    started = time.monotonic()
+    code = cli.main(cli_args(cfg, "--max-outage-seconds", "1.5"))
+    err = capsys.readouterr().err
+    assert code == AWS_UNREACHABLE_EXIT_CODE, err
+    assert 1.5 <= time.monotonic() - outage.started < 10 and time.monotonic() - started < 20
+    assert name in err and "re-attach" in err and "Traceback" not in err
+    assert status(backend, name) == "InProgress"  # it was never told to stop: re-run re-attaches
+    hooks.clear()
+    hooks.append(("after-call.sagemaker.DescribeTrainingJob",
+                  signal_once(signal.SIGTERM, in_training)))
+    lines: list[str] = []
+    with pytest.raises(Terminated):
+        launch(cfg, lines)
+    assert any(line.startswith(f"re-attached to existing training job {name}") for line in lines)
+    wait_stopped(backend, name)
+
+
+def test_a_short_outage_is_ridden_out(backend, hooks):
+    outage = Outage(duration=1.0)
+    hooks.extend([("after-call.sagemaker.DescribeTrainingJob", start_outage_when_training(outage)),
+                  ("before-send", outage)])
+    lines: list[str] = []
+    result = launch(config(steps=60), lines, max_outage_s=30)
+    assert result.status == "Completed"
+    assert any("succeeded again" in line for line in lines), lines
+
+
+@pytest.mark.parametrize("recovers", [True, False], ids=["outage-ends", "outage-persists"])
+def test_sigterm_during_an_outage_still_exits_143(backend, hooks, capsys, recovers):
+    for _ in range(2):
+        outage = Outage()
+        hooks.clear()
+        hooks.extend([
+            ("after-call.sagemaker.DescribeTrainingJob", start_outage_when_training(outage)),
+            ("before-call.sagemaker.DescribeTrainingJob", signal_during(outage, recovers)),
+            ("before-send", outage)])
+        cfg = config(steps=400)
+        name = launcher.prepare(cfg)[0].job_name
+        started = time.monotonic()
+        code = cli.main(cli_args(cfg, "--max-outage-seconds", "60"))
+        err = capsys.readouterr().err
+        assert code == TERMINATED_EXIT_CODE, err
+        assert time.monotonic() - started < 20
+        if recovers:
+            wait_stopped(backend, name)
+        else:
+            assert f"stop-training-job --training-job-name {name}" in err, err
+            outage.on = False
+            backend.client("sagemaker").stop_training_job(TrainingJobName=name)
+    assert_nothing_running(backend)
+
+
+def signal_during(outage: Outage, recovers: bool) -> Callable[..., None]:
+    """SIGTERM 0.3 s into the outage; the outage then ends 0.5 s later, or never."""
+    def handler(**kwargs: Any) -> None:
+        if outage.on and time.monotonic() - outage.started > 0.3 and not outage.signalled:
+            outage.signalled = True
+            if recovers:
+                outage.duration = time.monotonic() - outage.started + 0.5
+            os.kill(os.getpid(), signal.SIGTERM)
+    return handler
