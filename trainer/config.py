@@ -11,6 +11,7 @@ other unknown name, and any bad value, fails at start naming the parameter.
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import os
 import re
@@ -32,7 +33,14 @@ SM_DEFAULTS = {
 
 
 class ConfigError(ValueError):
-    """A bad parameter: the message names it and what would be valid."""
+    """A bad parameter: the message names it and what would be valid.
+
+    ``name``: the hyperparameter (flag without dashes) at fault, when one is.
+    """
+
+    def __init__(self, message: str, name: str = "") -> None:
+        super().__init__(message)
+        self.name = name
 
 
 def sm_path(name: str, env: Mapping[str, str] | None = None) -> str:
@@ -92,7 +100,9 @@ class TrainConfig:
         # Peak lr shrinking with width (1e-2 at hidden 64, 3.1e-4 at 2048, 1.6e-4 at 4096).
         return min(1e-2, 0.64 / self.model.hidden_size)
 
-    def validate(self) -> TrainConfig:
+    def validate(self, env: Mapping[str, str] | None = None) -> TrainConfig:
+        """Checks every value; ``env``: the job's environment (default: this process's)."""
+        env = os.environ if env is None else env
         hardware.check_precision_name(self.precision)
         checks = {
             "batch-size": self.batch_size >= 1,
@@ -111,9 +121,10 @@ class TrainConfig:
         }
         for name, ok in checks.items():
             if not ok:
-                raise ConfigError(f"{name}={getattr(self, name.replace('-', '_'))!r}: out of range")
+                raise ConfigError(f"{name}={getattr(self, name.replace('-', '_'))!r}: out of range",
+                                  name)
         if self.lr is not None and not self.lr > 0:
-            raise ConfigError(f"lr={self.lr!r}: must be > 0")
+            raise ConfigError(f"lr={self.lr!r}: must be > 0", "lr")
         if self.backend not in ("auto", "te", "torch"):
             raise ConfigError(f"backend={self.backend!r}: choose auto, te or torch")
         if self.device not in ("auto", "cpu", "cuda"):
@@ -127,7 +138,7 @@ class TrainConfig:
             raise ConfigError("data-dir: token files need a language model (vocab-size > 0)")
         if self.quantized_model_init and self.precision not in hardware.LOW_PRECISIONS:
             raise ConfigError(f"quantized-model-init: needs an FP8/FP4 precision, not {self.precision}")
-        if self.quantized_model_init and os.environ.get("TRAINER_EXPERIMENTAL_QUANTIZED_INIT") != "1":
+        if self.quantized_model_init and env.get("TRAINER_EXPERIMENTAL_QUANTIZED_INIT") != "1":
             raise ConfigError(
                 "quantized-model-init: experimental; in the one H200 test (TE 2.20, small preset, fp8) "
                 "the loss diverged within 4 steps, so it is refused; set "
@@ -250,13 +261,44 @@ def hyperparameters(env: dict[str, str] | None = None) -> dict[str, str]:
     for key, raw in env.items():
         if key.startswith("SM_HP_"):
             found[key[6:].lower()] = _decode_sm_hp(raw)
+    return normalise_hyperparameters(found)
+
+
+def normalise_hyperparameters(found: Mapping[str, Any]) -> dict[str, str]:
+    """Names as flags without dashes (``num_layers`` -> ``num-layers``), values as strings;
+    SageMaker's own ``sagemaker_*`` entries dropped."""
     out = {}
     for name, value in found.items():
-        norm = name.strip().lower().replace("_", "-")
+        norm = str(name).strip().lower().replace("_", "-")
         if norm.startswith("sagemaker-") or norm.startswith("-"):
             continue
         out[norm] = value if isinstance(value, str) else json.dumps(value)
     return out
+
+
+def hyperparameter_names(parser: argparse.ArgumentParser | None = None) -> list[str]:
+    """The hyperparameters the trainer accepts (its documented flags without dashes)."""
+    actions = _actions(parser or build_parser())
+    return sorted(n for n, a in actions.items() if a.help != argparse.SUPPRESS and n != "help")
+
+
+def check_hyperparameters(hps: Mapping[str, Any],
+                          env: Mapping[str, str] | None = None) -> TrainConfig:
+    """What the trainer will make of these hyperparameters at start, without starting it.
+
+    The same parser and checks as ``python -m trainer`` (so a launcher cannot drift
+    from the trainer): the validated TrainConfig, or a ConfigError whose ``name`` is
+    the hyperparameter at fault (unknown names get a "did you mean"). ``env``: the
+    job's environment variables.
+    """
+    parser = build_parser()
+    argv = _hp_argv(normalise_hyperparameters(hps), parser)
+    try:
+        args = parser.parse_args(argv)
+    except ConfigError as exc:
+        m = re.search(r"argument --([\w-]+)", str(exc))
+        raise ConfigError(f"hyperparameters: {exc}", m.group(1) if m else "") from None
+    return from_namespace(args, dict(env or {}))
 
 
 def _hp_argv(hps: dict[str, str], parser: argparse.ArgumentParser) -> list[str]:
@@ -265,10 +307,11 @@ def _hp_argv(hps: dict[str, str], parser: argparse.ArgumentParser) -> list[str]:
     for name, value in sorted(hps.items()):
         action = actions.get(name)
         if action is None or name == "help":
+            valid = hyperparameter_names(parser)
+            close = difflib.get_close_matches(name, valid, n=3, cutoff=0.6)
+            hint = f"did you mean {' or '.join(close)}? " if close else ""
             raise ConfigError(
-                f"hyperparameter {name!r}: unknown; valid names: "
-                f"{', '.join(sorted(n for n, a in actions.items() if a.help != argparse.SUPPRESS and n != 'help'))}"
-            )
+                f"hyperparameter {name!r}: unknown; {hint}valid names: {', '.join(valid)}", name)
         text = value.strip()
         if isinstance(action, argparse.BooleanOptionalAction):
             low = text.lower()
@@ -277,7 +320,7 @@ def _hp_argv(hps: dict[str, str], parser: argparse.ArgumentParser) -> list[str]:
             elif low in _FALSE:
                 argv.append(f"--no-{name}")
             else:
-                raise ConfigError(f"hyperparameter {name!r}={value!r}: must be true or false")
+                raise ConfigError(f"hyperparameter {name!r}={value!r}: must be true or false", name)
         elif text.lower() in ("", "none", "null") and action.default is None:
             continue
         else:
@@ -339,7 +382,9 @@ def from_namespace(args: argparse.Namespace, env: dict[str, str] | None = None) 
     except ValueError as exc:
         # Name the flags / hyperparameters (num-heads), not the dataclass fields (num_heads).
         fields = "|".join(ModelSpec.__dataclass_fields__)
-        raise ConfigError(re.sub(rf"\b({fields})\b", lambda m: m.group(1).replace("_", "-"), str(exc))) from None
+        text = re.sub(rf"\b({fields})\b", lambda m: m.group(1).replace("_", "-"), str(exc))
+        named = re.search(rf"\b({fields.replace('_', '-')})\b", text)
+        raise ConfigError(text, named.group(1) if named else "") from None
     values = {k: v for k, v in vars(args).items()
               if k in TrainConfig.__dataclass_fields__ and k not in ("model",)}
     values["data_dir"] = values.get("data_dir") or env.get("SM_CHANNEL_TRAIN") or None
@@ -347,7 +392,7 @@ def from_namespace(args: argparse.Namespace, env: dict[str, str] | None = None) 
                      ("output_dir", "SM_OUTPUT_DIR"), ("output_data_dir", "SM_OUTPUT_DATA_DIR")):
         if values.get(key) is None:  # an explicit "" turns the output off
             values[key] = sm_path(var, env)
-    return TrainConfig(model=model, **values).validate()
+    return TrainConfig(model=model, **values).validate(env)
 
 
 def make(preset: str | None = None, **kwargs: Any) -> TrainConfig:

@@ -37,6 +37,32 @@ def resolve_region(region: str | None = None) -> str:
     return region
 
 
+@functools.cache
+def known_regions(service: str) -> frozenset[str]:
+    """Every region of every partition where botocore's endpoint data has ``service``."""
+    import botocore.session
+
+    session = botocore.session.get_session()
+    session.register_component("data_loader", _shared_loader())
+    return frozenset(
+        r for partition in session.get_available_partitions()
+        for r in session.get_available_regions(service, partition_name=partition))
+
+
+def check_region(region: str, service: str) -> str:
+    """``region`` if botocore knows ``service`` there; else a UserError (before any call,
+    instead of connection errors after ten retries)."""
+    regions = known_regions(service)
+    if regions and region not in regions:
+        import difflib
+
+        close = difflib.get_close_matches(region, sorted(regions), n=3)
+        raise UserError("region", f"{region!r} is not a region where botocore knows "
+                        f"{service}.", f"use one of {', '.join(close or sorted(regions)[:5])}"
+                        " (or update botocore if the region is new).")
+    return region
+
+
 def client_config(
     max_attempts: int = DEFAULT_MAX_ATTEMPTS, retry_mode: str = DEFAULT_RETRY_MODE, **kwargs: Any
 ) -> Config:

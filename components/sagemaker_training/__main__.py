@@ -99,6 +99,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="input channel (repeatable)")
     g.add_argument("--memory-plan", default="",
                    help="memory_estimate plan JSON, or @file to read it from a file")
+    g.add_argument("--override-memory-check", action="store_true",
+                   help="launch even when the pre-flight memory estimate (run when no "
+                        "--memory-plan is given) predicts the job will not fit")
     g = p.add_argument_group("outputs and behaviour")
     g.add_argument("--instance-hour-price", action="append", metavar="TYPE=USD",
                    help="override the price table for the cost estimate (repeatable)")
@@ -141,6 +144,7 @@ def config_from_args(args: argparse.Namespace) -> TrainingJobConfig:
         vpc_subnet_ids=args.vpc_subnet_id or [],
         vpc_security_group_ids=args.vpc_security_group_id or [],
         tags=key_values("--tag", args.tag), memory_plan=memory_plan, job_name=args.job_name,
+        override_memory_check=args.override_memory_check,
     )
 
 

@@ -45,6 +45,7 @@ def sagemaker_training(
     vpc_security_group_ids: Optional[list] = None,
     tags: Optional[dict] = None,
     memory_plan: str = "",
+    override_memory_check: bool = False,
     instance_hour_prices: Optional[dict] = None,
     job_name: str = "",
     poll_interval_seconds: float = 5.0,
@@ -141,6 +142,9 @@ def sagemaker_training(
             and activation checkpointing for this precision are used, and a
             configuration it predicts not to fit (or a precision the GPU does not run)
             is refused before launch.
+        override_memory_check: Launch even when, with no ``memory_plan``, the
+            pre-flight estimate (memory_estimate's model, run before every launch)
+            predicts the configuration will not fit in GPU memory.
         instance_hour_prices: Instance type -> USD per instance-hour, overriding the
             built-in approximate on-demand table used for ``estimated_cost_usd``.
         job_name: Explicit training job name (default: derived, see above).
@@ -190,6 +194,7 @@ def sagemaker_training(
         max_retry_attempts=max_retry_attempts, volume_size_gb=volume_size_gb,
         vpc_subnet_ids=vpc_subnet_ids or [], vpc_security_group_ids=vpc_security_group_ids or [],
         tags=tags or {}, memory_plan=memory_plan, job_name=job_name,
+        override_memory_check=override_memory_check,
     )
     from components.common.execution_context import TERMINATED_EXIT_CODE, Terminated
 

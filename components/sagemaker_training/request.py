@@ -16,26 +16,24 @@ from typing import Any
 
 from components.common import naming, tags
 from components.common.errors import UserError
+from components.sagemaker_training import limits
 
 DEFAULT_INSTANCE_TYPE = "ml.p6-b200.48xlarge"
 DEFAULT_MAX_RUNTIME_S = 24 * 3600
-MAX_RUNTIME_LIMIT_S = 28 * 24 * 3600  # SageMaker's ceiling for MaxRuntimeInSeconds
+MAX_RUNTIME_LIMIT_S = 28 * 24 * 3600  # SageMaker's ceiling (documented; botocore has min 1 only)
+MAX_VOLUME_SIZE_GB = 16384  # EBS gp2/gp3 ceiling (botocore has min 0 only)
 CHECKPOINT_LOCAL_PATH = "/opt/ml/checkpoints"
-MAX_HYPERPARAMETERS = 100
-MAX_HP_KEY, MAX_HP_VALUE = 256, 2500
-MAX_ENVIRONMENT = 100
-MAX_ENV_KEY, MAX_ENV_VALUE = 512, 512
 
 S3_URI_RE = re.compile(r"^s3://[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9](/.*)?$")
 ROLE_ARN_RE = re.compile(r"^arn:aws[a-z\-]*:iam::\d{12}:role/[\w+=,.@\-/]{1,512}$")
 PLAN_ARN_RE = re.compile(
     r"^arn:aws[a-z\-]*:sagemaker:[a-z0-9\-]+:\d{12}:training-plan/([a-z0-9](-*[a-z0-9]){0,62})$"
 )
-ENV_KEY_RE = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 CHANNEL_RE = re.compile(r"^[A-Za-z0-9.\-_]{1,64}$")
 IMAGE_RE = re.compile(r"^[^\s]{1,255}$")
-SUBNET_RE = re.compile(r"^subnet-[0-9a-z]+$")
-SG_RE = re.compile(r"^sg-[0-9a-z]+$")
+# <repository>:<tag> or <repository>[:<tag>]@sha256:<digest>, after the ECR host.
+ECR_IMAGE_RE = re.compile(r"^[a-z0-9]+(?:[._/-][a-z0-9]+)*(?::[\w][\w.-]{0,127})?"
+                          r"(?:@sha256:[0-9a-f]{64})?$")
 
 # Hyperparameters the structured parameters own (the trainer's flag names, no dashes).
 MODEL_DIMENSIONS = {
@@ -91,6 +89,7 @@ class TrainingJobConfig:
     vpc_security_group_ids: list[str] = field(default_factory=list)
     tags: dict[str, str] = field(default_factory=dict)
     memory_plan: str = ""
+    override_memory_check: bool = False
     job_name: str = ""
 
 
@@ -124,22 +123,44 @@ def _as_str(value: Any) -> str:
     return str(value)
 
 
-def _check_s3(fld: str, uri: str) -> None:
+def _check_s3(fld: str, uri: str, path: str = "OutputDataConfig.S3OutputPath") -> None:
     if not S3_URI_RE.match(uri or ""):
         raise UserError(fld, f"{uri!r} is not an S3 URI.",
                         "use s3://<bucket>/<prefix> (bucket: 3-63 lowercase letters, digits, "
                         "dots or hyphens).")
+    limits.check(fld, path, uri)
 
 
 def resolve(cfg: TrainingJobConfig, *, region: str | None = None) -> ResolvedConfig:
-    """Validates everything that can be checked without AWS; raises UserError."""
+    """Validates everything that can be checked without AWS; raises UserError.
+
+    The steps, in order: identity (run, task, job name), where (region, image,
+    role, output), hardware, model, the memory plan (or a pre-flight estimate),
+    capacity (on-demand / plan / spot, limits, checkpoints), network (channels,
+    VPC), then the hyperparameters as the trainer will parse them, and tags.
+    """
     from components.common.aws import resolve_region
-    from components.common.memory_plan import MemoryPlan
-    from trainer import hardware, spec
 
+    cfg = _identity(cfg)
+    resolved_region = _where(cfg, resolve_region(region or cfg.region or None))
+    _hardware(cfg)
+    model, overrides = _model(cfg)
     notes: list[str] = []
-    resolved_region = resolve_region(region or cfg.region or None)
+    batch_size, checkpointing = _memory(cfg, model, notes)
+    _capacity(cfg, resolved_region)
+    _network(cfg)
+    hps = _hyperparameters(cfg, model_overrides=overrides, batch_size=batch_size,
+                           checkpointing=checkpointing)
+    env = _environment(cfg.environment)
+    _check_with_trainer(hps, env)
+    merged_tags = _tags(cfg)
+    job_name = cfg.job_name or derived_job_name(cfg, hps)
+    return ResolvedConfig(cfg, resolved_region, job_name, hps, env, merged_tags, batch_size,
+                          checkpointing, tuple(notes))
 
+
+def _identity(cfg: TrainingJobConfig) -> TrainingJobConfig:
+    """Run id, task and job name; an unresolved pipeline placeholder is dropped."""
     for fld in ("run_id", "task"):
         if "{{$" in getattr(cfg, fld):
             raise UserError(fld, f"{getattr(cfg, fld)!r} is an unresolved KFP placeholder (this "
@@ -159,28 +180,41 @@ def resolve(cfg: TrainingJobConfig, *, region: str | None = None) -> ResolvedCon
                         "use letters, digits and . _ : - only.") from None
     if not cfg.task.strip():
         raise UserError("task", "is empty.", "pass the pipeline task name.")
+    if cfg.job_name and not naming.is_valid_sagemaker_name(cfg.job_name):
+        raise UserError(
+            "job_name", f"{cfg.job_name!r} is not a valid training job name.",
+            "use 1-63 letters, digits and hyphens, starting and ending with a letter or "
+            "digit, or leave it empty for a name derived from the run, task and precision.")
+    return cfg
 
-    if cfg.job_name:
-        if not naming.is_valid_sagemaker_name(cfg.job_name):
-            raise UserError(
-                "job_name", f"{cfg.job_name!r} is not a valid training job name.",
-                "use 1-63 letters, digits and hyphens, starting and ending with a letter or "
-                "digit, or leave it empty for a name derived from the run, task and precision.")
-        job_name = cfg.job_name
-    else:
-        job_name = ""  # derived below, once the hyperparameters are known
 
-    if not IMAGE_RE.match(cfg.image_uri or ""):
-        raise UserError("image_uri", f"{cfg.image_uri!r} is not an image URI.",
-                        "pass the trainer image, e.g. "
-                        "<account>.dkr.ecr.<region>.amazonaws.com/<repo>:<tag> (build_image).")
+def _where(cfg: TrainingJobConfig, region: str) -> str:
+    """The region (known to botocore), the image (in ECR), the role and the output prefix."""
+    from components.build_image.ecr import ecr_registry_of
+    from components.common.aws import check_region
+
+    check_region(region, "sagemaker")
+    image = cfg.image_uri or ""
+    if not IMAGE_RE.match(image) or ecr_registry_of(image) is None \
+            or not ECR_IMAGE_RE.match(image.split("/", 1)[1]):
+        raise UserError("image_uri", f"{image!r} is not an image in Amazon ECR; SageMaker "
+                        "training runs images from ECR only.",
+                        "push the trainer with build_image and pass its image_uri output, "
+                        "<account>.dkr.ecr.<region>.amazonaws.com/<repository>:<tag> or "
+                        "...@sha256:<digest>.")
+    limits.check("image_uri", "AlgorithmSpecification.TrainingImage", image)
     if not ROLE_ARN_RE.match(cfg.role_arn or ""):
         raise UserError("role_arn", f"{cfg.role_arn!r} is not an IAM role ARN.",
                         "use arn:aws:iam::<12-digit account>:role/<name> of a role SageMaker "
                         "can assume.")
+    limits.check("role_arn", "RoleArn", cfg.role_arn)
     _check_s3("output_s3_uri", cfg.output_s3_uri)
+    return region
 
-    # Hardware and precision.
+
+def _hardware(cfg: TrainingJobConfig) -> None:
+    from trainer import hardware
+
     try:
         hardware.check_precision_name(cfg.precision)
     except ValueError:
@@ -195,68 +229,133 @@ def resolve(cfg: TrainingJobConfig, *, region: str | None = None) -> ResolvedCon
     except ValueError:
         raise UserError("instance_type", f"{cfg.instance_type!r} is not a known GPU instance "
                         "type.", f"choose one of {', '.join(hardware.INSTANCE_TYPES)}.") from None
-    if not isinstance(cfg.instance_count, int) or cfg.instance_count < 1:
+    limits.check("instance_type", "ResourceConfig.InstanceType", cfg.instance_type)
+    if isinstance(cfg.instance_count, bool) or not isinstance(cfg.instance_count, int) \
+            or cfg.instance_count < 1:
         raise UserError("instance_count", f"{cfg.instance_count!r}: must be at least 1.",
                         "pass 1 for one ml.p6-b200.48xlarge (8 GPUs) or more for multi-node.")
-    if not 1 <= cfg.volume_size_gb <= 16384:
-        raise UserError("volume_size_gb", f"{cfg.volume_size_gb}: must be 1-16384.",
-                        "pass the EBS volume size in GB.")
+    if isinstance(cfg.volume_size_gb, bool) or not isinstance(cfg.volume_size_gb, int) \
+            or not 1 <= cfg.volume_size_gb <= MAX_VOLUME_SIZE_GB:
+        raise UserError("volume_size_gb", f"{cfg.volume_size_gb!r}: must be 1-"
+                        f"{MAX_VOLUME_SIZE_GB}.", "pass the EBS volume size in GB.")
 
-    # Model, batch, sequence, steps.
-    dims = {k: getattr(cfg, k) for k in MODEL_DIMENSIONS}
-    overrides = {k: v for k, v in dims.items()
-                 if (v > 0 if k != "vocab_size" else v >= 0)}
+
+def _model(cfg: TrainingJobConfig) -> tuple[Any, dict[str, int]]:
+    """The model the job trains (preset + overrides), and the overrides."""
+    from trainer import spec
+
+    for fld, low in (*((k, 0) for k in MODEL_DIMENSIONS if k != "vocab_size"),
+                     ("vocab_size", -1)):
+        value = getattr(cfg, fld)
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            keep = "0" if low == 0 else "-1"
+            raise UserError(fld, f"{value!r}: must be a positive integer, or {keep} for the "
+                            "preset's.", f"pass {fld}={keep} to keep the preset's value.")
+    overrides = {k: getattr(cfg, k) for k in MODEL_DIMENSIONS
+                 if getattr(cfg, k) > (0 if k != "vocab_size" else -1)}
     try:
         model = spec.spec_from_values(cfg.model_preset or None, **overrides)
     except ValueError as exc:
-        fld = "model_preset" if "preset" in str(exc) else "model dimensions"
+        fld = "model_preset" if "preset" in str(exc) else next(
+            (k for k in MODEL_DIMENSIONS if k in str(exc)), "model dimensions")
         raise UserError(fld, str(exc) + ".", "pick a preset "
                         f"({', '.join(spec.PRESETS)}) or consistent dimensions.") from None
     for fld, value, low in (("batch_size", cfg.batch_size, 1), ("seq_length", cfg.seq_length, 2),
                             ("max_steps", cfg.max_steps, 1)):
-        if not isinstance(value, int) or value < low:
-            raise UserError(fld, f"{value!r}: must be an integer >= {low}.")
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise UserError(fld, f"{value!r}: must be an integer >= {low}.",
+                            f"pass {fld}={max(low, 1)} or more.")
+    return model, overrides
+
+
+def _memory(cfg: TrainingJobConfig, model: Any, notes: list[str]) -> tuple[int, bool]:
+    """Batch size and checkpointing: the plan's when one is given, else the configuration's,
+    checked by a pre-flight memory estimate (refused when predicted not to fit)."""
+    from components.common.memory_plan import MemoryPlan
 
     batch_size, checkpointing = cfg.batch_size, cfg.activation_checkpointing
-    if cfg.memory_plan.strip():
-        plan = MemoryPlan.from_json(cfg.memory_plan)
-        if plan.instance_type and plan.instance_type != cfg.instance_type:
-            raise UserError("memory_plan", f"was estimated for {plan.instance_type}, the job "
-                            f"runs on {cfg.instance_type}.",
-                            "estimate memory for the instance type you train on.")
-        if plan.seq_length and plan.seq_length != cfg.seq_length:
-            raise UserError("memory_plan", f"was estimated for seq_length {plan.seq_length}, "
-                            f"the job uses {cfg.seq_length}.",
-                            "estimate memory with the same sequence length.")
-        planned = {k: plan.model.get(k) for k in MODEL_DIMENSIONS if k in plan.model}
-        ours = {k: getattr(model, k) for k in planned}
-        if planned and planned != ours:
-            raise UserError("memory_plan", f"was estimated for another model ({planned}; the "
-                            f"job trains {ours}).", "estimate memory for the same model.")
-        entry = plan.entry_for(cfg.precision)
-        if (entry.batch_size, entry.activation_checkpointing) != (batch_size, checkpointing):
-            notes.append(
-                f"memory plan: batch_size {batch_size} -> {entry.batch_size}, activation "
-                f"checkpointing {checkpointing} -> {entry.activation_checkpointing} "
-                f"(predicted peak {entry.peak_bytes / 2**30:.1f} GiB/GPU on {plan.gpu})")
-        batch_size, checkpointing = entry.batch_size, entry.activation_checkpointing
+    if not cfg.memory_plan.strip():
+        if not cfg.override_memory_check:
+            notes.append(preflight(cfg, model))
+        else:
+            notes.append("memory check skipped (override_memory_check): the job may run out "
+                         "of GPU memory")
+        return batch_size, checkpointing
+    plan = MemoryPlan.from_json(cfg.memory_plan)
+    if plan.instance_type and plan.instance_type != cfg.instance_type:
+        raise UserError("memory_plan", f"was estimated for {plan.instance_type}, the job "
+                        f"runs on {cfg.instance_type}.",
+                        "estimate memory for the instance type you train on.")
+    if plan.seq_length and plan.seq_length != cfg.seq_length:
+        raise UserError("memory_plan", f"was estimated for seq_length {plan.seq_length}, "
+                        f"the job uses {cfg.seq_length}.",
+                        "estimate memory with the same sequence length.")
+    planned = {k: plan.model.get(k) for k in MODEL_DIMENSIONS if k in plan.model}
+    ours = {k: getattr(model, k) for k in planned}
+    if planned and planned != ours:
+        raise UserError("memory_plan", f"was estimated for another model ({planned}; the "
+                        f"job trains {ours}).", "estimate memory for the same model.")
+    entry = plan.entry_for(cfg.precision)
+    if (entry.batch_size, entry.activation_checkpointing) != (batch_size, checkpointing):
+        notes.append(
+            f"memory plan: batch_size {batch_size} -> {entry.batch_size}, activation "
+            f"checkpointing {checkpointing} -> {entry.activation_checkpointing} "
+            f"(predicted peak {entry.peak_bytes / 2**30:.1f} GiB/GPU on {plan.gpu})")
+    return entry.batch_size, entry.activation_checkpointing
 
-    # Capacity: on-demand, a training plan, or managed spot.
+
+def preflight(cfg: TrainingJobConfig, model: Any) -> str:
+    """Estimates this configuration's peak GPU memory (memory_estimate's planner); a note,
+    or a UserError with the numbers and the fixes when it is predicted not to fit."""
+    from components.memory_estimate import planner
+
+    hw = planner.resolve_hardware(instance_type=cfg.instance_type,
+                                  instance_count=cfg.instance_count)
+    request = planner.Request(
+        model=model, seq_length=cfg.seq_length, hardware=hw, precisions=(cfg.precision,),
+        batch_sizes=(cfg.batch_size,),
+        activation_checkpointing="on" if cfg.activation_checkpointing else "off")
+    entry = planner.plan(request).plan.precisions[cfg.precision]
+    if not entry.fits:
+        fixes = []
+        if entry.max_batch_size_without_checkpointing:
+            fixes.append(f"batch_size={entry.max_batch_size_without_checkpointing}")
+        if entry.max_batch_size_with_checkpointing and not cfg.activation_checkpointing:
+            fixes.append("activation_checkpointing=True with batch_size="
+                         f"{entry.max_batch_size_with_checkpointing}")
+        elif entry.max_batch_size_with_checkpointing:
+            fixes.append(f"batch_size={entry.max_batch_size_with_checkpointing}")
+        fixes += ["a lower precision (fp8, mxfp8)", "more instances", "a shorter seq_length",
+                  "or override_memory_check=True to launch anyway"]
+        raise UserError("batch_size", f"predicted not to fit in GPU memory (memory_estimate, "
+                        f"not measured): {entry.reason}", "use " + ", ".join(fixes) + ".")
+    return (f"memory pre-flight: predicted peak {entry.peak_bytes / 2**30:.1f} GiB per GPU of "
+            f"{hw.gpu.memory_bytes / 2**30:.0f} GiB on {hw.gpu.name} (memory_estimate's model, "
+            "not measured)")
+
+
+def _capacity(cfg: TrainingJobConfig, region: str) -> None:
+    """On-demand, a training plan or managed spot; run-time limits; checkpoints."""
     if cfg.training_plan_arn:
         if not PLAN_ARN_RE.match(cfg.training_plan_arn):
             raise UserError("training_plan_arn", f"{cfg.training_plan_arn!r} is not a training "
                             "plan ARN.", "use arn:aws:sagemaker:<region>:<account>:"
                             "training-plan/<name> (from CreateTrainingPlan).")
-        if cfg.training_plan_arn.split(":")[3] != resolved_region:
+        limits.check("training_plan_arn", "ResourceConfig.TrainingPlanArn",
+                     cfg.training_plan_arn)
+        if cfg.training_plan_arn.split(":")[3] != region:
             raise UserError("training_plan_arn", f"is in region "
-                            f"{cfg.training_plan_arn.split(':')[3]}, the job in {resolved_region}.",
+                            f"{cfg.training_plan_arn.split(':')[3]}, the job in {region}.",
                             "run the job in the plan's region.")
         if cfg.use_spot:
             raise UserError("use_spot", "cannot be combined with a training plan.",
                             "choose either training_plan_arn or use_spot.")
-    if cfg.max_runtime_seconds < 1 or cfg.max_runtime_seconds > MAX_RUNTIME_LIMIT_S:
+    limits.check("max_runtime_seconds", "StoppingCondition.MaxRuntimeInSeconds",
+                 cfg.max_runtime_seconds, "pass the longest the job may train, in seconds.")
+    if cfg.max_runtime_seconds > MAX_RUNTIME_LIMIT_S:
         raise UserError("max_runtime_seconds", f"{cfg.max_runtime_seconds}: must be 1-"
-                        f"{MAX_RUNTIME_LIMIT_S}.", "pass the longest the job may train.")
+                        f"{MAX_RUNTIME_LIMIT_S} (SageMaker's 28 days).",
+                        "pass the longest the job may train.")
     if cfg.use_spot:
         if not cfg.checkpoint_s3_uri:
             raise UserError("checkpoint_s3_uri", "is required with use_spot: an interrupted spot "
@@ -267,45 +366,79 @@ def resolve(cfg: TrainingJobConfig, *, region: str | None = None) -> ResolvedCon
                             f"max_runtime_seconds={cfg.max_runtime_seconds}.",
                             "set max_wait_seconds >= max_runtime_seconds (it includes the time "
                             "spent waiting for spot capacity).")
+        limits.check("max_wait_seconds", "StoppingCondition.MaxWaitTimeInSeconds",
+                     cfg.max_wait_seconds)
     elif cfg.max_wait_seconds:
         raise UserError("max_wait_seconds", "is only valid with use_spot=True.",
                         "set use_spot=True or leave max_wait_seconds at 0.")
     if cfg.checkpoint_s3_uri:
-        _check_s3("checkpoint_s3_uri", cfg.checkpoint_s3_uri)
-    if not 0 <= cfg.max_retry_attempts <= 30:
-        raise UserError("max_retry_attempts", f"{cfg.max_retry_attempts}: must be 0-30.")
+        _check_s3("checkpoint_s3_uri", cfg.checkpoint_s3_uri, "CheckpointConfig.S3Uri")
+    if cfg.max_retry_attempts:
+        limits.check("max_retry_attempts", "RetryStrategy.MaximumRetryAttempts",
+                     cfg.max_retry_attempts, "pass 0 (no retries) to 30.")
 
-    for name, uri in (cfg.input_channels or {}).items():
+
+def _network(cfg: TrainingJobConfig) -> None:
+    """Input channels and VPC mode."""
+    channels = cfg.input_channels or {}
+    if channels:
+        limits.check("input_channels", "InputDataConfig", channels)
+    for name, uri in channels.items():
         if not CHANNEL_RE.match(name):
             raise UserError("input_channels", f"channel name {name!r} is invalid.",
                             "use 1-64 letters, digits, '.', '-' or '_' (e.g. train).")
-        _check_s3(f"input_channels[{name}]", uri)
-
+        _check_s3(f"input_channels[{name}]", uri,
+                  "InputDataConfig[].DataSource.S3DataSource.S3Uri")
     if bool(cfg.vpc_subnet_ids) != bool(cfg.vpc_security_group_ids):
         raise UserError("vpc_subnet_ids", "and vpc_security_group_ids must be given together.",
                         "pass both (or neither, for no VPC).")
-    for sid in cfg.vpc_subnet_ids:
-        if not SUBNET_RE.match(sid):
-            raise UserError("vpc_subnet_ids", f"{sid!r} is not a subnet id.", "use subnet-...")
-    for gid in cfg.vpc_security_group_ids:
-        if not SG_RE.match(gid):
-            raise UserError("vpc_security_group_ids", f"{gid!r} is not a security group id.",
-                            "use sg-...")
+    if not cfg.vpc_subnet_ids:
+        return
+    for fld, ids, path, prefix in (
+            ("vpc_subnet_ids", cfg.vpc_subnet_ids, "VpcConfig.Subnets", "subnet-"),
+            ("vpc_security_group_ids", cfg.vpc_security_group_ids, "VpcConfig.SecurityGroupIds",
+             "sg-")):
+        limits.check(fld, path, ids, "use fewer (SageMaker's limit for a training job).")
+        for item in ids:
+            if not isinstance(item, str) or not item.startswith(prefix):
+                raise UserError(fld, f"{item!r} is not a {prefix[:-1]} id.", f"use {prefix}...")
+            limits.check(fld, path + "[]", item, f"use {prefix}<hex id>.")
 
-    hps = _hyperparameters(cfg, model_overrides=overrides, batch_size=batch_size,
-                           checkpointing=checkpointing)
-    env = _environment(cfg.environment)
+
+def _check_with_trainer(hps: dict[str, str], env: dict[str, str]) -> None:
+    """The request's hyperparameters as ``python -m trainer`` will parse and check them."""
+    from trainer import config as trainer_config
+
     try:
-        merged_tags = tags.merge(tags.run_tags(cfg.run_id, cfg.pipeline, "sagemaker_training"),
-                                 {str(k): _as_str(v) for k, v in (cfg.tags or {}).items()})
+        trainer_config.check_hyperparameters(hps, env)
+    except trainer_config.ConfigError as exc:
+        owned = {v: k for k, v in MODEL_DIMENSIONS.items()} | {
+            "preset": "model_preset", "batch-size": "batch_size", "seq-length": "seq_length",
+            "max-steps": "max_steps", "activation-checkpointing": "activation_checkpointing",
+            "precision": "precision"}
+        fld = owned.get(exc.name, "hyperparameters")
+        raise UserError(fld, f"the trainer would refuse it: {exc}.",
+                        "fix the value, or see python -m trainer --help for its flags.") from None
+    except ValueError as exc:  # the trainer's own checks (precision names...)
+        raise UserError("hyperparameters", f"the trainer would refuse it: {exc}.",
+                        "see python -m trainer --help.") from None
+
+
+def _tags(cfg: TrainingJobConfig) -> dict[str, str]:
+    extra = {str(k): _as_str(v) for k, v in (cfg.tags or {}).items()}
+    for key, value in extra.items():
+        limits.check("tags", "Tags[].Key", key, "use letters, digits, spaces and _ . : / = + - @ "
+                     "(1-128 characters).")
+        limits.check("tags", "Tags[].Value", value, "use letters, digits, spaces and "
+                     "_ . : / = + - @ (up to 256 characters).")
+    try:
+        merged = tags.merge(tags.run_tags(cfg.run_id, cfg.pipeline, "sagemaker_training"), extra)
     except ValueError as exc:
         raise UserError("tags", str(exc).split(": ", 1)[-1] + ".",
                         "SageMaker allows 50 tags, keys up to 128 and values up to 256 "
                         "characters; 3 are taken by the run's tags.") from None
-    if not job_name:
-        job_name = derived_job_name(cfg, hps)
-    return ResolvedConfig(cfg, resolved_region, job_name, hps, env, merged_tags, batch_size,
-                          checkpointing, tuple(notes))
+    limits.check("tags", "Tags", merged, "pass fewer tags (3 are the run's own).")
+    return merged
 
 
 def derived_job_name(cfg: TrainingJobConfig, hyperparameters: dict[str, str]) -> str:
@@ -371,29 +504,25 @@ def _hyperparameters(cfg: TrainingJobConfig, *, model_overrides: dict[str, int],
             raise UserError("hyperparameters", f"{key!r} is set by the {param} parameter.",
                             f"pass {param}=... instead of hyperparameters[{key!r}].")
         text = _as_str(value)
-        if not 1 <= len(key) <= MAX_HP_KEY or len(text) > MAX_HP_VALUE:
-            raise UserError("hyperparameters", f"{key!r}: keys must be 1-{MAX_HP_KEY} and values "
-                            f"at most {MAX_HP_VALUE} characters.", "shorten it.")
+        if not key:
+            raise UserError("hyperparameters", "an empty name.", "name every hyperparameter.")
+        limits.check("hyperparameters", "HyperParameters{key}", key)
+        limits.check("hyperparameters", "HyperParameters{}", text,
+                     f"shorten the value of {key!r}.")
         hps[key] = text
-    if len(hps) > MAX_HYPERPARAMETERS:
-        raise UserError("hyperparameters", f"{len(hps)} hyperparameters; SageMaker allows "
-                        f"{MAX_HYPERPARAMETERS} (including the {len(hps) - len(cfg.hyperparameters)}"
-                        " this component sets).", "pass fewer.")
+    limits.check("hyperparameters", "HyperParameters", hps,
+                 f"pass fewer (this component sets {len(hps) - len(cfg.hyperparameters)} itself).")
     return hps
 
 
 def _environment(environment: dict[str, Any]) -> dict[str, str]:
     env = {str(k): _as_str(v) for k, v in (environment or {}).items()}
-    if len(env) > MAX_ENVIRONMENT:
-        raise UserError("environment", f"{len(env)} variables; SageMaker allows "
-                        f"{MAX_ENVIRONMENT}.", "pass fewer.")
+    limits.check("environment", "Environment", env, "pass fewer.")
     for key, value in env.items():
-        if not ENV_KEY_RE.match(key) or len(key) > MAX_ENV_KEY:
-            raise UserError("environment", f"{key!r} is not a valid variable name.",
-                            "use letters, digits and _ (not starting with a digit).")
-        if len(value) > MAX_ENV_VALUE:
-            raise UserError("environment", f"the value of {key} is longer than "
-                            f"{MAX_ENV_VALUE} characters.", "shorten it or pass a file in S3.")
+        limits.check("environment", "Environment{key}", key,
+                     "use letters, digits and _ (not starting with a digit).")
+        limits.check("environment", "Environment{}", value,
+                     f"shorten the value of {key} or pass a file in S3.")
     return env
 
 

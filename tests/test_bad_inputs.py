@@ -1,0 +1,215 @@
+"""Bad inputs: each exits non-zero before any AWS call, names the field, leaves nothing behind.
+
+One table for every command line of the project. A case is
+``(id, command, argv, field)``: ``command`` is the module run as
+``python -m <command>`` (called in-process through its ``main``), ``argv`` its
+arguments, ``field`` the text the error message must name. Every case runs
+against the local backend; no AWS call may be recorded and the backend's state
+(training jobs, S3 objects, ECR repositories, CodeBuild projects, log groups)
+must be what it was before. To add a case, append a tuple to ``CASES``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+from typing import Any
+
+import pytest
+from conftest import local_backend_with_bucket
+
+from components.common import aws
+
+BUCKET = "kfp-sagemaker-bad-inputs"
+IMAGE = "123456789012.dkr.ecr.us-west-2.amazonaws.com/kfp-sagemaker-trainer:test"
+ROLE = "arn:aws:iam::123456789012:role/SageMakerTraining"
+# How each command is called in-process: the module holding its ``main(argv)``.
+MAINS = {
+    "components.sagemaker_training": "components.sagemaker_training.__main__",
+    "components.memory_estimate": "components.memory_estimate.cli",
+}
+
+# A valid tiny launch; each case below breaks one thing.
+TRAIN = ["--run-id", "bad-inputs", "--task", "train", "--image-uri", IMAGE, "--role-arn", ROLE,
+         "--output-s3-uri", f"s3://{BUCKET}/out", "--model-preset", "tiny", "--batch-size", "2",
+         "--seq-length", "32", "--max-steps", "2", "--poll-interval-seconds", "0.1"]
+
+
+def train(*extra: str, drop: tuple[str, ...] = ()) -> list[str]:
+    """TRAIN with the flags in ``drop`` (and their values) removed, then ``extra``."""
+    argv: list[str] = []
+    skip = False
+    for word in TRAIN:
+        if skip:
+            skip = False
+            continue
+        if word in drop:
+            skip = True
+            continue
+        argv.append(word)
+    return argv + list(extra)
+
+
+def many(flag: str, prefix: str, n: int) -> list[str]:
+    return [x for i in range(n) for x in (flag, f"{prefix}{i:08x}")]
+
+
+TRAINING = "components.sagemaker_training"
+MEMORY = "components.memory_estimate"
+SPOT = ("--use-spot", "--checkpoint-s3-uri", f"s3://{BUCKET}/ckpt")
+
+CASES: list[tuple[str, str, list[str], str]] = [
+    # ---- sagemaker_training: SageMaker's limits (botocore's service model) ----
+    ("17-subnets", TRAINING, train(*many("--vpc-subnet-id", "subnet-", 17),
+                                   "--vpc-security-group-id", "sg-00000001"), "vpc_subnet_ids"),
+    ("6-security-groups", TRAINING, train("--vpc-subnet-id", "subnet-00000001",
+                                          *many("--vpc-security-group-id", "sg-", 6)),
+     "vpc_security_group_ids"),
+    ("subnet-not-an-id", TRAINING, train("--vpc-subnet-id", "vpc-123",
+                                         "--vpc-security-group-id", "sg-1"), "vpc_subnet_ids"),
+    ("subnets-without-groups", TRAINING, train("--vpc-subnet-id", "subnet-1"), "vpc_subnet_ids"),
+    ("image-not-in-ecr", TRAINING, train("--image-uri", "docker.io/library/foo:1",
+                                         drop=("--image-uri",)), "image_uri"),
+    ("image-bad-tag", TRAINING, train("--image-uri", IMAGE.replace(":test", ":bad tag!"),
+                                      drop=("--image-uri",)), "image_uri"),
+    ("tag-value-characters", TRAINING, train("--tag", "team=a!b"), "tags"),
+    ("tag-key-too-long", TRAINING, train("--tag", "k" * 129 + "=v"), "tags"),
+    ("tag-not-key-value", TRAINING, train("--tag", "team"), "--tag"),
+    ("unknown-region", TRAINING, train("--region", "us-west-99"), "region"),
+    ("role-not-an-arn", TRAINING, train("--role-arn", "SageMakerTraining", drop=("--role-arn",)),
+     "role_arn"),
+    ("output-not-s3", TRAINING, train("--output-s3-uri", f"{BUCKET}/out",
+                                      drop=("--output-s3-uri",)), "output_s3_uri"),
+    ("job-name-characters", TRAINING, train("--job-name", "bad_name!"), "job_name"),
+    ("run-id-characters", TRAINING, train("--run-id", "run id!", drop=("--run-id",)), "run_id"),
+    ("environment-name", TRAINING, train("--env", "1BAD=x"), "environment"),
+    ("channel-name", TRAINING, train("--input-channel", f"bad name=s3://{BUCKET}/data"),
+     "input_channels"),
+    ("channel-not-s3", TRAINING, train("--input-channel", "train=/local/data"),
+     "input_channels[train]"),
+    ("instance-type-unknown", TRAINING, train("--instance-type", "ml.p9.bogus"), "instance_type"),
+    ("instance-count-0", TRAINING, train("--instance-count", "0"), "instance_count"),
+    ("volume-size-0", TRAINING, train("--volume-size-gb", "0"), "volume_size_gb"),
+    ("max-runtime-0", TRAINING, train("--max-runtime-seconds", "0"), "max_runtime_seconds"),
+    ("max-runtime-30-days", TRAINING, train("--max-runtime-seconds", str(30 * 86400)),
+     "max_runtime_seconds"),
+    ("retry-attempts-31", TRAINING, train("--max-retry-attempts", "31"), "max_retry_attempts"),
+    ("training-plan-not-an-arn", TRAINING, train("--training-plan-arn", "plan-1"),
+     "training_plan_arn"),
+    # ---- capacity ----
+    ("spot-without-checkpoints", TRAINING, train("--use-spot", "--max-wait-seconds", "90000"),
+     "checkpoint_s3_uri"),
+    ("spot-wait-below-runtime", TRAINING, train(*SPOT, "--max-wait-seconds", "60"),
+     "max_wait_seconds"),
+    ("wait-without-spot", TRAINING, train("--max-wait-seconds", "100"), "max_wait_seconds"),
+    # ---- following the job ----
+    ("poll-interval-negative", TRAINING, train("--poll-interval-seconds", "-1",
+                                               drop=("--poll-interval-seconds",)),
+     "poll_interval_seconds"),
+    ("poll-interval-0", TRAINING, train("--poll-interval-seconds", "0",
+                                        drop=("--poll-interval-seconds",)),
+     "poll_interval_seconds"),
+    ("max-outage-0", TRAINING, train("--max-outage-seconds", "0"), "max_outage_seconds"),
+    ("price-not-a-number", TRAINING, train("--instance-hour-price", "ml.p5.48xlarge=abc"),
+     "instance_hour_prices"),
+    # ---- the model and the trainer's own flags ----
+    ("num-layers-negative", TRAINING, train("--num-layers", "-1"), "num_layers"),
+    ("hidden-size-negative", TRAINING, train("--hidden-size", "-64"), "hidden_size"),
+    ("vocab-size-below-minus-1", TRAINING, train("--vocab-size", "-2"), "vocab_size"),
+    ("preset-unknown", TRAINING, train("--model-preset", "huge", drop=("--model-preset",)),
+     "model_preset"),
+    ("precision-unknown", TRAINING, train("--precision", "fp6"), "precision"),
+    ("precision-not-on-hopper", TRAINING, train("--precision", "mxfp8",
+                                                "--instance-type", "ml.p5.48xlarge"),
+     "precision"),
+    ("batch-size-0", TRAINING, train("--batch-size", "0", drop=("--batch-size",)), "batch_size"),
+    ("seq-length-1", TRAINING, train("--seq-length", "1", drop=("--seq-length",)), "seq_length"),
+    ("max-steps-0", TRAINING, train("--max-steps", "0", drop=("--max-steps",)), "max_steps"),
+    ("hyperparameter-unknown", TRAINING, train("--hyperparameter", "bogus-flag=1"),
+     "bogus-flag"),
+    ("hyperparameter-misspelt", TRAINING, train("--hyperparameter", "checkpoint-evry=5"),
+     "did you mean checkpoint-every"),
+    ("hyperparameter-type", TRAINING, train("--hyperparameter", "lr=abc"), "--lr"),
+    ("hyperparameter-choice", TRAINING, train("--hyperparameter", "backend=jax"), "backend"),
+    ("hyperparameter-range", TRAINING, train("--hyperparameter", "warmup-steps=-1"),
+     "warmup-steps"),
+    ("hyperparameter-owned", TRAINING, train("--hyperparameter", "batch-size=4"), "batch_size"),
+    ("hyperparameter-too-long", TRAINING, train("--hyperparameter", "data-dir=" + "x" * 2501),
+     "hyperparameters"),
+    # ---- memory: a plan, or the pre-flight estimate when there is none ----
+    ("64b-does-not-fit", TRAINING, train("--model-preset", "64b", "--batch-size", "64",
+                                         "--seq-length", "8192", "--no-activation-checkpointing",
+                                         drop=("--model-preset", "--batch-size", "--seq-length")),
+     "batch_size"),
+    ("memory-plan-not-json", TRAINING, train("--memory-plan", "not json"), "memory_plan"),
+    ("memory-plan-missing-file", TRAINING, train("--memory-plan", "@/nonexistent/plan.json"),
+     "memory_plan"),
+    # ---- memory_estimate ----
+    ("estimate-precision-unknown", MEMORY, ["--instance-type", "ml.p6-b200.48xlarge",
+                                            "--precision", "fp6"], "precision"),
+    ("estimate-instance-unknown", MEMORY, ["--instance-type", "ml.p9.bogus"], "instance_type"),
+    ("estimate-batch-negative", MEMORY, ["--instance-type", "ml.p6-b200.48xlarge",
+                                         "--batch-size", "-1"], "batch_size"),
+    ("estimate-headroom-1", MEMORY, ["--instance-type", "ml.p6-b200.48xlarge",
+                                     "--headroom", "1.5"], "headroom"),
+    ("estimate-world-size-3", MEMORY, ["--instance-type", "ml.p6-b200.48xlarge",
+                                       "--world-size", "3"], "world_size"),
+    ("estimate-gpu-and-instance-disagree", MEMORY, ["--instance-type", "ml.p6-b200.48xlarge",
+                                                    "--gpu", "H200"], "gpu"),
+]
+
+
+@pytest.fixture(scope="module")
+def backend():
+    yield from local_backend_with_bucket(BUCKET)
+
+
+def backend_state(b: Any) -> dict[str, Any]:
+    """What a command could have left on the backend."""
+    s3 = b.client("s3")
+    objects = sorted(
+        (bucket["Name"], o["Key"]) for bucket in s3.list_buckets()["Buckets"]
+        for o in s3.list_objects_v2(Bucket=bucket["Name"]).get("Contents", []))
+    return {
+        "training_jobs": b.client("sagemaker").list_training_jobs(
+            MaxResults=100)["TrainingJobSummaries"],
+        "s3_objects": objects,
+        "ecr": b.client("ecr").describe_repositories()["repositories"],
+        "codebuild": b.client("codebuild").list_projects()["projects"],
+        "log_groups": b.client("logs").describe_log_groups()["logGroups"],
+    }
+
+
+def test_the_table_is_large_and_unique():
+    assert len(CASES) >= 40
+    assert len({c[0] for c in CASES}) == len(CASES)
+
+
+@pytest.mark.parametrize(("command", "argv", "field"), [c[1:] for c in CASES],
+                         ids=[c[0] for c in CASES])
+def test_bad_input_exits_non_zero_before_any_aws_call_naming_the_field(
+        backend, capsys, command, argv, field):
+    main = importlib.import_module(MAINS[command]).main
+    before = backend_state(backend)
+    with aws.record_calls() as recording:
+        try:
+            code = main(list(argv))
+        except SystemExit as exc:  # argparse's own errors
+            code = exc.code
+    out, err = capsys.readouterr()
+    assert code not in (0, None), (out, err)
+    assert field in err, err
+    assert "Traceback" not in err, err
+    assert recording.calls() == [], [c.operation for c in recording.calls()]
+    assert backend_state(backend) == before
+
+
+def test_the_launcher_refuses_every_case_with_the_user_error_exit_code(backend, capsys):
+    """Launcher cases are user errors (exit 2), never a failure or a traceback."""
+    main = importlib.import_module(MAINS[TRAINING]).main
+    codes = {}
+    for name, command, argv, _ in CASES:
+        if command == TRAINING:
+            codes[name] = main(list(argv))
+    capsys.readouterr()
+    assert set(codes.values()) == {2}, json.dumps(codes)
