@@ -61,6 +61,7 @@ def build_pipeline(parallelism: int = DEFAULT_PARALLELISM) -> Any:
         max_batch_size: int = 64,
         max_steps: int = 50,
         hyperparameters: dict = {},  # noqa: B006 (KFP default)
+        max_cost_usd: float = 0.0,
         trainer_repository: str = "kfp-sagemaker-blackwell/trainer",
         codebuild_role_arn: str = "",
         cleanup_policy: dict = {},  # noqa: B006 (KFP default)
@@ -91,6 +92,9 @@ def build_pipeline(parallelism: int = DEFAULT_PARALLELISM) -> Any:
             max_batch_size: Largest candidate micro-batch (0 = the largest that fits).
             max_steps: Optimizer steps per candidate (enough to pass warm-up).
             hyperparameters: Extra trainer hyperparameters for every candidate.
+            max_cost_usd: Budget for all training jobs together: no job starts when their
+                worst cases (instances x max runtime x instance-hour price, summed)
+                exceed it; 0: no limit.
             trainer_repository: ECR repository of the trainer image.
             codebuild_role_arn: CodeBuild service role (empty: the project's default).
             cleanup_policy: Per-kind cleanup policy overrides, e.g. {"logs": "delete"}.
@@ -143,6 +147,8 @@ def build_pipeline(parallelism: int = DEFAULT_PARALLELISM) -> Any:
                     checkpoint_s3_uri=f"{prefix}/checkpoints",
                     max_wait_seconds=max_wait_seconds,
                     max_runtime_seconds=max_runtime_seconds,
+                    max_cost_usd=max_cost_usd,
+                    budget_items=plan.outputs["batch_candidates"],
                     pipeline=NAME,
                 ).set_display_name("train candidate")
                 train.set_retry(2)

@@ -70,6 +70,7 @@ def build_pipeline(parallelism: int = DEFAULT_PARALLELISM) -> Any:
         loss_tolerance_rel: float = 0.01,
         divergence_tolerance_rel: float = 0.1,
         target_gpu: str = "B200",
+        max_cost_usd: float = 0.0,
         trainer_repository: str = "kfp-sagemaker-blackwell/trainer",
         codebuild_role_arn: str = "",
         cleanup_policy: dict = {},  # noqa: B006 (KFP default)
@@ -109,6 +110,9 @@ def build_pipeline(parallelism: int = DEFAULT_PARALLELISM) -> Any:
             loss_tolerance_rel: Largest relative final-loss difference to the baseline that passes.
             divergence_tolerance_rel: Largest relative worst-case divergence that passes.
             target_gpu: GPU the speed-ups are for (runs not timed on it: predicted).
+            max_cost_usd: Budget for all training jobs together: no job starts when their
+                worst cases (instances x max runtime x instance-hour price, summed)
+                exceed it; 0: no limit.
             trainer_repository: ECR repository of the trainer image.
             codebuild_role_arn: CodeBuild service role (empty: the project's default).
             cleanup_policy: Per-kind cleanup policy overrides, e.g. {"checkpoints": "delete"}.
@@ -159,6 +163,8 @@ def build_pipeline(parallelism: int = DEFAULT_PARALLELISM) -> Any:
                     use_spot=use_spot,
                     max_wait_seconds=max_wait_seconds,
                     max_runtime_seconds=max_runtime_seconds,
+                    max_cost_usd=max_cost_usd,
+                    budget_items=plan.outputs["runnable_precisions"],
                     memory_plan=plan.outputs["plan"],
                     pipeline=NAME,
                 ).set_display_name("train")

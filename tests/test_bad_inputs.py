@@ -112,6 +112,11 @@ CASES: list[tuple[str, str, list[str], str]] = [
     ("max-outage-0", TRAINING, train("--max-outage-seconds", "0"), "max_outage_seconds"),
     ("price-not-a-number", TRAINING, train("--instance-hour-price", "ml.p5.48xlarge=abc"),
      "instance_hour_prices"),
+    ("worst-case-over-budget", TRAINING, train("--max-cost-usd", "100"), "max_cost_usd"),
+    ("budget-negative", TRAINING, train("--max-cost-usd", "-5"), "max_cost_usd"),
+    ("budget-without-a-price", TRAINING, train("--max-cost-usd", "100",
+                                               "--instance-type", "ml.p5e.48xlarge"),
+     "max_cost_usd"),
     # ---- the model and the trainer's own flags ----
     ("num-layers-negative", TRAINING, train("--num-layers", "-1"), "num_layers"),
     ("hidden-size-negative", TRAINING, train("--hidden-size", "-64"), "hidden_size"),

@@ -228,6 +228,8 @@ def test_two_instance_job_trains_across_two_local_hosts(backend):
     assert sorted(losses(logs["algo-1"])) == [1, 2, 3]
     assert result.billable_seconds == describe(backend, result.job_name)[
         "BillableTimeInSeconds"]
+    price = pricing.DEFAULT_INSTANCE_HOUR_PRICES_USD[cfg.instance_type]
+    assert result.estimated_cost_usd == round(result.billable_seconds * 2 / 3600 * price, 4)
 
 
 def test_sigterm_to_the_component_stops_the_training_job_within_seconds(backend, tmp_path):

@@ -105,6 +105,9 @@ def build_parser() -> argparse.ArgumentParser:
     g = p.add_argument_group("outputs and behaviour")
     g.add_argument("--instance-hour-price", action="append", metavar="TYPE=USD",
                    help="override the price table for the cost estimate (repeatable)")
+    g.add_argument("--max-cost-usd", type=float, default=0.0,
+                   help="refuse to launch when the worst case (instances x max runtime x "
+                        "instance-hour price) exceeds this; 0: no limit")
     g.add_argument("--poll-interval-seconds", "--poll-interval", dest="poll_interval",
                    type=float, default=DEFAULT_POLL_INTERVAL_S, help="seconds between polls")
     g.add_argument("--max-outage-seconds", type=float, default=DEFAULT_MAX_OUTAGE_S,
@@ -144,7 +147,7 @@ def config_from_args(args: argparse.Namespace) -> TrainingJobConfig:
         vpc_subnet_ids=args.vpc_subnet_id or [],
         vpc_security_group_ids=args.vpc_security_group_id or [],
         tags=key_values("--tag", args.tag), memory_plan=memory_plan, job_name=args.job_name,
-        override_memory_check=args.override_memory_check,
+        override_memory_check=args.override_memory_check, max_cost_usd=args.max_cost_usd,
     )
 
 
@@ -165,9 +168,10 @@ def _main(args: argparse.Namespace, ctx: ExecutionContext) -> int:
         prices = key_values("--instance-hour-price", args.instance_hour_price)
         if args.dry_run:
             resolved, request = launcher.prepare(cfg)
-            launcher.pricing.price_table(prices)
             for note in resolved.notes:
                 print(note, file=sys.stderr)
+            launcher.cost_preview(resolved, launcher.pricing.price_table(prices),
+                                  say=lambda line: print(line, file=sys.stderr))
             print(launcher.request_json(request))
             return 0
         result = launcher.launch(cfg, resources_path=args.aws_resources_path,

@@ -47,6 +47,8 @@ def sagemaker_training(
     memory_plan: str = "",
     override_memory_check: bool = False,
     instance_hour_prices: Optional[dict] = None,
+    max_cost_usd: float = 0.0,
+    budget_items: Optional[list] = None,
     job_name: str = "",
     poll_interval_seconds: float = 5.0,
     max_outage_seconds: float = 300.0,
@@ -56,7 +58,7 @@ def sagemaker_training(
 ) -> NamedTuple(  # type: ignore[valid-type]
     "Outputs",
     [("job_name", str), ("job_arn", str), ("status", str), ("billable_seconds", int),
-     ("estimated_cost_usd", float)],
+     ("estimated_cost_usd", float), ("worst_case_cost_usd", float)],
 ):
     """Trains the project's LLM trainer as an Amazon SageMaker AI training job.
 
@@ -147,6 +149,12 @@ def sagemaker_training(
             predicts the configuration will not fit in GPU memory.
         instance_hour_prices: Instance type -> USD per instance-hour, overriding the
             built-in approximate on-demand table used for ``estimated_cost_usd``.
+        max_cost_usd: Refuse to launch (before any AWS call) when the worst case,
+            instance_count x max_runtime_seconds x the instance-hour price, exceeds
+            this many USD (times the number of ``budget_items``); 0: no limit.
+        budget_items: The items of the ParallelFor this job is one of (a sweep's
+            precisions or batch candidates): ``max_cost_usd`` then bounds the sum
+            of all their worst cases, so no job starts when the sweep is over it.
         job_name: Explicit training job name (default: derived, see above).
         poll_interval_seconds: Seconds between DescribeTrainingJob/log polls.
         max_outage_seconds: How long an unreachable SageMaker endpoint is ridden out
@@ -163,9 +171,11 @@ def sagemaker_training(
         job_name: Training job name.
         job_arn: Training job ARN.
         status: Final status (Completed; any other status fails the task).
-        billable_seconds: BillableTimeInSeconds (all instances).
-        estimated_cost_usd: billable hours x the instance-hour price, -1 when the
-            price table has no price for the instance type.
+        billable_seconds: BillableTimeInSeconds (per instance, as SageMaker reports it).
+        estimated_cost_usd: billable hours x instance_count x the instance-hour
+            price, -1 when the price table has no price for the instance type.
+        worst_case_cost_usd: instance_count x max_runtime_seconds x the price (what
+            was checked against ``max_cost_usd``), -1 without a price.
     """
     from collections import namedtuple
 
@@ -194,14 +204,15 @@ def sagemaker_training(
         max_retry_attempts=max_retry_attempts, volume_size_gb=volume_size_gb,
         vpc_subnet_ids=vpc_subnet_ids or [], vpc_security_group_ids=vpc_security_group_ids or [],
         tags=tags or {}, memory_plan=memory_plan, job_name=job_name,
-        override_memory_check=override_memory_check,
+        override_memory_check=override_memory_check, max_cost_usd=max_cost_usd,
     )
     from components.common.execution_context import TERMINATED_EXIT_CODE, Terminated
 
     try:
         result = launch(cfg, resources_path=aws_resources,
                         instance_hour_prices=instance_hour_prices or {},
-                        poll_interval_s=poll_interval_seconds, max_outage_s=max_outage_seconds)
+                        poll_interval_s=poll_interval_seconds, max_outage_s=max_outage_seconds,
+                        budget_jobs=len(budget_items or []) or 1)
     except Terminated as exc:
         print(f"error: {exc}", flush=True)
         raise SystemExit(TERMINATED_EXIT_CODE) from None
@@ -210,6 +221,7 @@ def sagemaker_training(
                            "instance_type": instance_type, "instance_count": instance_count,
                            "s3_uri": result.model_s3_uri})
     Outputs = namedtuple(  # noqa: N806
-        "Outputs", ["job_name", "job_arn", "status", "billable_seconds", "estimated_cost_usd"])
+        "Outputs", ["job_name", "job_arn", "status", "billable_seconds", "estimated_cost_usd",
+                    "worst_case_cost_usd"])
     return Outputs(result.job_name, result.job_arn, result.status, result.billable_seconds,
-                   result.estimated_cost_usd)
+                   result.estimated_cost_usd, result.worst_case_cost_usd)

@@ -41,6 +41,7 @@ class TrainingResult:
     model_s3_uri: str
     billable_seconds: int
     estimated_cost_usd: float  # -1.0 when the price table has no price for the instance
+    worst_case_cost_usd: float  # instances x max runtime x price; -1.0 without a price
     failure_reason: str
     created: bool  # False when the job already existed (a retried or restarted component)
 
@@ -105,6 +106,7 @@ def launch(
     out: Callable[[str], None] | None = None,
     raise_on_failure: bool = True,
     ctx: ExecutionContext | None = None,
+    budget_jobs: int = 1,
 ) -> TrainingResult:
     """Runs the job to its end; raises UserError before any AWS call for bad parameters.
 
@@ -119,19 +121,20 @@ def launch(
                        instance_hour_prices=instance_hour_prices,
                        poll_interval_s=poll_interval_s, max_outage_s=max_outage_s,
                        out=out or (lambda line: print(line, flush=True)),
-                       raise_on_failure=raise_on_failure)
+                       raise_on_failure=raise_on_failure, budget_jobs=budget_jobs)
 
 
 def _launch(cfg: TrainingJobConfig, ctx: ExecutionContext, *, resources_path: str | None,
             instance_hour_prices: Mapping[str, Any] | None, poll_interval_s: float,
             max_outage_s: float, out: Callable[[str], None],
-            raise_on_failure: bool) -> TrainingResult:
+            raise_on_failure: bool, budget_jobs: int) -> TrainingResult:
     check_follow_settings(poll_interval_s, max_outage_s)
     resolved, request = prepare(cfg)
     prices = pricing.price_table(instance_hour_prices)  # validated before any AWS call too
     say = out
     for note in resolved.notes:
         say(note)
+    worst = cost_preview(resolved, prices, budget_jobs=budget_jobs, say=say)
     ctx.check("before any AWS call: nothing was created")
     sagemaker = aws.client("sagemaker", resolved.region)
     # Following the job: no botocore retries and short connect timeouts; the runner
@@ -149,7 +152,7 @@ def _launch(cfg: TrainingJobConfig, ctx: ExecutionContext, *, resources_path: st
                                out=say, ctx=ctx, follow=follow)
     job = runner.run(request, run_id=cfg.run_id, resources_path=resources_path)
     billable = int(job.get("BillableTimeInSeconds") or 0)
-    cost = pricing.estimate_cost_usd(cfg.instance_type, billable, prices)
+    cost = pricing.estimate_cost_usd(cfg.instance_type, billable, prices, cfg.instance_count)
     result = TrainingResult(
         job_name=job["TrainingJobName"],
         job_arn=job["TrainingJobArn"],
@@ -158,15 +161,60 @@ def _launch(cfg: TrainingJobConfig, ctx: ExecutionContext, *, resources_path: st
         model_s3_uri=(job.get("ModelArtifacts") or {}).get("S3ModelArtifacts", ""),
         billable_seconds=billable,
         estimated_cost_usd=-1.0 if cost is None else cost,
+        worst_case_cost_usd=-1.0 if worst is None else worst,
         failure_reason=job.get("FailureReason", ""),
         created=runner.created,
     )
-    say(f"training job {result.job_name}: {result.status}; billable {billable} s"
+    say(f"training job {result.job_name}: {result.status}; billable {billable} s per instance"
         + (f", estimated ${cost:,.2f}" if cost is not None
            else f" (no price for {cfg.instance_type}: pass instance_hour_prices)"))
     if raise_on_failure:
         runner.check(job)
     return result
+
+
+def cost_preview(resolved: ResolvedConfig, prices: Mapping[str, float], *, budget_jobs: int = 1,
+                 say: Callable[[str], None]) -> float | None:
+    """Prints the worst case (and the plan's predicted cost, when it has one) and refuses a
+    launch over ``max_cost_usd`` (``budget_jobs``: jobs of a sweep sharing that budget);
+    returns the worst case, None without a price. No AWS call."""
+    c = resolved.config
+    if isinstance(budget_jobs, bool) or not isinstance(budget_jobs, int) or budget_jobs < 1:
+        raise UserError("budget_jobs", f"{budget_jobs!r}: must be an integer >= 1.")
+    worst = pricing.worst_case_cost_usd(c.instance_type, c.instance_count,
+                                        c.max_runtime_seconds, prices)
+    hours = c.max_runtime_seconds / 3600
+    if worst is None:
+        say(f"worst case: {c.instance_count} x {c.instance_type} x {hours:g} h (no price for "
+            f"{c.instance_type}: pass instance_hour_prices)")
+    else:
+        say(f"worst case: {c.instance_count} x {c.instance_type} x {hours:g} h "
+            f"(max_runtime_seconds) x ${prices[c.instance_type]:,.2f}/h = ${worst:,.2f} "
+            "(price table: approximate on-demand, see pricing.py)")
+    predicted = _predicted(resolved, prices)
+    if predicted:
+        say(predicted)
+    pricing.check_budget(c.max_cost_usd, worst, instance_type=c.instance_type, jobs=budget_jobs)
+    return worst
+
+
+def _predicted(resolved: ResolvedConfig, prices: Mapping[str, float]) -> str:
+    """The memory plan's throughput prediction as hours and USD for this job, or ""."""
+    c = resolved.config
+    if not c.memory_plan.strip():
+        return ""
+    from components.common.memory_plan import MemoryPlan
+
+    entry = MemoryPlan.from_json(c.memory_plan).precisions.get(c.precision)
+    step_s = getattr(entry, "step_seconds", None)
+    if not step_s:
+        return ""
+    hours = c.max_steps * float(step_s) / 3600
+    price = prices.get(c.instance_type)
+    cost = f", ${hours * c.instance_count * price:,.2f}" if price is not None else ""
+    source = getattr(entry, "throughput_source", "") or "the memory plan's throughput model"
+    return (f"predicted: {c.max_steps} steps x {float(step_s):.3g} s = {hours:.2f} h{cost} "
+            f"({source}; predicted, not measured)")
 
 
 def request_json(request: dict[str, Any]) -> str:

@@ -90,6 +90,7 @@ class TrainingJobConfig:
     tags: dict[str, str] = field(default_factory=dict)
     memory_plan: str = ""
     override_memory_check: bool = False
+    max_cost_usd: float = 0.0
     job_name: str = ""
 
 

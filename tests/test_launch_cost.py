@@ -1,0 +1,98 @@
+"""Cost of a training job: per-instance billing, the worst case before launch, budgets."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from components.common import aws
+from components.common.errors import UserError
+from components.common.memory_plan import MemoryPlan, PrecisionPlan
+from components.sagemaker_training import __main__ as cli
+from components.sagemaker_training import launcher, pricing
+from components.sagemaker_training.request import TrainingJobConfig
+
+IMAGE = "123456789012.dkr.ecr.us-west-2.amazonaws.com/kfp-sagemaker-trainer:test"
+ROLE = "arn:aws:iam::123456789012:role/SageMakerTraining"
+P6 = "ml.p6-b200.48xlarge"
+PRICE = pricing.DEFAULT_INSTANCE_HOUR_PRICES_USD[P6]
+
+
+def cfg(**changes) -> TrainingJobConfig:
+    base = TrainingJobConfig(image_uri=IMAGE, role_arn=ROLE, output_s3_uri="s3://my-bucket/out",
+                             run_id="cost", task="train", model_preset="tiny", batch_size=2,
+                             seq_length=32, max_steps=10)
+    return replace(base, **changes)
+
+
+def test_billable_time_is_per_instance_so_two_instances_cost_twice_as_much():
+    prices = pricing.price_table()
+    one = pricing.estimate_cost_usd(P6, 3600, prices, 1)
+    two = pricing.estimate_cost_usd(P6, 3600, prices, 2)
+    assert one == pytest.approx(PRICE) and two == pytest.approx(2 * PRICE)
+    assert pricing.estimate_cost_usd("ml.unknown", 3600, prices, 2) is None
+
+
+def test_worst_case_is_instances_times_max_runtime_times_price_and_is_printed_first():
+    lines: list[str] = []
+    resolved, _ = launcher.prepare(cfg(instance_count=2, max_runtime_seconds=7200))
+    worst = launcher.cost_preview(resolved, pricing.price_table(), say=lines.append)
+    assert worst == pytest.approx(2 * 2 * PRICE)
+    assert any(line.startswith("worst case: 2 x ml.p6-b200.48xlarge x 2 h") for line in lines)
+
+
+@pytest.mark.parametrize(("budget", "jobs", "refused"), [
+    (100.0, 1, True), (3 * PRICE, 1, False), (3 * PRICE, 2, True), (0.0, 4, False)])
+def test_max_cost_usd_refuses_a_worst_case_over_it_before_any_aws_call(budget, jobs, refused):
+    c = cfg(max_runtime_seconds=7200, max_cost_usd=budget)  # worst case 2 x PRICE per job
+    with aws.record_calls() as recording:
+        if refused:
+            with pytest.raises(UserError) as err:
+                launcher.launch(c, out=lambda line: None, budget_jobs=jobs)
+            assert err.value.field == "max_cost_usd" and f"{budget:,.2f}" in str(err.value)
+        else:
+            resolved, _ = launcher.prepare(c)
+            launcher.cost_preview(resolved, pricing.price_table(), budget_jobs=jobs,
+                                  say=lambda line: None)
+    assert recording.calls() == []
+
+
+def test_a_budget_without_a_price_is_refused():
+    c = cfg(instance_type="ml.p5e.48xlarge", precision="bf16", max_cost_usd=10.0)
+    resolved, _ = launcher.prepare(c)
+    with pytest.raises(UserError, match="no price for ml.p5e.48xlarge"):
+        launcher.cost_preview(resolved, pricing.price_table(), say=lambda line: None)
+
+
+def test_the_plans_predicted_time_and_cost_are_shown_labelled_predicted(capsys):
+    from trainer import spec
+
+    entry = PrecisionPlan(precision="bf16", supported=True, fits=True, batch_size=2,
+                          activation_checkpointing=False, peak_bytes=2**30, step_seconds=0.5,
+                          throughput_source="throughput model")
+    plan = MemoryPlan(instance_type=P6, gpu="B200", gpu_memory_bytes=192 * 2**30, world_size=8,
+                      seq_length=32, model=spec.PRESETS["tiny"].to_dict(),
+                      precisions={"bf16": entry}).to_json()
+    code = cli.main(["--run-id", "cost", "--image-uri", IMAGE, "--role-arn", ROLE,
+                     "--output-s3-uri", "s3://my-bucket/out", "--model-preset", "tiny", "--batch-size", "2",
+                     "--seq-length", "32", "--max-steps", "7200", "--memory-plan", plan,
+                     "--dry-run"])
+    err = capsys.readouterr().err
+    assert code == 0, err
+    assert "predicted: 7200 steps x 0.5 s = 1.00 h, $" + f"{PRICE:,.2f}" in err, err
+    assert "predicted, not measured" in err and "worst case: 1 x" in err
+
+
+def test_the_sweeps_pass_their_items_so_the_budget_covers_every_job():
+    from pipelines import batch_tuning, precision_sweep
+
+    for module, items in ((precision_sweep, "runnable_precisions"),
+                          (batch_tuning, "batch_candidates")):
+        spec = module.PIPELINE.pipeline_spec
+        train = [t for comp in spec.components.values() for name, t in comp.dag.tasks.items()
+                 if name.startswith("sagemaker-training")]
+        assert len(train) == 1
+        params = train[0].inputs.parameters
+        assert params["max_cost_usd"].component_input_parameter == "pipelinechannel--max_cost_usd"
+        assert items in params["budget_items"].component_input_parameter
