@@ -71,6 +71,10 @@ def build_pipeline(parallelism: int = DEFAULT_PARALLELISM) -> Any:
         divergence_tolerance_rel: float = 0.1,
         target_gpu: str = "B200",
         max_cost_usd: float = 0.0,
+        output_kms_key_id: str = "",
+        volume_kms_key_id: str = "",
+        enable_network_isolation: bool = False,
+        enable_inter_container_traffic_encryption: bool = False,
         trainer_repository: str = "kfp-sagemaker-blackwell/trainer",
         codebuild_role_arn: str = "",
         cleanup_policy: dict = {},  # noqa: B006 (KFP default)
@@ -113,6 +117,11 @@ def build_pipeline(parallelism: int = DEFAULT_PARALLELISM) -> Any:
             max_cost_usd: Budget for all training jobs together: no job starts when their
                 worst cases (instances x max runtime x instance-hour price, summed)
                 exceed it; 0: no limit.
+            output_kms_key_id: KMS key for the training jobs' output (empty: S3's default).
+            volume_kms_key_id: KMS key for the training instances' EBS volumes.
+            enable_network_isolation: No network access for the training containers.
+            enable_inter_container_traffic_encryption: Encrypt traffic between the
+                instances of a multi-node job.
             trainer_repository: ECR repository of the trainer image.
             codebuild_role_arn: CodeBuild service role (empty: the project's default).
             cleanup_policy: Per-kind cleanup policy overrides, e.g. {"checkpoints": "delete"}.
@@ -164,6 +173,11 @@ def build_pipeline(parallelism: int = DEFAULT_PARALLELISM) -> Any:
                     max_wait_seconds=max_wait_seconds,
                     max_runtime_seconds=max_runtime_seconds,
                     max_cost_usd=max_cost_usd,
+                    output_kms_key_id=output_kms_key_id,
+                    volume_kms_key_id=volume_kms_key_id,
+                    enable_network_isolation=enable_network_isolation,
+                    enable_inter_container_traffic_encryption=(
+                        enable_inter_container_traffic_encryption),
                     budget_items=plan.outputs["runnable_precisions"],
                     memory_plan=plan.outputs["plan"],
                     pipeline=NAME,

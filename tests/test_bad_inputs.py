@@ -96,6 +96,12 @@ CASES: list[tuple[str, str, list[str], str]] = [
     ("retry-attempts-31", TRAINING, train("--max-retry-attempts", "31"), "max_retry_attempts"),
     ("training-plan-not-an-arn", TRAINING, train("--training-plan-arn", "plan-1"),
      "training_plan_arn"),
+    ("output-kms-key-not-a-key", TRAINING, train("--output-kms-key-id", "my key"),
+     "output_kms_key_id"),
+    ("volume-kms-key-other-region", TRAINING, train(
+        "--volume-kms-key-id",
+        "arn:aws:kms:eu-west-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab"),
+     "volume_kms_key_id"),
     # ---- capacity ----
     ("spot-without-checkpoints", TRAINING, train("--use-spot", "--max-wait-seconds", "90000"),
      "checkpoint_s3_uri"),

@@ -398,3 +398,23 @@ def test_bad_precision_hyperparameters_name_the_field(by_precision, field_text):
     with pytest.raises(UserError, match=field_text) as exc:
         merge_precision_hyperparameters({}, by_precision, "fp8")
     assert exc.value.field == "precision_hyperparameters"
+
+
+def test_enterprise_settings_reach_the_request_and_the_iam_policies_cover_them():
+    key = "arn:aws:kms:us-west-2:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab"
+    _, request = launcher.prepare(tiny(
+        "run-kms", output_kms_key_id=key, volume_kms_key_id="alias/training-volumes",
+        enable_network_isolation=True, enable_inter_container_traffic_encryption=True))
+    assert request["OutputDataConfig"]["KmsKeyId"] == key
+    assert request["ResourceConfig"]["VolumeKmsKeyId"] == "alias/training-volumes"
+    assert request["EnableNetworkIsolation"] is True
+    assert request["EnableInterContainerTrafficEncryption"] is True
+    _, plain = launcher.prepare(tiny("run-kms"))
+    assert "KmsKeyId" not in plain["OutputDataConfig"] and "EnableNetworkIsolation" not in plain
+    policies = {name: json.loads((ROOT / "images" / "iam" / f"{name}.json").read_text())
+                for name in ("pod-policy", "sagemaker-execution-policy")}
+    actions = {name: {a for s in p["Statement"] if "kms:ViaService" in json.dumps(s)
+                      for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])}
+               for name, p in policies.items()}
+    assert "kms:CreateGrant" in actions["pod-policy"]  # attaching an encrypted volume
+    assert "kms:GenerateDataKey" in actions["sagemaker-execution-policy"]  # SSE-KMS output

@@ -75,6 +75,15 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--vpc-subnet-id", action="append", help="VPC subnet (repeatable)")
     g.add_argument("--vpc-security-group-id", action="append",
                    help="VPC security group (repeatable)")
+    g.add_argument("--output-kms-key-id", default="",
+                   help="KMS key for the model artifacts and output (OutputDataConfig.KmsKeyId)")
+    g.add_argument("--volume-kms-key-id", default="",
+                   help="KMS key for the instances' EBS volumes (ResourceConfig.VolumeKmsKeyId)")
+    g.add_argument("--enable-network-isolation", action=argparse.BooleanOptionalAction,
+                   default=False, help="no network access for the training container")
+    g.add_argument("--enable-inter-container-traffic-encryption",
+                   action=argparse.BooleanOptionalAction, default=False,
+                   help="encrypt traffic between the instances of a multi-node job")
     g = p.add_argument_group("model and training")
     g.add_argument("--precision", default="bf16",
                    help="fp32, bf16, fp16, fp8, fp8-current, fp8-block, mxfp8, nvfp4")
@@ -146,6 +155,9 @@ def config_from_args(args: argparse.Namespace) -> TrainingJobConfig:
         max_retry_attempts=args.max_retry_attempts, volume_size_gb=args.volume_size_gb,
         vpc_subnet_ids=args.vpc_subnet_id or [],
         vpc_security_group_ids=args.vpc_security_group_id or [],
+        output_kms_key_id=args.output_kms_key_id, volume_kms_key_id=args.volume_kms_key_id,
+        enable_network_isolation=args.enable_network_isolation,
+        enable_inter_container_traffic_encryption=args.enable_inter_container_traffic_encryption,
         tags=key_values("--tag", args.tag), memory_plan=memory_plan, job_name=args.job_name,
         override_memory_check=args.override_memory_check, max_cost_usd=args.max_cost_usd,
     )

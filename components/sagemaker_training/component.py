@@ -43,6 +43,10 @@ def sagemaker_training(
     volume_size_gb: int = 500,
     vpc_subnet_ids: Optional[list] = None,
     vpc_security_group_ids: Optional[list] = None,
+    output_kms_key_id: str = "",
+    volume_kms_key_id: str = "",
+    enable_network_isolation: bool = False,
+    enable_inter_container_traffic_encryption: bool = False,
     tags: Optional[dict] = None,
     memory_plan: str = "",
     override_memory_check: bool = False,
@@ -139,6 +143,17 @@ def sagemaker_training(
         volume_size_gb: EBS volume per instance.
         vpc_subnet_ids: Subnets for VPC mode (with ``vpc_security_group_ids``).
         vpc_security_group_ids: Security groups for VPC mode (with ``vpc_subnet_ids``).
+        output_kms_key_id: KMS key (id, ARN, alias or alias ARN) SageMaker encrypts
+            the model artifacts and output with (OutputDataConfig.KmsKeyId); the
+            execution role needs kms:GenerateDataKey/Decrypt on it (images/iam).
+        volume_kms_key_id: KMS key for the training instances' EBS volumes
+            (ResourceConfig.VolumeKmsKeyId); the launching role needs kms:CreateGrant.
+        enable_network_isolation: No network access for the training container
+            (EnableNetworkIsolation); SageMaker still moves inputs, checkpoints and
+            the model.
+        enable_inter_container_traffic_encryption: Encrypt traffic between the
+            instances of a multi-node job (EnableInterContainerTrafficEncryption;
+            slower collectives).
         tags: Extra tags for the job (the run's kfp-sagemaker:* tags are always added).
         memory_plan: The ``plan`` output of memory_estimate; when given, its batch size
             and activation checkpointing for this precision are used, and a
@@ -203,6 +218,9 @@ def sagemaker_training(
         max_wait_seconds=max_wait_seconds, max_runtime_seconds=max_runtime_seconds,
         max_retry_attempts=max_retry_attempts, volume_size_gb=volume_size_gb,
         vpc_subnet_ids=vpc_subnet_ids or [], vpc_security_group_ids=vpc_security_group_ids or [],
+        output_kms_key_id=output_kms_key_id, volume_kms_key_id=volume_kms_key_id,
+        enable_network_isolation=enable_network_isolation,
+        enable_inter_container_traffic_encryption=enable_inter_container_traffic_encryption,
         tags=tags or {}, memory_plan=memory_plan, job_name=job_name,
         override_memory_check=override_memory_check, max_cost_usd=max_cost_usd,
     )

@@ -29,6 +29,12 @@ ROLE_ARN_RE = re.compile(r"^arn:aws[a-z\-]*:iam::\d{12}:role/[\w+=,.@\-/]{1,512}
 PLAN_ARN_RE = re.compile(
     r"^arn:aws[a-z\-]*:sagemaker:[a-z0-9\-]+:\d{12}:training-plan/([a-z0-9](-*[a-z0-9]){0,62})$"
 )
+# A KMS key id, key ARN, alias name or alias ARN (what SageMaker accepts for both keys).
+KMS_KEY_RE = re.compile(
+    r"^(?:[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|mrk-[0-9a-f]{32}"
+    r"|alias/[a-zA-Z0-9/_-]{1,256}"
+    r"|arn:aws[a-z-]*:kms:([a-z0-9-]+):\d{12}:(?:key/(?:mrk-)?[0-9a-f-]{32,36}"
+    r"|alias/[a-zA-Z0-9/_-]{1,256}))$")
 CHANNEL_RE = re.compile(r"^[A-Za-z0-9.\-_]{1,64}$")
 IMAGE_RE = re.compile(r"^[^\s]{1,255}$")
 # <repository>:<tag> or <repository>[:<tag>]@sha256:<digest>, after the ECR host.
@@ -87,6 +93,10 @@ class TrainingJobConfig:
     volume_size_gb: int = 500
     vpc_subnet_ids: list[str] = field(default_factory=list)
     vpc_security_group_ids: list[str] = field(default_factory=list)
+    output_kms_key_id: str = ""
+    volume_kms_key_id: str = ""
+    enable_network_isolation: bool = False
+    enable_inter_container_traffic_encryption: bool = False
     tags: dict[str, str] = field(default_factory=dict)
     memory_plan: str = ""
     override_memory_check: bool = False
@@ -149,7 +159,7 @@ def resolve(cfg: TrainingJobConfig, *, region: str | None = None) -> ResolvedCon
     notes: list[str] = []
     batch_size, checkpointing = _memory(cfg, model, notes)
     _capacity(cfg, resolved_region)
-    _network(cfg)
+    _network(cfg, resolved_region)
     hps = _hyperparameters(cfg, model_overrides=overrides, batch_size=batch_size,
                            checkpointing=checkpointing)
     env = _environment(cfg.environment)
@@ -379,8 +389,30 @@ def _capacity(cfg: TrainingJobConfig, region: str) -> None:
                      cfg.max_retry_attempts, "pass 0 (no retries) to 30.")
 
 
-def _network(cfg: TrainingJobConfig) -> None:
-    """Input channels and VPC mode."""
+def _encryption(cfg: TrainingJobConfig, region: str) -> None:
+    """KMS keys for the output and the training volume; the two isolation switches."""
+    for fld, path in (("output_kms_key_id", "OutputDataConfig.KmsKeyId"),
+                      ("volume_kms_key_id", "ResourceConfig.VolumeKmsKeyId")):
+        key = getattr(cfg, fld)
+        if not key:
+            continue
+        m = KMS_KEY_RE.match(key)
+        if m is None:
+            raise UserError(fld, f"{key!r} is not a KMS key.",
+                            "pass a key id, a key ARN (arn:aws:kms:<region>:<account>:key/<id>), "
+                            "an alias (alias/<name>) or an alias ARN.")
+        if m.group(1) and m.group(1) != region:
+            raise UserError(fld, f"is in region {m.group(1)}, the job in {region}.",
+                            "use a KMS key of the job's region.")
+        limits.check(fld, path, key)
+    for fld in ("enable_network_isolation", "enable_inter_container_traffic_encryption"):
+        if not isinstance(getattr(cfg, fld), bool):
+            raise UserError(fld, f"{getattr(cfg, fld)!r} is not true or false.",
+                            f"pass {fld}=True or False.")
+
+
+def _network(cfg: TrainingJobConfig, region: str) -> None:
+    """Input channels, encryption and isolation, VPC mode."""
     channels = cfg.input_channels or {}
     if channels:
         limits.check("input_channels", "InputDataConfig", channels)
@@ -393,6 +425,7 @@ def _network(cfg: TrainingJobConfig) -> None:
     if bool(cfg.vpc_subnet_ids) != bool(cfg.vpc_security_group_ids):
         raise UserError("vpc_subnet_ids", "and vpc_security_group_ids must be given together.",
                         "pass both (or neither, for no VPC).")
+    _encryption(cfg, region)
     if not cfg.vpc_subnet_ids:
         return
     for fld, ids, path, prefix in (
@@ -537,19 +570,26 @@ def build_request(r: ResolvedConfig) -> dict[str, Any]:
     }
     if c.training_plan_arn:
         resource["TrainingPlanArn"] = c.training_plan_arn
+    if c.volume_kms_key_id:
+        resource["VolumeKmsKeyId"] = c.volume_kms_key_id
     stopping: dict[str, int] = {"MaxRuntimeInSeconds": c.max_runtime_seconds}
     request: dict[str, Any] = {
         "TrainingJobName": r.job_name,
         "RoleArn": c.role_arn,
         "AlgorithmSpecification": {"TrainingImage": c.image_uri, "TrainingInputMode": "File"},
         "HyperParameters": r.hyperparameters,
-        "OutputDataConfig": {"S3OutputPath": c.output_s3_uri},
+        "OutputDataConfig": {"S3OutputPath": c.output_s3_uri,
+                             **({"KmsKeyId": c.output_kms_key_id} if c.output_kms_key_id else {})},
         "ResourceConfig": resource,
         "StoppingCondition": stopping,
         # The article's launch disables the profiler: it costs throughput and we log our own.
         "ProfilerConfig": {"DisableProfiler": True},
         "Tags": tags.as_key_value(r.tags),
     }
+    if c.enable_network_isolation:
+        request["EnableNetworkIsolation"] = True
+    if c.enable_inter_container_traffic_encryption:
+        request["EnableInterContainerTrafficEncryption"] = True
     if c.use_spot:
         request["EnableManagedSpotTraining"] = True
         stopping["MaxWaitTimeInSeconds"] = c.max_wait_seconds
