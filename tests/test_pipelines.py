@@ -205,8 +205,9 @@ def test_a_failing_precision_still_runs_cleanup_and_reports_the_failure(tmp_path
     args = {
         **TINY,
         "precisions": ["bf16", "fp8"],
-        # the trainer refuses this value at start-up: the fp8 job fails on "SageMaker"
-        "precision_hyperparameters": {"fp8": {"lr": "not-a-number"}},
+        # the fp8 job fails on "SageMaker" (a CUDA OOM the trainer simulates at step 1;
+        # a value the trainer refuses is now refused before launch)
+        "precision_hyperparameters": {"fp8": {"simulate-oom-at-step": "1"}},
     }
     with _local.local_aws() as backend:
         args = {"role_arn": _local.LOCAL_ROLE_ARN, "bucket": _local.LOCAL_BUCKET, **args}
@@ -216,9 +217,10 @@ def test_a_failing_precision_still_runs_cleanup_and_reports_the_failure(tmp_path
     by_precision = {j["HyperParameters"]["precision"]: j for j in jobs}
     assert by_precision["bf16"]["TrainingJobStatus"] == "Completed"
     assert by_precision["fp8"]["TrainingJobStatus"] == "Failed"
-    assert "--lr" in by_precision["fp8"]["FailureReason"]
+    assert "out of memory" in by_precision["fp8"]["FailureReason"].lower()
     summary = _local.summarise(run, jobs, report_task="compare-convergence")
-    assert "Cleanup ran" in summary.text and "Failed" in summary.text and "--lr" in summary.text
+    assert "Cleanup ran" in summary.text and "Failed" in summary.text
+    assert "out of memory" in summary.text.lower()
     assert summary.failed_jobs == [by_precision["fp8"]["TrainingJobName"]]
     assert run.output("cleanup", "report") is not None
 

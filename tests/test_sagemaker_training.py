@@ -240,9 +240,9 @@ def test_sigterm_to_the_component_stops_the_training_job_within_seconds(backend,
         [sys.executable, "-m", "components.sagemaker_training", "--run-id", cfg.run_id,
          "--task", cfg.task, "--image-uri", IMAGE, "--role-arn", ROLE,
          "--output-s3-uri", cfg.output_s3_uri, "--model-preset", "tiny", "--batch-size", "4",
-         "--seq-length", "32", "--max-steps", "2000", "--hyperparameter", "log-every=1",
-         "--hyperparameter", "checkpoint-every=2", "--hyperparameter", "warmup-steps=2",
-         "--poll-interval", "0.5", "--aws-resources-path", str(record)],
+         "--seq-length", "32", "--max-steps", "2000", "--hyperparameters", "log-every=1",
+         "--hyperparameters", "checkpoint-every=2", "--hyperparameters", "warmup-steps=2",
+         "--poll-interval-seconds", "0.5", "--aws-resources-path", str(record)],
         cwd=ROOT, env={**os.environ, **backend.env()}, stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT, text=True)
     try:
@@ -361,7 +361,7 @@ def test_dry_run_prints_the_exact_request_without_calling_aws(tmp_path):
             "--batch-size", "4", "--seq-length", "32", "--max-steps", str(TINY_STEPS),
             "--use-spot", "--checkpoint-s3-uri", cfg.checkpoint_s3_uri,
             "--max-wait-seconds", "172800"]
-    argv += [a for k, v in TINY_HPS.items() for a in ("--hyperparameter", f"{k}={v}")]
+    argv += [a for k, v in TINY_HPS.items() for a in ("--hyperparameters", f"{k}={v}")]
     out = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout) == launcher.prepare(cfg)[1]
@@ -418,3 +418,28 @@ def test_enterprise_settings_reach_the_request_and_the_iam_policies_cover_them()
                for name, p in policies.items()}
     assert "kms:CreateGrant" in actions["pod-policy"]  # attaching an encrypted volume
     assert "kms:GenerateDataKey" in actions["sagemaker-execution-policy"]  # SSE-KMS output
+
+
+def test_one_declaration_the_config_and_the_cli_follow_the_components_signature():
+    import dataclasses as dc
+    import inspect
+
+    from components.common import cli as common_cli
+    from components.sagemaker_training import __main__ as main_module
+    from components.sagemaker_training.component import sagemaker_training
+
+    signature = inspect.signature(sagemaker_training.python_func).parameters
+    placeholders = {"run_id", "task", "pipeline"}  # KFP placeholders in the component
+    for f in dc.fields(TrainingJobConfig):
+        assert f.name in signature, f"{f.name}: a config field that is not a parameter"
+        if f.name in placeholders or signature[f.name].default is inspect.Parameter.empty:
+            continue
+        default = f.default_factory() if f.default_factory is not dc.MISSING else f.default
+        declared = signature[f.name].default
+        assert default == (declared if declared is not None else type(default)()), f.name
+    parser, params = main_module.build_parser()
+    flags = {a.option_strings[0] for a in parser._actions if a.option_strings}
+    for p in common_cli.parameters(sagemaker_training, exclude=main_module.PIPELINE_ONLY):
+        assert p.flag in flags
+    help_text = parser.format_help()
+    assert "default: ml.p6-b200.48xlarge" in help_text and "(default: 100)" in help_text

@@ -109,6 +109,9 @@ def _kind(func: Callable[..., Any], p: inspect.Parameter) -> type | None:
             pass
     if isinstance(annotation, str):
         annotation = KINDS.get(annotation, annotation)
+    args = typing.get_args(annotation)
+    if typing.get_origin(annotation) is typing.Union and len(args) == 2 and type(None) in args:
+        annotation = next(a for a in args if a is not type(None))  # Optional[dict] -> dict
     if annotation in KINDS.values():
         return annotation  # type: ignore[no-any-return]
     module = getattr(annotation, "__module__", "") or type(annotation).__module__

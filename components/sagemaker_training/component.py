@@ -192,39 +192,14 @@ def sagemaker_training(
         worst_case_cost_usd: instance_count x max_runtime_seconds x the price (what
             was checked against ``max_cost_usd``), -1 without a price.
     """
+    parameters = dict(locals())  # first statement: exactly the parameters, as passed
     from collections import namedtuple
 
-    from components.sagemaker_training.launcher import launch
-    from components.sagemaker_training.request import (
-        TrainingJobConfig,
-        merge_precision_hyperparameters,
-    )
-
-    hyperparameters = merge_precision_hyperparameters(
-        hyperparameters, precision_hyperparameters, precision
-    )
-
-    cfg = TrainingJobConfig(
-        image_uri=image_uri, role_arn=role_arn, output_s3_uri=output_s3_uri, run_id=run_id,
-        task=task, pipeline=pipeline, region=region, instance_type=instance_type,
-        instance_count=instance_count, precision=precision, model_preset=model_preset,
-        num_layers=num_layers, hidden_size=hidden_size, num_heads=num_heads,
-        num_kv_heads=num_kv_heads, ffn_hidden_size=ffn_hidden_size, vocab_size=vocab_size,
-        batch_size=batch_size, seq_length=seq_length,
-        activation_checkpointing=activation_checkpointing, max_steps=max_steps,
-        hyperparameters=hyperparameters or {}, environment=environment or {},
-        checkpoint_s3_uri=checkpoint_s3_uri, input_channels=input_channels or {},
-        training_plan_arn=training_plan_arn, use_spot=use_spot,
-        max_wait_seconds=max_wait_seconds, max_runtime_seconds=max_runtime_seconds,
-        max_retry_attempts=max_retry_attempts, volume_size_gb=volume_size_gb,
-        vpc_subnet_ids=vpc_subnet_ids or [], vpc_security_group_ids=vpc_security_group_ids or [],
-        output_kms_key_id=output_kms_key_id, volume_kms_key_id=volume_kms_key_id,
-        enable_network_isolation=enable_network_isolation,
-        enable_inter_container_traffic_encryption=enable_inter_container_traffic_encryption,
-        tags=tags or {}, memory_plan=memory_plan, job_name=job_name,
-        override_memory_check=override_memory_check, max_cost_usd=max_cost_usd,
-    )
     from components.common.execution_context import TERMINATED_EXIT_CODE, Terminated
+    from components.sagemaker_training.launcher import launch
+    from components.sagemaker_training.request import TrainingJobConfig
+
+    cfg = TrainingJobConfig.from_values(parameters)
 
     try:
         result = launch(cfg, resources_path=aws_resources,

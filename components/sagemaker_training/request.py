@@ -104,6 +104,21 @@ class TrainingJobConfig:
     job_name: str = ""
 
 
+    @classmethod
+    def from_values(cls, values: dict[str, Any]) -> TrainingJobConfig:
+        """From the component's parameter values (its signature is the declaration; the
+        CLI's flags derive from it): the keys that are fields, None containers emptied,
+        ``precision_hyperparameters`` merged for this precision."""
+        kw = {f.name: values[f.name] for f in dataclasses.fields(cls) if f.name in values}
+        for f in dataclasses.fields(cls):
+            if f.name in kw and kw[f.name] is None and f.default_factory is not dataclasses.MISSING:
+                kw[f.name] = f.default_factory()
+        kw["hyperparameters"] = merge_precision_hyperparameters(
+            kw.get("hyperparameters"), values.get("precision_hyperparameters"),
+            kw.get("precision", "bf16"))
+        return cls(**kw)
+
+
 @dataclass(frozen=True)
 class ResolvedConfig:
     """A validated configuration plus what was derived from it."""
