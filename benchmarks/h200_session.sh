@@ -4,6 +4,7 @@
 #   bash benchmarks/h200_session.sh throughput SECONDS   # the trainer's throughput grid (issue 13)
 #   bash benchmarks/h200_session.sh fsdp1 SECONDS        # fsdp.py memory grid (issue 18), then what is left
 #   bash benchmarks/h200_session.sh last SECONDS         # whatever is still missing
+#   bash benchmarks/h200_session.sh extras SECONDS       # FP8 attention on fsdp.py, TE linear timings
 # Each stage stops starting work SECONDS after it began (minus a margin), writes its results to
 # $OUT after every configuration, and keeps state in /root/h200_state so that a later call on the
 # same warm machine resumes instead of repeating. At most 8 files come back from $OUT: each stage
@@ -41,10 +42,10 @@ fsdp1() {  # $1 = seconds; results: $S/fsdp1.json (merged over calls), copied to
 
 fp8_dpa() {  # issue 16's FP8 attention lever on fsdp.py dropout 0: te-fsdp-example, batch 8, seq 8192, no checkpointing
   [ -f $S/fp8_dpa.done ] && return 0
-  [ "$(left)" -gt 100 ] || { echo "fp8_dpa: not enough time left"; return 0; }
+  [ "$(left)" -gt 90 ] || { echo "fp8_dpa: not enough time left"; return 0; }
   for r in none fp8-dpa fp8-dpa-mha; do
     echo "### fsdp_dropout0.py -k 24 -b 8 -s 8192 -n 16 -d 128 -i 8 --precision fp8 recipe=$r" | tee -a $OUT/fp8_dpa.log
-    RANK=0 LOCAL_RANK=0 WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=29$((RANDOM % 400 + 100)) timeout 150 \
+    RANK=0 LOCAL_RANK=0 WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=29$((RANDOM % 400 + 100)) timeout $(( $(left) < 100 ? $(left) : 100 )) \
       python3 $B/memory/measure_fsdp1.py --child --recipe $r --warmup 2 -- $FSDP0 \
       -k 24 -b 8 -s 8192 -n 16 -d 128 -i 8 --precision fp8 2>&1 \
       | grep -E "FSDP1_CHILD|Avg. Iter|Peak Memory|Error|error|Warning" | cut -c1-1500 | tee -a $OUT/fp8_dpa.log
@@ -54,8 +55,8 @@ fp8_dpa() {  # issue 16's FP8 attention lever on fsdp.py dropout 0: te-fsdp-exam
 
 gemms() {
   [ -f $S/gemms.done ] && return 0
-  [ "$(left)" -gt 60 ] || { echo "gemms: not enough time left"; return 0; }
-  python3 $B/throughput/gemms.py --out $OUT/h200_gemms.json --time-budget "$(left 30)" 2>&1 \
+  [ "$(left)" -gt 40 ] || { echo "gemms: not enough time left"; return 0; }
+  python3 $B/throughput/gemms.py --out $OUT/h200_gemms.json --time-budget "$(left 20)" --reps 10 2>&1 \
     | tail -3 && touch $S/gemms.done
 }
 
@@ -67,6 +68,10 @@ case $stage in
   fsdp1)
     fsdp1 "$(left 150)"
     throughput "$(left 60)"
+    fp8_dpa
+    gemms
+    ;;
+  extras)  # only the optional measurements (a fresh machine: no earlier state)
     fp8_dpa
     gemms
     ;;

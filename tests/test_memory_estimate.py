@@ -436,3 +436,43 @@ def test_batch_candidates_are_pre_ranked_by_predicted_throughput():
     assert rates == sorted(rates, reverse=True) and len(set(rates)) > 3
     assert cands[0]["batch_size"] > 1  # batch 1 is host-bound, never the predicted best
     assert cands[-1]["batch_size"] == 1
+
+
+# ---- FSDP1 (TE's fsdp.py) terms ----
+
+def _fsdp_py(**kw):
+    base = dict(model=preset("te-fsdp-example"), batch_size=4, seq_length=4096, precision="fp8",
+                param_dtype="bf16", master_weights=False, optimizer_state_dtype="bf16",
+                fsdp_version=1, optimizer="adamw-foreach", dropout=0.1)
+    base.update(kw)
+    return TrainingSetup(**base)
+
+
+def test_fsdp1_keeps_every_blocks_fp8_weights_until_its_backward_and_fsdp2_one():
+    last = "backward of block 23"
+    held1 = _phase(_fsdp_py(), last)["quantized_weights"]
+    held2 = _phase(_fsdp_py(fsdp_version=2), last)["quantized_weights"]
+    one_block = estimator._block_linear_weights(preset("te-fsdp-example")) * 2.0  # FP8 + transpose
+    assert held2 == pytest.approx(one_block)
+    assert held1 == pytest.approx(24 * one_block)
+    # With checkpointing the forward saves nothing: one block's copy, as FSDP2.
+    assert _phase(_fsdp_py(activation_checkpointing=True), last)["quantized_weights"] == pytest.approx(one_block)
+    # bf16 quantises nothing.
+    assert _phase(_fsdp_py(precision="bf16"), last)["quantized_weights"] == 0
+
+
+def test_fsdp1_at_world_size_1_gathers_nothing_but_at_world_size_2_it_does():
+    assert _phase(_fsdp_py(), "backward of block 23")["fsdp_buffers"] < 2 * 2**30 * 0.05
+    w2 = _phase(_fsdp_py(world_size=2), "backward of block 23")["fsdp_buffers"]
+    assert w2 >= 2 * preset("te-fsdp-example").block_params() * 2  # current + prefetched block, bf16
+
+
+def test_dropout_adds_two_byte_masks_per_hidden_element_and_is_validated():
+    with_d = estimate(_fsdp_py(precision="bf16"), "H200").breakdown["activations"]
+    without = estimate(_fsdp_py(precision="bf16", dropout=0.0), "H200").breakdown["activations"]
+    m = preset("te-fsdp-example")
+    assert with_d - without == pytest.approx(24 * 4 * 4096 * 2.0 * m.hidden_size, rel=1e-9)
+    for bad in (1.0, -0.1, True, "0.1"):
+        with pytest.raises(UserError) as e:
+            estimate(_fsdp_py(dropout=bad), "H200")
+        assert e.value.field == "dropout"

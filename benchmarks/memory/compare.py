@@ -9,6 +9,10 @@ Reads grids in the schema of ``h200_grid.json`` (written by the trainer's
                   "seq_length", "activation_checkpointing", "world_size",
                   "status": "ok" | "oom", "peak_allocated_bytes", "peak_reserved_bytes"}]}
 
+Also reads ``fsdp1_h200_grid.json`` (TE's fsdp.py, written by ``measure_fsdp1.py``:
+rows name ``layers``, ``ac``, ``precision`` and the sizes; the setup is fsdp.py's, see
+``fsdp1_setup``).
+
 For every "ok" row it predicts ``torch.cuda.max_memory_allocated`` with the
 estimator and reports the relative error; for every "oom" row it reports the
 predicted device peak against the GPU's memory. Prints a Markdown table and the
@@ -107,20 +111,42 @@ def setup_for(result: dict[str, Any], settings: dict[str, Any]) -> estimator.Tra
     )
 
 
-def compare(path: Path) -> list[Row]:
+def fsdp1_setup(result: dict[str, Any]) -> estimator.TrainingSetup:
+    """TE's examples/pytorch/fsdp/fsdp.py as the estimator sees it: the te-fsdp-example
+    block stack at ``layers`` depth; parameters, gradients and torch.optim.Adam's
+    (foreach) moments in the parameter dtype (bf16, or fp16 for ``--precision fp16``;
+    fp16 moments take bf16's 2 bytes); FSDP1 with an fp32 gradient reduction;
+    te.TransformerLayer's default hidden dropout 0.1."""
+    from trainer.spec import preset
+
+    dtype = "fp16" if result["precision"] == "fp16" else "bf16"
+    return estimator.TrainingSetup(
+        model=preset("te-fsdp-example").replace(num_layers=int(result["layers"])),
+        batch_size=int(result["batch_size"]), seq_length=int(result["seq_length"]),
+        precision=result["precision"], activation_checkpointing=result["ac"] == "ckpt",
+        world_size=int(result.get("world_size", 1)), param_dtype=dtype, master_weights=False,
+        optimizer_state_dtype="bf16", fsdp_version=1, optimizer="adamw-foreach", dropout=0.1,
+    )
+
+
+def compare(path: Path, split: str | None = None) -> list[Row]:
+    """Rows of a grid file; ``split`` keeps only rows of that split (calibration/validation)."""
     doc = json.loads(Path(path).read_text())
     gpu = hardware.gpu(doc["gpu"])
     if doc.get("gpu_memory_bytes"):
         gpu = dataclasses.replace(gpu, memory_bytes=int(doc["gpu_memory_bytes"]))
     settings = doc.get("trainer_settings") or {}
     rows = []
+    fsdp_py = "fsdp_py" in doc
     for r in doc["results"]:
-        s = setup_for(r, settings)
+        if split and r.get("split") != split:
+            continue
+        s = fsdp1_setup(r) if fsdp_py else setup_for(r, settings)
         e = estimator.estimate(s, gpu)
         label = (
-            f"{r.get('preset') or 'custom'} {s.precision} {s.backend} b{s.batch_size} "
-            f"s{s.seq_length} {'ckpt' if s.activation_checkpointing else 'no-ckpt'} "
-            f"w{s.world_size}"
+            f"{'fsdp.py L' + str(r['layers']) if fsdp_py else r.get('preset') or 'custom'} {s.precision} "
+            f"{s.backend} b{s.batch_size} s{s.seq_length} "
+            f"{r['ac'] if fsdp_py else 'ckpt' if s.activation_checkpointing else 'no-ckpt'} w{s.world_size}"
         )
         rows.append(
             Row(label, r["status"], int(r.get("peak_allocated_bytes") or 0),
@@ -139,6 +165,7 @@ def summary(rows: list[Row]) -> dict[str, Any]:
         "ok_rows": len(ok),
         "median_abs_error": statistics.median(errs) if errs else None,
         "worst_abs_error": max(errs) if errs else None,
+        "worst_under_prediction": min((r.error for r in ok), default=None),
         "oom_rows": len(oom),
         "oom_rows_predicted": sum(r.oom_predicted for r in oom),
         "oom_rows_predicted_not_to_fit": sum(not r.fits_predicted for r in oom),

@@ -24,7 +24,10 @@ format (TransformerEngine's FP8/MXFP8/NVFP4 tensors), the source code of the
 trainer (``trainer/model.py``, ``trainer/te_backend.py``) and of PyTorch's FSDP2,
 or measurements on H200s in ``benchmarks/memory/`` (the probe, the trainer spot
 checks and the calibration grid; see its README: median error 0.4%, worst 2.3% over
-the grid's 50 runs).
+the grid's 50 runs; the 70 trainer runs of benchmarks/throughput/h200_grid.json: median
+0.1%, worst 1.4%). TE's own examples/pytorch/fsdp/fsdp.py (FSDP1) is modelled too
+(``fsdp_version=1``, ``dropout``): on its H200 grid (benchmarks/memory/fsdp1_h200_grid.json)
+median 0.3%, worst 2.0% over 16 validation points outside the 40 it was calibrated on.
 
 What the numbers mean: ``peak_allocated_bytes`` predicts
 ``torch.cuda.max_memory_allocated()`` after a few steps; ``peak_bytes`` adds what
@@ -111,6 +114,35 @@ _QUANT_ACT_BYTES = {
     "nvfp4": 0.5 + 1 / 16,
 }
 
+# Measured on TE's examples/pytorch/fsdp/fsdp.py (benchmarks/memory/fsdp1_h200_grid.json,
+# calibration split; TE 2.20, H200), per token and block, in units of the hidden size,
+# from the slope of the allocated peak over tokens at 10 and 24 layers:
+# - hidden dropout (0.1 there): the blocks save 2.7 x hidden bytes per token more than the
+#   tensors listed in _block_saved_bytes_per_token, the same for bf16 and fp8 (62.9 vs
+#   57.4 KB and 56.7 vs 51.3 KB per token per block at hidden 2048). TE's bias_dropout_add
+#   (transformer_engine/pytorch/jit.py, after attention and after the MLP) keeps two
+#   dropout masks, 1 byte per element each: 2 x hidden of it; the remaining 0.7 x hidden
+#   is not attributed (a dropout-free fsdp.py grid was not measured).
+_DROPOUT_SAVED_PER_HIDDEN = 2.0
+# - Float8BlockScaling on Hopper saves 3.4 x hidden bytes per token per block more than
+#   Delayed/current scaling (fsdp.py, 10 and 24 layers, 8k-33k tokens); consistent with
+#   the FFN-wide fc2 input (FFN = 3 x hidden there) kept both row- and column-wise
+#   (Hopper's block-scaled GEMMs are TN only). Also seen in the trainer: the 16-layer 1b
+#   fp8-block row of benchmarks/throughput/h200_grid.json came out 3.6% low without it.
+#   Expressed per FFN element: 3.4 / 3 = 1.13 bytes. The block backward (recomputed
+#   with checkpointing) needs as much again as a transient: with checkpointing, fsdp.py
+#   at 24 layers came out 6-8 KB per token low without it (the gradient's FFN-wide
+#   quantised copy, likewise kept both ways).
+_FP8_BLOCK_EXTRA_PER_FFN = 3.4 / 3
+
+# - Float8CurrentScaling: the block backward peak is 12-15 KB per token above delayed
+#   scaling's at 10 and 24 layers, with and without checkpointing (a transient, not a per-
+#   block term): one more 16-bit tensor of the GEMM's output width (FFN 6144 x 2 bytes =
+#   12.3 KB), the gradient held in high precision while its amax is taken before the cast
+#   (current scaling needs the amax of the tensor it is casting; delayed scaling uses the
+#   previous steps' amax and casts in one pass). Bytes per output element:
+_CURRENT_SCALING_GRAD_COPY_BYTES = 2.0
+
 # cuBLAS workspace PyTorch allocates through its caching allocator on Hopper and
 # newer: CUBLAS_WORKSPACE_CONFIG default ":4096:8" = 8 x 4 MiB (torch/csrc/cuda/
 # CUDABlas / CublasHandlePool.cpp); TE adds its own 32 MiB + 1 KiB GEMM workspace
@@ -156,7 +188,8 @@ class TrainingSetup:
     parameters and 16-bit compute, fused AdamW with fp32 moments, fp32 gradient
     reduction, TransformerEngine layers. TE's ``examples/pytorch/fsdp/fsdp.py`` is
     ``param_dtype="bf16", master_weights=False, optimizer_state_dtype="bf16",
-    fsdp_version=1, optimizer="adamw-foreach"`` with the ``te-fsdp-example`` preset.
+    fsdp_version=1, optimizer="adamw-foreach", dropout=0.1`` with the ``te-fsdp-example``
+    preset (benchmarks/memory/compare.py ``fsdp1_setup``).
     """
 
     model: ModelSpec
@@ -174,6 +207,10 @@ class TrainingSetup:
     quantized_model_init: bool = False
     optimizer: str = "adamw-fused"
     gradient_accumulation_steps: int = 1
+    # Hidden dropout probability of the blocks (this trainer: none; TE's fsdp.py: 0.1,
+    # te.TransformerLayer's default). Attention dropout costs no memory (fused attention
+    # regenerates its mask from the RNG state), so only the hidden dropout counts.
+    dropout: float = 0.0
 
     @property
     def stored_param_dtype(self) -> str:
@@ -200,6 +237,7 @@ class TrainingSetup:
             "quantized_model_init": self.quantized_model_init,
             "optimizer": self.optimizer,
             "gradient_accumulation_steps": self.gradient_accumulation_steps,
+            "dropout": self.dropout,
         }
 
     def validate(self) -> TrainingSetup:
@@ -213,6 +251,8 @@ class TrainingSetup:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise UserError(name, f"={value!r} must be a positive integer.", "")
+        if isinstance(self.dropout, bool) or not isinstance(self.dropout, (int, float)) or not 0 <= self.dropout < 1:
+            raise UserError("dropout", f"={self.dropout!r} must be a probability in [0, 1).", "use e.g. 0.1 or 0.")
         _choice("precision", self.precision, hardware.PRECISIONS)
         _choice("backend", self.backend, BACKENDS)
         _choice("param_dtype", self.stored_param_dtype, PARAM_DTYPES)
@@ -370,6 +410,16 @@ class _Terms:
         else:
             self.block_gathered = self.p_block * self.c
         self.root_gathered = self.p_root * self.c
+        if s.fsdp_version == 1 and w == 1 and stored == self.c and not s.quantized_model_init:
+            # FSDP1 at world size 1 switches to NO_SHARD (torch/distributed/fsdp/
+            # _init_utils.py: "FSDP is switching to use NO_SHARD ... since the world size
+            # is 1"): the FlatParameter is the parameters' own storage and, with
+            # MixedPrecision.param_dtype equal to the stored dtype, no low-precision
+            # copy is made (_uses_param_mixed_precision is False): nothing is gathered.
+            # Measured (fsdp1_h200_grid.json): the allocated memory after an optimizer
+            # step is 2 + 2 + 4 bytes per parameter (parameters, gradients, Adam moments)
+            # plus the previous output, with no unsharded buffers.
+            self.block_gathered, self.root_gathered = 0.0, 0
         # Unsharded gradients are produced in the compute dtype; FSDP copies them
         # into a reduce-scatter input of reduce_dtype (FSDP2 foreach_reduce).
         r = DTYPE_BYTES[s.reduce_dtype] if s.precision != "fp32" else 4
@@ -380,9 +430,9 @@ class _Terms:
         self.root_rs_buffer = self.p_root * r
 
         # ---- activations ----
-        self.act_layer = self.tokens * _block_saved_bytes_per_token(s)
+        self.act_layer = self.tokens * _block_saved_bytes_per_token(s, blackwell)
         self.act_ckpt_layer = self.tokens * m.hidden_size * self.c  # the block's input
-        self.act_work = _block_backward_work(s, self.tokens)
+        self.act_work = _block_backward_work(s, self.tokens, blackwell)
         self.act_root = self.tokens * _root_saved_bytes_per_token(s)
         self.q_block = self.p_block_linear * self.q_weight  # one block's quantised weights
         # ---- logits and loss ----
@@ -418,6 +468,15 @@ class _Terms:
         # size 1 and 2); only the copy of the block being computed is live. Taken to
         # hold for MXFP8 / NVFP4 too (same TE code path; unmeasured).
         live_quant = self.q_block
+        # Under FSDP1 they are: with fsdp.py (FSDP1, use_orig_params=True) fp8 needs
+        # 2.0 bytes per linear weight per block more than bf16 at any token count
+        # (fsdp1_h200_grid.json calibration: the fp8 - bf16 intercept grows by 83.7 MB per
+        # block at hidden 2048, 41.9M linear weights per block): every block's FP8 weight
+        # and its transpose, saved by the forward for the dgrad GEMM and freed by that
+        # block's backward (FSDP1's parameters are persistent views into the
+        # FlatParameter, which FSDP2's per-block unshard/reshard is not). With
+        # checkpointing the forward saves nothing and one block's copy is live.
+        fsdp1_held_quant = s.fsdp_version == 1 and not ac
         out: list[tuple[str, dict[str, float]]] = []
 
         # End of forward, the loss (forward and backward of the cross-entropy) and
@@ -462,7 +521,7 @@ class _Terms:
                 acts = (i + 1) * self.act_ckpt_layer + self.act_layer
             else:
                 acts = (i + 1) * self.act_layer
-            quant = live_quant
+            quant = (i + 1) * live_quant if fsdp1_held_quant else live_quant
             out.append(
                 (
                     f"backward of block {i}",
@@ -540,7 +599,7 @@ def _block_linear_weights(m: ModelSpec) -> int:
     return h * (h + 2 * kv) + h * h + h * fc1 + f * h
 
 
-def _block_saved_bytes_per_token(s: TrainingSetup) -> float:
+def _block_saved_bytes_per_token(s: TrainingSetup, blackwell: bool = False) -> float:
     """Bytes per token one block saves for its backward (no checkpointing).
 
     Korthikanti et al. count sbh(34 + 5as/h) for a GPT block in 16-bit; flash /
@@ -581,7 +640,12 @@ def _block_saved_bytes_per_token(s: TrainingSetup) -> float:
     fc1 = 2 * f if m.mlp == "swiglu" else f
     attn_b = h * c + h * c + (h + 2 * kv) * c + h * c + (h * qa if s.low_precision else 0)
     mlp_b = h * c + h * qa + fc1 * c + f * qa
-    return attn_b + mlp_b + 2 * norm_stats + lse
+    extra = 0.0
+    if s.dropout > 0:
+        extra += _DROPOUT_SAVED_PER_HIDDEN * h
+    if s.precision == "fp8-block" and not blackwell:
+        extra += _FP8_BLOCK_EXTRA_PER_FFN * f
+    return attn_b + mlp_b + 2 * norm_stats + lse + extra
 
 
 def _math_attention_bytes(s: TrainingSetup) -> float:
@@ -602,7 +666,8 @@ def _emulated_linears(s: TrainingSetup) -> bool:
 
 
 def _linear_backward_work(
-    s: TrainingSetup, tokens: int, fan_in: int, fan_out: int, quantised: bool = True
+    s: TrainingSetup, tokens: int, fan_in: int, fan_out: int, quantised: bool = True,
+    blackwell: bool = False,
 ) -> float:
     """Transient bytes while one linear layer runs its backward, beyond its saved
     input and the incoming gradient.
@@ -624,10 +689,14 @@ def _linear_backward_work(
     work = float(tokens * fan_in * c)
     if s.backend == "te" and s.low_precision and quantised:
         work += tokens * fan_out * 2 * _QUANT_ACT_BYTES[s.precision]
+        if s.precision == "fp8-current":
+            work += tokens * fan_out * _CURRENT_SCALING_GRAD_COPY_BYTES
+        elif s.precision == "fp8-block" and not blackwell:
+            work += tokens * fan_out * _FP8_BLOCK_EXTRA_PER_FFN
     return work
 
 
-def _block_backward_work(s: TrainingSetup, tokens: int) -> float:
+def _block_backward_work(s: TrainingSetup, tokens: int, blackwell: bool = False) -> float:
     """Transient bytes while one block runs its backward: the residual-stream
     gradients coming in and going out (2 x c x hidden per token) plus the largest
     linear layer's backward work (the MLP's first or second GEMM for common
@@ -639,7 +708,7 @@ def _block_backward_work(s: TrainingSetup, tokens: int) -> float:
     fc1 = 2 * f if m.mlp == "swiglu" else f
     c = DTYPE_BYTES[s.compute_dtype]
     linears = ((h, h + 2 * kv), (h, h), (h, fc1), (f, h))
-    work = max(_linear_backward_work(s, tokens, i, o) for i, o in linears)
+    work = max(_linear_backward_work(s, tokens, i, o, blackwell=blackwell) for i, o in linears)
     return 2.0 * tokens * h * c + work
 
 
