@@ -446,49 +446,66 @@ class _Terms:
 
     # Each phase: (name, {part: bytes}).
     def phases(self) -> list[tuple[str, dict[str, float]]]:
-        s = self.s
-        ac = s.activation_checkpointing
-        accum = s.gradient_accumulation_steps > 1
+        """The step laid out as (name, {part: bytes}): the end of forward with the loss and
+        the LM head's backward, the backward of the last and of the first block, the end of
+        backward and the optimizer step."""
         base = {
             "parameters": self.params,
             "master_weights": self.master,
             "optimizer_states": self.states,
             "workspaces": self.workspaces,
         }
-        # Gradient accumulation: the trainer skips the reduce-scatter on all but the
-        # last micro-batch (set_requires_gradient_sync(False)), so FSDP2 keeps every
-        # unit's *unsharded* gradient, accumulated in the reduce dtype
-        # (FSDPParam.unsharded_accumulated_grad), through the next micro-batches:
-        # P x reduce bytes, not divided by the world size. Unmeasured here.
-        held_grads = self.p_total * self.reduce_bytes if accum else 0.0
-        saved_per_layer = self.act_ckpt_layer if ac else self.act_layer
-        # TE's quantised weight copies under FSDP2: measured, they are not kept from
-        # the forward to the backward (h200_grid.json: fp8 minus bf16 equals the
-        # activation formats' difference alone, within 0.1 GB, for 1b and 3b at world
-        # size 1 and 2); only the copy of the block being computed is live. Taken to
-        # hold for MXFP8 / NVFP4 too (same TE code path; unmeasured).
-        live_quant = self.q_block
-        # Under FSDP1 they are: with fsdp.py (FSDP1, use_orig_params=True) fp8 needs
-        # 2.0 bytes per linear weight per block more than bf16 at any token count
-        # (fsdp1_h200_grid.json calibration: the fp8 - bf16 intercept grows by 83.7 MB per
-        # block at hidden 2048, 41.9M linear weights per block): every block's FP8 weight
-        # and its transpose, saved by the forward for the dgrad GEMM and freed by that
-        # block's backward (FSDP1's parameters are persistent views into the
-        # FlatParameter, which FSDP2's per-block unshard/reshard is not). With
-        # checkpointing the forward saves nothing and one block's copy is live.
-        fsdp1_held_quant = s.fsdp_version == 1 and not ac
-        out: list[tuple[str, dict[str, float]]] = []
+        return [
+            *self._loss_phases(base),
+            *(self._block_backward_phase(base, i) for i in (self.layers - 1, 0)),
+            *self._end_phases(base),
+        ]
 
-        # End of forward, the loss (forward and backward of the cross-entropy) and
-        # the LM head's backward. The trainer keeps the last block's gathered
-        # parameters after forward (reshard_after_forward=False for it: backward
-        # needs them at once). The root unit (embedding, final norm, LM head) is
-        # resharded after its forward and gathered again for the LM head's backward:
-        # with it counted during the loss, the trainer runs on an H200 came out
-        # 0.48-2.05 GB (= the root's gathered size) high at world size 1 and 2
-        # (spot_checks_h200.json, 1b and 8b x 8 layers); without it they agree.
+    def _held_grads(self) -> float:
+        """Gradient accumulation: the trainer skips the reduce-scatter on all but the
+        last micro-batch (set_requires_gradient_sync(False)), so FSDP2 keeps every
+        unit's *unsharded* gradient, accumulated in the reduce dtype
+        (FSDPParam.unsharded_accumulated_grad), through the next micro-batches:
+        P x reduce bytes, not divided by the world size. Unmeasured here."""
+        return self.p_total * self.reduce_bytes if self.s.gradient_accumulation_steps > 1 else 0.0
+
+    def _live_quant(self, block: int) -> float:
+        """TE's quantised weight copies live while block ``block`` runs its backward.
+
+        Under FSDP2: measured, they are not kept from the forward to the backward
+        (h200_grid.json: fp8 minus bf16 equals the activation formats' difference alone,
+        within 0.1 GB, for 1b and 3b at world size 1 and 2); only the copy of the block
+        being computed is live. Taken to hold for MXFP8 / NVFP4 too (same TE code path;
+        unmeasured).
+
+        Under FSDP1 they are: with fsdp.py (FSDP1, use_orig_params=True) fp8 needs 2.0
+        bytes per linear weight per block more than bf16 at any token count
+        (fsdp1_h200_grid.json calibration: the fp8 - bf16 intercept grows by 83.7 MB per
+        block at hidden 2048, 41.9M linear weights per block): every block's FP8 weight
+        and its transpose, saved by the forward for the dgrad GEMM and freed by that
+        block's backward (FSDP1's parameters are persistent views into the
+        FlatParameter, which FSDP2's per-block unshard/reshard is not). With
+        checkpointing the forward saves nothing and one block's copy is live."""
+        if self.s.fsdp_version == 1 and not self.s.activation_checkpointing:
+            return (block + 1) * self.q_block
+        return self.q_block
+
+    def _loss_phases(self, base: dict[str, float]) -> list[tuple[str, dict[str, float]]]:
+        """End of forward, the loss (forward and backward of the cross-entropy) and the
+        LM head's backward.
+
+        The trainer keeps the last block's gathered parameters after forward
+        (reshard_after_forward=False for it: backward needs them at once). The root unit
+        (embedding, final norm, LM head) is resharded after its forward and gathered
+        again for the LM head's backward: with it counted during the loss, the trainer
+        runs on an H200 came out 0.48-2.05 GB (= the root's gathered size) high at world
+        size 1 and 2 (spot_checks_h200.json, 1b and 8b x 8 layers); without it they agree."""
+        s = self.s
+        saved_per_layer = self.act_ckpt_layer if s.activation_checkpointing else self.act_layer
         fwd_acts = self.layers * saved_per_layer + self.act_root
         last_block = self.block_gathered if s.fsdp_version == 2 else 0.0
+        held_grads = self._held_grads()
+        out = []
         for name, loss, head_grad, root in (
             ("loss forward", self.loss_fwd, 0.0, 0.0),
             ("loss backward", self.loss_bwd, 0.0, 0.0),
@@ -512,61 +529,57 @@ class _Terms:
                     ),
                 )
             )
+        return out
 
-        # Backward of block i, from the last one (i = L-1) to the first (i = 0).
-        for i in (self.layers - 1, 0):
-            done = self.layers - 1 - i  # blocks whose sharded gradients exist
-            gathered = self.block_gathered * (2 if i > 0 else 1)  # current + prefetched
-            if ac:  # block i recomputed: its full activations
-                acts = (i + 1) * self.act_ckpt_layer + self.act_layer
-            else:
-                acts = (i + 1) * self.act_layer
-            quant = (i + 1) * live_quant if fsdp1_held_quant else live_quant
-            out.append(
-                (
-                    f"backward of block {i}",
-                    dict(
-                        base,
-                        gradients=(held_grads or done * self.grads_block)
-                        + self.root_grad_unsharded * self._head_share()
-                        + self.block_grad_unsharded,
-                        # Block i+1's reduce-scatter input is still in flight (FSDP2
-                        # waits on it at the next reduce-scatter); none after the last.
-                        fsdp_buffers=self.root_gathered
-                        + gathered
-                        + (self.block_rs_buffer if i < self.layers - 1 else 0.0),
-                        quantized_weights=quant,
-                        # The final norm's and LM head's saved inputs are freed before
-                        # the blocks' backward; token ids and targets remain.
-                        activations=acts + self.act_work + self.tokens * 16,
-                        logits_and_loss=self.logits_held,
-                    ),
-                )
-            )
+    def _block_backward_phase(self, base: dict[str, float], i: int) -> tuple[str, dict[str, float]]:
+        """Backward of block i (blocks run backward from the last, i = L-1, to the first)."""
+        done = self.layers - 1 - i  # blocks whose sharded gradients exist
+        gathered = self.block_gathered * (2 if i > 0 else 1)  # current + prefetched
+        if self.s.activation_checkpointing:  # block i recomputed: its full activations
+            acts = (i + 1) * self.act_ckpt_layer + self.act_layer
+        else:
+            acts = (i + 1) * self.act_layer
+        return (
+            f"backward of block {i}",
+            dict(
+                base,
+                gradients=(self._held_grads() or done * self.grads_block)
+                + self.root_grad_unsharded * self._head_share()
+                + self.block_grad_unsharded,
+                # Block i+1's reduce-scatter input is still in flight (FSDP2 waits on it
+                # at the next reduce-scatter); none after the last.
+                fsdp_buffers=self.root_gathered
+                + gathered
+                + (self.block_rs_buffer if i < self.layers - 1 else 0.0),
+                quantized_weights=self._live_quant(i),
+                # The final norm's and LM head's saved inputs are freed before the
+                # blocks' backward; token ids and targets remain.
+                activations=acts + self.act_work + self.tokens * 16,
+                logits_and_loss=self.logits_held,
+            ),
+        )
 
-        # End of backward: the root's gradients (embedding + LM head) reduce-scattered.
-        out.append(
+    def _end_phases(self, base: dict[str, float]) -> list[tuple[str, dict[str, float]]]:
+        """End of backward (the root's gradients, embedding + LM head, reduce-scattered)
+        and the optimizer step."""
+        return [
             (
                 "end of backward",
                 dict(
                     base,
-                    gradients=(held_grads or (self.layers * self.grads_block))
+                    gradients=(self._held_grads() or (self.layers * self.grads_block))
                     + self.root_grad_unsharded,
                     # Measured (spot_checks_h200.json, 8b x 4 layers, peak here): the first
                     # block's reduce-scatter input is gone by the root's copy-in.
                     fsdp_buffers=self.root_gathered + self.root_rs_buffer,
                     logits_and_loss=self.logits_held,
                 ),
-            )
-        )
-        # Optimizer step.
-        out.append(
+            ),
             (
                 "optimizer step",
                 dict(base, gradients=self.grads_full, fsdp_buffers=self.optimizer_temp),
-            )
-        )
-        return out
+            ),
+        ]
 
     def largest_allocation(self) -> float:
         """The largest single tensor of the step: fp32 logits, a gathered FSDP unit
