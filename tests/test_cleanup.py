@@ -58,10 +58,11 @@ def manifest(seed: str) -> str:
                                    "application/vnd.docker.image.rootfs.diff.tar.gzip"}]})
 
 
-def start_job(sm, name: str, code: str, run_id: str | None, checkpoint: str = "") -> None:
+def start_job(sm, name: str, code: str, run_id: str | None, checkpoint: str = "",
+              image: str = "local") -> None:
     request = dict(
         TrainingJobName=name, RoleArn="arn:aws:iam::123456789012:role/kfp-sagemaker-exec",
-        AlgorithmSpecification={"TrainingImage": "local", "TrainingInputMode": "File",
+        AlgorithmSpecification={"TrainingImage": image, "TrainingInputMode": "File",
                                 "ContainerEntrypoint": [sys.executable, "-c", code]},
         OutputDataConfig={"S3OutputPath": f"s3://{BUCKET}/{PREFIX}/jobs"},
         ResourceConfig={"InstanceType": "ml.p6-b200.48xlarge", "InstanceCount": 1,
@@ -344,3 +345,70 @@ def test_cli_refuses_a_wildcard_run_id_with_exit_code_2():
                          cwd=b.PACKAGE_ROOT, env={"PATH": "/usr/bin:/bin",
                                                   "AWS_ENDPOINT_URL": "http://127.0.0.1:9"})
     assert out.returncode == 2 and "run_id" in out.stderr
+
+
+@pytest.fixture
+def shared_world(monkeypatch):
+    """Run A's job and image, and run B's job that resumed from A's checkpoints and whose
+    image has the same digest as A's (both pushed the same content)."""
+    from components.local import LocalBackend
+
+    with LocalBackend(max_concurrent_jobs=2, stop_grace_s=2, log_flush_s=0.1) as backend:
+        for key, value in backend.env().items():
+            monkeypatch.setenv(key, value)
+        s3, sm, ecr = backend.client("s3"), backend.client("sagemaker"), backend.client("ecr")
+        s3.create_bucket(Bucket=BUCKET,
+                         CreateBucketConfiguration={"LocationConstraint": backend.region})
+        ckpt = f"s3://{BUCKET}/{PREFIX}/checkpoints/a-job"
+        s3.put_object(Bucket=BUCKET, Key=f"{PREFIX}/checkpoints/a-job/step-1.pt", Body=b"a")
+        start_job(sm, "a-job", FINISHING, RUN_A, ckpt)
+        s3.put_object(Bucket=BUCKET, Key=f"{PREFIX}/checkpoints/a-job/step-2.pt", Body=b"b")
+        start_job(sm, "b-job", FINISHING, RUN_B, ckpt)  # run B resumed from run A's prefix
+        ecr.create_repository(repositoryName=REPO,
+                              tags=tags.as_key_value(run_tags(RUN_A, "build_image", True)))
+        for tag in ("ctx-aaaaaaaaaaaa", ecr_mod.run_marker(RUN_A, "ctx-aaaaaaaaaaaa"),
+                    ecr_mod.run_marker(RUN_B, "ctx-aaaaaaaaaaaa")):
+            ecr.put_image(repositoryName=REPO, imageManifest=manifest("shared"), imageTag=tag)
+        ecr.put_image(repositoryName=REPO, imageManifest=manifest("a-only"),
+                      imageTag=ecr_mod.run_marker(RUN_A, "ctx-cccccccccccc"))
+        for name in ("a-job", "b-job"):
+            wait_for(lambda n=name: sm.describe_training_job(TrainingJobName=n)[
+                "TrainingJobStatus"] == "Completed", f"{name} to complete")
+        yield backend
+
+
+def test_delete_policies_leave_what_another_run_still_references(shared_world, tmp_path):
+    ecr = shared_world.client("ecr")
+    with aws.record_calls(str(tmp_path / "calls.jsonl")) as recording:
+        result = run_cleanup(policy={"checkpoints": "delete", "images": "delete"})
+    assert result.failures == []
+    keys = [o["Key"] for o in shared_world.client("s3").list_objects_v2(
+        Bucket=BUCKET, Prefix=f"{PREFIX}/checkpoints/").get("Contents", [])]
+    assert sorted(keys) == [f"{PREFIX}/checkpoints/a-job/step-1.pt",
+                            f"{PREFIX}/checkpoints/a-job/step-2.pt"]  # run B resumed from them
+    skipped = [o.action.detail for o in result.outcomes if o.action.kind == "checkpoints"]
+    assert any("b-job of run run-b-77aa" in d for d in skipped), skipped
+    images = {t for i in ecr.describe_images(repositoryName=REPO)["imageDetails"]
+              for t in i.get("imageTags", [])}
+    # The shared digest lost run A's marker only; run A's own image is gone.
+    assert images == {"ctx-aaaaaaaaaaaa", ecr_mod.run_marker(RUN_B, "ctx-aaaaaaaaaaaa")}
+    assert any(o.message.startswith("untagged") for o in result.outcomes)
+    findings = iam_policy.check_calls(iam_policy.pod_policy(bucket=BUCKET), recording.calls())
+    assert findings == [], "\n".join(map(str, findings))
+
+
+def test_an_image_another_runs_job_trains_from_is_only_untagged(shared_world):
+    ecr, sm = shared_world.client("ecr"), shared_world.client("sagemaker")
+    uri = ecr.describe_repositories(repositoryNames=[REPO])["repositories"][0]["repositoryUri"]
+    ecr.batch_delete_image(repositoryName=REPO, imageIds=[
+        {"imageTag": ecr_mod.run_marker(RUN_B, "ctx-aaaaaaaaaaaa")}])  # B reused: no marker
+    start_job(sm, "b-job-2", FINISHING, RUN_B, image=f"{uri}:ctx-aaaaaaaaaaaa")
+    wait_for(lambda: sm.describe_training_job(TrainingJobName="b-job-2")[
+        "TrainingJobStatus"] == "Completed", "b-job-2 to complete")
+    result = run_cleanup(policy={"images": "delete"})
+    assert result.failures == []
+    images = {t for i in ecr.describe_images(repositoryName=REPO)["imageDetails"]
+              for t in i.get("imageTags", [])}
+    assert images == {"ctx-aaaaaaaaaaaa"}  # still there for run B's job; run A's marker gone
+    (untag,) = [o.action for o in result.outcomes if o.action.op[:1] == ("ecr_untag_image",)]
+    assert "used by job b-job-2 of run run-b-77aa" in untag.detail

@@ -6,7 +6,8 @@ ever acted on, and things derived from them:
 - training jobs tagged with the run (ListTrainingJobs + ListTags): stopped when
   still running; their output prefix ``{S3OutputPath}/{job}/`` (SageMaker's
   layout, so unique to the job), their checkpoint prefix when it is unique to the
-  job (the job name is one of its path segments), and their log streams
+  job (the job name is one of its path segments) and no job of another run uses
+  an overlapping prefix (one resumed from the other), and their log streams
   ``{job}/...`` in /aws/sagemaker/TrainingJobs (the group itself never);
 - CodeBuild builds of the run (builds cannot be tagged: build_image marks them
   with the environment variable KFP_SAGEMAKER_RUN_ID) in the project's projects
@@ -16,7 +17,9 @@ ever acted on, and things derived from them:
   contexts build_image uploads, and whatever other components tag);
 - ECR images carrying the run's marker tag (``run-<hash of run id>-...``, pushed
   by build_image next to the content tag), in repositories of the project (tagged
-  by any run) or named; a repository only when this run created it
+  by any run) or named; an image whose digest another run still references (its
+  marker tag, a hand-set tag, or a job of another run training from it) is only
+  untagged (this run's marker), never deleted; a repository only when this run created it
   (``kfp-sagemaker:created-by-run``) and nothing else is left in it;
 - CodeBuild projects and IAM roles (names containing ``kfp-sagemaker-``) only when
   this run created them.
@@ -35,6 +38,7 @@ from typing import Any
 
 from components.build_image import codebuild as cb
 from components.build_image import ecr as ecr_mod
+from components.build_image.context import TAG_PREFIX as CONTENT_TAG_PREFIX
 from components.common import tags
 from components.common.aws import client, error_code
 from components.common.cloudwatch import TRAINING_JOBS_LOG_GROUP
@@ -167,6 +171,8 @@ class Planner:
         self.actions: list[Action] = []
         self.notes: list[str] = []
         self.claimed_prefixes: list[tuple[str, str]] = []  # (bucket, prefix) already planned
+        self.other_jobs: list[tuple[str, str]] = []  # (job name, run id) of jobs not this run's
+        self._other_jobs_described: list[tuple[str, dict[str, Any]]] | None = None
 
     def add(self, kind: str, wanted: str, resource: str, detail: str = "",
             op: tuple[Any, ...] = (), after_jobs: tuple[str, ...] = ()) -> None:
@@ -196,41 +202,93 @@ class Planner:
                     sm.list_tags(ResourceArn=summary["TrainingJobArn"]).get("Tags"))
                 if self.mine(job_tags):
                     jobs.append(summary)
+                else:
+                    self.other_jobs.append((summary["TrainingJobName"],
+                                            job_tags.get(tags.RUN_ID_KEY, "")))
             token = page.get("NextToken")
             if not token:
                 break
             kwargs["NextToken"] = token
         logs = client("logs", self.region)
         for summary in sorted(jobs, key=lambda j: j["TrainingJobName"]):
-            name = summary["TrainingJobName"]
-            job = sm.describe_training_job(TrainingJobName=name)
-            status = job["TrainingJobStatus"]
-            running = status in ("InProgress", "Stopping")
-            will_stop = status == "InProgress" and self.policy["training_jobs"] == "stop"
-            if status == "InProgress":
-                self.add("training_jobs", "policy", job["TrainingJobArn"],
-                         f"{name}: {status} ({job.get('SecondaryStatus', '')})",
-                         ("sagemaker_stop", name))
-            # A job still running (and not being stopped here) keeps what it writes.
-            after = (name,) if running else ()
-            blocked = running and not will_stop and status != "Stopping"
-            out = job.get("OutputDataConfig", {}).get("S3OutputPath", "")
-            if out:
-                bucket, prefix = parse_s3_prefix(out)
-                self.prefix("artifacts", bucket, f"{prefix.rstrip('/')}/{name}/".lstrip("/"),
-                            f"output of {name}", after, blocked)
-            ckpt = job.get("CheckpointConfig", {}).get("S3Uri", "")
-            if ckpt:
-                bucket, prefix = parse_s3_prefix(ckpt)
-                if name in prefix.strip("/").split("/"):
-                    self.prefix("checkpoints", bucket, prefix.rstrip("/") + "/",
-                                f"checkpoints of {name}", after, blocked)
-                else:
-                    self.add("checkpoints", "skip", ckpt,
-                             f"checkpoint prefix of {name} is not unique to the job (its name "
-                             "is not a path segment): never deleted by cleanup")
-            self.log_streams(logs, TRAINING_JOBS_LOG_GROUP, f"{name}/", f"log of {name}",
-                             after, blocked)
+            self.training_job(sm, logs, summary["TrainingJobName"])
+
+    def other_jobs_described(self) -> list[tuple[str, dict[str, Any]]]:
+        """(run id, DescribeTrainingJob) of every job not this run's, read once, when needed.
+
+        Needed only to delete checkpoints or images: another run's job may have
+        resumed from this run's checkpoint prefix (or this run's from its), or train
+        from this run's image, and then that run still needs them.
+        """
+        if self._other_jobs_described is None:
+            sm = client("sagemaker", self.region)
+            self._other_jobs_described = [
+                (run_id, sm.describe_training_job(TrainingJobName=name))
+                for name, run_id in self.other_jobs]
+        return self._other_jobs_described
+
+    @staticmethod
+    def _owner(run_id: str) -> str:
+        return f"run {run_id}" if run_id else "no run (untagged)"
+
+    def shared_checkpoints(self, bucket: str, prefix: str) -> str:
+        """Why ``prefix`` must stay (another job uses an overlapping prefix), or ""."""
+        if self.policy["checkpoints"] != "delete":
+            return ""
+        for run_id, job in self.other_jobs_described():
+            uri = job.get("CheckpointConfig", {}).get("S3Uri", "")
+            if not uri:
+                continue
+            other_bucket, other = parse_s3_prefix(uri)
+            other = other.rstrip("/") + "/"
+            if other_bucket == bucket and (other.startswith(prefix) or prefix.startswith(other)):
+                return (f"also the checkpoint prefix of job {job['TrainingJobName']} of "
+                        f"{self._owner(run_id)} (it resumed from it, or this job from its): "
+                        "never deleted by this run's cleanup")
+        return ""
+
+    def image_users(self, repository_uri: str, digest: str, image_tags: list[str]) -> list[str]:
+        """Other runs' (or untagged) jobs whose training image is this one."""
+        refs = {f"{repository_uri}@{digest}"} | {f"{repository_uri}:{t}" for t in image_tags}
+        return [f"job {job['TrainingJobName']} of {self._owner(run_id)}"
+                for run_id, job in self.other_jobs_described()
+                if job.get("AlgorithmSpecification", {}).get("TrainingImage") in refs]
+
+    def training_job(self, sm: Any, logs: Any, name: str) -> None:
+        """Plans one of the run's jobs: stop it, and its outputs, checkpoints and logs."""
+        job = sm.describe_training_job(TrainingJobName=name)
+        status = job["TrainingJobStatus"]
+        running = status in ("InProgress", "Stopping")
+        will_stop = status == "InProgress" and self.policy["training_jobs"] == "stop"
+        if status == "InProgress":
+            self.add("training_jobs", "policy", job["TrainingJobArn"],
+                     f"{name}: {status} ({job.get('SecondaryStatus', '')})",
+                     ("sagemaker_stop", name))
+        # A job still running (and not being stopped here) keeps what it writes.
+        after = (name,) if running else ()
+        blocked = running and not will_stop and status != "Stopping"
+        out = job.get("OutputDataConfig", {}).get("S3OutputPath", "")
+        if out:
+            bucket, prefix = parse_s3_prefix(out)
+            self.prefix("artifacts", bucket, f"{prefix.rstrip('/')}/{name}/".lstrip("/"),
+                        f"output of {name}", after, blocked)
+        ckpt = job.get("CheckpointConfig", {}).get("S3Uri", "")
+        if ckpt:
+            bucket, prefix = parse_s3_prefix(ckpt)
+            prefix = prefix.rstrip("/") + "/"
+            shared = self.shared_checkpoints(bucket, prefix)
+            if shared:
+                self.claimed_prefixes.append((bucket, prefix))
+                self.add("checkpoints", "skip", ckpt, f"checkpoints of {name}: {shared}")
+            elif name in prefix.strip("/").split("/"):
+                self.prefix("checkpoints", bucket, prefix, f"checkpoints of {name}", after,
+                            blocked)
+            else:
+                self.add("checkpoints", "skip", ckpt,
+                         f"checkpoint prefix of {name} is not unique to the job (its name "
+                         "is not a path segment): never deleted by cleanup")
+        self.log_streams(logs, TRAINING_JOBS_LOG_GROUP, f"{name}/", f"log of {name}",
+                         after, blocked)
 
     def prefix(self, kind: str, bucket: str, prefix: str, what: str,
                after: tuple[str, ...], blocked: bool) -> None:
@@ -370,13 +428,12 @@ class Planner:
             for page in ecr.get_paginator("describe_images").paginate(repositoryName=name):
                 images.extend(page.get("imageDetails", []))
             mine = [i for i in images if any(t.startswith(marker) for t in i.get("imageTags", []))]
+            deleted = 0
             for image in sorted(mine, key=lambda i: i["imageDigest"]):
-                self.add("images", "policy", f"{repo['repositoryUri']}@{image['imageDigest']}",
-                         f"tags {', '.join(sorted(image.get('imageTags', [])))}",
-                         ("ecr_delete_image", name, image["imageDigest"]))
+                deleted += self.image(repo, image, marker)
             if not self.created_by_me(repo_tags):
                 continue
-            others = len(images) - (len(mine) if self.policy["images"] == "delete" else 0)
+            others = len(images) - (deleted if self.policy["images"] == "delete" else 0)
             if others:
                 self.add("repositories", "skip", repo["repositoryArn"],
                          f"{name}: created by this run but {others} image(s) stay in it")
@@ -384,6 +441,31 @@ class Planner:
                 self.add("repositories", "policy", repo["repositoryArn"],
                          f"{name}: created by this run, empty after cleanup",
                          ("ecr_delete_repository", name))
+
+    def image(self, repo: dict[str, Any], image: dict[str, Any], marker: str) -> int:
+        """Plans one image of the run; 1 when it is deleted, 0 when only untagged.
+
+        A digest that also carries tags of another run (its marker) or a tag someone
+        set by hand is still referenced: only this run's marker tags are removed.
+        The content tag (``ctx-<hash>``) names the content, not a run, and goes with it.
+        """
+        name, digest = repo["repositoryName"], image["imageDigest"]
+        image_tags = sorted(image.get("imageTags", []))
+        own = [t for t in image_tags if t.startswith(marker)]
+        shared = [t for t in image_tags if t not in own and not t.startswith(CONTENT_TAG_PREFIX)]
+        users = (self.image_users(repo["repositoryUri"], digest, image_tags)
+                 if self.policy["images"] == "delete" else [])
+        resource = f"{repo['repositoryUri']}@{digest}"
+        if shared or users:
+            why = (f"also tagged {', '.join(shared)} (another run's or a hand-set tag)" if shared
+                   else f"used by {', '.join(users)}")
+            self.add("images", "policy", resource,
+                     f"untag {', '.join(own)} only: the digest is {why}, so the image stays",
+                     ("ecr_untag_image", name, tuple(own)))
+            return 0
+        self.add("images", "policy", resource, f"tags {', '.join(image_tags)}",
+                 ("ecr_delete_image", name, digest))
+        return 1
 
     # ---- IAM ----
     def iam_roles(self) -> None:

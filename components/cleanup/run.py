@@ -146,6 +146,17 @@ class _Executor:
                                          for f in failures))
         return "deleted"
 
+    def _ecr_untag_image(self, repository: str, image_tags: tuple[str, ...]) -> str:
+        """Removes tags only: ECR deletes a digest's manifest only with its last tag."""
+        result = self.client("ecr").batch_delete_image(
+            repositoryName=repository, imageIds=[{"imageTag": t} for t in image_tags])
+        failures = [f for f in result.get("failures", [])
+                    if f.get("failureCode") != "ImageNotFound"]
+        if failures:
+            raise RuntimeError("; ".join(f"{f.get('failureCode')}: {f.get('failureReason')}"
+                                         for f in failures))
+        return f"untagged {', '.join(image_tags)}"
+
     def _ecr_delete_repository(self, repository: str) -> str:
         try:  # never force: a repository that is not empty stays
             self.client("ecr").delete_repository(repositoryName=repository)
