@@ -4,6 +4,7 @@ import json
 import math
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -424,3 +425,42 @@ def test_cli_help_explains_the_sources():
 
 def test_fast_and_exact_scan_patterns_have_the_same_groups():
     assert P.SCAN_RE.groups == P.EXACT_SCAN_RE.groups == len(lf.STEP_FIELDS) + 1
+
+
+def test_cli_fails_by_default_when_the_log_could_not_be_read(tmp_path):
+    empty = tmp_path / "empty.log"
+    empty.write_text("")
+    garbage = tmp_path / "garbage.log"
+    garbage.write_bytes(b"\xff\xfe not a trainer line\n" * 3)
+    cmd = [sys.executable, "-m", "components.parse_logs", "--json", "--file"]
+    for log, status in ((empty, "no_logs"), (garbage, "no_steps")):
+        out = subprocess.run(cmd + [str(log)], capture_output=True, text=True)
+        assert out.returncode == 1, (log, out.stderr)
+        assert json.loads(out.stdout)["status"] == status
+        lenient = subprocess.run(cmd + [str(log), "--no-fail-on-failed-run"],
+                                 capture_output=True, text=True)
+        assert lenient.returncode == 0
+
+
+class _Out:
+    def __init__(self, path):
+        self.path, self.metadata, self.metrics = str(path), {}, {}
+
+    def log_metric(self, name, value):
+        self.metrics[name] = value
+
+
+def test_component_step_fails_when_the_log_could_not_be_read(tmp_path):
+    from components.parse_logs.component import parse_logs
+
+    (tmp_path / "empty.log").write_text("")
+    log = _Out(tmp_path / "empty.log")
+
+    def call(**kwargs):
+        outs = {n: _Out(tmp_path / n) for n in ("metrics", "series", "summary", "events")}
+        return parse_logs.python_func(log_file=log, **outs, **kwargs), outs
+
+    with pytest.raises(RuntimeError, match="status no_logs.*fail_on_failed_run=False"):
+        call()
+    result, outs = call(fail_on_failed_run=False)
+    assert result.status == "no_logs" and Path(outs["summary"].path).exists()

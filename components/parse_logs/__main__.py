@@ -11,9 +11,10 @@ Examples:
   python -m components.parse_logs --job my-run-fp8-1a2b3c4d --region us-west-2 \\
       --precision fp8 --series fp8.csv
 
-Exit status: 0 when the log was read (whatever the run's outcome; add
---fail-on-failed-run to get 1 for a failed run), 2 for a usage error (bad job
-name, missing file, no log stream).
+Exit status: 0 when the log was read and the run did not fail; 1 when the log
+could not be read (empty, no step lines) or the run failed (OOM, NaN, error:
+the summary says which); 2 for a usage error (bad job name, missing file, no log
+stream). --no-fail-on-failed-run exits 0 whenever the log was parsed.
 """
 
 from __future__ import annotations
@@ -46,8 +47,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--series", metavar="CSV", help="write the per-step series CSV here")
     p.add_argument("--markdown", metavar="MD", help="write the Markdown summary here")
     p.add_argument("--events", metavar="JSON", help="write the JSON events document here")
-    p.add_argument("--fail-on-failed-run", action="store_true",
-                   help="exit 1 when the run failed (OOM, NaN, error, no steps...)")
+    p.add_argument("--fail-on-failed-run", action=argparse.BooleanOptionalAction, default=True,
+                   help="exit 1 when the log could not be read or the run failed (empty log, "
+                   "no steps, OOM, NaN, error); --no-fail-on-failed-run exits 0 whenever the "
+                   "log was parsed (default: on)")
     return p
 
 

@@ -20,6 +20,7 @@ def parse_logs(
     log_group: str = "/aws/sagemaker/TrainingJobs",
     run_label: str = "",
     spike_threshold: float = 0.5,
+    fail_on_failed_run: bool = True,
 ) -> NamedTuple("Outputs", [("status", str), ("precision", str)]):  # type: ignore[valid-type]
     """Reads a training job's logs and reports what happened, step by step.
 
@@ -44,6 +45,10 @@ def parse_logs(
         run_label: the run's name in reports (default: the job name).
         spike_threshold: a loss more than this fraction above its running average
             is reported as a loss spike.
+        fail_on_failed_run: fail the step (after printing the summary) when the log
+            could not be read (empty, no step lines) or the run failed (OOM, NaN,
+            error), so that such a step never looks green; False keeps it green
+            whenever the log was parsed.
 
     Returns:
         metrics: final_loss, mean_tokens_per_s (after warm-up), mean_tokens_per_s_per_gpu,
@@ -92,5 +97,10 @@ def parse_logs(
             series.metadata[key] = report[key]
     series.metadata["rows"] = out.rows
     print(open(summary.path, encoding="utf-8").read())
+    if fail_on_failed_run and report["failed"]:
+        raise RuntimeError(
+            f"parse_logs: status {report['status']}: {report.get('failure_reason') or 'failed'} "
+            "(the summary above has the details; fail_on_failed_run=False keeps this step "
+            "green)")
     Outputs = namedtuple("Outputs", ["status", "precision"])
     return Outputs(report["status"], report["precision"] or "")
