@@ -12,6 +12,7 @@ import argparse
 import json
 import shutil
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,7 @@ def main(
     default_parallelism: int,
     local_defaults: dict[str, Any],
     report_task: str,
+    check: Callable[[dict[str, Any]], None] | None = None,
 ) -> int:
     """``--compile`` or ``--run-local`` for the pipeline ``build`` makes.
 
@@ -63,7 +65,10 @@ def main(
         "--run-local default 1: one job at a time suits a small machine)",
     )
     parser.add_argument("--runs-dir", type=Path, default=None,
-                        help="--run-local: where run outputs are kept (default: runs/)")
+                        help="--run-local: where run outputs and logs are kept (default: runs/)")
+    parser.add_argument("--verbose", action="store_true",
+                        help="--run-local: show every task's full log live (default: one "
+                        "progress line per training job; the full log goes to a file)")
     params = cli.parameters(build(default_parallelism).pipeline_func)
     cli.add_flags(
         parser.add_argument_group(
@@ -79,25 +84,42 @@ def main(
     if args.compile:
         if args.runs_dir is not None:
             parser.error("--runs-dir goes with --run-local, not --compile")
-        from kfp import compiler
+        from components.common.component import components_image
+        from pipelines.compile import compile_one
 
         out = args.output or ROOT / "compiled" / f"{name}.yaml"
         out.parent.mkdir(parents=True, exist_ok=True)
-        compiler.Compiler().compile(build(args.parallelism or default_parallelism), str(out),
-                                    pipeline_parameters=overrides or None)
-        print(f"wrote {out}" + (f" (defaults set: {', '.join(sorted(overrides))})"
-                                if overrides else ""))
+        compile_one(build(args.parallelism or default_parallelism), out, components_image(),
+                    pipeline_parameters=overrides or None)
+        print(f"wrote {out} (components image {components_image()})"
+              + (f" (defaults set: {', '.join(sorted(overrides))})" if overrides else ""))
         return 0
 
     if args.output is not None:
         parser.error("--output goes with --compile, not --run-local")
-    return run_local(
-        name=name,
-        pipeline=build(args.parallelism or 1),
-        arguments={**local_defaults, **overrides},
-        runs_dir=args.runs_dir or ROOT / "runs",
-        report_task=report_task,
-    )
+    arguments = local_arguments(params, {**local_defaults, **overrides})
+    if check is not None:
+        from components.common.errors import USER_ERROR_EXIT_CODE, UserError
+
+        try:
+            check(arguments)
+        except UserError as exc:
+            print(f"error: {exc}\nNothing was started.", file=sys.stderr)
+            return USER_ERROR_EXIT_CODE
+    return run_local(name=name, pipeline=build(args.parallelism or 1), arguments=arguments,
+                     runs_dir=args.runs_dir or Path("runs"), report_task=report_task,
+                     verbose=args.verbose)
+
+
+def local_arguments(params: list[cli.Parameter], given: dict[str, Any]) -> dict[str, Any]:
+    """Every pipeline parameter's value for a local run: the pipeline's defaults, the
+    local role and bucket, then ``given``."""
+    from pipelines import local
+
+    out = {p.name: p.default for p in params if not p.required}
+    out.update(role_arn=local.LOCAL_ROLE_ARN, bucket=local.LOCAL_BUCKET)
+    out.update(given)
+    return out
 
 
 def run_local(
@@ -107,24 +129,34 @@ def run_local(
     arguments: dict[str, Any],
     runs_dir: Path,
     report_task: str,
+    verbose: bool = False,
 ) -> int:
-    from pipelines import _local
+    from pipelines import _progress, local
 
-    region = arguments.get("region", "us-west-2")
-    print(f"[{name}] starting the local backend (AWS APIs on 127.0.0.1) ...", flush=True)
-    with _local.local_aws(region) as backend:
-        arguments = {"role_arn": _local.LOCAL_ROLE_ARN, "bucket": _local.LOCAL_BUCKET,
-                     **arguments, "region": backend.region}
-        shown = {k: v for k, v in arguments.items() if k not in ("role_arn", "bucket")}
-        print(f"[{name}] running with kfp.local: {json.dumps(shown, sort_keys=True)}", flush=True)
-        run = _local.run_local(pipeline, arguments, runs_dir=runs_dir)
-        jobs = _local.training_jobs(backend)
-    summary = _local.summarise(run, jobs, report_task=report_task)
+    log_file = runs_dir.resolve() / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}.log"
+    shown = {k: v for k, v in arguments.items()
+             if k not in ("role_arn", "bucket") and v not in ("", {}, [], 0)}
+    print(f"[{name}] local run (AWS APIs on 127.0.0.1, kfp.local): "
+          f"{json.dumps(shown, sort_keys=True)}", flush=True)
+    print(f"[{name}] full log: {log_file}" + ("" if verbose else " (--verbose shows it live)"),
+          flush=True)
+    terminal = sys.stdout  # the run sends sys.stdout to the log file
+
+    def show(text: str) -> None:
+        terminal.write(text)
+        terminal.flush()
+
+    progress = _progress.Progress(show, tty=sys.stdout.isatty())
+    run = local.run_pipeline(pipeline, arguments, runs_dir=runs_dir,
+                             region=arguments.get("region", "us-west-2"), log_file=log_file,
+                             echo=verbose, on_line=None if verbose else progress.feed)
+    summary = local.summarise(run, run.jobs, report_task=report_task)
     print(summary.text, flush=True)
     if summary.report and summary.report.exists():
         html = run.root / "report.html"
         shutil.copyfile(summary.report, html)
         print(f"\nReport: {html}")
+    print(f"Full log: {log_file}")
     return 0 if run.state == "SUCCEEDED" else 1
 
 

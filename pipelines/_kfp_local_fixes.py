@@ -12,24 +12,63 @@ mis-runs two patterns they use:
    that comes from a task output is replaced by the loop item, so
    ``memory_plan`` arrives as ``"bf16"``.
 
-``apply()`` patches both in the running process (idempotent);
-``tests/test_pipelines.py`` runs a small pipeline with both patterns so that a
-kfp upgrade that changes these internals fails loudly instead of silently.
+``apply()`` patches both in the running process (idempotent), and only on the
+kfp versions they were written and tested for (``FIXED_VERSIONS``): on any other
+version it raises ``UnsupportedKfpVersion`` naming the version and what to do,
+instead of patching internals that may have changed. ``tests/test_pipelines.py``
+runs a small pipeline with both patterns, so a change that breaks them fails loudly.
 """
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
+# kfp releases (major.minor) whose kfp.local these patches were written against and tested with.
+FIXED_VERSIONS = ("2.17",)
 _APPLIED = False
+
+
+class UnsupportedKfpVersion(RuntimeError):
+    pass
+
+
+def check_version(version: str | None = None) -> str:
+    """The installed kfp version when the fixes apply to it; else UnsupportedKfpVersion."""
+    if version is None:
+        import kfp
+
+        version = str(kfp.__version__)
+    if ".".join(version.split(".")[:2]) not in FIXED_VERSIONS:
+        raise UnsupportedKfpVersion(
+            f"kfp {version} is installed, but the local-run fixes in "
+            f"pipelines/_kfp_local_fixes.py were written for kfp {', '.join(FIXED_VERSIONS)} "
+            "(they patch private kfp.local functions). Local runs (--run-local, "
+            "pipelines.local.run_pipeline) need one of those versions: pip install "
+            f"'kfp=={FIXED_VERSIONS[-1]}.*' (constraints.txt pins the tested one). Compiling "
+            "and running on a Kubeflow cluster do not use these fixes and work with kfp>=2.17.")
+    return version
+
+
+def _check_signature(func: Any, expected: list[str]) -> None:
+    names = list(inspect.signature(func).parameters)
+    if names != expected:
+        raise UnsupportedKfpVersion(
+            f"kfp.local's {func.__qualname__}{tuple(names)} is not the function the local-run "
+            f"fixes were written for ({tuple(expected)}); install kfp=={FIXED_VERSIONS[-1]}.*.")
 
 
 def apply() -> None:
     global _APPLIED
     if _APPLIED:
         return
+    check_version()
     from kfp.local import io
     from kfp.local.orchestrator import task_spec_utils
+
+    _check_signature(io.IOStore.get_parent_input, ["self", "key"])
+    _check_signature(task_spec_utils.create_parameter_loop_iteration_task_spec,
+                     ["original_task_spec", "loop_item", "loop_task_name"])
 
     original_get = io.IOStore.get_parent_input
 

@@ -47,3 +47,72 @@ def model_arguments(**model: Any) -> dict[str, Any]:
     if set(model) != expected:
         raise TypeError(f"model_arguments needs exactly {sorted(expected)}")
     return model
+
+
+# ---- the pipelines' arguments, checked before anything starts (`--run-local`) ----
+
+MODEL_KEYS = ("model_preset", "num_layers", "hidden_size", "num_heads", "num_kv_heads",
+              "ffn_hidden_size", "vocab_size")
+
+
+def check_precision_names(field: str, names: list[Any]) -> list[str]:
+    """Every name a precision the trainer knows, with a "did you mean" for a misspelling."""
+    import difflib
+
+    from components.common.errors import UserError
+    from trainer import hardware
+
+    if not isinstance(names, list) or not names:
+        raise UserError(field, f"{names!r} is not a non-empty list of precisions.",
+                        'pass a JSON list, e.g. ["bf16", "fp8"] (or bf16,fp8 on a shell).')
+    for name in names:
+        if name not in hardware.PRECISIONS:
+            close = difflib.get_close_matches(str(name), hardware.PRECISIONS, n=1)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            raise UserError(field, f"{name!r} is not a precision.",
+                            f"{hint}use {', '.join(hardware.PRECISIONS)}.")
+    return [str(n) for n in names]
+
+
+def check_training_arguments(arguments: dict[str, Any], *, precisions: list[str],
+                             batch_size: int, activation_checkpointing: str,
+                             require_all_runnable: bool) -> None:
+    """Runs the checks the memory plan and every training step would run, in-process.
+
+    The memory plan is pure Python (no AWS call), and so is the training step's
+    validation (``launcher.prepare``), so a misspelled precision, model, hyperparameter
+    or capacity setting fails here, with the step's own message, before the local
+    backend starts or an image is built. ``arguments`` has every pipeline parameter.
+    """
+    from components.cleanup.plan import resolve_policy
+    from components.memory_estimate.run import run_component
+    from components.sagemaker_training import launcher
+    from components.sagemaker_training.request import (
+        TrainingJobConfig,
+        merge_precision_hyperparameters,
+    )
+
+    model = {k: arguments[k] for k in MODEL_KEYS}
+    a = arguments
+    plan = run_component(
+        instance_type=a["instance_type"], instance_count=a["instance_count"], **model,
+        seq_length=a["seq_length"], batch_size=batch_size, precisions=precisions,
+        activation_checkpointing=activation_checkpointing,
+        require_all_runnable=require_all_runnable)
+    account = str(a["role_arn"]).split(":")[4] if str(a["role_arn"]).count(":") >= 5 else ""
+    image = (f"{account or '123456789012'}.dkr.ecr.{a['region']}.amazonaws.com/"
+             f"{a['trainer_repository']}:ctx-000000000000")
+    prefix = f"s3://{a['bucket']}/{a['s3_prefix']}/argument-check"
+    for precision in plan.runnable_precisions:
+        launcher.prepare(TrainingJobConfig(
+            image_uri=image, role_arn=a["role_arn"], output_s3_uri=f"{prefix}/output",
+            run_id="argument-check", region=a["region"], instance_type=a["instance_type"],
+            instance_count=a["instance_count"], precision=precision, **model,
+            seq_length=a["seq_length"], max_steps=a["max_steps"],
+            hyperparameters=merge_precision_hyperparameters(
+                a["hyperparameters"], a.get("precision_hyperparameters"), precision),
+            checkpoint_s3_uri=f"{prefix}/checkpoints/{precision}",
+            training_plan_arn=a["training_plan_arn"], use_spot=a["use_spot"],
+            max_wait_seconds=a["max_wait_seconds"], max_runtime_seconds=a["max_runtime_seconds"],
+            memory_plan=plan.plan))
+    resolve_policy(a["cleanup_policy"])

@@ -193,6 +193,20 @@ LOCAL_DEFAULTS: dict[str, Any] = {
 }
 
 
+def check_arguments(arguments: dict[str, Any]) -> None:
+    """Checks a run's arguments before anything starts; raises UserError (``--run-local``)."""
+    from components.common.errors import UserError
+
+    precisions = _steps.check_precision_names("precision", [arguments["precision"]])
+    if int(arguments["max_batch_size"]) < 0:
+        raise UserError("max_batch_size", f"{arguments['max_batch_size']!r} is negative.",
+                        "pass 0 (no cap) or the largest batch size to try.")
+    _steps.check_training_arguments(
+        arguments, precisions=precisions, batch_size=0,
+        activation_checkpointing=arguments["activation_checkpointing"],
+        require_all_runnable=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     from pipelines import _cli
 
@@ -204,6 +218,7 @@ def main(argv: list[str] | None = None) -> int:
         default_parallelism=DEFAULT_PARALLELISM,
         local_defaults=LOCAL_DEFAULTS,
         report_task="rank-throughput",
+        check=check_arguments,
     )
 
 

@@ -1,30 +1,49 @@
-"""Running a pipeline on the embedded default: kfp.local + the local AWS backend.
+"""Run a pipeline built from these components on this machine: ``run_pipeline``.
 
-``run_local`` starts the local backend (``components.local.LocalBackend``) on
-127.0.0.1, points every boto3 client of this process and of the kfp.local task
-subprocesses at it (``AWS_ENDPOINT_URL`` and fake credentials in the
-environment), creates the bucket the pipeline writes to, runs the pipeline with
-``kfp.local.SubprocessRunner(use_venv=False)`` (tasks run with this Python, so
-this package is importable in them), and stops the backend at the end.
-Outputs stay on disk under ``<runs_dir>/<pipeline>-<timestamp>/<task>/<output>``.
+    from pipelines.local import run_pipeline
+
+    result = run_pipeline(my_pipeline, {"model_preset": "tiny", "max_steps": 10})
+    print(result.state, result.run_dir)          # SUCCEEDED runs/<stamp>/<pipeline>-<time>
+    print(result.parameters("sagemaker-training")["job_name"])
+
+``run_pipeline`` works for any ``@dsl.pipeline`` made of this library's
+components (imported from ``components.*.component`` or loaded from
+``compiled/components/*.yaml``). It
+
+1. starts the local backend (``components.local.LocalBackend``: S3, ECR, CloudWatch
+   Logs, IAM, CodeBuild and SageMaker training jobs on 127.0.0.1, jobs run by a local
+   executor on this machine's CPU or GPU) and points every boto3 client of this
+   process and of the task subprocesses at it (``AWS_ENDPOINT_URL``, fake credentials);
+2. creates the bucket ``kfp-sagemaker-local`` and, when the pipeline has ``role_arn``
+   or ``bucket`` parameters you did not pass, passes a local role ARN and that bucket;
+3. runs the pipeline with ``kfp.local.SubprocessRunner(use_venv=False)`` (tasks run
+   with this Python, so this package is importable in them), with the project's
+   fixes to kfp.local applied (``pipelines/_kfp_local_fixes.py``);
+4. stops the backend and returns a ``LocalRun``: the state, where the outputs are
+   (``<runs_dir>/<stamp>/<pipeline>-<time>/<task>/<output>``), the training jobs the
+   backend ran, each task's output parameters.
+
+A task failure never raises: ``state`` is FAILED and ``error`` names the failed
+task chain (the exit handler still ran). Output goes to ``log_file`` when given
+(``progress`` then receives one line per training job update), else to stdout.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import os
+import sys
 import time
 import warnings
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
+from contextlib import contextmanager, redirect_stderr, redirect_stdout
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from pipelines import _kfp_local_fixes
 
-ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_RUNS_DIR = ROOT / "runs"
 LOCAL_BUCKET = "kfp-sagemaker-local"
 # The local executor never assumes the role; a well-formed ARN keeps validation identical to AWS.
 LOCAL_ROLE_ARN = "arn:aws:iam::123456789012:role/kfp-sagemaker-local-execution"
@@ -37,6 +56,7 @@ class LocalRun:
     run_dir: Path | None  # <root>/<pipeline>-<timestamp> (None when nothing ran)
     seconds: float
     error: str = ""  # kfp.local's message naming the failed task chain
+    jobs: list[dict[str, Any]] = field(default_factory=list)  # DescribeTrainingJob, oldest first
 
     def task_dirs(self, task: str) -> list[Path]:
         """All directories of a task (ParallelFor iterations included), sorted."""
@@ -83,12 +103,87 @@ def local_aws(region: str = "us-west-2", *, buckets: tuple[str, ...] = (LOCAL_BU
             os.environ.update(saved)
 
 
-def run_local(pipeline: Callable[..., Any], arguments: dict[str, Any], *,
-              runs_dir: Path = DEFAULT_RUNS_DIR) -> LocalRun:
-    """Runs ``pipeline`` with kfp.local in a fresh pipeline root; never raises on task failure.
+def _parameter_names(pipeline: Any) -> set[str]:
+    spec = getattr(pipeline, "component_spec", None)
+    return set(getattr(spec, "inputs", None) or {})
 
-    The local backend must already be running (``local_aws``).
+
+class _Lines(io.TextIOBase):
+    """A text stream that copies what is written to ``sinks`` and hands each line to ``on_line``."""
+
+    def __init__(self, sinks: list[TextIO], on_line: Callable[[str], None] | None) -> None:
+        self.sinks, self.on_line, self.pending = sinks, on_line, ""
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        for sink in self.sinks:
+            sink.write(text)
+            sink.flush()
+        if self.on_line is not None:
+            self.pending += text
+            *lines, self.pending = self.pending.split("\n")
+            for line in lines:
+                self.on_line(line)
+        return len(text)
+
+
+@contextmanager
+def _output_to(log_file: Path | None, echo: bool,
+               on_line: Callable[[str], None] | None) -> Iterator[None]:
+    """Sends this process's output (kfp.local prints every task's log) to the log file."""
+    if log_file is None and on_line is None:
+        yield
+        return
+    log_file = log_file or Path(os.devnull)
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    with log_file.open("a", encoding="utf-8") as f:
+        stream = _Lines([f, sys.__stdout__] if echo and sys.__stdout__ else [f], on_line)
+        with redirect_stdout(stream), redirect_stderr(stream):
+            yield
+
+
+def run_pipeline(
+    pipeline: Any,
+    arguments: dict[str, Any] | None = None,
+    *,
+    runs_dir: str | Path | None = None,
+    region: str = "us-west-2",
+    log_file: str | Path | None = None,
+    echo: bool = False,
+    on_line: Callable[[str], None] | None = None,
+) -> LocalRun:
+    """Runs ``pipeline`` on the local backend; returns the run, never raises on task failure.
+
+    Args:
+        pipeline: a ``@dsl.pipeline`` built from this library's components.
+        arguments: the pipeline's arguments; ``role_arn`` and ``bucket``, when the
+            pipeline has them, default to a local role and the local bucket.
+        runs_dir: where outputs are kept (default: ``./runs``).
+        region: the region the local backend serves.
+        log_file: write everything the tasks print here instead of to stdout.
+        echo: with ``log_file``, also show it live on stdout.
+        on_line: called with every line the tasks print (e.g. to show progress).
     """
+    arguments = dict(arguments or {})
+    names = _parameter_names(pipeline)
+    with local_aws(region) as backend:
+        for name, value in (("role_arn", LOCAL_ROLE_ARN), ("bucket", LOCAL_BUCKET),
+                            ("region", backend.region)):
+            if name in names:
+                arguments.setdefault(name, value)
+        with _output_to(Path(log_file) if log_file else None, echo, on_line):
+            run = run_local(pipeline, arguments,
+                            runs_dir=Path(runs_dir) if runs_dir else Path.cwd() / "runs")
+        run.jobs = training_jobs(backend)
+    return run
+
+
+def run_local(pipeline: Callable[..., Any], arguments: dict[str, Any], *,
+              runs_dir: Path) -> LocalRun:
+    """Runs ``pipeline`` with kfp.local in a fresh pipeline root (the backend must be running:
+    ``local_aws``); never raises on task failure. ``run_pipeline`` does all of it."""
     from kfp import local
 
     _kfp_local_fixes.apply()

@@ -214,6 +214,24 @@ LOCAL_DEFAULTS: dict[str, Any] = {
 }
 
 
+def check_arguments(arguments: dict[str, Any]) -> None:
+    """Checks a run's arguments before anything starts; raises UserError (``--run-local``)."""
+    from components.common.errors import UserError
+
+    precisions = _steps.check_precision_names("precisions", arguments["precisions"])
+    if arguments["baseline"] not in precisions:
+        raise UserError("baseline", f"{arguments['baseline']!r} is not among the precisions "
+                        f"{precisions}.", "add it to precisions, or pick one of them.")
+    for key in ("loss_tolerance_rel", "divergence_tolerance_rel"):
+        if not float(arguments[key]) > 0:
+            raise UserError(key, f"{arguments[key]!r} is not a positive number.",
+                            "pass a relative tolerance such as 0.01.")
+    _steps.check_training_arguments(
+        arguments, precisions=precisions, batch_size=arguments["batch_size"],
+        activation_checkpointing=arguments["activation_checkpointing"],
+        require_all_runnable=arguments["fail_on_unrunnable"])
+
+
 def main(argv: list[str] | None = None) -> int:
     from pipelines import _cli
 
@@ -225,6 +243,7 @@ def main(argv: list[str] | None = None) -> int:
         default_parallelism=DEFAULT_PARALLELISM,
         local_defaults=LOCAL_DEFAULTS,
         report_task="compare-convergence",
+        check=check_arguments,
     )
 
 

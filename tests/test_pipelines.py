@@ -156,6 +156,21 @@ def test_kfp_local_fixes_loop_over_named_outputs_and_outer_outputs(tmp_path):
     assert p().output == "a:the-plan,b:the-plan"
 
 
+def test_kfp_local_fixes_refuse_kfp_versions_they_were_not_written_for(monkeypatch):
+    import kfp
+
+    from pipelines import _kfp_local_fixes as fixes
+
+    assert fixes.check_version() == kfp.__version__  # the pinned one is supported
+    for version in ("2.16.0", "2.18.0", "3.0.0"):
+        with pytest.raises(fixes.UnsupportedKfpVersion, match=f"kfp {version} is installed"):
+            fixes.check_version(version)
+    monkeypatch.setattr(fixes, "_APPLIED", False)
+    monkeypatch.setattr(kfp, "__version__", "2.99.0")
+    with pytest.raises(fixes.UnsupportedKfpVersion, match="pip install 'kfp==2.17"):
+        fixes.apply()
+
+
 # ---- whole local runs (the embedded default), tiny model ----
 
 TINY = {
@@ -171,7 +186,7 @@ TINY = {
 @pytest.mark.slow
 def test_local_sweep_completes_with_report_recommendation_and_cleanup(tmp_path):
     from components.common import aws, iam_policy
-    from pipelines import _local
+    from pipelines import local as _local
     from pipelines.precision_sweep import build_pipeline
 
     args = {**TINY, "instance_type": "ml.p5e.48xlarge", "precisions": ["bf16", "fp8", "mxfp8"]}
@@ -199,7 +214,7 @@ def test_local_sweep_completes_with_report_recommendation_and_cleanup(tmp_path):
 
 @pytest.mark.slow
 def test_a_failing_precision_still_runs_cleanup_and_reports_the_failure(tmp_path):
-    from pipelines import _local
+    from pipelines import local as _local
     from pipelines.precision_sweep import build_pipeline
 
     args = {
@@ -227,7 +242,7 @@ def test_a_failing_precision_still_runs_cleanup_and_reports_the_failure(tmp_path
 
 @pytest.mark.slow
 def test_unrunnable_precision_can_fail_the_run_before_any_training(tmp_path):
-    from pipelines import _local
+    from pipelines import local as _local
     from pipelines.precision_sweep import build_pipeline
 
     args = {**TINY, "instance_type": "ml.p5e.48xlarge", "precisions": ["bf16", "nvfp4"],
@@ -239,3 +254,102 @@ def test_unrunnable_precision_can_fail_the_run_before_any_training(tmp_path):
     assert run.state == "FAILED" and "memory-estimate" in run.error
     assert jobs == []  # nothing was paid for
     assert run.output("cleanup", "report") is not None
+
+
+# ---- --run-local checks its arguments before anything starts ----
+
+BAD_RUN_LOCAL = [
+    ("precision_sweep", ["--precisions", "bf16,fp9"], "did you mean 'fp8'"),
+    ("precision_sweep", ["--precisions", '["bf16","fp8"'], "is not valid JSON"),
+    ("precision_sweep", ["--precisions", '{"bf16": 1}'], "expected a JSON list"),
+    ("precision_sweep", ["--precisions", "[]"], "non-empty list"),
+    ("precision_sweep", ["--baseline", "fp16"], "baseline"),
+    ("precision_sweep", ["--model-preset", "9b"], "preset"),
+    ("precision_sweep", ["--activation-checkpointing", "sometimes"], "activation_checkpointing"),
+    ("precision_sweep", ["--instance-type", "ml.p9.48xlarge"], "instance_type"),
+    ("precision_sweep", ["--cleanup-policy", '{"checkpoints": "remove"}'], "checkpoints"),
+    ("precision_sweep", ["--loss-tolerance-rel", "0"], "loss_tolerance_rel"),
+    ("precision_sweep", ["--use-spot", "true"], "max_wait_seconds"),
+    ("precision_sweep", ["--instance-type", "ml.p5e.48xlarge", "--fail-on-unrunnable", "true"],
+     "cannot all run"),
+    ("batch_tuning", ["--precision", "mxfp9"], "did you mean 'mxfp8'"),
+    ("batch_tuning", ["--max-batch-size", "-1"], "max_batch_size"),
+]
+
+
+@pytest.mark.parametrize("module,argv,message", BAD_RUN_LOCAL,
+                         ids=[" ".join(a) for _, a, _ in BAD_RUN_LOCAL])
+def test_run_local_refuses_bad_arguments_before_anything_starts(module, argv, message, tmp_path,
+                                                                capsys, monkeypatch):
+    import importlib
+
+    from components.local import LocalBackend
+
+    def no_backend(*args, **kwargs):
+        raise AssertionError("the local backend was started for bad arguments")
+
+    monkeypatch.setattr(LocalBackend, "__init__", no_backend)
+    main = importlib.import_module(f"pipelines.{module}").main
+    try:
+        code = main(["--run-local", "--runs-dir", str(tmp_path / "runs"), *argv])
+    except SystemExit as exc:  # argparse's own errors (a malformed JSON list)
+        code = exc.code
+    err = capsys.readouterr().err
+    assert code == 2 and message in err, err
+    assert not (tmp_path / "runs").exists()
+
+
+def _readme_blocks(heading: str) -> list[str]:
+    text = (ROOT / "README.md").read_text()
+    section = text.split(heading, 1)[1].split("\n### ", 1)[0]
+    return re.findall(r"```python\n(.*?)```", section, flags=re.S)
+
+
+@pytest.mark.slow
+def test_the_readme_own_pipeline_snippet_runs_locally_through_run_pipeline(tmp_path,
+                                                                           monkeypatch):
+    from pipelines import local
+
+    define, run_it = _readme_blocks("### Using a component in your own pipeline")
+    monkeypatch.chdir(ROOT)  # the snippet loads compiled/components/*.yaml by relative path
+    real = local.run_pipeline
+    monkeypatch.setattr(local, "run_pipeline", lambda *a, **kw: real(
+        *a, **{**kw, "runs_dir": tmp_path, "log_file": tmp_path / "run.log"}))
+    scope: dict = {}
+    exec(compile(define, "README:own-pipeline", "exec"), scope)
+    exec(compile(run_it, "README:run-locally", "exec"), scope)
+    run = scope["run"]
+    assert run.state == "SUCCEEDED", (run.error, (tmp_path / "run.log").read_text()[-3000:])
+    (job,) = run.jobs
+    assert job["TrainingJobStatus"] == "Completed"
+    assert job["HyperParameters"]["preset"] == "tiny" and job["HyperParameters"]["max-steps"] == "10"
+    assert run.parameters("sagemaker-training")["status"] == "Completed"
+    assert "Executing task" in (tmp_path / "run.log").read_text()  # the tasks' output went there
+
+
+def test_progress_prints_one_line_per_job_update_and_one_per_task():
+    from pipelines._progress import Progress
+    from trainer import logformat as lf
+
+    clock = iter(range(0, 1000, 5))
+    out: list[str] = []
+    progress = Progress(out.append, tty=False, interval_s=12, now=lambda: next(clock))
+    lines = ["10:00:00.0 - INFO - Executing task \x1b[96m'sagemaker-training'\x1b[0m",
+             "    created training job fp8-sagemaker-training-1a2b",
+             "    [algo-1-1] " + lf.format_json("config", {"max_steps": 4, "batch_size": 8})]
+    for step in range(1, 5):
+        lines.append("    [algo-1-1] " + lf.format_step(lf.StepRecord(
+            step, 2.0 - step / 10, 1e-3, 1.0, 100.0 * step, 100.0 * step, 0.1, float("nan"),
+            float("nan"), float("nan"), "fp8", True)))
+    lines.append("10:00:09.0 - INFO - Task 'sagemaker-training' finished with status SUCCESS")
+    for line in lines:
+        progress.feed(line)
+    # one clock tick per line: job created at 5 s, steps at 15, 20, 25, 30 s
+    assert out == ["[fp8] step 1/4  loss 1.900  100 tokens/s  elapsed 0:10\n",
+                   "[fp8] step 4/4  loss 1.600  250 tokens/s  elapsed 0:25  done\n",
+                   "  sagemaker-training: SUCCESS (35 s)\n"]  # steps 2-3: rate-limited
+    progress.tty = True
+    progress.feed("    created training job bf16-x")
+    progress.feed("    [algo-1-1] " + lf.format_json("config", {"max_steps": 8}))
+    progress.feed(lines[4])
+    assert out[-1].startswith("\r\x1b[K[fp8] step 2/8") and "ETA" not in out[-1]
