@@ -1,12 +1,21 @@
-"""compiled/ must equal a fresh compile (modulo the SDK version line)."""
+"""compiled/ must equal a fresh compile (modulo the SDK version line) and say its image."""
 
-from pathlib import Path
+import subprocess
+import sys
 
-from pipelines.compile import COMPILED, compile_all
+import yaml
+
+from components.common.component import components_image
+from pipelines.compile import COMPILED, ROOT, compile_all, compiled_image
 
 
 def _normalise(text: str) -> list[str]:
     return [line for line in text.splitlines() if "sdkVersion:" not in line]
+
+
+def _executor_images(path) -> set[str]:
+    doc = yaml.safe_load(path.read_text())
+    return {e["container"]["image"] for e in doc["deploymentSpec"]["executors"].values()}
 
 
 def test_compiled_directory_is_fresh(tmp_path):
@@ -26,9 +35,34 @@ def test_compiled_directory_is_fresh(tmp_path):
     assert not stale, f"stale compiled files {stale}; run `make compile`"
 
 
-def test_compile_ignores_only_the_sdk_version_line(tmp_path):
+def test_every_compiled_file_names_the_image_its_steps_run_in():
+    files = sorted(COMPILED.rglob("*.yaml"))
+    assert len(files) >= 9
+    for path in files:
+        image = compiled_image(path)
+        assert image == components_image(), path
+        assert _executor_images(path) == {image}, path
+        assert "NOT a published image" in path.read_text().split("\n", 2)[1]
+
+
+def test_compiling_for_another_image_changes_only_the_image(tmp_path):
+    mine = "123456789012.dkr.ecr.us-west-2.amazonaws.com/team/components@sha256:" + "0f" * 32
+    out = subprocess.run([sys.executable, "-m", "pipelines.compile", "--output-dir",
+                          str(tmp_path), "--components-image", mine], cwd=ROOT,
+                         capture_output=True, text=True, check=True).stdout
+    assert f"components image: {mine}" in out
+    for path in sorted(COMPILED.rglob("*.yaml")):
+        theirs = tmp_path / path.relative_to(COMPILED)
+        assert compiled_image(theirs) == mine and _executor_images(theirs) == {mine}
+        ours = _normalise(path.read_text())[2:]
+        assert _normalise(theirs.read_text().replace(mine, components_image()))[2:] == ours
+    bad = subprocess.run([sys.executable, "-m", "pipelines.compile", "--output-dir",
+                          str(tmp_path), "--components-image", "not an image"], cwd=ROOT,
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and "not an image reference" in bad.stderr
+
+
+def test_normalise_ignores_only_the_sdk_version_line():
     a = "sdkVersion: kfp-2.17.3\nx: 1\n"
-    b = "sdkVersion: kfp-2.18.0\nx: 1\n"
-    assert _normalise(a) == _normalise(b)
+    assert _normalise(a) == _normalise(a.replace("2.17.3", "2.18.0"))
     assert _normalise(a) != _normalise(a.replace("x: 1", "x: 2"))
-    assert Path(COMPILED).name == "compiled"

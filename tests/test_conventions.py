@@ -64,12 +64,22 @@ def test_component_helper_sets_image_no_kfp_install_and_no_cache_for_aws(tmp_pat
     assert tasks["pure"]["cachingOptions"] == {"enableCache": True}
 
 
-def test_components_image_refuses_a_tag_in_the_repository(monkeypatch):
+def test_components_image_takes_a_repository_or_a_full_reference(monkeypatch):
+    from components import __version__
     from components.common.component import components_image
 
-    monkeypatch.setenv("KFP_SAGEMAKER_COMPONENTS_IMAGE", "example.com/x:latest")
-    with pytest.raises(ValueError, match="without a tag"):
-        components_image()
+    digest = "sha256:" + "ab" * 32
+    for given, expected in (
+            ("123456789012.dkr.ecr.us-west-2.amazonaws.com/kfp/components",
+             f"123456789012.dkr.ecr.us-west-2.amazonaws.com/kfp/components:{__version__}"),
+            ("example.com/x:ctx-1234", "example.com/x:ctx-1234"),
+            (f"example.com:5000/team/x@{digest}", f"example.com:5000/team/x@{digest}")):
+        monkeypatch.setenv("KFP_SAGEMAKER_COMPONENTS_IMAGE", given)
+        assert components_image() == expected
+    for bad in ("x y", "example.com/x@sha256:short", "Example.com/UPPER"):
+        monkeypatch.setenv("KFP_SAGEMAKER_COMPONENTS_IMAGE", bad)
+        with pytest.raises(ValueError, match="not an image reference"):
+            components_image()
 
 
 def test_client_factory_uses_region_retries_and_endpoint(monkeypatch):

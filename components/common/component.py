@@ -2,8 +2,9 @@
 
 ``@component(aws=True)`` is ``kfp.dsl.component`` with the project's conventions:
 
-- ``base_image`` is the components image whose tag equals the package version
-  (override the repository with ``KFP_SAGEMAKER_COMPONENTS_IMAGE`` at compile time);
+- ``base_image`` is the components image (``components_image()``: by default the
+  project's repository tagged with the package version; ``python -m pipelines.compile
+  --components-image <yours>`` compiles for your registry);
 - ``install_kfp_package=False``: nothing is pip-installed at run time, the image
   (or, locally, the driver's environment) already has this package and kfp;
 - steps that touch AWS get caching off by default: a cached "training job" that
@@ -17,6 +18,7 @@ functions import what they need from this package inside their body.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -27,17 +29,27 @@ from components import __version__
 
 DEFAULT_IMAGE_REPOSITORY = "public.ecr.aws/kfp-sagemaker-blackwell/components"
 IMAGE_ENV = "KFP_SAGEMAKER_COMPONENTS_IMAGE"
+IMAGE_REFERENCE_RE = re.compile(
+    r"^[a-z0-9.\-]+(?::\d+)?(?:/[a-z0-9._\-]+)+(?::[\w][\w.\-]{0,127}|@sha256:[0-9a-f]{64})?$")
 
 
 def components_image() -> str:
-    """The components image, ``<repository>:<package version>``."""
-    repository = os.environ.get(IMAGE_ENV, DEFAULT_IMAGE_REPOSITORY)
-    if ":" in repository.rsplit("/", 1)[-1]:
+    """The components image every component runs in.
+
+    ``KFP_SAGEMAKER_COMPONENTS_IMAGE`` (read when the components are defined, i.e. at
+    import) is a repository, tagged with the package version, or a full reference
+    with a tag or a digest (what ``python -m pipelines.compile --components-image``
+    and ``--build-components-image`` set); unset, the project's default repository.
+    """
+    reference = os.environ.get(IMAGE_ENV, "").strip() or DEFAULT_IMAGE_REPOSITORY
+    if not IMAGE_REFERENCE_RE.match(reference):
         raise ValueError(
-            f"{IMAGE_ENV}={repository!r}: give the repository without a tag; the tag is the "
-            f"package version ({__version__})"
-        )
-    return f"{repository}:{__version__}"
+            f"{IMAGE_ENV}={reference!r} is not an image reference; give a repository "
+            f"(<registry>/<name>, tagged {__version__}), <registry>/<name>:<tag> or "
+            "<registry>/<name>@sha256:<digest>")
+    if "@" in reference or ":" in reference.rsplit("/", 1)[-1]:
+        return reference
+    return f"{reference}:{__version__}"
 
 
 class AwsComponent(python_component.PythonComponent):
