@@ -316,7 +316,9 @@ def test_metrics_use_steady_state_throughput_and_peak_memory():
     m = report["metrics"]
     assert m["mean_tokens_per_s"] == 1000.0  # the first (warm-up) step is left out
     assert m["peak_memory_gib"] == 70.0
-    assert m["final_loss"] == pytest.approx(3.0 - 0.2)
+    # final loss: the mean over the final window, the last 10% (2) of the 20 steps
+    assert m["final_loss"] == pytest.approx((3.0 - 0.19 + 3.0 - 0.2) / 2)
+    assert m["last_loss"] == pytest.approx(3.0 - 0.2)
     assert report["tokens_per_step"] == 131072 and report["seed"] == 1234
     assert report["entropy_floor"] == 1.149
 
@@ -375,7 +377,7 @@ def test_series_csv_round_trips_with_metadata(tmp_path):
     assert s.columns["loss"] == pytest.approx(parsed.series["loss"])
     events = json.loads((tmp_path / "e.json").read_text())
     assert events["schema"] == "kfp-sagemaker/log-events/v1" and events["status"] == "completed"
-    assert "| final loss |" in (tmp_path / "s.md").read_text()
+    assert "| final loss (mean of the last 10% of steps) |" in (tmp_path / "s.md").read_text()
 
 
 def test_a_run_without_steps_still_writes_its_precision_and_failure(tmp_path):

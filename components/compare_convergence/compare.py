@@ -44,6 +44,7 @@ from typing import Any
 import numpy as np
 
 from components.common.errors import UserError
+from components.common.losses import FINAL_WINDOW, final_loss
 from components.memory_estimate import throughput
 from components.memory_estimate.estimator import TrainingSetup
 from components.parse_logs.analysis import FAILED_STATUSES
@@ -65,7 +66,7 @@ class Settings:
     loss_tolerance_abs: float = 0.0
     divergence_tolerance_rel: float = 0.10
     seed_spread_factor: float = 1.0
-    final_window: float = 0.1
+    final_window: float = FINAL_WINDOW  # components/common/losses.py
     warmup: float = 0.1
     smoothing_window: int = 0  # points; 0 = automatic (about 5% of the aligned points)
     align_by: str = "step"  # step | tokens
@@ -307,8 +308,7 @@ def _pair(base: Run, cand: Run, st: Settings) -> tuple[Pair | None, str]:
     window = st.smoothing_window or max(1, round(0.05 * n))
     window = window if window % 2 else window + 1
     bs, cs = smooth(base_y, window), smooth(cand_y, window)
-    w = max(1, math.ceil(st.final_window * n))
-    final_b, final_c = float(np.mean(base_y[-w:])), float(np.mean(cand_y[-w:]))
+    final_b, final_c = final_loss(base_y, st.final_window), final_loss(cand_y, st.final_window)
     start = min(int(st.warmup * n), n - 1)
     rel = (cs[start:] - bs[start:]) / np.where(np.abs(bs[start:]) > 0, np.abs(bs[start:]), 1.0)
     i = int(np.argmax(rel))
@@ -424,14 +424,7 @@ def _nothing_compared(results: dict[str, Result], baseline: str, have_baseline: 
 
 def _notes(runs: dict[str, list[Run]], results: dict[str, Result],
            target: hardware.GPU) -> list[str]:
-    notes = []
-    if any(r.emulated for r in results.values()):
-        notes.append(
-            "Runs marked emulated used the PyTorch backend's emulation of the low-precision "
-            "numerics: their losses are meaningful, their throughput is not. Their speed-up is "
-            f"predicted for {target.name} by the throughput model "
-            "(components/memory_estimate/throughput.py) from each run's model, batch, "
-            "sequence, checkpointing and world size: predicted, not measured.")
+    notes: list[str] = []  # what emulated numerics mean is said once, by report.numerics_note
     if len({len(g) for g in runs.values()}) > 1:
         notes.append("precisions have different numbers of seeds; each is compared on the "
                      "seeds it shares with the baseline.")

@@ -10,14 +10,68 @@ import json
 import math
 from typing import Any
 
-from components.compare_convergence.compare import NOT_COMPARED, Comparison, Result, verdict_rows
+from components.common.losses import DEFINITION as FINAL_LOSS_DEFINITION
+from components.common.losses import window_size
+from components.compare_convergence.compare import (
+    NOT_COMPARED,
+    Comparison,
+    Pair,
+    Result,
+    verdict_rows,
+)
+from trainer import hardware
 
 PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2",
            "#7f7f7f", "#bcbd22", "#17becf"]
 
 
 def label(r: Result, sep: str = " ") -> str:
-    return f"{r.precision}{sep}(emulated)" if r.emulated else r.precision
+    """A precision's name in tables and legends (what "emulated" means is said once, in
+    ``numerics_note``, not next to every name)."""
+    del sep
+    return r.precision
+
+
+def numerics_note(cmp: Comparison) -> str:
+    """One sentence on emulated numerics for the runs that used them ("" when none did)."""
+    emulated = [p for p, r in cmp.results.items() if r.emulated]
+    if not emulated:
+        return ""
+    which = "All runs" if len(emulated) == len(cmp.results) else "Runs " + ", ".join(emulated)
+    return (f"{which} used emulated numerics: the PyTorch backend reproduces each precision's "
+            "rounding (quantise-dequantise of the GEMM inputs) on hardware that cannot run it "
+            "natively (here: a CPU or a GPU without those tensor cores). Their losses are real "
+            "measurements of that precision's numerics; their speed is not, so their speed-up "
+            f"is predicted for {cmp.settings.target_gpu} by the throughput model "
+            "(components/memory_estimate/throughput.py) from each run's model, batch, sequence, "
+            "checkpointing and world size: predicted, not measured.")
+
+
+def runs_on_target(cmp: Comparison, r: Result) -> bool | None:
+    """Whether the target GPU can run this precision (None for a name hardware does not know)."""
+    try:
+        return hardware.gpu(cmp.settings.target_gpu).supports(r.precision)
+    except ValueError:
+        return None
+
+
+def convergence_reasons(cmp: Comparison, r: Result) -> list[str]:
+    """The verdict's reasons that are about convergence (not about the target GPU)."""
+    target = runs_on_target(cmp, r)
+    if target is not False:
+        return list(r.reasons)
+    gpu = hardware.gpu(cmp.settings.target_gpu).name
+    return [why for why in r.reasons if why != f"{r.precision} does not run on {gpu}"]
+
+
+def converges(cmp: Comparison, r: Result) -> bool | None:
+    """Converges like the baseline: paired, and nothing but the target GPU failed it;
+    None when it was not compared (no baseline run of the same seed)."""
+    if r.passed:
+        return True
+    if not r.compared:
+        return None
+    return bool(r.pairs or r.precision == cmp.baseline) and not convergence_reasons(cmp, r)
 
 
 def _fmt(x: float, spec: str = ".4g") -> str:
@@ -25,7 +79,11 @@ def _fmt(x: float, spec: str = ".4g") -> str:
 
 
 def _colors(cmp: Comparison) -> dict[str, str]:
-    return {p: PALETTE[i % len(PALETTE)] for i, p in enumerate(cmp.results)}
+    """The baseline is black (drawn on top, dashed), the others take the palette."""
+    others = [p for p in cmp.results if p != cmp.baseline]
+    out = {p: PALETTE[i % len(PALETTE)] for i, p in enumerate(others)}
+    out[cmp.baseline] = "black"
+    return out
 
 
 def _png(fig: Any) -> str:
@@ -37,154 +95,282 @@ def _png(fig: Any) -> str:
     return base64.b64encode(buf.getvalue()).decode("ascii")
 
 
-def figures(cmp: Comparison) -> dict[str, str]:
-    """name -> base64 PNG: loss curves, difference to baseline, speed-up, memory."""
+def _pyplot() -> Any:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    colors = _colors(cmp)
-    out: dict[str, str] = {}
+    return plt
 
-    # 1. Loss curves, every precision and seed on one plot (smoothed; raw faint), and
-    #    the second half zoomed in, where precision effects show.
-    fig, (ax, zoom) = plt.subplots(1, 2, figsize=(12, 4.8), gridspec_kw={"width_ratios": [3, 2]})
-    floors = set()
-    x_name = "step"
-    x_max = 0.0
-    tail_y: list[float] = []
+
+def _final_window_start(pair: Pair, cmp: Comparison) -> float:
+    return float(pair.x[-window_size(len(pair.x), cmp.settings.final_window)])
+
+
+def _curve_style(cmp: Comparison, p: str) -> dict[str, Any]:
+    """The baseline dashed and on top, so no other curve hides it."""
+    if p == cmp.baseline:
+        return {"linestyle": "--", "linewidth": 2.2, "zorder": 5}
+    return {"linestyle": "-", "linewidth": 1.6, "zorder": 3}
+
+
+def _loss_axes(ax: Any, cmp: Comparison, colors: dict[str, str], *, zoom: bool) -> list[float]:
+    """Draws every run on ``ax`` (smoothed; faint raw); returns the final windows' losses."""
+    tail: list[float] = []
     for p, res in cmp.results.items():
-        for i, run in enumerate(res.runs):
+        for run in res.runs:
             if not len(run.step):
                 continue
-            x_max = max(x_max, float(run.step.max()))
-            style = ["-", "--", ":", "-."][i % 4]
             pair = next((q for q in res.pairs if q.seed == run.seed), None)
-            for axis in (ax, zoom):
-                axis.plot(run.step, run.loss, color=colors[p], alpha=0.15, linewidth=0.8)
-                if pair is not None:
-                    axis.plot(pair.x, pair.cand_smooth, color=colors[p], linewidth=1.8,
-                              linestyle=style, label=(f"{label(res)} seed {run.seed}"
-                                                      if len(res.runs) > 1 else label(res))
-                              if axis is ax else None)
-                else:
-                    axis.plot(run.step, run.loss, color=colors[p], linewidth=1.2,
-                              label=f"{label(res)} (unpaired)" if axis is ax else None)
-            if pair is not None:
-                x_name = pair.x_name
-                half = pair.cand_smooth[len(pair.cand_smooth) // 2:]
-                tail_y += [float(v) for v in half if math.isfinite(v)]
-            if run.entropy_floor is not None:
-                floors.add(round(run.entropy_floor, 6))
-    for floor in sorted(floors):
-        ax.axhline(floor, color="black", linestyle=":", linewidth=1,
-                   label=f"data entropy floor {floor:.4g}")
-    ax.set_xlabel(x_name)
-    ax.set_ylabel("training loss")
-    ax.set_title(f"Loss curves (smoothed; faint: raw) - baseline {cmp.baseline}")
-    ax.grid(alpha=0.3)
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=7, ncol=2)
-    zoom.set_title("second half, zoomed")
-    zoom.set_xlabel(x_name)
-    zoom.grid(alpha=0.3)
-    if tail_y and x_max > 0:
-        lo, hi = min(tail_y), max(tail_y)
-        pad = (hi - lo) * 0.1 or abs(hi) * 0.01 or 0.01
-        zoom.set_xlim(x_max / 2, x_max * 1.01)
-        zoom.set_ylim(lo - pad, hi + pad)
-    out["loss_curves"] = _png(fig)
+            name = f"{p} seed {run.seed}" if len(res.runs) > 1 else p
+            ax.plot(run.step, run.loss, color=colors[p], alpha=0.12, linewidth=0.8)
+            if pair is None:
+                ax.plot(run.step, run.loss, color=colors[p], linewidth=1.2, linestyle=":",
+                        label=f"{name} (not paired)")
+                continue
+            y = pair.base_smooth if p == cmp.baseline else pair.cand_smooth
+            ax.plot(pair.x, y, color=colors[p], label=name, **_curve_style(cmp, p))
+            start = _final_window_start(pair, cmp)
+            tail += [float(v) for v, x in zip(y, pair.x, strict=True)
+                     if x >= start and math.isfinite(v)]
+            if zoom:
+                ax.axvspan(start, float(pair.x[-1]), color="#888", alpha=0.06, zorder=0)
+    return tail
 
-    # 2. Difference to the baseline (paired, smoothed), with each precision's tolerance.
-    fig, ax = plt.subplots(figsize=(9, 4.2))
-    drew = False
-    drawn_tols: dict[float, list[str]] = {}
+
+def _floors(cmp: Comparison) -> list[float]:
+    return sorted({round(r.entropy_floor, 6) for res in cmp.results.values() for r in res.runs
+                   if r.entropy_floor is not None})
+
+
+def _x_name(cmp: Comparison) -> str:
+    return next((q.x_name for r in cmp.results.values() for q in r.pairs), "step")
+
+
+def loss_curves_figure(cmp: Comparison, colors: dict[str, str]) -> str:
+    """Loss curves (left) and the final window zoomed in (right), both with a legend."""
+    plt = _pyplot()
+    fig, (ax, zoom) = plt.subplots(1, 2, figsize=(12, 4.8), gridspec_kw={"width_ratios": [3, 2]})
+    _loss_axes(ax, cmp, colors, zoom=False)
+    tail = _loss_axes(zoom, cmp, colors, zoom=True)
+    for floor in _floors(cmp):
+        ax.axhline(floor, color="grey", linestyle=":", linewidth=1,
+                   label=f"data entropy floor {floor:.4g}")
+    x_name = _x_name(cmp)
+    ax.set(xlabel=x_name, ylabel="training loss",
+           title=f"Loss curves (smoothed; faint: raw); baseline {cmp.baseline} dashed")
+    zoom.set(xlabel=x_name, title="Final window (shaded), where the final loss is measured")
+    for axis in (ax, zoom):
+        axis.grid(alpha=0.3)
+        if axis.get_legend_handles_labels()[0]:
+            axis.legend(fontsize=7, ncol=2)
+    starts = [_final_window_start(q, cmp) for r in cmp.results.values() for q in r.pairs]
+    ends = [float(q.x[-1]) for r in cmp.results.values() for q in r.pairs]
+    if tail and starts:
+        lo, hi = min(tail), max(tail)
+        pad = (hi - lo) * 0.15 or abs(hi) * 0.01 or 0.01
+        span = max(ends) - min(starts)
+        zoom.set_xlim(min(starts) - 0.5 * span, max(ends) + 0.02 * span)
+        zoom.set_ylim(lo - pad, hi + pad)
+    return _png(fig)
+
+
+def _difference_scale(ax: Any, diffs: list[float], tols: list[float]) -> None:
+    """Linear when the differences are near the tolerance; symlog, labelled, when not."""
+    from matplotlib import ticker
+
+    big = max((abs(d) for d in diffs), default=0.0)
+    tol = min(tols, default=0.0)
+    if not tol or big <= 20 * tol:
+        return
+    ax.set_yscale("symlog", linthresh=tol)
+    ax.yaxis.set_major_locator(ticker.SymmetricalLogLocator(base=10, linthresh=tol,
+                                                            subs=[1.0, 2.0, 5.0]))
+    ax.yaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:.3g}"))
+
+
+def _tolerance_lines(ax: Any, windows: dict[str, tuple[float, float, float]],
+                     colors: dict[str, str]) -> None:
+    """Each tolerance over its final window; one black line when they are all the same."""
+    same = len({round(t, 12) for _, _, t in windows.values()}) == 1
+    for i, (p, (start, end, tol)) in enumerate(windows.items()):
+        if same and i:
+            continue
+        ax.hlines(tol, start, end, color="black" if same else colors[p], linestyle=":",
+                  linewidth=1.5, label=f"tolerance {tol:.3g}" + ("" if same else f" ({p})"))
+
+
+def difference_figure(cmp: Comparison, colors: dict[str, str]) -> str:
+    """Paired difference to the baseline; each tolerance drawn over the final window only,
+    with the final-window mean difference it is compared with."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(9, 4.4))
+    diffs: list[float] = []
+    tols: list[float] = []
+    windows: dict[str, tuple[float, float, float]] = {}
     for p, res in cmp.results.items():
         if p == cmp.baseline:
             continue
         for i, pair in enumerate(res.pairs):
-            ax.plot(pair.x, pair.cand_smooth - pair.base_smooth, color=colors[p], linewidth=1.6,
+            d = pair.cand_smooth - pair.base_smooth
+            diffs += [float(v) for v in d if math.isfinite(v)]
+            ax.plot(pair.x, d, color=colors[p], linewidth=1.4,
                     linestyle=["-", "--", ":", "-."][i % 4],
-                    label=label(res) if i == 0 else None)
-            drew = True
-        if math.isfinite(res.tolerance) and res.pairs:
-            drawn_tols.setdefault(round(res.tolerance, 12), []).append(res.precision)
-    for tol, which in drawn_tols.items():
-        ax.axhline(tol, color="black" if len(drawn_tols) == 1 else colors[which[0]],
-                   linestyle=":", linewidth=1,
-                   label=f"tolerance {tol:.3g}" + ("" if len(drawn_tols) == 1
-                                                   else f" ({', '.join(which)})"))
+                    label=p if i == 0 else None)
+        if not res.pairs:
+            continue
+        start = min(_final_window_start(q, cmp) for q in res.pairs)
+        end = max(float(q.x[-1]) for q in res.pairs)
+        ax.axvspan(start, end, color="#888", alpha=0.06, zorder=0)
+        if math.isfinite(res.tolerance):
+            tols.append(res.tolerance)
+            windows[p] = (start, end, res.tolerance)
+        if math.isfinite(res.final_loss_diff):
+            ax.plot([start, end], [res.final_loss_diff] * 2, color=colors[p], linewidth=5,
+                    alpha=0.45, solid_capstyle="butt",
+                    label=f"{p}: final-window mean {res.final_loss_diff:+.3g} "
+                          f"({'converges' if converges(cmp, res) else 'FAIL'})")
+    _tolerance_lines(ax, windows, colors)
     ax.axhline(0, color="black", linewidth=0.8)
-    tols = [r.tolerance for r in cmp.results.values() if math.isfinite(r.tolerance)]
-    if drew and tols:
-        # linear within the tolerance, logarithmic beyond: small and large gaps both show
-        ax.set_yscale("symlog", linthresh=max(min(tols), 1e-6))
-    ax.set_xlabel(x_name)
-    ax.set_ylabel(f"loss - {cmp.baseline} loss (same seed)")
-    ax.set_title("Difference to the baseline (paired by seed, smoothed)")
+    _difference_scale(ax, diffs, tols)
+    ax.set(xlabel=_x_name(cmp), ylabel=f"loss - {cmp.baseline} loss (same seed)",
+           title="Difference to the baseline; the tolerance applies to the mean over the "
+                 "shaded final window")
     ax.grid(alpha=0.3)
-    if drew:
-        ax.legend(fontsize=8, ncol=2)
+    if diffs:
+        ax.legend(fontsize=7, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.14))
     else:
         ax.text(0.5, 0.5, "nothing to compare (see the problems above)", ha="center",
                 va="center", transform=ax.transAxes)
-    out["difference"] = _png(fig)
+    return _png(fig)
 
-    # 3. Speed-up and 4. memory, as bars.
+
+def _bar_labels(cmp: Comparison) -> list[str]:
+    return [p + ("\n(baseline)" if p == cmp.baseline else "") for p in cmp.results]
+
+
+def speedup_figure(cmp: Comparison, colors: dict[str, str]) -> str:
+    """Speed-up over the baseline: measured on the target GPU, or predicted for it (hatched)."""
+    plt = _pyplot()
     names = list(cmp.results)
     fig, ax = plt.subplots(figsize=(8, 3.8))
     speed = [cmp.results[p].speedup for p in names]
-    bars = ax.bar([label(cmp.results[p], "\n") for p in names],
-                  [s if math.isfinite(s) else 0 for s in speed],
+    bars = ax.bar(_bar_labels(cmp), [s if math.isfinite(s) else 0 for s in speed],
                   color=[colors[p] for p in names])
     for bar, p, s in zip(bars, names, speed, strict=True):
         res = cmp.results[p]
-        if res.speedup_predicted:
+        predicted = res.speedup_predicted
+        if predicted:
             bar.set_hatch("//")
             bar.set_alpha(0.6)
+        runs = runs_on_target(cmp, res)
         ax.text(bar.get_x() + bar.get_width() / 2, bar.get_height(),
-                (f"{s:.2f}x" if math.isfinite(s) else "n/a")
-                + ("\n(predicted)" if res.speedup_predicted else "")
-                + ("" if res.passed else "\n" + res.verdict.upper()),
+                (f"{s:.2f}x" if math.isfinite(s) else "n/a") + ("\n(predicted)" if predicted else "")
+                + (f"\nnot on {cmp.settings.target_gpu}" if runs is False else ""),
                 ha="center", va="bottom", fontsize=8)
     ax.axhline(1.0, color="black", linewidth=0.8)
     ax.set_ylabel(f"throughput vs {cmp.baseline}")
     gpu = cmp.settings.target_gpu
-    ax.set_title("Speed-up (hatched: predicted on " + gpu + " by the throughput model)"
+    ax.set_title(f"Speed-up (hatched: predicted on {gpu} by the throughput model)"
                  if any(cmp.results[p].speedup_predicted for p in names)
                  else "Speed-up (measured tokens/s, after warm-up)")
     ax.margins(y=0.25)
-    out["speedup"] = _png(fig)
+    return _png(fig)
 
-    fig, ax = plt.subplots(figsize=(8, 3.8))
+
+def memory_figure(cmp: Comparison, colors: dict[str, str]) -> str | None:
+    """Measured peak memory per GPU; None (no figure) when nothing was measured."""
+    names = list(cmp.results)
     mem = [cmp.results[p].peak_memory_gib for p in names]
-    if any(math.isfinite(m) for m in mem):
-        bars = ax.bar([label(cmp.results[p], "\n") for p in names],
-                      [m if math.isfinite(m) else 0 for m in mem],
-                      color=[colors[p] for p in names])
-        for bar, m in zip(bars, mem, strict=True):
-            ax.text(bar.get_x() + bar.get_width() / 2, bar.get_height(),
-                    f"{m:.1f} GiB" if math.isfinite(m) else "n/a", ha="center", va="bottom",
-                    fontsize=8)
-        ax.set_ylabel("peak memory per GPU (GiB)")
-        ax.margins(y=0.2)
-    else:
-        ax.text(0.5, 0.5, "no GPU memory was measured (CPU or emulated runs)", ha="center",
-                va="center", transform=ax.transAxes)
-        ax.set_xticks([])
-        ax.set_yticks([])
-    ax.set_title("Peak memory allocated per GPU")
-    out["memory"] = _png(fig)
+    if not any(math.isfinite(m) for m in mem):
+        return None
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(8, 3.8))
+    bars = ax.bar(_bar_labels(cmp), [m if math.isfinite(m) else 0 for m in mem],
+                  color=[colors[p] for p in names])
+    for bar, m in zip(bars, mem, strict=True):
+        ax.text(bar.get_x() + bar.get_width() / 2, bar.get_height(),
+                f"{m:.1f} GiB" if math.isfinite(m) else "not measured", ha="center",
+                va="bottom", fontsize=8)
+    ax.set_ylabel("peak memory per GPU (GiB)")
+    ax.set_title("Peak memory allocated per GPU (measured by the trainer)")
+    ax.margins(y=0.2)
+    return _png(fig)
+
+
+FIGURES = {"loss_curves": loss_curves_figure, "difference": difference_figure,
+           "speedup": speedup_figure, "memory": memory_figure}
+
+
+def figures(cmp: Comparison) -> dict[str, str]:
+    """name -> base64 PNG: loss curves, difference to baseline, speed-up, memory (when
+    measured)."""
+    colors = _colors(cmp)
+    out: dict[str, str] = {}
+    for name, draw in FIGURES.items():
+        png = draw(cmp, colors)
+        if png is not None:
+            out[name] = png
     return out
 
 
-def _reason_text(r: Result) -> str:
-    if r.reasons:
-        return "; ".join(r.reasons)
+def _reason_text(cmp: Comparison, r: Result) -> str:
+    reasons = convergence_reasons(cmp, r)
+    if reasons:
+        return "; ".join(reasons)
     if not r.compared:
         return "; ".join(n for n in r.notes if n.startswith(NOT_COMPARED)) or NOT_COMPARED
     return "within tolerance"
+
+
+def _diff_text(r: Result) -> str:
+    if not math.isfinite(r.final_loss_diff):
+        return "n/a"
+    return f"{_fmt(r.final_loss_diff, '+.4g')} ({_fmt(r.final_loss_diff_rel * 100, '+.2f')}%)"
+
+
+def _speed_text(r: Result) -> str:
+    speed = _fmt(r.speedup, ".2f") + "x" if math.isfinite(r.speedup) else "n/a"
+    return speed + (" (predicted)" if r.speedup_predicted else "")
+
+
+def _seed_text(r: Result) -> str:
+    seeds = [str(s) for s in r.seeds]
+    if not seeds:
+        return "n/a"
+    return ", ".join(seeds) + (f" ({len(seeds)} seeds)" if len(seeds) > 1 else "")
+
+
+def _yes_no(value: bool | None) -> str:
+    return "unknown" if value is None else ("yes" if value else "no")
+
+
+def row_cells(cmp: Comparison, p: str, r: Result) -> dict[str, str]:
+    """The verdict table's cells for one precision (the HTML and the Markdown share them)."""
+    return {
+        "precision": p + (" (baseline)" if p == cmp.baseline else "")
+        + (" (recommended)" if p == cmp.recommended else ""),
+        "converges": {True: "PASS", False: "FAIL", None: NOT_COMPARED.upper()}[
+            converges(cmp, r)],
+        "runs": _yes_no(runs_on_target(cmp, r)),
+        "final loss": _fmt(r.final_loss),
+        "diff vs baseline": _diff_text(r),
+        "tolerance": _fmt(r.tolerance, ".3g"),
+        "seed": _seed_text(r),
+        "seed spread": _fmt(r.seed_spread),
+        "worst divergence": _fmt(r.worst_divergence_rel * 100, "+.2f") + "%"
+        if math.isfinite(r.worst_divergence_rel) else "n/a",
+        "speed-up": _speed_text(r),
+        "memory ratio": _fmt(r.memory_ratio, ".2f"),
+        "gap to entropy floor": _fmt(r.gap_to_floor),
+        "reason": _reason_text(cmp, r),
+    }
+
+
+def _headers(cmp: Comparison) -> dict[str, str]:
+    return {"converges": "converges (vs baseline)",
+            "runs": f"runs on {cmp.settings.target_gpu}"}
 
 
 CSS = """body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px;
@@ -192,8 +378,50 @@ color:#222;max-width:1100px}table{border-collapse:collapse;margin:12px 0;font-si
 td,th{border:1px solid #ccc;padding:4px 8px;text-align:left;vertical-align:top}
 th{background:#f4f4f4}.pass{background:#e6f4ea;color:#137333;font-weight:600}
 .fail{background:#fce8e6;color:#a50e0e;font-weight:600}.note{color:#555;font-size:13px}
+.no{background:#fff4e5;color:#8a4b00;font-weight:600}
 .partial{background:#fff4e5;border:1px solid #f0a020;padding:8px 12px;margin:12px 0}
+.recommendation{font-size:17px;padding:8px 12px;background:#eef3fd;border-left:4px solid #1a73e8}
 img{max-width:100%;display:block;margin:8px 0 20px}"""
+
+TITLES = {"loss_curves": "Loss curves", "difference": "Difference to the baseline",
+          "speedup": "Throughput", "memory": "Memory"}
+
+
+def _summary_html(cmp: Comparison) -> list[str]:
+    e = html.escape
+    parts: list[str] = []
+    if cmp.partial:
+        parts.append("<div class='partial'><b>PARTIAL REPORT</b>: no recommendation. "
+                     + "<br>".join(e(p) for p in cmp.problems) + "</div>")
+    if cmp.recommended:
+        r = cmp.results[cmp.recommended]
+        how = (f"{_fmt(r.speedup, '.2f')}x {e(r.speedup_source)}"
+               if r.speedup_source != "baseline" else "the baseline itself")
+        parts.append(f"<p class='recommendation'><b>Recommended precision: {e(label(r))}</b>"
+                     f" ({how}).</p>")
+    elif not cmp.partial:
+        parts.append("<p class='recommendation'><b>No precision passed.</b></p>")
+    if cmp.recommendation:
+        parts.append(f"<p>{e(cmp.recommendation)}</p>")
+    for note in [numerics_note(cmp), *cmp.notes]:
+        if note:
+            parts.append(f"<p class='note'>{e(note)}</p>")
+    return parts
+
+
+def _settings_html(cmp: Comparison) -> str:
+    st, e = cmp.settings, html.escape
+    return ("<h2>Settings</h2><p class='note'>"
+            f"{e(FINAL_LOSS_DEFINITION)} (here {st.final_window:.0%} of the points a run shares "
+            "with the baseline run of the same seed). "
+            f"Loss tolerance {st.loss_tolerance_rel:.2%} relative / {st.loss_tolerance_abs:g} "
+            f"absolute (or {st.seed_spread_factor:g} x the seed spread where seeds exist), "
+            "applied to the difference of the final losses; "
+            f"divergence tolerance {st.divergence_tolerance_rel:.0%} (any point after warm-up); "
+            f"warm-up {st.warmup:.0%}; smoothing "
+            f"{st.smoothing_window or 'automatic (~5% of points)'}; aligned by {e(st.align_by)}; "
+            f"target GPU {e(st.target_gpu)}. Comparisons are paired: each run against the "
+            "baseline run with the same seed.</p>")
 
 
 def html_report(cmp: Comparison, figs: dict[str, str] | None = None) -> str:
@@ -202,66 +430,42 @@ def html_report(cmp: Comparison, figs: dict[str, str] | None = None) -> str:
     parts = ["<!DOCTYPE html><html><head><meta charset='utf-8'>",
              "<title>Convergence comparison</title>", f"<style>{CSS}</style></head><body>",
              f"<h1>Convergence comparison: baseline {e(cmp.baseline)}</h1>"]
-    if cmp.partial:
-        parts.append("<div class='partial'><b>PARTIAL REPORT</b>: no recommendation. "
-                     + "<br>".join(e(p) for p in cmp.problems) + "</div>")
-    if cmp.recommended:
-        r = cmp.results[cmp.recommended]
-        how = (f"{_fmt(r.speedup, '.2f')}x {e(r.speedup_source)}"
-               if r.speedup_source != "baseline" else "the baseline itself")
-        parts.append(f"<p><b>Recommended precision: {e(label(r))}</b> ({how}).</p>")
-    elif not cmp.partial:
-        parts.append("<p><b>No precision passed.</b></p>")
-    if cmp.recommendation:
-        parts.append(f"<p>{e(cmp.recommendation)}</p>")
-    for note in cmp.notes:
-        parts.append(f"<p class='note'>{e(note)}</p>")
-    parts.append("<h2>Verdicts</h2>")
-    parts.append(verdict_table_html(cmp))
-    titles = {"loss_curves": "Loss curves", "difference": "Difference to the baseline",
-              "speedup": "Throughput", "memory": "Memory"}
+    parts += _summary_html(cmp)
+    parts += ["<h2>Verdicts</h2>", verdict_table_html(cmp)]
     for name, data in figs.items():
-        parts.append(f"<h2>{titles.get(name, name)}</h2>")
-        parts.append(f"<img alt='{e(titles.get(name, name))}' "
+        parts.append(f"<h2>{TITLES.get(name, name)}</h2>")
+        parts.append(f"<img alt='{e(TITLES.get(name, name))}' "
                      f"src='data:image/png;base64,{data}'>")
-    st = cmp.settings
-    parts.append(
-        "<h2>Settings</h2><p class='note'>"
-        f"loss tolerance {st.loss_tolerance_rel:.2%} relative / {st.loss_tolerance_abs:g} "
-        f"absolute (or {st.seed_spread_factor:g} x the seed spread where seeds exist); "
-        f"divergence tolerance {st.divergence_tolerance_rel:.0%}; final window "
-        f"{st.final_window:.0%} of the aligned points; warm-up {st.warmup:.0%}; smoothing "
-        f"{st.smoothing_window or 'automatic (~5% of points)'}; aligned by {e(st.align_by)}; "
-        f"target GPU {e(st.target_gpu)}. Comparisons are paired: each run against the "
-        "baseline run with the same seed.</p>")
-    parts.append("</body></html>")
+    if "memory" not in figs:
+        parts.append("<p class='note'>No memory figure: no run measured GPU memory (CPU or "
+                     "emulated runs).</p>")
+    parts += [_settings_html(cmp), "</body></html>"]
     return "\n".join(parts)
 
 
 def verdict_table_html(cmp: Comparison) -> str:
     e = html.escape
-    head = ("<table><tr><th>precision</th><th>verdict</th><th>final loss</th>"
-            "<th>diff vs baseline</th><th>seeds</th><th>seed spread</th><th>worst divergence</th>"
-            "<th>speed-up</th><th>memory ratio</th><th>gap to entropy floor</th>"
-            "<th>reason</th></tr>")
-    rows = [head]
-    for p, r in cmp.results.items():
-        cls = "pass" if r.passed else ("fail" if r.compared else "note")
-        star = " (recommended)" if p == cmp.recommended else ""
-        diff = (f"{_fmt(r.final_loss_diff, '+.4g')} ({_fmt(r.final_loss_diff_rel * 100, '+.2f')}%)"
-                if math.isfinite(r.final_loss_diff) else "n/a")
-        speed = _fmt(r.speedup, ".2f") + "x" if math.isfinite(r.speedup) else "n/a"
-        if r.speedup_predicted:
-            speed += " (predicted)"
-        rows.append(
-            f"<tr><td>{e(label(r))}{e(star)}</td><td class='{cls}'>{r.verdict.upper()}</td>"
-            f"<td>{_fmt(r.final_loss)}</td><td>{diff}</td>"
-            f"<td>{e(', '.join(str(s) for s in r.seeds))}</td><td>{_fmt(r.seed_spread)}</td>"
-            f"<td>{_fmt(r.worst_divergence_rel * 100, '+.2f')}%</td><td>{e(speed)}</td>"
-            f"<td>{_fmt(r.memory_ratio, '.2f')}</td><td>{_fmt(r.gap_to_floor)}</td>"
-            f"<td>{e(_reason_text(r))}</td></tr>")
-    rows.append("</table>")
-    return "".join(rows)
+    rows = [{p: row_cells(cmp, p, r)} for p, r in cmp.results.items()]
+    if not rows:
+        return "<p>No precision to show.</p>"
+    headers = _headers(cmp)
+    keys = list(next(iter(rows[0].values())))
+    out = ["<table><tr>" + "".join(f"<th>{e(headers.get(k, k))}</th>" for k in keys) + "</tr>"]
+    for row in rows:
+        cells = next(iter(row.values()))
+        tds = []
+        for k in keys:
+            cls = {"PASS": "pass", "FAIL": "fail"}.get(cells[k], "note") if k == "converges" else (
+                "no" if k == "runs" and cells[k] == "no" else "")
+            tds.append(f"<td class='{cls}'>{e(cells[k])}</td>" if cls else
+                       f"<td>{e(cells[k])}</td>")
+        out.append("<tr>" + "".join(tds) + "</tr>")
+    out.append("</table>")
+    return "".join(out)
+
+
+MARKDOWN_COLUMNS = ("precision", "converges", "runs", "final loss", "diff vs baseline",
+                    "tolerance", "seed", "speed-up", "memory ratio", "reason")
 
 
 def markdown(cmp: Comparison) -> str:
@@ -277,20 +481,18 @@ def markdown(cmp: Comparison) -> str:
         lines.append("**No precision passed.**")
     if cmp.recommendation:
         lines += ["", cmp.recommendation]
-    lines += ["", "| precision | verdict | final loss | diff vs baseline | speed-up | memory "
-              "ratio | reason |", "|---|---|---|---|---|---|---|"]
+    headers = _headers(cmp)
+    lines += ["", "| " + " | ".join(headers.get(c, c) for c in MARKDOWN_COLUMNS) + " |",
+              "|" + "---|" * len(MARKDOWN_COLUMNS)]
     for p, r in cmp.results.items():
-        diff = (f"{_fmt(r.final_loss_diff, '+.4g')} ({_fmt(r.final_loss_diff_rel * 100, '+.2f')}%)"
-                if math.isfinite(r.final_loss_diff) else "n/a")
-        speed = (_fmt(r.speedup, ".2f") + "x") if math.isfinite(r.speedup) else "n/a"
-        if r.speedup_predicted:
-            speed += " (predicted)"
-        reason = _reason_text(r).replace("|", "\\|")
-        lines.append(f"| {label(r)}{' **(recommended)**' if p == cmp.recommended else ''} | "
-                     f"{r.verdict.upper()} | {_fmt(r.final_loss)} | {diff} | {speed} | "
-                     f"{_fmt(r.memory_ratio, '.2f')} | {reason} |")
-    if cmp.notes:
-        lines += [""] + [f"_{n}_" for n in cmp.notes]
+        cells = row_cells(cmp, p, r)
+        lines.append("| " + " | ".join(cells[c].replace("|", "\\|") for c in MARKDOWN_COLUMNS)
+                     + " |")
+    lines += ["", f"_{FINAL_LOSS_DEFINITION}; the tolerance applies to the difference of the "
+              "final losses._"]
+    for note in [numerics_note(cmp), *cmp.notes]:
+        if note:
+            lines += ["", f"_{note}_"]
     return "\n".join(lines) + "\n"
 
 
@@ -321,5 +523,9 @@ def verdicts_json(cmp: Comparison) -> str:
         "schema": "kfp-sagemaker/convergence-verdicts/v1", "baseline": cmp.baseline,
         "recommended_precision": cmp.recommended, "recommendation": cmp.recommendation,
         "passed": cmp.passed, "partial": cmp.partial,
-        "problems": cmp.problems, "notes": cmp.notes, "precisions": verdict_rows(cmp),
+        "problems": cmp.problems, "notes": cmp.notes, "numerics": numerics_note(cmp),
+        "final_loss_definition": FINAL_LOSS_DEFINITION,
+        "precisions": [{**row, "converges": converges(cmp, cmp.results[row["precision"]]),
+                        "runs_on_target_gpu": runs_on_target(cmp, cmp.results[row["precision"]])}
+                       for row in verdict_rows(cmp)],
     }, indent=1, allow_nan=False) + "\n"

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from components.common.losses import final_loss
 from components.parse_logs.parser import ParsedLog
 from trainer.hardware import LOW_PRECISIONS, PRECISIONS
 
@@ -143,7 +144,9 @@ def metrics(parsed: ParsedLog) -> dict[str, float]:
     summary = parsed.summary
     out: dict[str, float | None] = {}
     losses = _finite(s["loss"])
-    out["final_loss"] = losses[-1] if losses else _num(summary.get("final_loss"))
+    # One definition of "final loss" (components/common/losses.py): the final-window mean.
+    out["final_loss"] = final_loss(losses) if losses else _num(summary.get("final_loss"))
+    out["last_loss"] = losses[-1] if losses else _num(summary.get("final_loss"))
     for name in ("tokens_per_s", "tokens_per_s_per_gpu", "tflops_per_gpu", "mfu"):
         mean = _mean(steady_state(s[name]))
         out[f"mean_{name}" if name != "mfu" else "mfu"] = (

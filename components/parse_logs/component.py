@@ -51,7 +51,8 @@ def parse_logs(
             whenever the log was parsed.
 
     Returns:
-        metrics: final_loss, mean_tokens_per_s (after warm-up), mean_tokens_per_s_per_gpu,
+        metrics: final_loss (mean over the last 10% of the steps: components/common/losses.py),
+            last_loss, mean_tokens_per_s (after warm-up), mean_tokens_per_s_per_gpu,
             mean_tflops_per_gpu, mfu, peak_memory_gib, peak_reserved_gib, steps, counts of
             oom/nan_loss/loss_spike/restart/nccl_error events, log_lines,
             unparsed_trainer_lines (only the values the log has).

@@ -13,7 +13,7 @@ from components.parse_logs.parser import ParsedLog
 from components.parse_logs.series import write_series
 
 # The KFP Metrics parse_logs logs (a subset of analysis.metrics; finite values only).
-KFP_METRICS = ("final_loss", "mean_tokens_per_s", "mean_tokens_per_s_per_gpu",
+KFP_METRICS = ("final_loss", "last_loss", "mean_tokens_per_s", "mean_tokens_per_s_per_gpu",
                "mean_tflops_per_gpu", "mfu", "peak_memory_gib", "peak_reserved_gib",
                "avg_iter_time_s", "steps", "oom_events", "nan_loss_events", "loss_spike_events",
                "restart_events", "nccl_error_events", "log_lines", "unparsed_trainer_lines")
@@ -49,7 +49,8 @@ def markdown(report: dict[str, Any]) -> str:
         lines.append(f"| requested precision | {report['requested_precision']} |")
     lines.append(f"| steps logged | {_fmt(m.get('steps'), ',.0f')} (last step "
                  f"{_fmt(m.get('last_step'), '.0f')}) |")
-    lines.append(f"| final loss | {_fmt(m.get('final_loss'), '.5g')} |")
+    lines.append(f"| final loss (mean of the last 10% of steps) | {_fmt(m.get('final_loss'), '.5g')} "
+                 f"(last step: {_fmt(m.get('last_loss'), '.5g')}) |")
     floor = report.get("entropy_floor")
     if floor is not None:
         gap = (m["final_loss"] - floor) if "final_loss" in m else None
