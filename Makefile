@@ -21,6 +21,7 @@ compile: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
+	$(PY) images/iam/lint.py
 
 test: lint
 	$(PY) -m pytest

@@ -171,3 +171,22 @@ def test_recorder_captures_calls_here_and_in_child_processes_only_inside_the_blo
     assert {k: calls[0].params[k] for k in ("Bucket", "Prefix")} == {"Bucket": "before", "Prefix": "x/"}
     assert calls[0].region == backend.region
     assert aws.RECORD_CALLS_ENV not in os.environ
+
+
+def test_the_iam_lint_passes_and_would_catch_a_bad_policy():
+    import json
+    import subprocess
+    import sys
+    import warnings
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    out = subprocess.run([sys.executable, str(root / "images" / "iam" / "lint.py")],
+                         capture_output=True, text=True)
+    assert out.returncode == 0 and "3 policies, 0 finding(s)" in out.stdout, out.stdout
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from parliament import analyze_policy_string
+    bad = {"Version": "2012-10-17", "Statement": [
+        {"Effect": "Allow", "Action": "s3:GetObjectt", "Resource": "*"}]}
+    assert analyze_policy_string(json.dumps(bad)).findings  # a misspelled action is found
