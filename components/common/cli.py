@@ -159,7 +159,11 @@ def parse_value(kind: type, text: str) -> Any:
     if kind is list:
         try:
             value = json.loads(text)
-        except ValueError:
+        except json.JSONDecodeError as exc:
+            if text.lstrip().startswith(("[", "{", '"')):  # meant as JSON: never a comma split
+                raise argparse.ArgumentTypeError(
+                    f"{text!r} is not valid JSON ({exc.msg} at character {exc.pos}); write a "
+                    "JSON list, e.g. '[\"bf16\",\"fp8\"]', or a,b,c without brackets") from None
             return [v.strip() for v in text.split(",") if v.strip()]
         if not isinstance(value, list):
             raise argparse.ArgumentTypeError(f"expected a JSON list or a,b,c, got {text!r}")
