@@ -35,7 +35,7 @@ from typing import Any
 from components.build_image import codebuild as cb
 from components.build_image import context as ctx
 from components.build_image import ecr as ecr_mod
-from components.common import resources, tags
+from components.common import resources, shipped, tags
 from components.common.aws import client, resolve_region
 from components.common.errors import UserError
 from components.common.execution_context import ExecutionContext
@@ -56,7 +56,7 @@ BASE_IMAGE_ARG = "BASE_IMAGE"
 BUILDERS = ("auto", "codebuild", "docker", "none")
 LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "::1"}
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent.parent
-SOURCE_DIR_ENV = "KFP_SAGEMAKER_SOURCE_DIR"
+SOURCE_DIR_ENV = shipped.SOURCE_DIR_ENV
 
 
 @dataclass
@@ -300,15 +300,14 @@ def _codebuild(req: BuildRequest, region: str, context: ctx.BuildContext,
 def context_root(req: BuildRequest) -> Path:
     """The build context folder: ``context_dir``, else the package's source checkout.
 
-    Installed (not editable) the package lives in site-packages without images/, so
-    the checkout is looked for at ``$KFP_SAGEMAKER_SOURCE_DIR``, this file's
-    checkout, then the working directory (the components image's WORKDIR).
+    Looked for at ``$KFP_SAGEMAKER_SOURCE_DIR``, this file's checkout, the wheel's
+    data directory (``share/kfp-sagemaker-blackwell``: the Dockerfiles and the
+    trainer's sources), then the working directory (the components image's WORKDIR).
     """
     if req.context_dir:
         candidates = [Path(req.context_dir)]
-    else:
-        candidates = [Path(p) for p in (os.environ.get(SOURCE_DIR_ENV, ""),) if p]
-        candidates += [PACKAGE_ROOT, Path.cwd()]
+    else:  # $KFP_SAGEMAKER_SOURCE_DIR, the checkout, the wheel's data (common/shipped.py)
+        candidates = [*shipped.roots(), Path.cwd()]
     for root in candidates:
         if (root / req.dockerfile).is_file():
             return root

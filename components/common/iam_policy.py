@@ -30,12 +30,13 @@ import string
 import urllib.parse
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
+from components.common import shipped
 from components.common.aws import ApiCall
 
-POLICY_DIR = Path(__file__).resolve().parent.parent.parent / "images" / "iam"
+# The checkout's images/iam, or the wheel's copy (share/kfp-sagemaker-blackwell/images/iam).
+POLICY_DIR = (shipped.root_for("images/iam") or shipped.CHECKOUT) / "images" / "iam"
 POLICIES = {
     "pod": "pod-policy.json",
     "sagemaker-execution": "sagemaker-execution-policy.json",
@@ -65,7 +66,10 @@ def render(text: str, **values: str) -> str:
 
 def load_policy(name: str, **values: str) -> dict[str, Any]:
     """One of ``POLICIES`` (e.g. "pod"), rendered with ``values`` (account_id=..., bucket=...)."""
-    text = (POLICY_DIR / POLICIES.get(name, name)).read_text(encoding="utf-8")
+    path = POLICY_DIR / POLICIES.get(name, name)
+    if not path.is_file():
+        path = shipped.path(f"images/iam/{POLICIES.get(name, name)}")  # names where it looked
+    text = path.read_text(encoding="utf-8")
     policy: dict[str, Any] = json.loads(render(text, **values))
     return policy
 

@@ -1,0 +1,100 @@
+"""The built wheel, installed into a fresh virtual environment, works outside the checkout.
+
+Offline and fast: the wheel is built without build isolation, installed with
+``--no-deps`` into a venv without pip, and the dependencies come from this
+environment's site-packages (a ``.pth`` line, which adds the directory only: this
+checkout's editable install is not picked up). Every command runs from an empty
+directory, so only the installed package can answer.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import sysconfig
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.timeout(240)
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory):
+    """(python of a fresh venv holding the installed wheel, the wheel's path)."""
+    tmp = tmp_path_factory.mktemp("wheel")
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
+                    "--no-index", "-q", "-w", str(tmp / "dist"), str(ROOT)], check=True,
+                   capture_output=True, cwd=tmp)
+    (wheel,) = (tmp / "dist").glob("*.whl")
+    venv = tmp / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q",
+                    "--no-deps", "--no-index", str(wheel)], check=True, capture_output=True)
+    purelib = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path("
+                              "'purelib'))"], check=True, capture_output=True,
+                             text=True).stdout.strip()
+    (Path(purelib) / "_dependencies.pth").write_text(sysconfig.get_path("purelib") + "\n")
+    return python, wheel, tmp
+
+
+def _run(python: Path, cwd: Path, *args: str, env: dict[str, str] | None = None,
+         check: bool = True) -> subprocess.CompletedProcess[str]:
+    base = {"PATH": "/usr/bin:/bin", "HOME": str(cwd), "AWS_ACCESS_KEY_ID": "testing",
+            "AWS_SECRET_ACCESS_KEY": "testing", "AWS_REGION": "us-west-2"}
+    out = subprocess.run([str(python), *args], cwd=cwd, env={**base, **(env or {})},
+                         capture_output=True, text=True)
+    if check:
+        assert out.returncode == 0, out.stderr[-3000:]
+    return out
+
+
+def test_the_wheel_ships_what_installed_code_reads(installed):
+    _, wheel, _ = installed
+    names = zipfile.ZipFile(wheel).namelist()
+    data = "kfp_sagemaker_blackwell-0.1.0.data/data/share/kfp-sagemaker-blackwell/"
+    for path in ("images/trainer/Dockerfile", "images/components/Dockerfile",
+                 "images/iam/pod-policy.json", "trainer/train.sh", "trainer/train.py",
+                 "compiled/precision_sweep.yaml", "compiled/components/cleanup.yaml",
+                 "LICENSE", "CHANGELOG.md"):
+        assert data + path in names, path
+    for package in ("components", "pipelines", "trainer"):
+        assert f"{package}/py.typed" in names
+    assert any(n.endswith(".dist-info/licenses/LICENSE") or n.endswith(".dist-info/LICENSE")
+               for n in names)
+
+
+def test_the_installed_package_runs_outside_the_checkout(installed, tmp_path):
+    python, _, _ = installed
+    where = _run(python, tmp_path, "-c", "import components; print(components.__file__)")
+    assert str(ROOT) not in where.stdout and "venv" in where.stdout
+
+    estimate = _run(python, tmp_path, "-m", "components.memory_estimate", "--preset", "tiny",
+                    "--gpu", "H100", "--world-size", "1", "--batch-size", "1", "--seq-length",
+                    "32", "--precision", "bf16", "--json")
+    assert json.loads(estimate.stdout)
+
+    policy = _run(python, tmp_path, "-c", "from components.common import iam_policy; "
+                  "print(len(iam_policy.pod_policy(bucket='b')['Statement']))")
+    assert int(policy.stdout) > 5
+
+    tag_args = ("-m", "components.build_image", "--run-id", "x", "--print-tag",
+                "--base-image", "example.com/base:1")
+    tag = json.loads(_run(python, tmp_path, *tag_args).stdout)
+    checkout = json.loads(subprocess.run([sys.executable, *tag_args], cwd=ROOT,
+                                         capture_output=True, text=True, check=True).stdout)
+    assert tag["tag"] == checkout["tag"]  # the same build context as the checkout's
+
+
+def test_the_installed_cleanup_dry_runs_against_the_local_backend(installed, tmp_path):
+    from components.local import LocalBackend
+
+    python, _, _ = installed
+    with LocalBackend() as backend:
+        out = _run(python, tmp_path, "-m", "components.cleanup", "--run-id", "run-1",
+                   "--region", backend.region, "--dry-run", env=backend.env())
+    assert "Cleanup plan (dry run)" in out.stdout
