@@ -7,9 +7,11 @@ it, so the trainer's own lines (``trainer/logformat.py``: the config with
 
     [bf16] step 30/60  loss 1.862  362 tokens/s  elapsed 0:35  ETA 0:35
 
-On a terminal the line is rewritten in place; elsewhere (CI, a pipe) a line is
-printed at most every ``interval_s`` and once when the job's step finishes. The
-other tasks get one line each when they finish (name, status, seconds).
+On a terminal the line is rewritten in place; elsewhere (CI, a pipe, a log) a
+line is printed at the first step, at each quarter of ``max_steps`` and at the
+last step (at most five lines a job, however slow the machine; every
+``interval_s`` when the job's ``max_steps`` is unknown). The other tasks get one
+line each when they finish (name, status, seconds).
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ class JobProgress:
     recent_tps: list[float] = field(default_factory=list)
     first_step_at: float = 0.0
     first_step: int = 0
+    shown_quarter: int = -1  # the last quarter of max_steps a line was printed in (off a tty)
 
     def line(self, now: float) -> str:
         elapsed = now - self.started
@@ -66,7 +69,7 @@ class JobProgress:
 class Progress:
     """Turns a local run's output lines into short progress lines (see the module docstring)."""
 
-    def __init__(self, write: Callable[[str], None], *, tty: bool, interval_s: float = 15.0,
+    def __init__(self, write: Callable[[str], None], *, tty: bool, interval_s: float = 60.0,
                  now: Callable[[], float] = time.monotonic) -> None:
         self.write, self.tty, self.interval_s, self.now = write, tty, interval_s, now
         self.job: JobProgress | None = None
@@ -107,13 +110,26 @@ class Progress:
     def _show(self, now: float, *, final: bool = False) -> None:
         assert self.job is not None
         text = self.job.line(now)
+        job = self.job
         if self.tty:
             self.write("\r\x1b[K" + text + ("\n" if final else ""))
-        elif final or now - self.last_print >= self.interval_s:
+        elif final or self._milestone(job) or (
+                not job.max_steps and now - self.last_print >= self.interval_s):
             self.write(text + "\n")
+            job.shown_quarter = self._quarter(job)
         else:
             return
         self.last_print = now
+
+    @staticmethod
+    def _quarter(job: JobProgress) -> int:
+        return 4 * job.step // job.max_steps if job.max_steps else 0
+
+    def _milestone(self, job: JobProgress) -> bool:
+        """The job's first step, or its first step in a new quarter of max_steps."""
+        if job.shown_quarter < 0:
+            return True
+        return bool(job.max_steps) and self._quarter(job) > job.shown_quarter
 
     def _finish_task(self, task: str, status: str, now: float) -> None:
         if self.job is not None and self.job.step and (

@@ -333,21 +333,24 @@ def test_progress_prints_one_line_per_job_update_and_one_per_task():
 
     clock = iter(range(0, 1000, 5))
     out: list[str] = []
-    progress = Progress(out.append, tty=False, interval_s=12, now=lambda: next(clock))
+    progress = Progress(out.append, tty=False, now=lambda: next(clock))
     lines = ["10:00:00.0 - INFO - Executing task \x1b[96m'sagemaker-training'\x1b[0m",
              "    created training job fp8-sagemaker-training-1a2b",
-             "    [algo-1-1] " + lf.format_json("config", {"max_steps": 4, "batch_size": 8})]
-    for step in range(1, 5):
+             "    [algo-1-1] " + lf.format_json("config", {"max_steps": 8, "batch_size": 8})]
+    for step in range(1, 9):
         lines.append("    [algo-1-1] " + lf.format_step(lf.StepRecord(
             step, 2.0 - step / 10, 1e-3, 1.0, 100.0 * step, 100.0 * step, 0.1, float("nan"),
             float("nan"), float("nan"), "fp8", True)))
     lines.append("10:00:09.0 - INFO - Task 'sagemaker-training' finished with status SUCCESS")
     for line in lines:
         progress.feed(line)
-    # one clock tick per line: job created at 5 s, steps at 15, 20, 25, 30 s
-    assert out == ["[fp8] step 1/4  loss 1.900  100 tokens/s  elapsed 0:10\n",
-                   "[fp8] step 4/4  loss 1.600  250 tokens/s  elapsed 0:25  done\n",
-                   "  sagemaker-training: SUCCESS (35 s)\n"]  # steps 2-3: rate-limited
+    # one clock tick per line: job created at 5 s, steps at 15, 20, ... 50 s; off a terminal a
+    # line at the first step, at each quarter of max_steps and at the end, however slow
+    assert [o.split("  ")[0] for o in out[:-1]] == [
+        "[fp8] step 1/8", "[fp8] step 2/8", "[fp8] step 4/8", "[fp8] step 6/8", "[fp8] step 8/8"]
+    assert out[0] == "[fp8] step 1/8  loss 1.900  100 tokens/s  elapsed 0:10\n"
+    assert out[2] == "[fp8] step 4/8  loss 1.600  250 tokens/s  elapsed 0:25  ETA 0:20\n"
+    assert out[-2].endswith("done\n") and out[-1] == "  sagemaker-training: SUCCESS (55 s)\n"
     progress.tty = True
     progress.feed("    created training job bf16-x")
     progress.feed("    [algo-1-1] " + lf.format_json("config", {"max_steps": 8}))
