@@ -105,7 +105,11 @@ def _pyplot() -> Any:
 
 
 def _final_window_start(pair: Pair, cmp: Comparison) -> float:
-    return float(pair.x[-window_size(len(pair.x), cmp.settings.final_window)])
+    """Where the final window starts; a one-point window is drawn half a step wide."""
+    start = float(pair.x[-window_size(len(pair.x), cmp.settings.final_window)])
+    if start == float(pair.x[-1]) and len(pair.x) > 1:
+        start = (float(pair.x[-2]) + start) / 2
+    return start
 
 
 def _curve_style(cmp: Comparison, p: str) -> dict[str, Any]:
@@ -170,7 +174,7 @@ def loss_curves_figure(cmp: Comparison, colors: dict[str, str]) -> str:
     if tail and starts:
         lo, hi = min(tail), max(tail)
         pad = (hi - lo) * 0.15 or abs(hi) * 0.01 or 0.01
-        span = max(ends) - min(starts)
+        span = (max(ends) - min(starts)) or max(1.0, abs(max(ends)) * 0.1)
         zoom.set_xlim(min(starts) - 0.5 * span, max(ends) + 0.02 * span)
         zoom.set_ylim(lo - pad, hi + pad)
     return _png(fig)
