@@ -204,12 +204,12 @@ def test_emulated_runs_get_the_throughput_models_prediction_for_the_target(tmp_p
     from components.memory_estimate import throughput
     from components.memory_estimate.estimator import TrainingSetup
 
-    paths = _emulated(tmp_path, "8b", 1, 8192)
+    paths = _emulated(tmp_path, "8b", 2, 8192)
     cmp = run_compare(paths)
     fp8, nvfp4 = cmp.results["fp8"], cmp.results["nvfp4"]
-    expect = (throughput.predict(TrainingSetup(PRESETS["8b"], 1, 8192, "fp8", False), "B200")
+    expect = (throughput.predict(TrainingSetup(PRESETS["8b"], 2, 8192, "fp8", False), "B200")
               .tokens_per_s_per_gpu / throughput.predict(
-                  TrainingSetup(PRESETS["8b"], 1, 8192, "bf16", False), "B200").tokens_per_s_per_gpu)
+                  TrainingSetup(PRESETS["8b"], 2, 8192, "bf16", False), "B200").tokens_per_s_per_gpu)
     assert fp8.speedup == pytest.approx(expect)
     assert fp8.speedup_source.startswith("predicted on B200 by the throughput model")
     assert 1.1 < fp8.speedup < 1.6 and nvfp4.speedup > fp8.speedup * 1.05
