@@ -18,6 +18,14 @@ from trainer.spec import PRESETS, preset
 GiB = 2**30
 
 
+def _run_component(**given):
+    """The component's work with its declared defaults for what is not given."""
+    from components.common.cli import defaults
+    from components.memory_estimate.component import memory_estimate
+
+    return run_component(**{**defaults(memory_estimate), **given})
+
+
 def _phase(setup, name, gpu="H200"):
     return dict(phases(setup, gpu))[name]
 
@@ -163,10 +171,12 @@ def test_an_estimate_takes_under_10_ms_and_imports_no_torch():
     for _ in range(100):
         estimate(s, gpu)
     assert (time.perf_counter() - t0) / 100 < 0.010
-    code = ("import sys; import components.memory_estimate.cli, components.memory_estimate.run; "
-            "print([m for m in ('torch', 'kfp', 'transformer_engine') if m in sys.modules])")
+    code = ("import sys; import components.memory_estimate.run; "
+            "print([m for m in ('torch', 'kfp', 'transformer_engine') if m in sys.modules]); "
+            "import components.memory_estimate.cli; "
+            "print([m for m in ('torch', 'transformer_engine') if m in sys.modules])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "[]"
+    assert out.stdout.split() == ["[]", "[]"]
 
 
 # ---- planning rules ---------------------------------------------------------------------
@@ -329,21 +339,42 @@ def test_bad_training_settings_name_the_field(changes, field):
 # ---- CLI ------------------------------------------------------------------------------
 
 
-def test_cli_flags_are_the_trainers_model_flags_plus_the_issue_list():
-    parser = cli.build_parser()
+def test_cli_flags_are_the_components_parameters_plus_the_model_and_training_extras():
+    parser, _ = cli.build_parser()
     flags = {o for a in parser._actions for o in a.option_strings}
-    wanted = ("--preset --num-layers --hidden-size --num-heads --num-kv-heads --ffn-hidden-size "
-              "--vocab-size --mlp --bias --no-bias --batch-size --seq-length --precision "
-              "--activation-checkpointing --no-activation-checkpointing --world-size --param-dtype "
-              "--master-weights --no-master-weights --optimizer-state-dtype --fsdp-version "
-              "--backend --gpu --instance-type --json").split()
+    wanted = ("--model-preset --num-layers --hidden-size --num-heads --num-kv-heads "
+              "--ffn-hidden-size --vocab-size --mlp --norm --bias --no-bias --tie-embeddings "
+              "--rotary --batch-size --seq-length --precisions --activation-checkpointing "
+              "--world-size --param-dtype --master-weights --no-master-weights "
+              "--optimizer-state-dtype --fsdp-version --backend --gpu --instance-type --json "
+              "--optimizer --reduce-dtype --gradient-accumulation-steps").split()
     assert set(wanted) <= flags
 
 
+def test_cli_defaults_are_the_components():
+    parser, params = cli.build_parser()
+    values = cli.component_values(parser.parse_args([]), params)
+    assert values["model_preset"] == "8b" and values["instance_type"] == "ml.p6-b200.48xlarge"
+    assert values["precisions"] == ["bf16", "fp8", "mxfp8", "nvfp4"]
+
+
+def test_cli_old_spellings_still_work_with_a_deprecation_message(capsys):
+    rc = cli.main(["--preset", "1b", "--gpu", "H200", "--batch-size", "1", "--precision", "fp8",
+                   "--no-activation-checkpointing", "--json"])
+    captured = capsys.readouterr()
+    assert rc == 0
+    doc = json.loads(captured.out)
+    assert doc["precision"] == "fp8" and doc["activation_checkpointing"] is False
+    assert doc["plan"]["model"]["num_layers"] == 16  # the 1b preset, not the default 8b
+    for old, new in (("--preset", "--model-preset"), ("--precision", "--precisions"),
+                     ("--no-activation-checkpointing", "--activation-checkpointing off")):
+        assert f"{old} is deprecated; use {new}" in captured.err
+
+
 def test_cli_json_has_peak_bytes_and_a_breakdown_in_bytes(capsys):
-    rc = cli.main(["--preset", "14b", "--gpu", "H200", "--world-size", "8", "--batch-size", "2",
-                   "--seq-length", "4096", "--precision", "fp8", "--no-activation-checkpointing",
-                   "--json"])
+    rc = cli.main(["--model-preset", "14b", "--gpu", "H200", "--world-size", "8", "--batch-size",
+                   "2", "--seq-length", "4096", "--precisions", "fp8", "--activation-checkpointing",
+                   "off", "--json"])
     assert rc == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["peak_bytes"] == sum(doc["breakdown"].values())
@@ -353,19 +384,19 @@ def test_cli_json_has_peak_bytes_and_a_breakdown_in_bytes(capsys):
 
 def test_cli_sweep_lists_every_configuration_and_writes_the_plan(tmp_path, capsys):
     plan_path = tmp_path / "plan.json"
-    rc = cli.main(["--preset", "1b", "--instance-type", "ml.p6-b200.48xlarge", "--seq-length",
-                   "2048", "--precision", "bf16,fp8", "mxfp8", "--batch-size", "4", "8",
+    rc = cli.main(["--model-preset", "1b", "--instance-type", "ml.p6-b200.48xlarge",
+                   "--seq-length", "2048", "--precisions", "bf16,fp8,mxfp8", "--batch-size", "4",
                    "--activation-checkpointing", "off", "--json", "--plan-out", str(plan_path)])
     assert rc == 0
     doc = json.loads(capsys.readouterr().out)
-    assert len(doc["estimates"]) == 6
+    assert len(doc["estimates"]) == 3
     assert set(MemoryPlan.from_json(plan_path.read_text()).precisions) == {"bf16", "fp8", "mxfp8"}
 
 
 def test_cli_describes_te_fsdp_example_and_prints_markdown(capsys):
-    rc = cli.main(["--preset", "te-fsdp-example", "--gpu", "B200", "--world-size", "8",
-                   "--batch-size", "16", "--seq-length", "8192", "--precision", "mxfp8",
-                   "--activation-checkpointing", "--param-dtype", "bf16", "--no-master-weights",
+    rc = cli.main(["--model-preset", "te-fsdp-example", "--gpu", "B200", "--world-size", "8",
+                   "--batch-size", "16", "--seq-length", "8192", "--precisions", "mxfp8",
+                   "--activation-checkpointing", "on", "--param-dtype", "bf16", "--no-master-weights",
                    "--optimizer-state-dtype", "bf16", "--fsdp-version", "1",
                    "--optimizer", "adamw-foreach"])
     out = capsys.readouterr().out
@@ -373,7 +404,7 @@ def test_cli_describes_te_fsdp_example_and_prints_markdown(capsys):
 
 
 def test_cli_user_error_exits_2_naming_the_field(capsys):
-    rc = cli.main(["--preset", "8b", "--gpu", "H200", "--num-heads", "7"])
+    rc = cli.main(["--model-preset", "8b", "--gpu", "H200", "--num-heads", "7"])
     assert rc == USER_ERROR_EXIT_CODE
     assert "num_heads" in capsys.readouterr().err
 
@@ -388,7 +419,7 @@ def test_cli_help_explains_itself():
 
 
 def test_component_outputs_plan_runnable_precisions_markdown_and_metrics():
-    out = run_component(instance_type="ml.p5.48xlarge", model_preset="8b", seq_length=4096,
+    out = _run_component(instance_type="ml.p5.48xlarge", model_preset="8b", seq_length=4096,
                         precisions=["bf16", "fp8", "nvfp4"], batch_size=0)
     plan = MemoryPlan.from_json(out.plan)
     assert out.runnable_precisions == plan.runnable_precisions() == ["bf16", "fp8"]
@@ -397,12 +428,12 @@ def test_component_outputs_plan_runnable_precisions_markdown_and_metrics():
     assert out.metrics["bf16_fits"] == 1.0 and out.metrics["nvfp4_fits"] == 0.0
     assert out.batch_candidates and {c["precision"] for c in out.batch_candidates} == {"bf16", "fp8"}
     with pytest.raises(UserError, match="nvfp4"):
-        run_component(instance_type="ml.p5.48xlarge", model_preset="8b", seq_length=4096,
+        _run_component(instance_type="ml.p5.48xlarge", model_preset="8b", seq_length=4096,
                       precisions=["bf16", "nvfp4"], require_all_runnable=True)
 
 
 def test_component_model_overrides_keep_the_presets_other_dimensions():
-    out = run_component(gpu="B200", model_preset="8b", num_layers=4, vocab_size=0,
+    out = _run_component(instance_type="", gpu="B200", model_preset="8b", num_layers=4, vocab_size=0,
                         precisions="bf16", batch_size=1)
     model = MemoryPlan.from_json(out.plan).model
     assert (model["num_layers"], model["vocab_size"], model["hidden_size"]) == (4, 0, 4096)

@@ -249,10 +249,10 @@ def add_flags(
             kwargs.update(action=_DictAction, type=_parser_for(dict), metavar="KEY=VALUE|JSON")
         else:
             kwargs.update(type=_parser_for(p.kind), metavar=p.kind.__name__.upper())
-        help_text = _with_default(p.help, show_default(p.default), note)
+        help_text = _with_default(p.help, show_default(p.default), note).replace("%", "%%")
         parser.add_argument(p.flag, **kwargs, help=help_text, required=required and p.required)
         for flag in old.get(p.name, []):
-            action = _deprecated(flag, p.flag, kwargs.get("action", argparse._StoreAction))
+            action = deprecated(flag, p.flag, kwargs.get("action", argparse._StoreAction))
             parser.add_argument(flag, **{**kwargs, "action": action}, help=argparse.SUPPRESS)
 
 
@@ -264,7 +264,7 @@ def _parser_for(kind: type) -> Callable[[str], Any]:
     return parse
 
 
-def _deprecated(old: str, new: str, base: type[argparse.Action]) -> type[argparse.Action]:
+def deprecated(old: str, new: str, base: type[argparse.Action]) -> type[argparse.Action]:
     """``base`` that first says on stderr that ``old`` is now spelled ``new``."""
 
     class Deprecated(base):  # type: ignore[misc, valid-type]

@@ -102,37 +102,13 @@ def memory_estimate(
             peak GiB per GPU and what the peak is made of.
         metrics: Per precision peak GiB, fits, batch size, largest batches.
     """
+    params = dict(locals())  # this signature's parameters: their one declaration
     from collections import namedtuple
 
     from components.memory_estimate.run import run_component
 
-    out = run_component(
-        instance_type=instance_type,
-        instance_count=instance_count,
-        world_size=world_size,
-        gpu=gpu,
-        model_preset=model_preset,
-        num_layers=num_layers,
-        hidden_size=hidden_size,
-        num_heads=num_heads,
-        num_kv_heads=num_kv_heads,
-        ffn_hidden_size=ffn_hidden_size,
-        vocab_size=vocab_size,
-        mlp=mlp,
-        seq_length=seq_length,
-        batch_size=batch_size,
-        precisions=precisions,
-        activation_checkpointing=activation_checkpointing,
-        headroom=headroom,
-        backend=backend,
-        param_dtype=param_dtype,
-        master_weights=master_weights,
-        optimizer_state_dtype=optimizer_state_dtype,
-        fsdp_version=fsdp_version,
-        quantized_model_init=quantized_model_init,
-        require_all_runnable=require_all_runnable,
-        max_candidate_batch_size=max_candidate_batch_size,
-    )
+    out = run_component(**{k: v for k, v in params.items() if k not in ("report", "metrics")})
+
     with open(report.path, "w") as f:
         f.write(out.markdown)
     for name, value in out.metrics.items():

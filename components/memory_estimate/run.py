@@ -1,12 +1,29 @@
-"""What the KFP component does, as a plain function (tested without KFP)."""
+"""What the KFP component does, as a plain function (tested without KFP).
+
+``params`` are the component's parameters by name: its signature
+(``components/memory_estimate/component.py``) is their one declaration, whose
+defaults the CLI takes too (``components.common.cli``). Component semantics:
+0 / -1 / "" model values keep the preset's.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from components.common.errors import UserError
 from components.memory_estimate import planner, report
+
+# The component's parameters that shape the training step, passed on as ``Request.training``.
+TRAINING_PARAMETERS = ("backend", "param_dtype", "master_weights", "optimizer_state_dtype",
+                       "fsdp_version", "quantized_model_init")
+PARAMETERS = frozenset((
+    "instance_type", "instance_count", "world_size", "gpu", "model_preset", "num_layers",
+    "hidden_size", "num_heads", "num_kv_heads", "ffn_hidden_size", "vocab_size", "mlp",
+    "seq_length", "batch_size", "precisions", "activation_checkpointing", "headroom",
+    *TRAINING_PARAMETERS, "require_all_runnable", "max_candidate_batch_size",
+))
 
 
 @dataclass(frozen=True)
@@ -19,82 +36,66 @@ class ComponentOutputs:
     metrics: dict[str, float]
 
 
-def run_component(
+def request(
+    params: Mapping[str, Any],
     *,
-    instance_type: str = "",
-    instance_count: int = 1,
-    world_size: int = 0,
-    gpu: str = "",
-    model_preset: str = "",
-    num_layers: int = 0,
-    hidden_size: int = 0,
-    num_heads: int = 0,
-    num_kv_heads: int = 0,
-    ffn_hidden_size: int = 0,
-    vocab_size: int = -1,
-    mlp: str = "",
-    seq_length: int = 2048,
-    batch_size: int = 0,
-    precisions: Any = ("bf16",),
-    activation_checkpointing: Any = "auto",
-    headroom: float = planner.DEFAULT_HEADROOM,
-    backend: str = "te",
-    param_dtype: str = "fp32",
-    master_weights: bool = True,
-    optimizer_state_dtype: str = "fp32",
-    fsdp_version: int = 2,
-    quantized_model_init: bool = False,
-    require_all_runnable: bool = False,
-    max_candidate_batch_size: int = 0,
-) -> ComponentOutputs:
-    """Component semantics: 0 / -1 / "" model values keep the preset's."""
+    model: Mapping[str, Any] | None = None,
+    training: Mapping[str, Any] | None = None,
+) -> planner.Request:
+    """The planner's request for the component's parameters.
+
+    ``model`` / ``training``: further ModelSpec fields (None keeps the preset's) and
+    training knobs that the CLI offers beyond the component's parameters.
+    """
+    missing, unknown = PARAMETERS - set(params), set(params) - PARAMETERS
+    if missing or unknown:
+        raise TypeError(f"memory_estimate parameters: missing {sorted(missing)}, "
+                        f"unknown {sorted(unknown)}")
     dims: dict[str, Any] = {
-        "num_layers": num_layers or None,
-        "hidden_size": hidden_size or None,
-        "num_heads": num_heads or None,
-        "num_kv_heads": num_kv_heads or None,
-        "ffn_hidden_size": ffn_hidden_size or None,
-        "vocab_size": None if vocab_size == -1 else vocab_size,
-        "mlp": mlp or None,
+        name: params[name] or None
+        for name in ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "ffn_hidden_size",
+                     "mlp")
     }
-    model = planner.model_from_values(model_preset or None, **dims)
-    request = planner.Request(
-        model=model,
-        seq_length=seq_length,
+    dims["vocab_size"] = None if params["vocab_size"] == -1 else params["vocab_size"]
+    dims.update(model or {})
+    return planner.Request(
+        model=planner.model_from_values(params["model_preset"] or None, **dims),
+        seq_length=params["seq_length"],
         hardware=planner.resolve_hardware(
-            gpu=gpu, instance_type=instance_type, world_size=world_size,
-            instance_count=instance_count,
+            gpu=params["gpu"], instance_type=params["instance_type"],
+            world_size=params["world_size"], instance_count=params["instance_count"],
         ),
-        precisions=planner.parse_precisions(precisions),
-        batch_sizes=(batch_size,),
-        activation_checkpointing=planner.parse_checkpointing(activation_checkpointing),
-        headroom=headroom,
-        training={
-            "backend": backend,
-            "param_dtype": param_dtype,
-            "master_weights": master_weights,
-            "optimizer_state_dtype": optimizer_state_dtype,
-            "fsdp_version": fsdp_version,
-            "quantized_model_init": quantized_model_init,
-        },
+        precisions=planner.parse_precisions(params["precisions"]),
+        batch_sizes=(params["batch_size"],),
+        activation_checkpointing=planner.parse_checkpointing(params["activation_checkpointing"]),
+        headroom=params["headroom"],
+        training={**{k: params[k] for k in TRAINING_PARAMETERS}, **(training or {})},
     )
-    result = planner.plan(request)
-    planner.check_single_precision_supported(result)
-    runnable = result.plan.runnable_precisions()
-    all_runnable = len(runnable) == len(result.plan.precisions)
-    if require_all_runnable and not all_runnable:
-        bad = [e for e in result.plan.precisions.values() if not e.runnable]
+
+
+def check_runnable(result: planner.PlanResult, params: Mapping[str, Any]) -> None:
+    """``require_all_runnable``: a UserError naming every precision that cannot run."""
+    bad = [e for e in result.plan.precisions.values() if not e.runnable]
+    if params["require_all_runnable"] and bad:
         raise UserError(
             "precisions",
             "cannot all run: "
             + " ".join(f"{e.precision}: {e.reason or 'not runnable'}" for e in bad),
             "drop those precisions, or set require_all_runnable=False to skip them.",
         )
+
+
+def run_component(**params: Any) -> ComponentOutputs:
+    """The component's outputs for its parameters (every one, by name)."""
+    result = planner.plan(request(params))
+    planner.check_single_precision_supported(result)
+    check_runnable(result, params)
+    runnable = result.plan.runnable_precisions()
     return ComponentOutputs(
         plan=result.plan.to_json(),
         runnable_precisions=runnable,
-        all_runnable=all_runnable,
-        batch_candidates=planner.batch_candidates(result, max_candidate_batch_size),
+        all_runnable=len(runnable) == len(result.plan.precisions),
+        batch_candidates=planner.batch_candidates(result, params["max_candidate_batch_size"]),
         markdown=report.markdown(result),
         metrics=report.metrics(result),
     )
