@@ -86,11 +86,8 @@ def build_parser() -> tuple[argparse.ArgumentParser, list[cli.Parameter]]:
 
 
 def component_values(args: argparse.Namespace, params: list[cli.Parameter]) -> dict[str, Any]:
-    """The component's parameters as given, else as declared (``--gpu`` alone: no instance type)."""
-    values = {**cli.defaults(memory_estimate), **cli.values(args, params)}
-    if args.gpu and args.instance_type is None:
-        values["instance_type"] = ""
-    return values
+    """The component's parameters as given, else as declared (``run.with_defaults``)."""
+    return run.with_defaults(cli.given(args, params))
 
 
 def main(argv: list[str] | None = None) -> int:
