@@ -24,6 +24,15 @@ from trainer.config import TrainConfig
 from trainer.model import init_weights
 from trainer.precision import Plan, te_recipe
 
+# The residual stream's layout through the TE blocks: "bshd" (batch first, as the rest of the
+# model) or "sbhd" (sequence first, TE's default and fsdp.py's; the model then transposes the
+# embeddings once in and the last hidden states once out).
+INPUT_FORMAT = "bshd"
+# The dtype of the parameters FSDP2 shards and the optimizer updates (fp32 masters; the blocks
+# compute on bf16 copies). bf16 here is fsdp.py's arrangement (no master copy), a diagnostic the
+# trainer benchmark uses to price the fp32 masters; it is not offered as a training option.
+MASTER_DTYPE = torch.float32
+
 
 class TECausalLM(nn.Module):
     def __init__(self, cfg: TrainConfig, hp_blocks: set[int], device: str = "meta"):
@@ -46,21 +55,22 @@ class TECausalLM(nn.Module):
                     spec.hidden_size, spec.ffn_hidden_size, spec.num_heads,
                     num_gqa_groups=spec.num_kv_heads, layernorm_epsilon=spec.norm_eps,
                     hidden_dropout=0.0, attention_dropout=0.0, layer_number=i + 1,
-                    self_attn_mask_type="causal", params_dtype=torch.float32,
+                    self_attn_mask_type="causal", params_dtype=MASTER_DTYPE,
                     seq_length=cfg.seq_length, micro_batch_size=cfg.batch_size,
                     fuse_qkv_params=True, bias=spec.bias,
                     activation="swiglu" if spec.mlp == "swiglu" else "gelu",
-                    normalization=norm, device=device, attn_input_format="bshd",
+                    normalization=norm, device=device, attn_input_format=INPUT_FORMAT,
                 )
                 for i in range(spec.num_layers)
             )
         if spec.vocab_size:
-            self.tok_embeddings = nn.Embedding(spec.vocab_size, spec.hidden_size, device=device)
+            self.tok_embeddings = nn.Embedding(spec.vocab_size, spec.hidden_size, device=device, dtype=MASTER_DTYPE)
             norm_cls = te.RMSNorm if spec.norm == "rmsnorm" else te.LayerNorm
-            self.norm = norm_cls(spec.hidden_size, eps=spec.norm_eps, params_dtype=torch.float32, device=device)
+            self.norm = norm_cls(spec.hidden_size, eps=spec.norm_eps, params_dtype=MASTER_DTYPE, device=device)
             if not spec.tie_embeddings:
                 self.lm_head = te.Linear(spec.hidden_size, spec.vocab_size, bias=False,
-                                         params_dtype=torch.float32, device=device)
+                                         params_dtype=MASTER_DTYPE, device=device)
+        self.sequence_first = INPUT_FORMAT == "sbhd"
         self.rope = (te.RotaryPositionEmbedding(spec.head_dim, rotary_base=spec.rope_theta)
                      if spec.rotary else None)
         self._freqs: dict[tuple, torch.Tensor] = {}
@@ -78,6 +88,8 @@ class TECausalLM(nn.Module):
 
         h = self.tok_embeddings(inputs) if self.spec.vocab_size else inputs
         freqs = self._rope(h.shape[1], h.device)
+        if self.sequence_first:
+            h = h.transpose(0, 1).contiguous()
         for i, block in enumerate(self.blocks):
             ctx = te.autocast(enabled=False) if i in self.hp_blocks else contextlib.nullcontext()
             with ctx:
@@ -85,6 +97,8 @@ class TECausalLM(nn.Module):
                     h = te.distributed.checkpoint(block, h, rotary_pos_emb=freqs, use_reentrant=False)
                 else:
                     h = block(h, rotary_pos_emb=freqs)
+        if self.sequence_first:
+            h = h.transpose(0, 1).contiguous()
         if not self.spec.vocab_size:
             return h
         h = self.norm(h)

@@ -20,10 +20,10 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 
 from trainer import checkpoint, data, emulation, logformat, metrics, parallel, precision
 from trainer import config as config_mod
+from trainer import loss as loss_mod
 from trainer.config import ConfigError, TrainConfig
 from trainer.model import CausalLM, init_weights
 
@@ -402,10 +402,7 @@ def _run(cfg, plan, world, log, stop, state, t_start) -> dict[str, Any]:
             inputs, targets = _batch(source, cfg, world, step, micro, plan)
             with autocast():
                 out = model(inputs)
-            if targets is None:  # bare block stack: mean square of the output
-                loss = out.float().pow(2).mean()
-            else:
-                loss = F.cross_entropy(out.float().reshape(-1, out.shape[-1]), targets.reshape(-1))
+            loss = loss_mod.lm_loss(out, targets)
             loss_sum += loss.detach()
             ((loss / cfg.grad_accum_steps) * loss_scale).backward()
             del out, loss

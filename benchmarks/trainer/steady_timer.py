@@ -13,6 +13,13 @@ trainer's own timer likewise synchronises once per step and skips its warm-up st
         --warmup 2 --tokens-per-iter 131072 --flops-per-token 10.875e9 --peak-tflops 989 \\
         -- fsdp.py -k 24 -b 16 -s 8192 -i 8 ...
 
+``-m MODULE`` runs a module instead of a script (``-m trainer`` for the trainer, so that every
+figure of a comparison comes from this one timer). ``--profile-iters A:B`` also records a
+``torch.profiler`` trace of iterations A+1..B (1-based, after warm-up) and prints where the GPU
+time goes: one ``steady_profile`` JSON line with the share of each kernel category (GEMM,
+attention, normalisation, FP8 cast/transpose, elementwise, NCCL/copies, optimizer, other), the GPU
+busy fraction of the wall time, and the top kernels; ``--profile-out F`` writes the same JSON to F.
+
 One line per rank 0 process:
     steady_timer script=fsdp.py iters=8 warmup=2 s_per_iter=2.9011 min=2.8990 max=2.9050
     tokens_per_s_per_gpu=45180 tflops_per_gpu=491.3 mfu=0.4968
@@ -22,7 +29,9 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import json
 import os
+import re
 import runpy
 import statistics
 import sys
@@ -35,7 +44,11 @@ def main() -> None:
     p.add_argument("--tokens-per-iter", type=float, default=0.0, help="tokens per GPU per iteration")
     p.add_argument("--flops-per-token", type=float, default=0.0, help="model FLOPs per token (6N + attention)")
     p.add_argument("--peak-tflops", type=float, default=0.0, help="dense peak of the GPU for this precision")
-    p.add_argument("script", help="the training script, then its arguments after --")
+    p.add_argument("--profile-iters", default="", metavar="A:B",
+                   help="profile iterations A+1..B (e.g. 3:6) and print a kernel-time breakdown")
+    p.add_argument("--profile-out", default="", help="also write the breakdown JSON here")
+    p.add_argument("-m", dest="module", default="", help="run this module (like python -m) instead of a script")
+    p.add_argument("script", nargs="?", default="", help="the training script, then its arguments after --")
     p.add_argument("args", nargs=argparse.REMAINDER)
     a = p.parse_args()
 
@@ -43,11 +56,25 @@ def main() -> None:
     from torch.optim.optimizer import register_optimizer_step_post_hook
 
     stamps: list[float] = []
+    window = _window(a.profile_iters)
+    prof: list = []
 
     def after_step(optimizer, args, kwargs) -> None:
         if torch.cuda.is_available():
             torch.cuda.synchronize()
         stamps.append(time.perf_counter())
+        if window and len(stamps) == window[0]:
+            prof.append(_start_profiler())
+        elif window and len(stamps) == window[1] and prof:
+            prof[0].stop()
+            wall = stamps[window[1] - 1] - stamps[window[0] - 1]
+            summary = breakdown(prof[0], wall, window[1] - window[0])
+            summary["script"] = a.module or os.path.basename(a.script)
+            if os.environ.get("RANK", "0") == "0":
+                print("steady_profile " + json.dumps(summary), flush=True)
+                if a.profile_out:
+                    with open(a.profile_out, "w") as fh:
+                        json.dump(summary, fh, indent=1)
 
     register_optimizer_step_post_hook(after_step)
     start = [0.0]
@@ -58,7 +85,7 @@ def main() -> None:
         # Iteration i (1-based) lasts stamps[i-1] - stamps[i-2]; the first one from the start.
         edges = [start[0], *stamps]
         times = [b - e for e, b in zip(edges, edges[1:], strict=False)][a.warmup:]
-        name = os.path.basename(a.script)
+        name = a.module or os.path.basename(a.script)
         if not times:
             print(f"steady_timer script={name} iters={len(stamps)} warmup={a.warmup} s_per_iter=nan "
                   f"(fewer iterations than warm-up + 1)", flush=True)
@@ -78,10 +105,83 @@ def main() -> None:
 
     atexit.register(report)
     args = a.args[1:] if a.args[:1] == ["--"] else a.args
+    if a.module:
+        if a.script:
+            args = [a.script, *args]
+        sys.argv = [a.module, *args]
+        start[0] = time.perf_counter()
+        runpy.run_module(a.module, run_name="__main__", alter_sys=True)
+        return
+    if not a.script:
+        p.error("give a script or -m MODULE")
     sys.argv = [a.script, *args]
     sys.path.insert(0, os.path.dirname(os.path.abspath(a.script)))
     start[0] = time.perf_counter()
     runpy.run_path(a.script, run_name="__main__")
+
+
+def _window(text: str) -> tuple[int, int] | None:
+    if not text:
+        return None
+    first, _, last = text.partition(":")
+    lo, hi = int(first), int(last)
+    if not 0 < lo < hi:
+        raise SystemExit(f"--profile-iters {text!r}: need A:B with 0 < A < B (iterations, 1-based)")
+    return lo, hi
+
+
+def _start_profiler():
+    from torch.profiler import ProfilerActivity, profile
+
+    prof = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])
+    prof.start()
+    return prof
+
+
+# Kernel name -> category, first match wins (names of cuBLAS/CUTLASS/cuDNN/TE/NCCL kernels).
+CATEGORIES = (
+    ("nccl_and_copies", re.compile(r"nccl|memcpy|memset|Memcpy|Memset|all_gather|reduce_scatter|split_with_sizes_copy|chunk_cat", re.I)),
+    ("attention", re.compile(r"fmha|flash|attn|attention|cudnn|sdpa|softmax", re.I)),
+    ("gemm", re.compile(r"gemm|cutlass|xmma|nvjet|cublas|sm90_|sm100_|matmul", re.I)),
+    ("fp8_cast_transpose", re.compile(r"cast|transpose|quantiz|amax|fp8|scale", re.I)),
+    ("normalization", re.compile(r"norm", re.I)),
+    ("optimizer", re.compile(r"adam|multi_tensor|foreach|optim", re.I)),
+    ("elementwise", re.compile(r"elementwise|vectorized|gelu|silu|swiglu|reduce|add|mul|copy|fill|unrolled", re.I)),
+)
+
+
+def category(name: str) -> str:
+    for label, pattern in CATEGORIES:
+        if pattern.search(name):
+            return label
+    return "other"
+
+
+def breakdown(prof, wall_s: float, iters: int) -> dict:
+    """Kernel time per category (ms per iteration and share of kernel time), the GPU busy
+    fraction (kernel time summed over streams / wall time: above 1 means streams overlapped)
+    and the 12 kernels with the most time."""
+    kernels: dict[str, float] = {}
+    for evt in prof.key_averages():
+        t = getattr(evt, "self_device_time_total", None)
+        if t is None:
+            t = getattr(evt, "self_cuda_time_total", 0.0)
+        if t and getattr(evt, "device_type", None) is not None and "CUDA" in str(evt.device_type):
+            kernels[evt.key] = kernels.get(evt.key, 0.0) + t
+    total_us = sum(kernels.values())
+    per_cat: dict[str, float] = {}
+    for name, t in kernels.items():
+        per_cat[category(name)] = per_cat.get(category(name), 0.0) + t
+    ms = 1e-3 / max(1, iters)
+    top = sorted(kernels.items(), key=lambda kv: -kv[1])[:12]
+    return {
+        "iters": iters, "wall_ms_per_iter": round(wall_s * 1e3 / max(1, iters), 2),
+        "kernel_ms_per_iter": round(total_us * ms, 2),
+        "gpu_busy_fraction": round(total_us * 1e-6 / wall_s, 4) if wall_s > 0 else None,
+        "ms_per_iter": {k: round(v * ms, 2) for k, v in sorted(per_cat.items(), key=lambda kv: -kv[1])},
+        "share": {k: round(v / total_us, 4) for k, v in sorted(per_cat.items(), key=lambda kv: -kv[1])} if total_us else {},
+        "top_kernels": [{"name": n[:160], "category": category(n), "ms_per_iter": round(t * ms, 2)} for n, t in top],
+    }
 
 
 if __name__ == "__main__":

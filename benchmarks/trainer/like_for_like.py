@@ -1,0 +1,255 @@
+"""Issue 16's like-for-like trainer benchmark on one H200, in stages that fit device calls.
+
+    python3 benchmarks/trainer/like_for_like.py --time-budget 560 [--stages profile,table-b8,...]
+
+Every run is timed by the same wrapper, ``steady_timer.py`` (a global optimizer-step hook that
+synchronises CUDA and timestamps each iteration; 8 iterations, the first 2 left out), whatever
+the script: TE's fsdp.py, the plain PyTorch stack or the trainer. The baselines are run with
+dropout 0, like the trainer:
+
+- fsdp.py is TE's ``examples/pytorch/fsdp/fsdp.py`` with ``fsdp_dropout0.patch`` (beside this
+  file) applied: ``hidden_dropout=0.0`` and ``attention_dropout=0.0`` for ``te.TransformerLayer``;
+- the plain PyTorch stack is ``shared/tools/torch_block_baseline.py --dropout 0``.
+
+Both are carried to the GPU machine in the git-ignored ``.baselines/`` (not committed: they are
+not ours). The trainer runs through ``levers.py`` so that a lever (a setting it has in code but
+not as a flag) can be measured before it becomes an option.
+
+Results are merged into ``--state`` after every run (a later call resumes and skips what is done)
+and copied to ``--out``; the filtered output of every run is appended to ``--raw-log``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+TIMER = HERE / "steady_timer.py"
+LEVERS = HERE / "levers.py"
+FSDP = Path(".baselines/fsdp_dropout0.py")
+TORCH_REF = Path(".baselines/torch_block_baseline.py")
+ITERS, WARMUP = 8, 2
+SEQ = 8192
+FLOPS_TE_SHAPE = 10.875e9  # model FLOPs per token of the te-fsdp-example blocks (6N + attention)
+
+
+@dataclass
+class Run:
+    id: str
+    kind: str  # fsdp | torch_ref | trainer
+    batch: int
+    ac: bool
+    precision: str = "bf16"
+    backend: str = "te"
+    preset: str = "te-fsdp-example"
+    seq: int = SEQ
+    levers: str = ""
+    flags: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    profile: bool = False
+    timeout: int = 150
+
+    def tokens(self) -> int:
+        return self.batch * self.seq
+
+    def command(self) -> list[str]:
+        timer = [sys.executable, str(TIMER), "--warmup", str(WARMUP), "--tokens-per-iter", str(self.tokens())]
+        if self.preset == "te-fsdp-example":
+            timer += ["--flops-per-token", str(FLOPS_TE_SHAPE), "--peak-tflops", "989"]
+        if self.profile:
+            timer += ["--profile-iters", "3:6"]
+        torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "1"]
+        if self.kind == "fsdp":
+            prec = ["--dtype", "bf16", "--no-fp8"] if self.precision == "bf16" else ["--precision", self.precision]
+            ac = ["--checkpoint-layer", "transformerlayer"] if self.ac else []
+            return [*torchrun, *timer[1:], "--", str(FSDP), "-k", "24", "-b", str(self.batch), "-s", str(self.seq),
+                    "-n", "16", "-d", "128", "-i", str(ITERS), *ac, *prec]
+        if self.kind == "torch_ref":
+            ac = ["--ac"] if self.ac else []
+            return [*timer, "--", str(TORCH_REF), "-k", "24", "-b", str(self.batch), "-s", str(self.seq),
+                    "-i", str(ITERS), "--dropout", "0", *ac]
+        ac = "--activation-checkpointing" if self.ac else "--no-activation-checkpointing"
+        return [*torchrun, *timer[1:], str(LEVERS), "--", "--levers", self.levers, "--",
+                "--preset", self.preset, "--seq-length", str(self.seq), "--batch-size", str(self.batch), ac,
+                "--precision", self.precision, "--backend", self.backend, "--max-steps", str(ITERS),
+                "--timing-warmup-steps", str(WARMUP), "--log-every", "1", "--checkpoint-dir", "",
+                "--model-dir", "", "--output-data-dir", "", "--output-dir", "/tmp/lfl_out", *self.flags]
+
+
+def te_shape(batch: int, ac: bool) -> str:
+    return f"b{batch}-{'ac' if ac else 'noac'}"
+
+
+def table(batch: int, ac: bool) -> list[Run]:
+    c = te_shape(batch, ac)
+    t = 240 if ac else 150
+    return [
+        Run(f"{c}/fsdp.py/bf16", "fsdp", batch, ac, "bf16", timeout=t),
+        Run(f"{c}/fsdp.py/fp8", "fsdp", batch, ac, "fp8", timeout=t),
+        Run(f"{c}/torch-stack/bf16", "torch_ref", batch, ac, "bf16", timeout=t),
+        Run(f"{c}/trainer-te/bf16", "trainer", batch, ac, "bf16", "te", timeout=t),
+        Run(f"{c}/trainer-te/fp8", "trainer", batch, ac, "fp8", "te", timeout=t),
+        Run(f"{c}/trainer-torch/bf16", "trainer", batch, ac, "bf16", "torch", timeout=t),
+    ]
+
+
+CANDIDATES = ("sbhd", "keep-params", "sbhd,keep-params")
+QINIT = {"TRAINER_EXPERIMENTAL_QUANTIZED_INIT": "1"}
+
+
+def best_levers(results: dict) -> str:
+    """The lever set that made te fp8 at batch 8 fastest, if by more than 1%; else none."""
+    base = results.get("b8-noac/trainer-te/fp8", {}).get("s_per_iter")
+    best, best_s = "", base
+    for lv in CANDIDATES:
+        s = results.get(f"b8-noac/trainer-te/fp8+{lv}", {}).get("s_per_iter")
+        if s and best_s and s < best_s:
+            best, best_s = lv, s
+    if base and best_s and best_s > base / 1.01:
+        return ""
+    return best
+
+
+def stages(results: dict) -> dict[str, list[Run]]:
+    best = best_levers(results)
+    b1 = dict(preset="1b", seq=4096, timeout=150)
+    return {
+        "profile": [
+            Run("profile/b8-noac/trainer-te/fp8", "trainer", 8, False, "fp8", "te", profile=True),
+            Run("profile/b8-noac/fsdp.py/fp8", "fsdp", 8, False, "fp8", profile=True),
+            Run("profile/1b-b4/trainer-te/bf16", "trainer", 4, False, "bf16", "te", profile=True, **b1),
+            Run("profile/1b-b4/trainer-te/fp8", "trainer", 4, False, "fp8", "te", profile=True, **b1),
+        ],
+        "table-b8": table(8, False),
+        "levers-b8": [
+            *(Run(f"b8-noac/trainer-te/fp8+{lv}", "trainer", 8, False, "fp8", "te", levers=lv) for lv in CANDIDATES),
+            Run("b8-noac/trainer-te/fp8+bf16-masters", "trainer", 8, False, "fp8", "te", levers="bf16-masters"),
+            Run("b8-noac/trainer-torch/bf16+compile", "trainer", 8, False, "bf16", "torch",
+                flags=["--compile"], timeout=300),
+            Run("b8-noac/trainer-te/fp8+quantized-init", "trainer", 8, False, "fp8", "te",
+                flags=["--quantized-model-init"], env=QINIT),
+        ],
+        "1b": [
+            Run("1b-b4/trainer-te/bf16", "trainer", 4, False, "bf16", "te", **b1),
+            Run("1b-b4/trainer-te/fp8", "trainer", 4, False, "fp8", "te", **b1),
+            Run("1b-b4/trainer-te/bf16+compiled-loss", "trainer", 4, False, "bf16", "te",
+                levers="compiled-loss", **b1),
+            Run("1b-b4/trainer-te/fp8+compiled-loss", "trainer", 4, False, "fp8", "te",
+                levers="compiled-loss", **b1),
+            Run("1b-b4/trainer-te/fp8+fp8-lm-head", "trainer", 4, False, "fp8", "te",
+                flags=["--no-high-precision-lm-head"], **b1),
+            Run("1b-b4/trainer-te/fp8+compiled-loss+fp8-lm-head", "trainer", 4, False, "fp8", "te",
+                levers="compiled-loss", flags=["--no-high-precision-lm-head"], **b1),
+        ],
+        "table-b16ac": table(16, True),
+        "best": [
+            *(Run(f"{te_shape(b, ac)}/trainer-te/{p}+{best}", "trainer", b, ac, p, "te", levers=best,
+                  timeout=240 if ac else 150)
+              for (b, ac) in ((8, False), (16, True)) for p in ("bf16", "fp8") if best),
+            Run("b16-ac/trainer-torch/bf16+compile", "trainer", 16, True, "bf16", "torch",
+                flags=["--compile"], timeout=360),
+            *(Run(f"1b-b4/trainer-te/{p}+compiled-loss+{best}", "trainer", 4, False, p, "te",
+                  levers=f"compiled-loss,{best}", **b1) for p in ("bf16", "fp8") if best),
+        ],
+        "repeat": [Run(r.id + "#2", r.kind, r.batch, r.ac, r.precision, r.backend, timeout=r.timeout)
+                   for r in table(8, False)],
+    }
+
+
+TIMER_RE = re.compile(r"steady_timer script=\S+ iters=(\d+) warmup=\d+ s_per_iter=([\d.]+) min=([\d.]+) max=([\d.]+)")
+KEEP = re.compile(r"steady_timer|steady_profile|Peak Memory|torch_ref|\[trainer\] (summary|event|recipe)|\[levers\]|"
+                  r"Error|error|Traceback|Killed|OutOfMemory")
+
+
+def parse(out: str, run: Run) -> dict:
+    rec: dict = {"run": asdict(run)}
+    matches = list(TIMER_RE.finditer(out))
+    m = matches[-1] if matches else None
+    if m:
+        rec.update(iters=int(m.group(1)), s_per_iter=float(m.group(2)), min_s=float(m.group(3)),
+                   max_s=float(m.group(4)), tokens_per_s=round(run.tokens() / float(m.group(2)), 1))
+    for line in out.splitlines():
+        if line.startswith("steady_profile "):
+            rec["profile"] = json.loads(line.split(" ", 1)[1])
+        elif "Peak Memory Use" in line:
+            found = re.findall(r"([\d.]+)\s*MiB|([\d.]+)\s*MB", line)
+            if found:
+                rec["peak_gib"] = round(float(found[-1][0] or found[-1][1]) * 1e6 / 2**30, 2)
+        elif line.startswith("torch_ref "):
+            pk = re.search(r"peak_MB=([\d.]+)", line)
+            if pk:
+                rec["peak_gib"] = round(float(pk.group(1)) * 1e6 / 2**30, 2)
+        elif line.startswith("[trainer] summary "):
+            s = json.loads(line.split(" ", 2)[2])
+            rec["trainer"] = {k: s.get(k) for k in ("steady_state_step_s", "final_loss", "flops_per_token", "mfu",
+                                                    "peak_allocated_bytes", "recipe", "backend", "status")}
+            if s.get("peak_allocated_bytes"):
+                rec["peak_gib"] = round(s["peak_allocated_bytes"] / 2**30, 2)
+            if rec.get("s_per_iter") and s.get("flops_per_token"):
+                rec["mfu_bf16_peak"] = round(rec["tokens_per_s"] * s["flops_per_token"] / 989e12, 4)
+    if "mfu_bf16_peak" not in rec and rec.get("tokens_per_s") and run.preset == "te-fsdp-example":
+        rec["mfu_bf16_peak"] = round(rec["tokens_per_s"] * FLOPS_TE_SHAPE / 989e12, 4)
+    return rec
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--time-budget", type=float, required=True, help="seconds this call may spend")
+    p.add_argument("--stages", default="profile,table-b8,levers-b8,1b,table-b16ac,best,repeat")
+    p.add_argument("--state", default="/root/lfl_state.json")
+    p.add_argument("--out", default=os.path.join(os.environ.get("OUT", "/tmp"), "like_for_like.json"))
+    p.add_argument("--raw-log", default=os.path.join(os.environ.get("OUT", "/tmp"), "like_for_like_raw.log"))
+    p.add_argument("--dry-run", action="store_true", help="print the commands only")
+    a = p.parse_args()
+    end = time.time() + a.time_budget
+    state = Path(a.state)
+    results: dict = json.loads(state.read_text()) if state.exists() else {}
+    for stage in a.stages.split(","):
+        runs = stages(results).get(stage)
+        if runs is None:
+            raise SystemExit(f"--stages: unknown stage {stage!r}")
+        for run in runs:
+            if run.id in results and results[run.id].get("s_per_iter"):
+                continue
+            cmd = run.command()
+            if a.dry_run:
+                print(run.id, " ".join(shlex.quote(c) for c in cmd), run.env or "")
+                continue
+            left = end - time.time()
+            if left < min(run.timeout, 45):
+                print(f"[lfl] {run.id}: skipped, {left:.0f} s left", flush=True)
+                continue
+            t0 = time.time()
+            env = {**os.environ, **run.env, "PYTHONUNBUFFERED": "1", "NCCL_NVLS_ENABLE": "0",
+                   "PYTHONPATH": os.pathsep.join(filter(None, [os.getcwd(), os.environ.get("PYTHONPATH")]))}
+            try:
+                proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=min(run.timeout, left))
+                out, rc = proc.stdout + proc.stderr, proc.returncode
+            except subprocess.TimeoutExpired as exc:
+                out = (exc.stdout or b"").decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
+                rc = 124
+            rec = parse(out, run)
+            rec.update(rc=rc, wall_s=round(time.time() - t0, 1), stage=stage)
+            results[run.id] = rec
+            state.write_text(json.dumps(results, indent=1))
+            Path(a.out).write_text(json.dumps(results, indent=1))
+            kept = [ln[:2000] for ln in out.splitlines() if KEEP.search(ln)]
+            with open(a.raw_log, "a") as fh:
+                fh.write(f"### {run.id} rc={rc} wall={rec['wall_s']}s env={run.env}\n$ {shlex.join(cmd)}\n")
+                fh.write("\n".join(kept[-40:]) + "\n")
+            print(f"[lfl] {run.id}: rc={rc} s/iter={rec.get('s_per_iter')} tokens/s={rec.get('tokens_per_s')} "
+                  f"peak={rec.get('peak_gib')} GiB wall={rec['wall_s']} s", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
