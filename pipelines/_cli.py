@@ -22,24 +22,15 @@ from components.common import cli
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def main(
-    argv: list[str] | None,
+def build_parser(
     *,
     name: str,
     doc: str,
     build: Callable[[int], Any],
     default_parallelism: int,
     local_defaults: dict[str, Any],
-    report_task: str,
-    check: Callable[[dict[str, Any]], None] | None = None,
-) -> int:
-    """``--compile`` or ``--run-local`` for the pipeline ``build`` makes.
-
-    Parameter flags given with ``--compile`` become the compiled pipeline's
-    defaults (what a run submitted without that argument uses); with
-    ``--run-local`` they override ``local_defaults``, which override the
-    pipeline's. ``--help`` shows both defaults.
-    """
+) -> tuple[argparse.ArgumentParser, list[cli.Parameter]]:
+    """The pipeline's command line: the modes, and a flag per pipeline parameter."""
     parser = argparse.ArgumentParser(
         prog=f"python pipelines/{name}.py",
         description=doc.strip().split("\n\n")[0],
@@ -72,12 +63,36 @@ def main(
     params = cli.parameters(build(default_parallelism).pipeline_func)
     cli.add_flags(
         parser.add_argument_group(
-            "pipeline parameters (lists as JSON or a,b,c; dicts as JSON or KEY=VALUE, repeatable)"
+            "pipeline parameters (lists as JSON or a,b,c, dicts as JSON or KEY=VALUE; both repeatable)"
         ),
         params,
         required=False,  # the local backend supplies role_arn and bucket; a run supplies them
         notes={k: "--run-local: " + (cli.show_default(v) or "''") for k, v in local_defaults.items()},
     )
+    return parser, params
+
+
+def main(
+    argv: list[str] | None,
+    *,
+    name: str,
+    doc: str,
+    build: Callable[[int], Any],
+    default_parallelism: int,
+    local_defaults: dict[str, Any],
+    report_task: str,
+    check: Callable[[dict[str, Any]], None] | None = None,
+) -> int:
+    """``--compile`` or ``--run-local`` for the pipeline ``build`` makes.
+
+    Parameter flags given with ``--compile`` become the compiled pipeline's
+    defaults (what a run submitted without that argument uses); with
+    ``--run-local`` they override ``local_defaults``, which override the
+    pipeline's. ``--help`` shows both defaults.
+    """
+    parser, params = build_parser(name=name, doc=doc, build=build,
+                                  default_parallelism=default_parallelism,
+                                  local_defaults=local_defaults)
     args = parser.parse_args(argv)
     overrides = cli.given(args, params)
 

@@ -402,7 +402,8 @@ def test_a_file_that_is_not_a_series_is_refused_with_its_name(tmp_path):
 def test_cli_reads_a_file_and_stdin_and_prints_json(tmp_path):
     log = tmp_path / "train.log"
     log.write_text("\n".join(start_lines() + [step(i) for i in range(1, 6)]) + "\n")
-    cmd = [sys.executable, "-m", "components.parse_logs", "--precision", "fp8", "--json"]
+    cmd = [sys.executable, "-m", "components.parse_logs", "--requested-precision", "fp8",
+           "--json"]
     out = subprocess.run(cmd + ["--file", str(log), "--series", str(tmp_path / "s.csv")],
                          capture_output=True, text=True, check=True)
     report = json.loads(out.stdout)

@@ -27,7 +27,7 @@ import subprocess
 import tempfile
 import urllib.parse
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -81,6 +81,29 @@ class BuildRequest:
     component: str = "build_image"
     extra_tags: dict[str, str] = field(default_factory=dict)
     poll_interval_s: float = 15.0
+
+    @classmethod
+    def from_parameters(cls, params: Mapping[str, Any]) -> BuildRequest:
+        """The request for the build_image component's parameters, by name.
+
+        The component's signature (components/build_image/component.py) declares
+        them; its CLI derives its flags from it. Other keys (outputs) are ignored.
+        """
+        return cls(
+            run_id=params["run_id"], region=params["region"], s3_uri=params["s3_uri"],
+            repository=params["repository"], dockerfile=params["dockerfile"],
+            context_dir=params["context_dir"],
+            context_paths=[str(p) for p in params["context_paths"] or []],
+            build_args={str(k): str(v) for k, v in (params["build_args"] or {}).items()},
+            base_image=params["base_image"], base_image_tag=params["base_image_tag"],
+            instance_type=params["instance_type"], builder=params["builder"],
+            codebuild_project=params["codebuild_project"],
+            codebuild_role_arn=params["codebuild_role_arn"],
+            codebuild_compute_type=params["codebuild_compute_type"],
+            timeout_minutes=params["timeout_minutes"], pipeline=params["pipeline_name"],
+            extra_tags={str(k): str(v) for k, v in (params["tags"] or {}).items()},
+            poll_interval_s=params["poll_interval_seconds"],
+        )
 
 
 @dataclass

@@ -28,7 +28,7 @@ def build_image(
     timeout_minutes: int = 120,
     pipeline_name: str = "",
     tags: dict = {},  # noqa: B006 (KFP default)
-    poll_interval_s: float = 15.0,
+    poll_interval_seconds: float = 15.0,
 ) -> NamedTuple(  # type: ignore[valid-type]
     "Outputs", [("image_uri", str), ("built", bool), ("outcome", str)]
 ):
@@ -83,7 +83,7 @@ def build_image(
         timeout_minutes: CodeBuild build timeout.
         pipeline_name: Pipeline name for the tags.
         tags: Extra tags for what this step creates.
-        poll_interval_s: Seconds between BatchGetBuilds polls.
+        poll_interval_seconds: Seconds between BatchGetBuilds polls.
 
     Returns:
         image_uri: ``<repo>@sha256:<digest>`` when the image is in ECR (built or
@@ -93,6 +93,7 @@ def build_image(
         aws_resources: JSON record of what this step created (repository, build
             context, CodeBuild project and build, image), written as each appears.
     """
+    params = dict(locals())  # this signature's parameters: their one declaration
     from collections import namedtuple
 
     from components.build_image.build import BuildRequest
@@ -101,18 +102,7 @@ def build_image(
 
     resources.write(aws_resources, [])
     result = run_build(
-        BuildRequest(
-            run_id=run_id, region=region, s3_uri=s3_uri, repository=repository,
-            dockerfile=dockerfile, context_dir=context_dir,
-            context_paths=[str(p) for p in context_paths or []],
-            build_args={str(k): str(v) for k, v in (build_args or {}).items()},
-            base_image=base_image, base_image_tag=base_image_tag, instance_type=instance_type,
-            builder=builder, codebuild_project=codebuild_project,
-            codebuild_role_arn=codebuild_role_arn,
-            codebuild_compute_type=codebuild_compute_type, timeout_minutes=timeout_minutes,
-            pipeline=pipeline_name, extra_tags={str(k): str(v) for k, v in (tags or {}).items()},
-            poll_interval_s=poll_interval_s,
-        ),
+        BuildRequest.from_parameters(params),
         on_resources=lambda recorded: resources.write(aws_resources, recorded),
     )
     resources.write(aws_resources, result.resources)

@@ -90,18 +90,6 @@ def resolve_policy(overrides: dict[str, str] | None) -> dict[str, str]:
     return policy
 
 
-def parse_policy(items: list[str]) -> dict[str, str]:
-    """``["logs=delete", "images=delete"]`` -> dict (the CLI's and component's form)."""
-    out: dict[str, str] = {}
-    for item in items:
-        kind, sep, verb = item.partition("=")
-        if not sep:
-            raise UserError("policy", f"{item!r} is not KIND=ACTION.",
-                            "write e.g. logs=delete or images=delete.")
-        out[kind.strip()] = verb.strip()
-    return out
-
-
 @dataclass(frozen=True)
 class Action:
     """One thing cleanup does (or reports keeping) to one resource.

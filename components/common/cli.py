@@ -10,7 +10,8 @@ name, one default and one help text in the component, the pipeline and the CLI.
 Values on the command line, by annotation:
 
 - ``bool``: ``--x`` (true), ``--x true|false`` (also yes/no, on/off, 1/0), ``--no-x`` (false);
-- ``list``: JSON (``'["bf16","fp8"]'``) or comma-separated (``bf16,fp8``);
+- ``list``: JSON (``'["bf16","fp8"]'``) or comma-separated (``bf16,fp8``), repeatable
+  and concatenated;
 - ``dict``: JSON (``'{"lr": "3e-4"}'``) or ``KEY=VALUE``, repeatable and merged;
 - ``str``, ``int``, ``float``: as written.
 
@@ -26,6 +27,7 @@ import inspect
 import json
 import re
 import sys
+import types
 import typing
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -108,14 +110,15 @@ def _kind(func: Callable[..., Any], p: inspect.Parameter) -> type | None:
         except Exception:  # noqa: BLE001 - an unresolvable annotation is read by its name
             pass
     if isinstance(annotation, str):
-        annotation = KINDS.get(annotation, annotation)
-    args = typing.get_args(annotation)
-    if typing.get_origin(annotation) is typing.Union and len(args) == 2 and type(None) in args:
-        annotation = next(a for a in args if a is not type(None))  # Optional[dict] -> dict
+        annotation = KINDS.get(annotation.removeprefix("Optional[").removesuffix("]"), annotation)
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        kinds = [a for a in typing.get_args(annotation) if a is not type(None)]
+        annotation = kinds[0] if len(kinds) == 1 else annotation  # Optional[X] reads as X
     if annotation in KINDS.values():
         return annotation  # type: ignore[no-any-return]
-    module = getattr(annotation, "__module__", "") or type(annotation).__module__
-    if module.startswith("kfp."):
+    parts = typing.get_args(annotation) if typing.get_origin(annotation) is typing.Annotated else ()
+    modules = {getattr(a, "__module__", "") or type(a).__module__ for a in (annotation, *parts)}
+    if any(m.startswith("kfp.") for m in modules):
         return None  # Input[...], Output[...], OutputPath(...): an artifact, not a flag
     raise TypeError(
         f"{func.__qualname__}({p.name}): annotation {annotation!r} has no command-line form; "
@@ -189,7 +192,7 @@ def parse_value(kind: type, text: str) -> Any:
 
 def show_default(value: Any) -> str:
     """A default as the help text shows it: JSON for lists/dicts, true/false; "" for none."""
-    if value is inspect.Parameter.empty or value is None or value == "":
+    if value is inspect.Parameter.empty or value is None or value in ("", [], {}, ()):
         return ""
     if isinstance(value, bool):
         return "true" if value else "false"
@@ -198,13 +201,15 @@ def show_default(value: Any) -> str:
     return str(value)
 
 
-class _DictAction(argparse.Action):
-    """Repeated JSON objects or KEY=VALUE items, merged in order."""
+class _MergeAction(argparse.Action):
+    """A repeated list or dict flag: the values are concatenated (lists) or merged (dicts)."""
 
     def __call__(self, parser: Any, namespace: Any, values: Any, option_string: Any = None) -> None:
-        merged = dict(getattr(namespace, self.dest, None) or {})
-        merged.update(values)
-        setattr(namespace, self.dest, merged)
+        before = getattr(namespace, self.dest, None)
+        if isinstance(values, dict):
+            setattr(namespace, self.dest, {**(before or {}), **values})
+        else:
+            setattr(namespace, self.dest, [*(before or []), *values])
 
 
 def _with_default(text: str, shown: str, extra: str) -> str:
@@ -245,8 +250,9 @@ def add_flags(
             kwargs.update(nargs="?", const=True, type=parse_bool, metavar="BOOL")
             parser.add_argument(negative, dest=p.name, action="store_const", const=False,
                                 default=None, help=argparse.SUPPRESS)
-        elif p.kind is dict:
-            kwargs.update(action=_DictAction, type=_parser_for(dict), metavar="KEY=VALUE|JSON")
+        elif p.kind in (list, dict):
+            kwargs.update(action=_MergeAction, type=_parser_for(p.kind),
+                          metavar="KEY=VALUE|JSON" if p.kind is dict else "A,B|JSON")
         else:
             kwargs.update(type=_parser_for(p.kind), metavar=p.kind.__name__.upper())
         help_text = _with_default(p.help, show_default(p.default), note).replace("%", "%%")

@@ -53,7 +53,7 @@ def compare_convergence(
 
     Args:
         series: the parse_logs series Datasets (CSV, ``kfp-sagemaker/step-series/v1``).
-        baseline: the reference precision (default bf16).
+        baseline: the reference precision.
         loss_tolerance_rel: allowed final loss excess, as a fraction of the baseline's.
         loss_tolerance_abs: allowed final loss excess in nats (the larger one applies).
         divergence_tolerance_rel: the smoothed loss may never (after warm-up) be more than

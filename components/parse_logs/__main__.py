@@ -8,8 +8,8 @@ the per-step series CSV, the Markdown and the JSON with --series/--markdown/--ev
 Examples:
   python -m components.parse_logs --file train.log --json
   python -m trainer --preset tiny --max-steps 20 | python -m components.parse_logs --file -
-  python -m components.parse_logs --job my-run-fp8-1a2b3c4d --region us-west-2 \\
-      --precision fp8 --series fp8.csv
+  python -m components.parse_logs --job-name my-run-fp8-1a2b3c4d --region us-west-2 \\
+      --requested-precision fp8 --series fp8.csv
 
 Exit status: 0 when the log was read and the run did not fail; 1 when the log
 could not be read (empty, no step lines) or the run failed (OOM, NaN, error:
@@ -22,59 +22,52 @@ from __future__ import annotations
 import argparse
 import sys
 
+from components.common import cli
 from components.common.errors import USER_ERROR_EXIT_CODE, UserError
+from components.parse_logs.component import parse_logs
+
+# Old spellings, still accepted with a deprecation message.
+ALIASES = {"--job": "job_name", "--precision": "requested_precision", "--run": "run_label"}
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="python -m components.parse_logs",
-        description=__doc__.split("\n\n")[1],
-        epilog=__doc__.split("\n\n", 2)[2],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--file", metavar="LOG", help="a log file, or - for standard input")
-    src.add_argument("--job", metavar="NAME", help="a SageMaker training job name")
-    p.add_argument("--region", default="", help="AWS region of the job (default: AWS_REGION)")
-    p.add_argument("--log-group", default="/aws/sagemaker/TrainingJobs",
-                   help="CloudWatch log group (default: %(default)s)")
-    p.add_argument("--precision", default="", help="the requested precision: a warning is "
-                   "raised when the log confirms another one (or none)")
-    p.add_argument("--run", default="", help="label for the run (default: job name or file)")
-    p.add_argument("--spike-threshold", type=float, default=0.5,
-                   help="loss above (1 + this) x its running average is a spike (default 0.5)")
+def build_parser() -> tuple[argparse.ArgumentParser, list[cli.Parameter]]:
+    p, params = cli.derived_parser(parse_logs, prog="python -m components.parse_logs",
+                                   doc=__doc__, aliases=ALIASES)
+    p.add_argument("--file", metavar="LOG",
+                   help="a log file, or - for standard input (instead of --job-name)")
     p.add_argument("--json", action="store_true", help="print the JSON events document")
     p.add_argument("--series", metavar="CSV", help="write the per-step series CSV here")
     p.add_argument("--markdown", metavar="MD", help="write the Markdown summary here")
     p.add_argument("--events", metavar="JSON", help="write the JSON events document here")
-    p.add_argument("--fail-on-failed-run", action=argparse.BooleanOptionalAction, default=True,
-                   help="exit 1 when the log could not be read or the run failed (empty log, "
-                   "no steps, OOM, NaN, error); --no-fail-on-failed-run exits 0 whenever the "
-                   "log was parsed (default: on)")
-    return p
+    return p, params
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    p, params = build_parser()
+    args = p.parse_args(argv)
+    if bool(args.file) == bool(args.job_name):
+        p.error("give one of --file or --job-name")
+    values = cli.values(args, params)
     from components.parse_logs.report import events_document, markdown, write_outputs
     from components.parse_logs.source import parse_file, parse_training_job
 
+    spike = values["spike_threshold"]
     try:
-        if args.job:
-            parsed, _ = parse_training_job(args.job, args.region or None, group=args.log_group,
-                                           spike_threshold=args.spike_threshold)
-            run = args.run or args.job
+        if args.file:
+            parsed = parse_file(args.file, spike_threshold=spike)
+            run = values["run_label"] or ("stdin" if args.file == "-" else args.file)
         else:
-            parsed = parse_file(args.file, spike_threshold=args.spike_threshold)
-            run = args.run or ("stdin" if args.file == "-" else args.file)
-        out = write_outputs(parsed, requested_precision=args.precision, run=run,
+            parsed, _ = parse_training_job(values["job_name"], values["region"] or None,
+                                           group=values["log_group"], spike_threshold=spike)
+            run = values["run_label"] or values["job_name"]
+        out = write_outputs(parsed, requested_precision=values["requested_precision"], run=run,
                             series_path=args.series, markdown_path=args.markdown,
                             events_path=args.events)
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return USER_ERROR_EXIT_CODE
     sys.stdout.write(events_document(out.report) if args.json else markdown(out.report))
-    return 1 if args.fail_on_failed_run and out.report["failed"] else 0
+    return 1 if values["fail_on_failed_run"] and out.report["failed"] else 0
 
 
 if __name__ == "__main__":
