@@ -18,8 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from components.common import cli
-
-ROOT = Path(__file__).resolve().parent.parent
+from components.common.shipped import CHECKOUT
 
 
 def build_parser(
@@ -102,7 +101,7 @@ def main(
         from components.common.component import components_image
         from pipelines.compile import compile_one
 
-        out = args.output or ROOT / "compiled" / f"{name}.yaml"
+        out = args.output or CHECKOUT / "compiled" / f"{name}.yaml"
         out.parent.mkdir(parents=True, exist_ok=True)
         compile_one(build(args.parallelism or default_parallelism), out, components_image(),
                     pipeline_parameters=overrides or None)

@@ -31,8 +31,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-COMPILED = ROOT / "compiled"
+from components.common.shipped import CHECKOUT
+
+COMPILED = CHECKOUT / "compiled"
 IMAGE_HEADER = "# Components image: "
 COMPONENTS_DOCKERFILE = "images/components/Dockerfile"
 COMPONENTS_REPOSITORY = "kfp-sagemaker-blackwell/components"
@@ -111,7 +112,7 @@ def compile_all(out_dir: Path = COMPILED, *, verbose: bool = True,
     if components_image and components_image != declaration.components_image():
         subprocess.run([sys.executable, "-m", "pipelines.compile", "--output-dir", str(out_dir),
                         "--components-image", components_image] + ([] if verbose else ["-q"]),
-                       check=True, cwd=ROOT)
+                       check=True, cwd=CHECKOUT)
         return sorted(out_dir.rglob("*.yaml"))
     image = declaration.components_image()
     written: list[Path] = []

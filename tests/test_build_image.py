@@ -19,8 +19,9 @@ import yaml
 from components.build_image import build as b
 from components.build_image import codebuild as cb
 from components.build_image import context as ctx
-from components.build_image import ecr as ecr_mod
+from components.common import build_marks
 from components.common.errors import UserError
+from components.common.shipped import CHECKOUT
 
 DOCKERFILE = """\
 # syntax=docker/dockerfile:1
@@ -173,7 +174,7 @@ def test_copy_source_that_matches_nothing_or_escapes_the_context_is_refused(tmp_
 
 
 def test_the_real_dockerfiles_of_this_repository_have_a_context():
-    root = b.PACKAGE_ROOT
+    root = CHECKOUT
     for dockerfile in ("images/components/Dockerfile", "images/trainer/Dockerfile"):
         if not (root / dockerfile).is_file():
             continue
@@ -200,7 +201,7 @@ def test_without_the_sagemaker_sdk_the_error_names_the_base_image_override():
             "from components.build_image.build import lookup_dlc; lookup_dlc('us-west-2', "
             "'ml.p6-b200.48xlarge')")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         cwd=b.PACKAGE_ROOT)
+                         cwd=CHECKOUT)
     assert out.returncode != 0
     assert "base_image:" in out.stderr and "sagemaker-core" in out.stderr
     assert "pytorch-training:" + b.DLC_TAG in out.stderr
@@ -243,9 +244,9 @@ def test_buildspec_logs_in_to_both_registries_builds_and_pushes_both_tags():
 
 
 def test_run_marker_is_a_valid_ecr_tag_distinct_per_run():
-    a = ecr_mod.run_marker("run-1", "ctx-0123456789abcdef01234567")
-    assert a.startswith(ecr_mod.run_marker_prefix("run-1"))
-    assert not a.startswith(ecr_mod.run_marker_prefix("run-2"))
+    a = build_marks.run_marker("run-1", "ctx-0123456789abcdef01234567")
+    assert a.startswith(build_marks.run_marker_prefix("run-1"))
+    assert not a.startswith(build_marks.run_marker_prefix("run-2"))
     import re
 
     assert re.match(r"^[a-zA-Z0-9_][a-zA-Z0-9_.-]{0,127}$", a)
@@ -281,13 +282,13 @@ def test_cli_prints_the_tag_without_aws_and_exits_2_on_user_errors(tmp_path):
     base = [sys.executable, "-m", "components.build_image", "--context-dir", str(root),
             "--dockerfile", "docker/Dockerfile", "--base-image", "example.com/base:1"]
     out = subprocess.run(base + ["--run-id", "r1", "--print-tag"], capture_output=True,
-                         text=True, cwd=b.PACKAGE_ROOT, env=env)
+                         text=True, cwd=CHECKOUT, env=env)
     assert out.returncode == 0, out.stderr
     printed = json.loads(out.stdout)
     expected = ctx.collect(root, "docker/Dockerfile", {"BASE_IMAGE": "example.com/base:1"})
     assert printed["tag"] == expected.tag and "trainer/train.py" in printed["files"]
     bad = subprocess.run(base + ["--run-id", "run-*"], capture_output=True, text=True,
-                         cwd=b.PACKAGE_ROOT, env=env)
+                         cwd=CHECKOUT, env=env)
     assert bad.returncode == 2 and "run_id" in bad.stderr
 
 
@@ -299,4 +300,4 @@ def test_installed_package_finds_its_sources_through_the_environment(tmp_path, m
     monkeypatch.setenv(b.SOURCE_DIR_ENV, str(root))
     assert b.context_root(req) == root
     assert b.context_root(b.BuildRequest(run_id="r", dockerfile="images/components/Dockerfile")) \
-        == b.PACKAGE_ROOT
+        == CHECKOUT

@@ -30,7 +30,7 @@ import yaml
 from components.build_image import build as b
 from components.build_image import codebuild as cb
 from components.build_image import ecr as ecr_mod
-from components.common import aws, iam_policy, resources, tags
+from components.common import aws, build_marks, iam_policy, resources, tags
 from components.common.errors import UserError
 
 pytestmark = pytest.mark.timeout(120)
@@ -221,7 +221,7 @@ def test_codebuild_flow_uploads_context_builds_pushes_and_streams_the_log(
     assert result.image_uri == f"{repo_uri}@{digest}"
     assert result.tag_uri == f"{repo_uri}:{result.context.tag}"
     # The run marker tag (how cleanup finds the run's images) sits on the same image.
-    marker = ecr_mod.run_marker(RUN, result.context.tag)
+    marker = build_marks.run_marker(RUN, result.context.tag)
     assert ecr.describe_images(repositoryName=b.DEFAULT_REPOSITORY, imageIds=[
         {"imageTag": marker}])["imageDetails"][0]["imageDigest"] == digest
 
@@ -230,7 +230,7 @@ def test_codebuild_flow_uploads_context_builds_pushes_and_streams_the_log(
     assert started["privilegedModeOverride"] is True
     assert started["serviceRoleOverride"] == ROLE
     env = {v["name"]: v["value"] for v in started["environmentVariablesOverride"]}
-    assert env[cb.RUN_ID_VARIABLE] == RUN
+    assert env[build_marks.RUN_ID_VARIABLE] == RUN
     bucket, key = started["sourceLocationOverride"].split("/", 1)
     assert key == f"pipelines/build-contexts/{result.context.tag}.zip"
     s3 = backend.client("s3")
@@ -390,7 +390,7 @@ esac
     assert f"--tag {result.tag_uri} ." in build_line
     assert "./trainer/train.sh" in recorded  # the executable bit survived the zip
     ecr = backend.client("ecr")
-    for tag in (result.context.tag, ecr_mod.run_marker(RUN, result.context.tag)):
+    for tag in (result.context.tag, build_marks.run_marker(RUN, result.context.tag)):
         assert ecr.describe_images(repositoryName=b.DEFAULT_REPOSITORY,
                                    imageIds=[{"imageTag": tag}])["imageDetails"]
     again = b.build_image(request(checkout, builder="auto"), log=lambda _: None)

@@ -18,11 +18,11 @@ import pytest
 from test_build_image_flow import CodeBuildWorker, write_checkout
 
 from components.build_image import build as b
-from components.build_image import ecr as ecr_mod
 from components.cleanup import plan as plan_mod
 from components.cleanup.run import cleanup
-from components.common import aws, iam_policy, tags
+from components.common import aws, build_marks, iam_policy, tags
 from components.common.errors import UserError
+from components.common.shipped import CHECKOUT
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -134,16 +134,16 @@ def world(monkeypatch, tmp_path):
         # ECR: run B pushed into run A's repository; a scratch repository holding only
         # run A's image; another team's repository (not the project's) is never scanned.
         ecr.put_image(repositoryName=REPO, imageManifest=manifest("a"),
-                      imageTag=ecr_mod.run_marker(RUN_A, "ctx-aaaaaaaaaaaa"))
+                      imageTag=build_marks.run_marker(RUN_A, "ctx-aaaaaaaaaaaa"))
         ecr.put_image(repositoryName=REPO, imageManifest=manifest("b"),
-                      imageTag=ecr_mod.run_marker(RUN_B, "ctx-bbbbbbbbbbbb"))
+                      imageTag=build_marks.run_marker(RUN_B, "ctx-bbbbbbbbbbbb"))
         ecr.create_repository(repositoryName=SCRATCH_REPO,
                               tags=tags.as_key_value(run_tags(RUN_A, "build_image", True)))
         ecr.put_image(repositoryName=SCRATCH_REPO, imageManifest=manifest("s"),
-                      imageTag=ecr_mod.run_marker(RUN_A, "ctx-ssssssssssss"))
+                      imageTag=build_marks.run_marker(RUN_A, "ctx-ssssssssssss"))
         ecr.create_repository(repositoryName=FOREIGN_REPO)
         ecr.put_image(repositoryName=FOREIGN_REPO, imageManifest=manifest("f"),
-                      imageTag=ecr_mod.run_marker(RUN_A, "ctx-ffffffffffff"))
+                      imageTag=build_marks.run_marker(RUN_A, "ctx-ffffffffffff"))
 
         # IAM roles and another CodeBuild project.
         trust = '{"Version":"2012-10-17","Statement":[]}'
@@ -234,7 +234,7 @@ def test_everything_of_the_run_goes_and_nothing_else(world, tmp_path):
         assert f"{PREFIX}/{kept}" in after["objects"], kept
 
     assert after["images"] == {
-        REPO: [ecr_mod.run_marker(RUN_B, "ctx-bbbbbbbbbbbb")],  # run B's image, so it stays
+        REPO: [build_marks.run_marker(RUN_B, "ctx-bbbbbbbbbbbb")],  # run B's image, so it stays
         FOREIGN_REPO: before["images"][FOREIGN_REPO],  # not the project's: never scanned
     }
     assert [s for s in after["streams"] if s.startswith(("a-running/", "a-done/"))] == []
@@ -342,7 +342,7 @@ def test_bad_policy_is_refused_before_any_call(tmp_path, monkeypatch):
 def test_cli_refuses_a_wildcard_run_id_with_exit_code_2():
     out = subprocess.run([sys.executable, "-m", "components.cleanup", "--run-id", "*",
                           "--region", "us-west-2", "--dry-run"], capture_output=True, text=True,
-                         cwd=b.PACKAGE_ROOT, env={"PATH": "/usr/bin:/bin",
+                         cwd=CHECKOUT, env={"PATH": "/usr/bin:/bin",
                                                   "AWS_ENDPOINT_URL": "http://127.0.0.1:9"})
     assert out.returncode == 2 and "run_id" in out.stderr
 
@@ -366,11 +366,11 @@ def shared_world(monkeypatch):
         start_job(sm, "b-job", FINISHING, RUN_B, ckpt)  # run B resumed from run A's prefix
         ecr.create_repository(repositoryName=REPO,
                               tags=tags.as_key_value(run_tags(RUN_A, "build_image", True)))
-        for tag in ("ctx-aaaaaaaaaaaa", ecr_mod.run_marker(RUN_A, "ctx-aaaaaaaaaaaa"),
-                    ecr_mod.run_marker(RUN_B, "ctx-aaaaaaaaaaaa")):
+        for tag in ("ctx-aaaaaaaaaaaa", build_marks.run_marker(RUN_A, "ctx-aaaaaaaaaaaa"),
+                    build_marks.run_marker(RUN_B, "ctx-aaaaaaaaaaaa")):
             ecr.put_image(repositoryName=REPO, imageManifest=manifest("shared"), imageTag=tag)
         ecr.put_image(repositoryName=REPO, imageManifest=manifest("a-only"),
-                      imageTag=ecr_mod.run_marker(RUN_A, "ctx-cccccccccccc"))
+                      imageTag=build_marks.run_marker(RUN_A, "ctx-cccccccccccc"))
         for name in ("a-job", "b-job"):
             wait_for(lambda n=name: sm.describe_training_job(TrainingJobName=n)[
                 "TrainingJobStatus"] == "Completed", f"{name} to complete")
@@ -391,7 +391,7 @@ def test_delete_policies_leave_what_another_run_still_references(shared_world, t
     images = {t for i in ecr.describe_images(repositoryName=REPO)["imageDetails"]
               for t in i.get("imageTags", [])}
     # The shared digest lost run A's marker only; run A's own image is gone.
-    assert images == {"ctx-aaaaaaaaaaaa", ecr_mod.run_marker(RUN_B, "ctx-aaaaaaaaaaaa")}
+    assert images == {"ctx-aaaaaaaaaaaa", build_marks.run_marker(RUN_B, "ctx-aaaaaaaaaaaa")}
     assert any(o.message.startswith("untagged") for o in result.outcomes)
     findings = iam_policy.check_calls(iam_policy.pod_policy(bucket=BUCKET), recording.calls())
     assert findings == [], "\n".join(map(str, findings))
@@ -401,7 +401,7 @@ def test_an_image_another_runs_job_trains_from_is_only_untagged(shared_world):
     ecr, sm = shared_world.client("ecr"), shared_world.client("sagemaker")
     uri = ecr.describe_repositories(repositoryNames=[REPO])["repositories"][0]["repositoryUri"]
     ecr.batch_delete_image(repositoryName=REPO, imageIds=[
-        {"imageTag": ecr_mod.run_marker(RUN_B, "ctx-aaaaaaaaaaaa")}])  # B reused: no marker
+        {"imageTag": build_marks.run_marker(RUN_B, "ctx-aaaaaaaaaaaa")}])  # B reused: no marker
     start_job(sm, "b-job-2", FINISHING, RUN_B, image=f"{uri}:ctx-aaaaaaaaaaaa")
     wait_for(lambda: sm.describe_training_job(TrainingJobName="b-job-2")[
         "TrainingJobStatus"] == "Completed", "b-job-2 to complete")

@@ -11,6 +11,7 @@ from html.parser import HTMLParser
 import pytest
 
 from components.common.errors import UserError
+from components.common.step_series import read_series
 from components.compare_convergence.compare import Settings, compare
 from components.compare_convergence.report import (
     html_report,
@@ -22,7 +23,6 @@ from components.compare_convergence.report import (
 from components.compare_convergence.run import compare_files
 from components.parse_logs.parser import parse_bytes
 from components.parse_logs.report import write_outputs
-from components.parse_logs.series import read_series
 from trainer import logformat as lf
 from trainer.spec import PRESETS
 

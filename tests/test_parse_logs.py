@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from components.common.step_series import SERIES_SCHEMA, parse_series, read_series
 from components.parse_logs import parser as P
 from components.parse_logs.analysis import analyse
 from components.parse_logs.parser import LogParser, feed_blocks, parse_bytes
 from components.parse_logs.report import markdown, write_outputs
-from components.parse_logs.series import SERIES_SCHEMA, parse_series, read_series
 from trainer import logformat as lf
 
 

@@ -6,10 +6,10 @@ import sys
 
 import pytest
 
+from components.common.step_series import read_series
 from components.parse_logs.analysis import analyse
 from components.parse_logs.parser import LogParser
 from components.parse_logs.report import write_outputs
-from components.parse_logs.series import read_series
 
 pytestmark = pytest.mark.slow
 

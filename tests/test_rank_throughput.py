@@ -6,7 +6,7 @@ from html.parser import HTMLParser
 import pytest
 
 from components.common.errors import UserError
-from components.parse_logs.series import COLUMN_NAMES, SERIES_SCHEMA
+from components.common.step_series import COLUMN_NAMES, SERIES_SCHEMA
 from components.rank_throughput.rank import html_report, load, markdown, rank
 
 

@@ -22,6 +22,12 @@ class Plan:
     gpu: hardware.GPU | None  # the table entry, when the GPU is known
 
 
+def high_precision_blocks(num_layers: int, high_precision_layers: int) -> frozenset[int]:
+    """The blocks kept in 16-bit under a low precision: the first and the last ``high_precision_layers``."""
+    k = high_precision_layers
+    return frozenset(i for i in range(num_layers) if i < k or i >= num_layers - k)
+
+
 def te_available() -> bool:
     return importlib.util.find_spec("transformer_engine") is not None
 

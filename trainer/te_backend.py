@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from trainer import parallel
 from trainer.config import TrainConfig
 from trainer.model import init_weights
-from trainer.precision import Plan, te_recipe
+from trainer.precision import Plan, high_precision_blocks, te_recipe
 
 # The residual stream's layout through the TE blocks: "bshd" (batch first, as the rest of the
 # model) or "sbhd" (sequence first, TE's default and fsdp.py's; the model then transposes the
@@ -115,9 +115,8 @@ class TECausalLM(nn.Module):
 def build(cfg: TrainConfig, world: parallel.World, plan: Plan) -> nn.Module:
     from transformer_engine.pytorch.module.base import TransformerEngineBaseModule
 
-    n, k = cfg.model.num_layers, cfg.high_precision_layers
-    hp = {i for i in range(n) if i < k or i >= n - k}
-    model = TECausalLM(cfg, hp)
+    model = TECausalLM(cfg, set(high_precision_blocks(cfg.model.num_layers,
+                                                      cfg.high_precision_layers)))
     param_dtype = None if cfg.quantized_model_init else plan.param_dtype
     parallel.apply_fsdp(model, list(model.blocks), world, param_dtype)
     te_modules = [m for m in model.modules() if isinstance(m, TransformerEngineBaseModule)]

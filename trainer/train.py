@@ -89,9 +89,10 @@ def lr_at(step: int, cfg: TrainConfig) -> float:
 
 
 def _block_precisions(cfg: TrainConfig) -> list[str]:
-    n, k = cfg.model.num_layers, cfg.high_precision_layers
+    kept = precision.high_precision_blocks(cfg.model.num_layers, cfg.high_precision_layers)
     hp = "bf16" if cfg.precision not in ("fp32", "fp16") else cfg.precision
-    return [hp if (i < k or i >= n - k) and cfg.precision in emulation_low() else cfg.precision for i in range(n)]
+    low = cfg.precision in emulation_low()
+    return [hp if i in kept and low else cfg.precision for i in range(cfg.model.num_layers)]
 
 
 def emulation_low() -> tuple[str, ...]:
@@ -183,12 +184,13 @@ def _oom_reason(exc: BaseException, cfg: TrainConfig, world: parallel.World, ste
     )
 
 
-def _write_failure(cfg: TrainConfig, reason: str) -> None:
-    if not cfg.output_dir:
+def _write_failure(output_dir: str | None, reason: str) -> None:
+    """SageMaker's failure file (``<output>/failure``: the job's FailureReason), best effort."""
+    if not output_dir:
         return
     try:
-        Path(cfg.output_dir).mkdir(parents=True, exist_ok=True)
-        (Path(cfg.output_dir) / "failure").write_text(reason[:1024])
+        Path(output_dir).mkdir(parents=True, exist_ok=True)
+        (Path(output_dir) / "failure").write_text(reason[:1024])
     except OSError:
         pass
 
@@ -238,7 +240,7 @@ def run(cfg: TrainConfig, log_out=None) -> dict[str, Any]:
         summary = _summary(cfg, plan, world, state, None, t_start, "failed")
         summary["failure_reason"] = reason
         log.json("summary", summary)
-        _write_failure(cfg, reason)
+        _write_failure(cfg.output_dir, reason)
         raise TrainingFailed(reason, summary, kind) from exc
     finally:
         stop.restore()
@@ -438,7 +440,7 @@ def _run(cfg, plan, world, log, stop, state, t_start) -> dict[str, Any]:
             summary = _summary(cfg, plan, world, state, meter, t_start, "failed")
             summary["failure_reason"] = reason
             log.json("summary", summary)
-            _write_failure(cfg, reason)
+            _write_failure(cfg.output_dir, reason)
             raise TrainingFailed(reason, summary, "nan_loss")
         if cuda:
             torch.cuda.synchronize()
@@ -506,13 +508,7 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, ValueError) as exc:
         reason = f"configuration error: {exc}"
         print(logformat.format_json("event", {"kind": "config_error", "message": reason}), flush=True)
-        out = config_mod.sm_path("SM_OUTPUT_DIR")
-        try:
-            if out:
-                Path(out).mkdir(parents=True, exist_ok=True)
-                (Path(out) / "failure").write_text(reason[:1024])
-        except OSError:
-            pass
+        _write_failure(config_mod.sm_path("SM_OUTPUT_DIR"), reason)
         return 2
     code = 0
     try:
@@ -523,7 +519,7 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, ValueError) as exc:  # refused before any work (e.g. the capability check)
         reason = f"{exc}"
         print(logformat.format_json("event", {"kind": "config_error", "message": reason}), flush=True)
-        _write_failure(cfg, reason)
+        _write_failure(cfg.output_dir, reason)
         code = 2
     finally:
         if dist.is_initialized():

@@ -35,10 +35,11 @@ from typing import Any
 from components.build_image import codebuild as cb
 from components.build_image import context as ctx
 from components.build_image import ecr as ecr_mod
-from components.common import resources, shipped, tags
+from components.common import build_marks, resources, shipped, tags
 from components.common.aws import client, resolve_region
 from components.common.errors import UserError
 from components.common.execution_context import ExecutionContext
+from components.common.s3 import split_s3_uri
 
 DEFAULT_REPOSITORY = "kfp-sagemaker-blackwell/trainer"
 DEFAULT_DOCKERFILE = "images/trainer/Dockerfile"
@@ -55,7 +56,6 @@ DLC_TAG = "2.9.0-gpu-py312-cu130-ubuntu22.04-sagemaker"
 BASE_IMAGE_ARG = "BASE_IMAGE"
 BUILDERS = ("auto", "codebuild", "docker", "none")
 LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "::1"}
-PACKAGE_ROOT = Path(__file__).resolve().parent.parent.parent
 SOURCE_DIR_ENV = shipped.SOURCE_DIR_ENV
 
 
@@ -123,15 +123,6 @@ class BuildResult:
 
 # ---- checks and the base image (before any AWS call) ----
 
-def parse_s3_uri(uri: str, field_name: str = "s3_uri") -> tuple[str, str]:
-    parsed = urllib.parse.urlparse(uri or "")
-    bucket = parsed.netloc
-    if parsed.scheme != "s3" or not re.match(r"^[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]$", bucket):
-        raise UserError(field_name, f"{uri!r} is not an S3 URI.",
-                        "pass s3://<bucket>/<prefix> (a bucket in the same region).")
-    return bucket, parsed.path.strip("/")
-
-
 def declares_arg(dockerfile_text: str, name: str) -> bool:
     return any(re.match(rf"^ARG\s+{re.escape(name)}(\s*=|\s*$)", line, re.IGNORECASE)
                for line in ctx._logical_lines(dockerfile_text))
@@ -191,7 +182,7 @@ def validate(req: BuildRequest) -> None:
             raise UserError("build_args", f"{key!r} is not a valid build argument name.",
                             "use letters, digits and _.")
     if req.s3_uri:
-        parse_s3_uri(req.s3_uri)
+        split_s3_uri(req.s3_uri)
 
 
 # ---- the builders ----
@@ -258,7 +249,8 @@ def _codebuild(req: BuildRequest, region: str, context: ctx.BuildContext,
     if not req.s3_uri:
         raise UserError("s3_uri", "CodeBuild needs an S3 location for the build context.",
                         "pass s3_uri=s3://<bucket>/<prefix>.")
-    bucket, prefix = parse_s3_uri(req.s3_uri)
+    bucket, prefix = split_s3_uri(req.s3_uri)
+    prefix = prefix.strip("/")
     key = "/".join(p for p in (prefix, "build-contexts", f"{context.tag}.zip") if p)
     body = ctx.write_zip(context)
     s3 = client("s3", region)
@@ -314,7 +306,7 @@ def _codebuild(req: BuildRequest, region: str, context: ctx.BuildContext,
         raise RuntimeError(
             f"CodeBuild build {final['id']} ended {final['buildStatus']}: "
             f"{cb.failure_summary(final)}. Its log is in CloudWatch Logs group "
-            f"{cb.build_log_location(final, req.codebuild_project)[0]}."
+            f"{build_marks.build_log_location(final, req.codebuild_project)[0]}."
         )
 
 
@@ -422,7 +414,7 @@ def _build_image(
 
     local = is_local_endpoint(ecr)
     builder = choose_builder(req.builder, local, docker_ok)
-    marker = ecr_mod.run_marker(req.run_id, context.tag)
+    marker = build_marks.run_marker(req.run_id, context.tag)
     if builder == "docker" and not local:
         raise UserError("builder", "builder=docker builds with a local Docker daemon and only "
                         "records the image in the local backend's ECR; it cannot push to AWS.",

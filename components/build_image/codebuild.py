@@ -28,6 +28,7 @@ from typing import Any
 
 from components.common import tags
 from components.common.aws import error_code
+from components.common.build_marks import RUN_ID_VARIABLE, build_log_location, log_group
 from components.common.cloudwatch import LogTail
 from components.common.errors import UserError
 from components.common.execution_context import ExecutionContext, Terminated
@@ -35,15 +36,10 @@ from components.common.naming import short_hash
 
 BUILD_ENVIRONMENT_IMAGE = "aws/codebuild/standard:7.0"  # Ubuntu 22.04, Docker, AWS CLI v2
 COMPUTE_TYPES = ("BUILD_GENERAL1_MEDIUM", "BUILD_GENERAL1_LARGE", "BUILD_GENERAL1_2XLARGE")
-RUN_ID_VARIABLE = "KFP_SAGEMAKER_RUN_ID"  # marks a build as the run's (builds carry no tags)
 IMAGE_VARIABLE = "KFP_SAGEMAKER_IMAGE"
 CODEBUILD_PROJECT = "CodeBuildProject"
 CODEBUILD_BUILD = "CodeBuildBuild"
 TERMINAL = {"SUCCEEDED", "FAILED", "FAULT", "TIMED_OUT", "STOPPED"}
-
-
-def log_group(project: str) -> str:
-    return f"/aws/codebuild/{project}"
 
 
 class BuildStopped(Terminated):
@@ -202,14 +198,6 @@ def start_build(
     if role_arn:
         kwargs["serviceRoleOverride"] = role_arn
     return dict(codebuild.start_build(**kwargs)["build"])
-
-
-def build_log_location(build: dict[str, Any], project: str) -> tuple[str, str]:
-    """(group, stream) of a build's log: CodeBuild names the stream after the build's UUID."""
-    logs = build.get("logs") or {}
-    group = logs.get("groupName") or log_group(project)
-    stream = logs.get("streamName") or str(build["id"]).split(":", 1)[-1]
-    return group, stream
 
 
 def wait_for_build(

@@ -34,10 +34,11 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from components.common import build_marks
 from components.common.errors import UserError
 
 HASH_VERSION = "1"  # bump when what goes into the hash changes
-TAG_PREFIX = "ctx-"
+TAG_PREFIX = build_marks.CONTENT_TAG_PREFIX
 TAG_HEX_CHARS = 24
 ZIP_DATE_TIME = (1980, 1, 1, 0, 0, 0)  # the earliest time a zip entry can carry
 

@@ -1,8 +1,8 @@
 """The ECR side of an image build: the repository, and whether a tag is already there.
 
 ECR images cannot carry resource tags, so an image pushed by a run also gets a
-second image tag, the run marker ``run-<hash of run id>-<context hash>``: that is
-how cleanup finds the images a run pushed (and only those). The repository
+second image tag, the run marker (``components.common.build_marks``): that is how
+cleanup finds the images a run pushed (and only those). The repository
 itself carries the run's tags, plus ``kfp-sagemaker:created-by-run`` when this
 run created it, so that cleanup deletes a repository only if its run made it.
 """
@@ -13,13 +13,12 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from components.common import naming, tags
+from components.common import tags
 from components.common.aws import error_code
 from components.common.errors import UserError
 
 # ECR's own rules (CreateRepository): 2-256 characters, lowercase path segments.
 REPOSITORY_RE = re.compile(r"^(?=.{2,256}$)(?:[a-z0-9]+(?:[._-][a-z0-9]+)*/)*[a-z0-9]+(?:[._-][a-z0-9]+)*$")
-RUN_MARKER_PREFIX = "run-"
 ECR_REPOSITORY = "EcrRepository"
 
 
@@ -31,15 +30,6 @@ def validate_repository(name: str) -> str:
             "use 2-256 lowercase letters, digits and . _ - / (e.g. kfp-sagemaker-blackwell/trainer).",
         )
     return name
-
-
-def run_marker_prefix(run_id: str) -> str:
-    """The image-tag prefix that marks images pushed by this run (valid ECR tag characters)."""
-    return f"{RUN_MARKER_PREFIX}{naming.short_hash(tags.validate_run_id(run_id), length=16)}-"
-
-
-def run_marker(run_id: str, content_tag: str) -> str:
-    return f"{run_marker_prefix(run_id)}{content_tag[-12:]}"
 
 
 @dataclass(frozen=True)

@@ -31,18 +31,15 @@ exactly the actions a real run takes.
 from __future__ import annotations
 
 import datetime as dt
-import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from components.build_image import codebuild as cb
-from components.build_image import ecr as ecr_mod
-from components.build_image.context import TAG_PREFIX as CONTENT_TAG_PREFIX
-from components.common import tags
+from components.common import build_marks, tags
 from components.common.aws import client, error_code
 from components.common.cloudwatch import TRAINING_JOBS_LOG_GROUP
 from components.common.errors import UserError
+from components.common.s3 import split_s3_uri
 
 # Policy per resource kind: allowed verbs and the safe default (stop what costs money,
 # delete what is scratch, keep what someone may want).
@@ -121,13 +118,6 @@ class Plan:
     def sort(self) -> None:
         self.actions.sort(key=lambda a: (VERB_ORDER.get(a.verb, 9), KIND_ORDER.index(a.kind),
                                          a.resource))
-
-
-def parse_s3_prefix(uri: str) -> tuple[str, str]:
-    parsed = urllib.parse.urlparse(uri)
-    if parsed.scheme != "s3" or not parsed.netloc:
-        raise UserError("s3_uris", f"{uri!r} is not an S3 URI.", "pass s3://<bucket>/<prefix>.")
-    return parsed.netloc, parsed.path.lstrip("/")
 
 
 def _s3_uri(bucket: str, key: str) -> str:
@@ -227,7 +217,7 @@ class Planner:
             uri = job.get("CheckpointConfig", {}).get("S3Uri", "")
             if not uri:
                 continue
-            other_bucket, other = parse_s3_prefix(uri)
+            other_bucket, other = split_s3_uri(uri, "s3_uris")
             other = other.rstrip("/") + "/"
             if other_bucket == bucket and (other.startswith(prefix) or prefix.startswith(other)):
                 return (f"also the checkpoint prefix of job {job['TrainingJobName']} of "
@@ -257,12 +247,12 @@ class Planner:
         blocked = running and not will_stop and status != "Stopping"
         out = job.get("OutputDataConfig", {}).get("S3OutputPath", "")
         if out:
-            bucket, prefix = parse_s3_prefix(out)
+            bucket, prefix = split_s3_uri(out, "s3_uris")
             self.prefix("artifacts", bucket, f"{prefix.rstrip('/')}/{name}/".lstrip("/"),
                         f"output of {name}", after, blocked)
         ckpt = job.get("CheckpointConfig", {}).get("S3Uri", "")
         if ckpt:
-            bucket, prefix = parse_s3_prefix(ckpt)
+            bucket, prefix = split_s3_uri(ckpt, "s3_uris")
             prefix = prefix.rstrip("/") + "/"
             shared = self.shared_checkpoints(bucket, prefix)
             if shared:
@@ -355,13 +345,13 @@ class Planner:
                             key=lambda b: str(b["id"])):
             variables = {v.get("name"): v.get("value") for v in
                          build.get("environment", {}).get("environmentVariables", [])}
-            if variables.get(cb.RUN_ID_VARIABLE) != self.run_id:
+            if variables.get(build_marks.RUN_ID_VARIABLE) != self.run_id:
                 continue
             status = build.get("buildStatus")
             if status == "IN_PROGRESS":
                 self.add("codebuild_builds", "policy", str(build.get("arn", build["id"])),
                          f"{build['id']}: {status}", ("codebuild_stop", str(build["id"])))
-            group, stream = cb.build_log_location(build, project)
+            group, stream = build_marks.build_log_location(build, project)
             running = status == "IN_PROGRESS"
             blocked = running and self.policy["codebuild_builds"] == "keep"
             self.log_streams(logs, group, stream, f"log of build {build['id']}", (), blocked)
@@ -370,7 +360,7 @@ class Planner:
     def tagged_objects(self) -> None:
         s3 = client("s3", self.region)
         for uri in self.s3_uris:
-            bucket, prefix = parse_s3_prefix(uri)
+            bucket, prefix = split_s3_uri(uri, "s3_uris")
             scanned = 0
             for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket,
                                                                       Prefix=prefix):
@@ -402,7 +392,7 @@ class Planner:
     # ---- ECR ----
     def ecr(self) -> None:
         ecr = client("ecr", self.region)
-        marker = ecr_mod.run_marker_prefix(self.run_id)
+        marker = build_marks.run_marker_prefix(self.run_id)
         repos: list[dict[str, Any]] = []
         for page in ecr.get_paginator("describe_repositories").paginate():
             repos.extend(page.get("repositories", []))
@@ -440,7 +430,8 @@ class Planner:
         name, digest = repo["repositoryName"], image["imageDigest"]
         image_tags = sorted(image.get("imageTags", []))
         own = [t for t in image_tags if t.startswith(marker)]
-        shared = [t for t in image_tags if t not in own and not t.startswith(CONTENT_TAG_PREFIX)]
+        shared = [t for t in image_tags
+                  if t not in own and not t.startswith(build_marks.CONTENT_TAG_PREFIX)]
         users = (self.image_users(repo["repositoryUri"], digest, image_tags)
                  if self.policy["images"] == "delete" else [])
         resource = f"{repo['repositoryUri']}@{digest}"
@@ -488,7 +479,7 @@ def plan(
         raise UserError("run_id", str(exc), "pass the exact KFP run id to clean up.") from exc
     resolved = resolve_policy(policy)
     for uri in s3_uris or []:
-        parse_s3_prefix(uri)
+        split_s3_uri(uri, "s3_uris")
     planner = Planner(run_id, region, resolved, s3_uris=list(s3_uris or []),
                       ecr_repositories=list(ecr_repositories or []),
                       codebuild_projects=list(codebuild_projects or []),

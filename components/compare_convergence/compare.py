@@ -45,10 +45,9 @@ import numpy as np
 
 from components.common.errors import UserError
 from components.common.losses import FINAL_WINDOW, final_loss
+from components.common.step_series import FAILED_STATUSES, Series
 from components.memory_estimate import throughput
 from components.memory_estimate.estimator import TrainingSetup
-from components.parse_logs.analysis import FAILED_STATUSES
-from components.parse_logs.series import Series
 from trainer import hardware
 from trainer.spec import ModelSpec
 

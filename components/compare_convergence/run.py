@@ -6,9 +6,9 @@ import csv
 from collections.abc import Iterable
 from pathlib import Path
 
+from components.common.step_series import Series, SeriesFormatError, read_series
 from components.compare_convergence.compare import Comparison, Settings, compare
 from components.compare_convergence.report import html_report, markdown, verdicts_json
-from components.parse_logs.series import Series, SeriesFormatError, read_series
 
 
 def load(paths: Iterable[str | Path]) -> tuple[list[Series], list[str]]:

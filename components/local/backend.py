@@ -28,6 +28,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from components.common.shipped import CHECKOUT
 from components.local import admin, moto_state
 from components.local.api import ApiError, encode
 from components.local.executor import TrainingJobExecutor
@@ -41,7 +42,6 @@ from components.local.settings import (
     OfferingTemplate,
 )
 
-REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 DEFAULT_REGION = "us-west-2"
 ACCESS_KEY = "testing"
 SECRET_KEY = "testing"  # noqa: S105 - moto's fake credentials
@@ -242,7 +242,7 @@ class LocalBackend:
     ) -> None:
         self.port = port
         self.region = region
-        self.repo_root = Path(repo_root) if repo_root else REPO_ROOT
+        self.repo_root = Path(repo_root) if repo_root else CHECKOUT
         self._work_dir_arg = Path(work_dir) if work_dir else None
         self.max_concurrent_jobs = max_concurrent_jobs
         self.stop_grace_s = stop_grace_s

@@ -8,14 +8,7 @@ import tarfile
 from pathlib import Path
 from typing import Any
 
-
-def split_s3_uri(uri: str) -> tuple[str, str]:
-    if not uri.startswith("s3://") or len(uri) <= 5:
-        raise ValueError(f"not an S3 URI: {uri!r}")
-    bucket, _, key = uri[5:].partition("/")
-    if not bucket:
-        raise ValueError(f"not an S3 URI: {uri!r}")
-    return bucket, key
+from components.common.s3 import split_s3_uri
 
 
 def join_s3(uri: str, *parts: str) -> str:

@@ -11,17 +11,13 @@ import math
 from typing import Any
 
 from components.common.losses import final_loss
+from components.common.step_series import FAILED_STATUSES
 from components.parse_logs.parser import ParsedLog
 from trainer.hardware import LOW_PRECISIONS, PRECISIONS
 
 EVENTS_SCHEMA = "kfp-sagemaker/log-events/v1"
 GIB = 2**30
 _DTYPE_PRECISION = {"torch.float32": "fp32", "torch.bfloat16": "bf16", "torch.float16": "fp16"}
-# Statuses, in the words of the report. "completed"/"stopped"/"failed" come from the
-# trainer's summary; the others are inferred from the log when it has none or says "failed".
-STATUSES = ("completed", "stopped", "failed", "oom", "nan", "nccl_error", "error", "incomplete",
-            "no_steps", "no_logs")
-FAILED_STATUSES = ("failed", "oom", "nan", "nccl_error", "error", "no_steps", "no_logs")
 
 
 def _finite(values: list[float]) -> list[float]:

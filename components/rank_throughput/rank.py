@@ -24,9 +24,9 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from components.common.errors import UserError
+from components.common.step_series import SeriesFormatError, read_series
 from components.memory_estimate import throughput
 from components.memory_estimate.estimator import TrainingSetup
-from components.parse_logs.series import SeriesFormatError, read_series
 from trainer import hardware
 from trainer.spec import ModelSpec
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from components.common import naming, tags
 from components.common.errors import UserError
+from components.common.s3 import split_s3_uri
 from components.sagemaker_training import limits
 
 DEFAULT_INSTANCE_TYPE = "ml.p6-b200.48xlarge"
@@ -24,7 +25,6 @@ MAX_RUNTIME_LIMIT_S = 28 * 24 * 3600  # SageMaker's ceiling (documented; botocor
 MAX_VOLUME_SIZE_GB = 16384  # EBS gp2/gp3 ceiling (botocore has min 0 only)
 CHECKPOINT_LOCAL_PATH = "/opt/ml/checkpoints"
 
-S3_URI_RE = re.compile(r"^s3://[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9](/.*)?$")
 ROLE_ARN_RE = re.compile(r"^arn:aws[a-z\-]*:iam::\d{12}:role/[\w+=,.@\-/]{1,512}$")
 PLAN_ARN_RE = re.compile(
     r"^arn:aws[a-z\-]*:sagemaker:[a-z0-9\-]+:\d{12}:training-plan/([a-z0-9](-*[a-z0-9]){0,62})$"
@@ -150,10 +150,7 @@ def _as_str(value: Any) -> str:
 
 
 def _check_s3(fld: str, uri: str, path: str = "OutputDataConfig.S3OutputPath") -> None:
-    if not S3_URI_RE.match(uri or ""):
-        raise UserError(fld, f"{uri!r} is not an S3 URI.",
-                        "use s3://<bucket>/<prefix> (bucket: 3-63 lowercase letters, digits, "
-                        "dots or hyphens).")
+    split_s3_uri(uri, fld)
     limits.check(fld, path, uri)
 
 
