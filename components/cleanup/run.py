@@ -18,8 +18,8 @@ from typing import Any
 
 from components.cleanup.plan import Action, Plan, plan
 from components.common.aws import client, error_code, resolve_region
+from components.common.training_job import TERMINAL_STATUSES
 
-TERMINAL_JOB = {"Completed", "Failed", "Stopped"}
 DEFAULT_STOP_WAIT_S = 900.0  # SageMaker gives a stopped job 120 s, then uploads
 
 PAST = {"stop": "stopped", "delete": "deleted", "keep": "kept", "skip": "left alone"}
@@ -74,7 +74,7 @@ class _Executor:
             for name in sorted(pending):
                 status = sm.describe_training_job(TrainingJobName=name)["TrainingJobStatus"]
                 self.job_state[name] = status
-                if status in TERMINAL_JOB:
+                if status in TERMINAL_STATUSES:
                     pending.discard(name)
             if not pending or time.monotonic() > deadline:
                 return
@@ -83,7 +83,7 @@ class _Executor:
 
     def run(self, action: Action) -> str:
         """Executes one action; returns a message. Already-gone resources count as done."""
-        waiting = [n for n in action.after_jobs if self.job_state.get(n) not in TERMINAL_JOB]
+        waiting = [n for n in action.after_jobs if self.job_state.get(n) not in TERMINAL_STATUSES]
         if waiting:
             raise RuntimeError(f"{', '.join(waiting)} did not stop within {self.stop_wait_s:.0f} "
                                "s; its files may still change: run cleanup again later")
@@ -96,7 +96,7 @@ class _Executor:
         except Exception as exc:
             status = self.client("sagemaker").describe_training_job(
                 TrainingJobName=name)["TrainingJobStatus"]
-            if status in TERMINAL_JOB | {"Stopping"}:
+            if status in TERMINAL_STATUSES | {"Stopping"}:
                 return f"already {status}"
             raise exc
         return "StopTrainingJob sent"

@@ -49,15 +49,15 @@ import time
 from pathlib import Path
 from typing import Any
 
+from components.common.naming import SAGEMAKER_NAME_RE
+from components.common.training_job import TERMINAL_STATUSES
 from components.local import plans, processes, storage
 from components.local.api import ApiError, not_found, validation
 from components.local.container import HostLayout, free_port, local_gpu_count
 from components.local.jobs import (
     MAX_FAILURE_REASON,
     MESSAGES,
-    NAME_RE,
     PLAN_STATUSES,
-    TERMINAL,
     Job,
     TrainingPlan,
     now,
@@ -173,7 +173,7 @@ class TrainingJobExecutor:
         if limit is None:
             return
         in_use = sum(j.instance_count for (r, _), j in self._jobs.items()
-                     if r == region and j.status not in TERMINAL
+                     if r == region and j.status not in TERMINAL_STATUSES
                      and j.request["ResourceConfig"]["InstanceType"] == itype)
         if in_use + count > limit:
             raise ApiError(
@@ -207,7 +207,7 @@ class TrainingJobExecutor:
     def delete_training_job(self, region: str, req: dict[str, Any]) -> dict[str, Any]:
         with self._lock:
             job = self._job(region, req.get("TrainingJobName"))
-            if job.status not in TERMINAL:
+            if job.status not in TERMINAL_STATUSES:
                 raise validation(
                     f"Training job {job.name} is in status {job.status}; only a Completed, "
                     "Failed or Stopped training job can be deleted."
@@ -251,8 +251,8 @@ class TrainingJobExecutor:
 
     def create_training_plan(self, region: str, req: dict[str, Any]) -> dict[str, Any]:
         name = str(req.get("TrainingPlanName") or "")
-        if not NAME_RE.match(name):
-            raise validation(f"TrainingPlanName {name!r} must match {NAME_RE.pattern}.")
+        if not SAGEMAKER_NAME_RE.match(name):
+            raise validation(f"TrainingPlanName {name!r} must match {SAGEMAKER_NAME_RE.pattern}.")
         with self._lock:
             offer = self._offers.get(str(req.get("TrainingPlanOfferingId") or ""))
             if offer is None or offer["region"] != region:
@@ -298,8 +298,8 @@ class TrainingJobExecutor:
     ) -> str:
         if status not in PLAN_STATUSES:
             raise ValueError(f"status={status!r}: choose one of {', '.join(PLAN_STATUSES)}")
-        if not NAME_RE.match(name):
-            raise ValueError(f"name={name!r}: must match {NAME_RE.pattern}")
+        if not SAGEMAKER_NAME_RE.match(name):
+            raise ValueError(f"name={name!r}: must match {SAGEMAKER_NAME_RE.pattern}")
         if instance_count < 1:
             raise ValueError("instance_count must be >= 1")
         region = region or self.settings.region

@@ -11,7 +11,6 @@ import copy
 import datetime as dt
 import functools
 import math
-import re
 import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -22,8 +21,6 @@ if TYPE_CHECKING:
     from components.local.processes import HostProcess
 
 ACCOUNT_ID = "123456789012"  # moto's default account: STS and every moto ARN agree
-NAME_RE = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
-TERMINAL = frozenset({"Completed", "Failed", "Stopped"})
 PLAN_STATUSES = ("Pending", "Active", "Scheduled", "Expired", "Failed")
 MAX_FAILURE_REASON = 1024
 

@@ -20,9 +20,10 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from components.common.naming import SAGEMAKER_NAME_RE
 from components.local import storage
 from components.local.api import ApiError, validation
-from components.local.jobs import NAME_RE, Job
+from components.local.jobs import Job
 from components.local.settings import ClientFactory
 
 # SageMaker's documented defaults (CreateTrainingJob's API reference).
@@ -97,9 +98,9 @@ def normalize_create_request(req: dict[str, Any]) -> dict[str, Any]:
 def validate_create_request(req: dict[str, Any]) -> None:
     """What SageMaker itself refuses (botocore only checks types, lengths and required)."""
     name = req.get("TrainingJobName") or ""
-    if not NAME_RE.match(name):
+    if not SAGEMAKER_NAME_RE.match(name):
         raise constraint_error("trainingJobName", name, "Member must satisfy regular expression "
-                               f"pattern: {NAME_RE.pattern[1:-1]}")
+                               f"pattern: {SAGEMAKER_NAME_RE.pattern[1:-1]}")
     _required("AlgorithmSpecification", req.get("AlgorithmSpecification"))
     _required("ResourceConfig", req.get("ResourceConfig"))
     output = req.get("OutputDataConfig") or {}

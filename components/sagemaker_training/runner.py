@@ -34,8 +34,8 @@ from components.common.aws import error_code, is_throttling
 from components.common.cloudwatch import LogTail, training_job_tail
 from components.common.errors import UserError
 from components.common.execution_context import ExecutionContext, Terminated
+from components.common.training_job import TERMINAL_STATUSES
 
-TERMINAL = frozenset({"Completed", "Failed", "Stopped"})
 DEFAULT_POLL_INTERVAL_S = 5.0
 # KFP gives a terminated pod 30 s before SIGKILL: stop within that.
 DEFAULT_STOP_WAIT_S = 25.0
@@ -236,7 +236,7 @@ class TrainingJobRunner:
         self._tail = training_job_tail(self.logs, name)
         while True:
             self._report(job)
-            if job["TrainingJobStatus"] in TERMINAL:
+            if job["TrainingJobStatus"] in TERMINAL_STATUSES:
                 break
             self.ctx.sleep(self.poll_interval_s)
             if self.ctx.terminating:  # the safe point between polls

@@ -1,0 +1,6 @@
+"""Facts of SageMaker's training-job API that the launcher, cleanup and the local backend share."""
+
+from __future__ import annotations
+
+# DescribeTrainingJob's TrainingJobStatus values after which a job never changes again.
+TERMINAL_STATUSES = frozenset({"Completed", "Failed", "Stopped"})
