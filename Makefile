@@ -27,9 +27,6 @@ test: lint
 	$(PY) -m pytest
 
 demo: compile
-	@test -f pipelines/precision_sweep.py || { \
-	  echo "make demo: pipelines/precision_sweep.py does not exist yet (issue #8)," \
-	       "so there is no sweep to run. Nothing was run."; exit 1; }
 	$(PY) pipelines/precision_sweep.py --run-local
 
 clean:

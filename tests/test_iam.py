@@ -190,3 +190,13 @@ def test_the_iam_lint_passes_and_would_catch_a_bad_policy():
     bad = {"Version": "2012-10-17", "Statement": [
         {"Effect": "Allow", "Action": "s3:GetObjectt", "Resource": "*"}]}
     assert analyze_policy_string(json.dumps(bad)).findings  # a misspelled action is found
+def test_an_unmapped_call_is_a_finding_but_a_mappers_own_bug_is_not_hidden(monkeypatch):
+    unmapped = iam_policy.check_calls(POD, [call("s3", "NoSuchOperation")])
+    assert len(unmapped) == 1 and "no IAM mapping" in unmapped[0].problem
+
+    def broken(params, region, account):
+        return [Authorization("s3:GetObject", params["Missing"])]  # a bug: KeyError
+
+    monkeypatch.setitem(iam_policy._OPERATIONS, ("s3", "GetObject"), broken)
+    with pytest.raises(KeyError, match="Missing"):
+        iam_policy.check_calls(POD, [call("s3", "GetObject", Bucket="b", Key="k")])

@@ -25,7 +25,6 @@ positions. ``python -m trainer.make_tokens`` writes this format from text files
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 
 import numpy as np
@@ -142,7 +141,3 @@ def make_source(config) -> SyntheticMarkov | TokenFiles | RandomHidden:
     if config.data_dir:
         return TokenFiles(config.data_dir, config.seed, m.vocab_size)
     return SyntheticMarkov(m.vocab_size, config.seed, config.synthetic_successors)
-
-
-def uniform_loss(vocab_size: int) -> float:
-    return math.log(vocab_size)

@@ -63,10 +63,6 @@ class GPU:
     hbm_tb_s: float = 0.0
     nvlink_gb_s: float = 0.0
 
-    @property
-    def memory_gib(self) -> float:
-        return self.memory_bytes / 2**30
-
     def supports(self, precision: str) -> bool:
         return precision_supported_on_cc(precision, self.compute_capability)
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 from typing import Any
 
 TAG = "[trainer]"
@@ -140,7 +140,3 @@ def parse_json(line: str) -> tuple[str, dict[str, Any]] | None:
     except ValueError:
         return None
     return (m.group(1), payload) if isinstance(payload, dict) else None
-
-
-def step_to_dict(r: StepRecord) -> dict[str, Any]:
-    return asdict(r)

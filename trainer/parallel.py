@@ -16,7 +16,6 @@ class World:
     world_size: int
     local_world_size: int
     device: torch.device
-    created_group: bool
 
     @property
     def nodes(self) -> int:
@@ -48,15 +47,13 @@ def init(device_type: str) -> World:
         device = torch.device("cuda", local_rank)
     else:
         device = torch.device("cpu")
-    created = False
     if not dist.is_initialized():
         backend = "cpu:gloo,cuda:nccl" if device_type == "cuda" else "gloo"
         if "MASTER_ADDR" in os.environ and "RANK" in os.environ:
             dist.init_process_group(backend)
         else:
             dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
-        created = True
-    return World(dist.get_rank(), local_rank, dist.get_world_size(), local_world, device, created)
+    return World(dist.get_rank(), local_rank, dist.get_world_size(), local_world, device)
 
 
 def mesh(world: World):
@@ -85,8 +82,3 @@ def apply_fsdp(model, blocks, world: World, param_dtype: torch.dtype | None, res
         fully_shard(block, mesh=m, mp_policy=block_mp, reshard_after_forward=reshard_after_forward and i < n - 1)
     fully_shard(model, mesh=m, mp_policy=mp, reshard_after_forward=reshard_after_forward)
     return model
-
-
-def barrier() -> None:
-    if dist.is_initialized():
-        dist.barrier()

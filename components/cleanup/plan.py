@@ -33,13 +33,18 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from components.common import build_marks, tags
 from components.common.aws import client, error_code
 from components.common.cloudwatch import TRAINING_JOBS_LOG_GROUP
 from components.common.errors import UserError
 from components.common.s3 import split_s3_uri
+
+if TYPE_CHECKING:
+    from mypy_boto3_codebuild.type_defs import ProjectTypeDef
+    from mypy_boto3_ecr.type_defs import ImageDetailTypeDef, RepositoryTypeDef
+    from mypy_boto3_sagemaker.type_defs import TrainingJobSummaryTypeDef
 
 # Policy per resource kind: allowed verbs and the safe default (stop what costs money,
 # delete what is scratch, keep what someone may want).
@@ -172,7 +177,7 @@ class Planner:
                                   "SortOrder": "Descending"}
         if self.created_after:
             kwargs["CreationTimeAfter"] = self.created_after
-        jobs: list[dict[str, Any]] = []
+        jobs: list[TrainingJobSummaryTypeDef] = []
         while True:
             page = sm.list_training_jobs(**kwargs)
             for summary in page.get("TrainingJobSummaries", []):
@@ -320,7 +325,7 @@ class Planner:
         # Only the project's projects (what the pod policy lets it read) and the named ones.
         names = sorted(n for n in names
                        if n.startswith(PROJECT_NAME_MARK) or n in self.codebuild_projects)
-        projects: list[dict[str, Any]] = []
+        projects: list[ProjectTypeDef] = []
         for i in range(0, len(names), 100):
             projects.extend(codebuild.batch_get_projects(names=names[i:i + 100]).get(
                 "projects", []))
@@ -393,7 +398,7 @@ class Planner:
     def ecr(self) -> None:
         ecr = client("ecr", self.region)
         marker = build_marks.run_marker_prefix(self.run_id)
-        repos: list[dict[str, Any]] = []
+        repos: list[RepositoryTypeDef] = []
         for page in ecr.get_paginator("describe_repositories").paginate():
             repos.extend(page.get("repositories", []))
         for repo in sorted(repos, key=lambda r: r["repositoryName"]):
@@ -402,9 +407,9 @@ class Planner:
                 ecr.list_tags_for_resource(resourceArn=repo["repositoryArn"]).get("tags"))
             if tags.RUN_ID_KEY not in repo_tags and name not in self.ecr_repositories:
                 continue
-            images: list[dict[str, Any]] = []
-            for page in ecr.get_paginator("describe_images").paginate(repositoryName=name):
-                images.extend(page.get("imageDetails", []))
+            images: list[ImageDetailTypeDef] = []
+            for image_page in ecr.get_paginator("describe_images").paginate(repositoryName=name):
+                images.extend(image_page.get("imageDetails", []))
             mine = [i for i in images if any(t.startswith(marker) for t in i.get("imageTags", []))]
             deleted = 0
             for image in sorted(mine, key=lambda i: i["imageDigest"]):

@@ -15,12 +15,19 @@ import os
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 from components.common.errors import UserError
 
-if TYPE_CHECKING:  # boto3 is an optional dependency (extra "aws")
+if TYPE_CHECKING:  # boto3 is an optional dependency (extra "aws"); the stubs: extra "dev"
     from botocore.config import Config
+    from mypy_boto3_codebuild import CodeBuildClient
+    from mypy_boto3_ecr import ECRClient
+    from mypy_boto3_iam import IAMClient
+    from mypy_boto3_logs import CloudWatchLogsClient
+    from mypy_boto3_resourcegroupstaggingapi import ResourceGroupsTaggingAPIClient
+    from mypy_boto3_s3 import S3Client
+    from mypy_boto3_sagemaker import SageMakerClient
 
 DEFAULT_MAX_ATTEMPTS = 10
 DEFAULT_RETRY_MODE = "adaptive"  # client-side rate limiting on throttling, on top of "standard"
@@ -73,6 +80,28 @@ def client_config(
         user_agent_extra="kfp-sagemaker-blackwell",
         **kwargs,
     )
+
+
+@overload
+def client(service: Literal["s3"], region: str | None = None, **kwargs: Any) -> S3Client: ...
+@overload
+def client(service: Literal["sagemaker"], region: str | None = None,
+           **kwargs: Any) -> SageMakerClient: ...
+@overload
+def client(service: Literal["logs"], region: str | None = None,
+           **kwargs: Any) -> CloudWatchLogsClient: ...
+@overload
+def client(service: Literal["ecr"], region: str | None = None, **kwargs: Any) -> ECRClient: ...
+@overload
+def client(service: Literal["iam"], region: str | None = None, **kwargs: Any) -> IAMClient: ...
+@overload
+def client(service: Literal["codebuild"], region: str | None = None,
+           **kwargs: Any) -> CodeBuildClient: ...
+@overload
+def client(service: Literal["resourcegroupstaggingapi"], region: str | None = None,
+           **kwargs: Any) -> ResourceGroupsTaggingAPIClient: ...
+@overload
+def client(service: str, region: str | None = None, **kwargs: Any) -> Any: ...
 
 
 def client(

@@ -11,8 +11,8 @@ GetLogEvents has reached the end of a stream when it returns the token that was
 sent (``nextForwardToken`` unchanged); a page holds up to 10,000 events / 1 MB,
 and ``startFromHead=True`` with ``limit=10000`` asks for full pages so that a
 long log costs few requests. Throttling is retried by botocore's adaptive mode
-and, past that, by ``LogTail``'s own back-off, request by request (an earlier
-version retried the whole poll and lost the pages it had already read).
+and, past that, by ``LogTail``'s own back-off, request by request, so that a
+throttled request never costs the pages already read.
 """
 
 from __future__ import annotations
@@ -55,11 +55,11 @@ class LogTail:
     throttled: int = 0  # requests that were throttled and retried
     _tokens: dict[str, str | None] = field(default_factory=dict)
 
-    def _call(self, operation: str, **kwargs: Any) -> dict[str, Any]:
+    def _call(self, request: Callable[..., Any], **kwargs: Any) -> dict[str, Any]:
         delay = 1.0
         while True:
             try:
-                page = getattr(self.logs, operation)(**kwargs)
+                page = request(**kwargs)
             except Exception as exc:
                 if not is_throttling(exc) or delay > self.max_backoff_s:
                     raise
@@ -75,7 +75,7 @@ class LogTail:
         kwargs: dict[str, Any] = {"logGroupName": self.group, "logStreamNamePrefix": self.prefix}
         while True:
             try:
-                page = self._call("describe_log_streams", **kwargs)
+                page = self._call(self.logs.describe_log_streams, **kwargs)
             except Exception as exc:  # a job that has not logged yet has no group/stream
                 if error_code(exc) == "ResourceNotFoundException":
                     return sorted(names)
@@ -100,7 +100,7 @@ class LogTail:
             }
             if token:
                 kwargs["nextToken"] = token
-            page = self._call("get_log_events", **kwargs)
+            page = self._call(self.logs.get_log_events, **kwargs)
             events = [
                 LogEvent(stream, int(event.get("timestamp", 0)), event.get("message", ""))
                 for event in page.get("events", [])
@@ -121,13 +121,8 @@ class LogTail:
             for events in self._read_stream(stream):
                 yield stream, events
 
-    def poll(self, *, max_backoff_s: float | None = None,
-             sleep: Callable[[float], None] | None = None) -> list[LogEvent]:
+    def poll(self) -> list[LogEvent]:
         """Everything new since the last poll, across all streams (new ones included)."""
-        if max_backoff_s is not None:
-            self.max_backoff_s = max_backoff_s
-        if sleep is not None:
-            self.sleep = sleep
         events: list[LogEvent] = []
         for _, page in self.pages():
             events.extend(page)
@@ -137,5 +132,6 @@ class LogTail:
         return self.poll()
 
 
-def training_job_tail(logs: Any, job_name: str) -> LogTail:
-    return LogTail(logs, TRAINING_JOBS_LOG_GROUP, f"{job_name}/")
+def training_job_tail(logs: Any, job_name: str, **settings: Any) -> LogTail:
+    """The tail of every stream of a training job (``settings``: LogTail's, e.g. ``sleep``)."""
+    return LogTail(logs, TRAINING_JOBS_LOG_GROUP, f"{job_name}/", **settings)

@@ -73,8 +73,7 @@ def component(
     def decorate(f: Callable) -> python_component.PythonComponent:
         comp = dsl.component(f, base_image=components_image(), install_kfp_package=False)
         if aws:
-            comp.__class__ = AwsComponent
-        comp.aws = aws  # type: ignore[attr-defined]
+            return AwsComponent(component_spec=comp.component_spec, python_func=comp.python_func)
         return comp
 
     return decorate(func) if func is not None else decorate

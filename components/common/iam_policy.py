@@ -414,9 +414,15 @@ _OPERATIONS: dict[tuple[str, str], Mapper] = {
 }
 
 
+class UnmappedCall(LookupError):
+    """A call with no entry in ``_OPERATIONS``: which IAM actions it needs is unknown."""
+
+
 def authorizations(call: ApiCall, account_id: str = DEFAULTS["ACCOUNT_ID"]) -> list[Authorization]:
-    """The IAM actions and resources a call needs; KeyError when the call is not mapped."""
-    mapper = _OPERATIONS[(call.service, call.operation)]
+    """The IAM actions and resources a call needs; UnmappedCall when the call is not mapped."""
+    mapper = _OPERATIONS.get((call.service, call.operation))
+    if mapper is None:
+        raise UnmappedCall(f"{call.service}:{call.operation}")
     return mapper(call.params, call.region, account_id)
 
 
@@ -442,7 +448,7 @@ def check_calls(
             continue
         try:
             needed = authorizations(call, account_id)
-        except KeyError:
+        except UnmappedCall:
             findings.append(Finding(call, f"{call.service}:{call.operation}", "?",
                                     "no IAM mapping for this call in components.common."
                                     "iam_policy._OPERATIONS: add one"))

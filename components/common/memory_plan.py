@@ -54,8 +54,8 @@ class PrecisionPlan:
     max_batch_size_with_checkpointing: int = 0
     checkpointing_required: bool = False
     reason: str = ""
-    # Added by memory_estimate (issue #4): what the peak is made of, and notes such
-    # as "estimated from the format's byte sizes, not measured".
+    # What the peak is made of (bytes per part), and a note such as "estimated from the
+    # format's byte sizes, not measured".
     peak_allocated_bytes: int = 0
     breakdown: dict[str, int] = field(default_factory=dict)
     note: str = ""
@@ -82,7 +82,8 @@ class MemoryPlan:
     model: dict[str, Any]
     precisions: dict[str, PrecisionPlan] = field(default_factory=dict)
     schema: str = SCHEMA
-    # Added by memory_estimate (issue #4).
+    # The fraction of GPU memory kept free, what the GPU runs, and the training settings
+    # the estimate assumed.
     headroom_fraction: float = 0.0
     supported_precisions: list[str] = field(default_factory=list)  # what the GPU runs
     training: dict[str, Any] = field(default_factory=dict)  # backend, dtypes, FSDP version...

@@ -7,6 +7,8 @@ every create call in the project takes its tags from here.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 TAG_PREFIX = "kfp-sagemaker"
 RUN_ID_KEY = f"{TAG_PREFIX}:run-id"
@@ -73,7 +75,7 @@ def as_lower_key_value(tags: dict[str, str]) -> list[dict[str, str]]:
     return [{"key": k, "value": v} for k, v in tags.items()]
 
 
-def from_key_value(items: list[dict[str, str]] | None) -> dict[str, str]:
+def from_key_value(items: Iterable[Mapping[str, Any]] | None) -> dict[str, str]:
     out: dict[str, str] = {}
     for item in items or []:
         key = item.get("Key", item.get("key"))

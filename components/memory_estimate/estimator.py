@@ -37,7 +37,7 @@ allocator's reserve), i.e. what must fit in the GPU.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from components.common.errors import UserError
@@ -89,9 +89,9 @@ PARTS = ALLOCATED_PARTS + OVERHEAD_PARTS
 # - FP8 block scaling: 1 byte data + fp32 scale per 128x128 tile (4/16384),
 #   row- and column-wise copies: 2 x (1 + 4/16384).
 # - MXFP8: E4M3 data + one E8M0 scale per 32 values, row- and column-wise
-#   (the scales follow the direction): 2 x (1 + 1/32) = 2.0625 (REFERENCE.md ~2.06).
+#   (the scales follow the direction): 2 x (1 + 1/32) = 2.0625.
 # - NVFP4: E2M1 (0.5 byte) + one E4M3 scale per 16 values, row- and column-wise:
-#   2 x (0.5 + 1/16) = 1.125 (REFERENCE.md ~1.13); the fp32 global scale is per tensor.
+#   2 x (0.5 + 1/16) = 1.125; the fp32 global scale is per tensor.
 _QUANT_WEIGHT_BYTES_PRE_BLACKWELL = {
     "fp8": 2.0,
     "fp8-current": 2.0,
@@ -766,7 +766,3 @@ def _loss_bytes(s: TrainingSetup, tokens: int) -> tuple[float, float, float, flo
     if _emulated_linears(s):
         head += n * 2.0  # the 16-bit cast temporary inside round_to
     return fwd, bwd, head, n * c
-
-
-def with_changes(setup: TrainingSetup, **changes: Any) -> TrainingSetup:
-    return replace(setup, **changes)

@@ -29,7 +29,7 @@ import json
 import math
 import operator
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -111,22 +111,9 @@ _PHRASE_RE = re.compile(r"Using FP8 recipe: (\w+)|(MXFP8|NVFP4) enabled(?:: (\w+
 _STREAM_RE = re.compile(r"(algo-\d+)-(\d+)$")
 RECIPE_TO_PRECISION = {recipe: precision for precision, recipe in TE_RECIPES.items()}
 
-# (needle, handler name). A needle is a substring every line of interest holds.
-_ERROR_NEEDLE = b"rror"
-_NEEDLES: tuple[tuple[bytes, str], ...] = (
-    (_ERROR_NEEDLE, "_on_error_line"),  # Error/error: OOM, NCCL, exceptions
-    (b"SIGTERM", "_on_sigterm_line"),
-)
-# Only looked for until the trainer's own recipe line is seen (it is authoritative).
-_OTHER_TRAINER_NEEDLES: tuple[tuple[bytes, str], ...] = (
-    (b"[GPU-", "_on_te_line"),  # TE's fsdp.py dist_print prefix
-    (b"FP8 recipe", "_on_phrase_line"),
-    (b" enabled", "_on_phrase_line"),  # MXFP8 enabled / NVFP4 enabled
-)
-# Looked for only in buffers that hold an error.
-_ERROR_NEEDLES: tuple[tuple[bytes, str], ...] = (
-    (b"Watchdog caught", "_on_error_line"),  # NCCL timeouts say it without "error"
-)
+# A needle is a substring every line of interest holds (LogParser._needles pairs each
+# with its handler).
+_ERROR_NEEDLE = b"rror"  # Error/error: OOM, NCCL, exceptions
 _TRACEBACK = b"Traceback (most recent call last)"
 MAX_EVENTS_PER_KIND = 50  # events beyond this are counted, not kept
 MAX_LINES_PER_NEEDLE = 2000  # per buffer: hostile input cannot make the slow path unbounded
@@ -142,10 +129,6 @@ def _size_bytes(value: str, unit: str) -> int | None:
 
 def _decode(line: bytes) -> str:
     return line.decode("utf-8", "replace")
-
-
-def _is_finite(x: Any) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
 
 def _step_columns(parts: list[Any], records: list[int], matches: int) -> list[list[Any]]:
@@ -387,22 +370,34 @@ class LogParser:
         self.stats["unparsed_trainer_records"] += unparsed
 
         has_error = _ERROR_NEEDLE in noise
-        needles = _NEEDLES
-        if not (self.recipe and self.recipe.get("source") == "trainer"):
-            needles += _OTHER_TRAINER_NEEDLES
-        if has_error:
-            needles += _ERROR_NEEDLES
-            if _TRACEBACK in noise:
-                self.stats["tracebacks"] += noise.count(_TRACEBACK)
+        if has_error and _TRACEBACK in noise:
+            self.stats["tracebacks"] += noise.count(_TRACEBACK)
         seen: set[int] = set()
-        for needle, handler in needles:
+        for needle, handler in self._needles(has_error):
             if not (has_error if needle is _ERROR_NEEDLE else needle in noise):
                 continue
             for start, line in _lines_holding(noise, needle):
                 if start in seen:  # one line, two needles (e.g. TE's recipe line)
                     continue
                 seen.add(start)
-                getattr(self, handler)(_decode(line[:MAX_LINE_CHARS]), scan.step_at_noise(start))
+                handler(_decode(line[:MAX_LINE_CHARS]), scan.step_at_noise(start))
+
+    def _needles(self, has_error: bool) -> list[tuple[bytes, Callable[[str, int | None], None]]]:
+        """(needle, handler) for the rare lines worth a look in a buffer."""
+        needles: list[tuple[bytes, Callable[[str, int | None], None]]] = [
+            (_ERROR_NEEDLE, self._on_error_line),
+            (b"SIGTERM", self._on_sigterm_line),
+        ]
+        # Looked for only until the trainer's own recipe line is seen (it is authoritative).
+        if not (self.recipe and self.recipe.get("source") == "trainer"):
+            needles += [
+                (b"[GPU-", self._on_te_line),  # TE's fsdp.py dist_print prefix
+                (b"FP8 recipe", self._on_phrase_line),
+                (b" enabled", self._on_phrase_line),  # MXFP8 enabled / NVFP4 enabled
+            ]
+        if has_error:  # NCCL timeouts say it without "error"
+            needles.append((b"Watchdog caught", self._on_error_line))
+        return needles
 
     def _add_steps(self, scan: _Scan, sidx: int) -> None:
         if not scan.steps:

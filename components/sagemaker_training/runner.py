@@ -233,7 +233,8 @@ class TrainingJobRunner:
         job = self.create_or_attach(request, run_id)
         name = job["TrainingJobName"]
         self.out(f"console: {resources.training_job_console_uri(self.region, name)}")
-        self._tail = training_job_tail(self.logs, name)
+        self._tail = training_job_tail(self.logs, name, sleep=self.ctx.sleep,
+                                       max_backoff_s=2 * self.poll_interval_s)
         while True:
             self._report(job)
             if job["TrainingJobStatus"] in TERMINAL_STATUSES:
@@ -267,8 +268,7 @@ class TrainingJobRunner:
         if self._tail is None:
             return
         try:
-            events = self._tail.poll(max_backoff_s=2 * self.poll_interval_s,
-                                     sleep=self.ctx.sleep)
+            events = self._tail.poll()
         except Exception as exc:  # logs are a convenience; the job's status is what counts
             if not self._logs_failing:
                 self.out(f"(could not read CloudWatch logs: {exc})")
