@@ -85,6 +85,7 @@ def check_training_arguments(arguments: dict[str, Any], *, precisions: list[str]
     backend starts or an image is built. ``arguments`` has every pipeline parameter.
     """
     from components.cleanup.plan import resolve_policy
+    from components.memory_estimate.cli import with_defaults
     from components.memory_estimate.run import run_component
     from components.sagemaker_training import launcher
     from components.sagemaker_training.request import (
@@ -94,11 +95,11 @@ def check_training_arguments(arguments: dict[str, Any], *, precisions: list[str]
 
     model = {k: arguments[k] for k in MODEL_KEYS}
     a = arguments
-    plan = run_component(
+    plan = run_component(**with_defaults(dict(
         instance_type=a["instance_type"], instance_count=a["instance_count"], **model,
         seq_length=a["seq_length"], batch_size=batch_size, precisions=precisions,
         activation_checkpointing=activation_checkpointing,
-        require_all_runnable=require_all_runnable)
+        require_all_runnable=require_all_runnable)))
     account = str(a["role_arn"]).split(":")[4] if str(a["role_arn"]).count(":") >= 5 else ""
     image = (f"{account or '123456789012'}.dkr.ecr.{a['region']}.amazonaws.com/"
              f"{a['trainer_repository']}:ctx-000000000000")

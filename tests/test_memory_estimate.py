@@ -18,6 +18,11 @@ from trainer.spec import PRESETS, preset
 GiB = 2**30
 
 
+def _run_component(**given):
+    """The component's work with the signature's defaults for what is not given."""
+    return run_component(**cli.with_defaults(given))
+
+
 def _phase(setup, name, gpu="H200"):
     return dict(phases(setup, gpu))[name]
 
@@ -411,7 +416,7 @@ def test_cli_help_explains_itself():
 
 
 def test_component_outputs_plan_runnable_precisions_markdown_and_metrics():
-    out = run_component(instance_type="ml.p5.48xlarge", model_preset="8b", seq_length=4096,
+    out = _run_component(instance_type="ml.p5.48xlarge", model_preset="8b", seq_length=4096,
                         precisions=["bf16", "fp8", "nvfp4"], batch_size=0)
     plan = MemoryPlan.from_json(out.plan)
     assert out.runnable_precisions == plan.runnable_precisions() == ["bf16", "fp8"]
@@ -420,12 +425,12 @@ def test_component_outputs_plan_runnable_precisions_markdown_and_metrics():
     assert out.metrics["bf16_fits"] == 1.0 and out.metrics["nvfp4_fits"] == 0.0
     assert out.batch_candidates and {c["precision"] for c in out.batch_candidates} == {"bf16", "fp8"}
     with pytest.raises(UserError, match="nvfp4"):
-        run_component(instance_type="ml.p5.48xlarge", model_preset="8b", seq_length=4096,
+        _run_component(instance_type="ml.p5.48xlarge", model_preset="8b", seq_length=4096,
                       precisions=["bf16", "nvfp4"], require_all_runnable=True)
 
 
 def test_component_model_overrides_keep_the_presets_other_dimensions():
-    out = run_component(instance_type="", gpu="B200", model_preset="8b", num_layers=4, vocab_size=0,
+    out = _run_component(instance_type="", gpu="B200", model_preset="8b", num_layers=4, vocab_size=0,
                         precisions="bf16", batch_size=1)
     model = MemoryPlan.from_json(out.plan).model
     assert (model["num_layers"], model["vocab_size"], model["hidden_size"]) == (4, 0, 4096)

@@ -10,6 +10,7 @@ import pytest
 
 from components.common.errors import UserError
 from components.memory_estimate import planner
+from components.memory_estimate.cli import with_defaults
 from components.memory_estimate.run import run_component
 from trainer import hardware
 from trainer.spec import PRESETS
@@ -22,15 +23,15 @@ def _estimate(*args):
 
 BAD_ESTIMATES = [
     # (arguments, text the error must contain)
-    (["--preset", "1b", "--gpu", "A100X"], "gpu"),  # was: silently an A100
-    (["--preset", "1b", "--gpu", "L40"], "gpu"),  # was: silently an L4
-    (["--preset", "1b", "--gpu", "H20"], "gpu"),
-    (["--preset", "1b", "--gpu", "NVIDIA L40"], "gpu"),
-    (["--preset", "1b", "--gpu", "H200", "--precision", "mxfp8"], "precision"),
-    (["--preset", "1b", "--gpu", "H200", "--precision", "nvfp4"], "precision"),
-    (["--preset", "1b", "--instance-type", "ml.p5.48xlarge", "--precision", "nvfp4"],
+    (["--model-preset", "1b", "--gpu", "A100X"], "gpu"),  # was: silently an A100
+    (["--model-preset", "1b", "--gpu", "L40"], "gpu"),  # was: silently an L4
+    (["--model-preset", "1b", "--gpu", "H20"], "gpu"),
+    (["--model-preset", "1b", "--gpu", "NVIDIA L40"], "gpu"),
+    (["--model-preset", "1b", "--gpu", "H200", "--precisions", "mxfp8"], "precision"),
+    (["--model-preset", "1b", "--gpu", "H200", "--precisions", "nvfp4"], "precision"),
+    (["--model-preset", "1b", "--instance-type", "ml.p5.48xlarge", "--precisions", "nvfp4"],
      "precision"),
-    (["--preset", "1b", "--gpu", "A100", "--precision", "fp8"], "precision"),
+    (["--model-preset", "1b", "--gpu", "A100", "--precisions", "fp8"], "precision"),
 ]
 
 
@@ -53,14 +54,14 @@ def test_gpu_names_are_matched_exactly():
 
 
 def test_an_unsupported_precision_in_a_sweep_is_a_row_not_an_error():
-    out = _estimate("--preset", "1b", "--gpu", "H200", "--precision", "bf16,mxfp8")
+    out = _estimate("--model-preset", "1b", "--gpu", "H200", "--precisions", "bf16,mxfp8")
     assert out.returncode == 0, out.stderr
     assert "mxfp8 | no |" in out.stdout
 
 
 def test_the_component_refuses_a_single_unsupported_precision():
     with pytest.raises(UserError, match="precision"):
-        run_component(gpu="H200", model_preset="1b", precisions="nvfp4")
+        run_component(**with_defaults({"gpu": "H200", "model_preset": "1b", "precisions": "nvfp4"}))
 
 
 def test_batch_zero_is_capped_and_the_plan_says_so():

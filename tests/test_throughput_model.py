@@ -199,8 +199,8 @@ def _cli(*args):
 
 
 def test_cli_json_with_one_precision_and_batch_has_the_top_level_keys():
-    out = _cli("--preset", "1b", "--instance-type", "ml.p5.48xlarge", "--batch-size", "2",
-               "--seq-length", "4096", "--precision", "fp8", "--json")
+    out = _cli("--model-preset", "1b", "--instance-type", "ml.p5.48xlarge", "--batch-size", "2",
+               "--seq-length", "4096", "--precisions", "fp8", "--json")
     assert out.returncode == 0, out.stderr
     doc = json.loads(out.stdout)
     for key in ("tokens_per_s_per_gpu", "step_seconds", "mfu", "cost_usd_per_billion_tokens"):

@@ -1,8 +1,10 @@
 """The decoder-only causal LM in plain PyTorch (the ``torch`` backend).
 
-No parallelism or precision policy lives here: FSDP2, activation checkpointing
-and mixed precision are applied by ``trainer.parallel``; the only precision hook
-is each linear layer's :class:`trainer.emulation.Numerics`, which is plain
+No parallelism or precision policy lives here: FSDP2 and mixed precision are
+applied by ``trainer.parallel``. Activation checkpointing is the ``checkpoint_blocks``
+flag that ``forward`` reads (set by ``trainer.train`` from the configuration):
+each block is then run under ``torch.utils.checkpoint`` (non-reentrant) and
+recomputed in backward. The only precision hook is each linear layer's :class:`trainer.emulation.Numerics`, which is plain
 ``F.linear`` on real hardware dtypes and an emulated low-precision GEMM
 otherwise. With ``vocab_size=0`` the model is a bare block stack (TE's fsdp.py
 shape): it takes hidden states and returns hidden states.
@@ -121,8 +123,9 @@ class Block(nn.Module):
 
 
 class CausalLM(nn.Module):
-    """Embedding, blocks, final norm, LM head. ``blocks`` is a ModuleList so that
-    FSDP2 and activation checkpointing can be applied per block from outside."""
+    """Embedding, blocks, final norm, LM head. ``blocks`` is a ModuleList so that FSDP2
+    can shard per block from outside; ``checkpoint_blocks`` turns on activation
+    checkpointing per block inside ``forward``."""
 
     def __init__(self, spec: ModelSpec, block_numerics: list[emulation.Numerics],
                  head_numerics: emulation.Numerics, amax_history_len: int = 1024):

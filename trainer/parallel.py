@@ -1,4 +1,8 @@
-"""Process group, device, FSDP2 and activation checkpointing, applied to a plain model."""
+"""Process group, device and FSDP2, applied to a plain model.
+
+Activation checkpointing is not applied here: it is the models' ``checkpoint_blocks``
+flag, read in their ``forward`` (``trainer.model``, ``trainer.te_backend``).
+"""
 
 from __future__ import annotations
 

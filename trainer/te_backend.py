@@ -8,6 +8,9 @@ recipe applies inside ``te.autocast``; blocks listed as high precision and the
 LM head (``--high-precision-lm-head``, the default) run with autocast disabled.
 Sharding (FSDP2, bf16 compute copies of fp32 masters) is the same as the
 PyTorch backend's; initialisation uses the same per-parameter seeded draws.
+Activation checkpointing is the ``checkpoint_blocks`` flag ``forward`` reads
+(``te.distributed.checkpoint`` per block, which keeps the FP8 scaling state
+consistent across the recomputation).
 """
 
 from __future__ import annotations

@@ -15,6 +15,7 @@ import signal
 import sys
 import threading
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -212,6 +213,42 @@ import warnings  # noqa: E402
 warnings.filterwarnings("ignore", message="FSDP2-wrapped module .* returned a view tensor")
 
 
+@dataclass
+class _RunState:
+    """What a run knows as it goes: the summary reports it, a checkpoint saves part of it."""
+
+    step: int = 0  # the last optimizer step done
+    loss: float | None = None  # its loss (None after a non-finite one)
+    status: str = "failed"
+    resumed_from: int | None = None  # the checkpoint's step, when resumed
+    last_checkpoint: str | None = None
+    loss_scale: float = 1.0  # fp16's dynamic loss scale (1 otherwise)
+    good_steps: int = 0  # fp16: finite steps since the scale last changed
+    source: Any = None  # the data source (its entropy floor goes into the summary)
+    model: Any = None
+    optimizer: Any = None
+    amax_states: list[Any] = field(default_factory=list)  # emulated delayed-scaling histories
+    losses: list[tuple[int, float]] = field(default_factory=list)  # (step, loss): metrics.json
+
+
+@dataclass(frozen=True)
+class _Outputs:
+    """The writable output folders ("" = not written)."""
+
+    checkpoints: str
+    model: str
+    data: str
+
+
+@dataclass(frozen=True)
+class _StepResult:
+    lr: float
+    loss: float
+    grad_norm: float
+    skipped: bool  # fp16: non-finite gradients, optimizer step skipped
+    stop: bool  # SIGTERM (any rank) or --stop-after-step
+
+
 def run(cfg: TrainConfig, log_out=None) -> dict[str, Any]:
     """Trains per ``cfg`` and returns the summary dict. Raises TrainingFailed (after logging the
     failure and writing the failure file) on OOM, a non-finite loss or any other error."""
@@ -222,8 +259,7 @@ def run(cfg: TrainConfig, log_out=None) -> dict[str, Any]:
     log = _Log(world.is_main, log_out)
     stop = _StopFlag()
     stop.install()
-    state: dict[str, Any] = {"step": 0, "loss": None, "status": "failed"}
-    model = optimizer = None
+    state = _RunState()
     try:
         return _run(cfg, plan, world, log, stop, state, t_start)
     except TrainingFailed:
@@ -232,7 +268,7 @@ def run(cfg: TrainConfig, log_out=None) -> dict[str, Any]:
         oom = isinstance(exc, torch.OutOfMemoryError) or "out of memory" in str(exc).lower()
         kind = "oom" if oom else "error"
         if oom:
-            reason = _oom_reason(exc, cfg, world, state["step"] + 1)
+            reason = _oom_reason(exc, cfg, world, state.step + 1)
         else:
             first = (str(exc).strip().splitlines() or [""])[0]
             reason = f"{type(exc).__name__}: {first}" if first else type(exc).__name__
@@ -244,22 +280,20 @@ def run(cfg: TrainConfig, log_out=None) -> dict[str, Any]:
         raise TrainingFailed(reason, summary, kind) from exc
     finally:
         stop.restore()
-        del model, optimizer
-        state.pop("model", None)
-        state.pop("optimizer", None)
+        state.model = state.optimizer = None
         gc.collect()
         if device_type == "cuda":
             torch.cuda.empty_cache()
 
 
-def _summary(cfg, plan, world, state, meter, t_start, status) -> dict[str, Any]:
-    src = state.get("source")
+def _summary(cfg, plan, world, state: _RunState, meter, t_start, status) -> dict[str, Any]:
+    src = state.source
     tokens_per_step = world.world_size * cfg.batch_size * cfg.grad_accum_steps * cfg.seq_length
     out: dict[str, Any] = {
         "status": status,
-        "steps": state["step"],
-        "final_loss": state["loss"],
-        "tokens": state["step"] * tokens_per_step,
+        "steps": state.step,
+        "final_loss": state.loss,
+        "tokens": state.step * tokens_per_step,
         "precision": cfg.precision,
         "backend": plan.backend,
         "recipe": plan.recipe,
@@ -273,8 +307,8 @@ def _summary(cfg, plan, world, state, meter, t_start, status) -> dict[str, Any]:
         "seq_length": cfg.seq_length,
         "activation_checkpointing": cfg.activation_checkpointing,
         "params": cfg.model.total_params(),
-        "resumed_from_step": state.get("resumed_from"),
-        "checkpoint": state.get("last_checkpoint"),
+        "resumed_from_step": state.resumed_from,
+        "checkpoint": state.last_checkpoint,
     }
     if meter is not None:
         out.update(meter.summary(plan.emulated))
@@ -288,12 +322,34 @@ def _summary(cfg, plan, world, state, meter, t_start, status) -> dict[str, Any]:
     return out
 
 
-def _run(cfg, plan, world, log, stop, state, t_start) -> dict[str, Any]:
-    spec = cfg.model
+def _run(cfg, plan, world, log, stop, state: _RunState, t_start) -> dict[str, Any]:
+    """Start-up, resume, the steps, the outputs."""
     cuda = world.device.type == "cuda"
     if cuda:
         torch.cuda.reset_peak_memory_stats()
-    # ---- start-up lines ----
+    _start(cfg, plan, world, log, state)
+    outputs = _Outputs(
+        checkpoints=_writable(cfg.checkpoint_dir, log, "checkpoints"),
+        model=_writable(cfg.model_dir, log, "the model") if cfg.save_model else "",
+        data=_writable(cfg.output_data_dir, log, "metrics"),
+    )
+    if outputs.data and world.is_main:  # a stale file must not speak for this run (train.sh reads it)
+        (Path(outputs.data) / "metrics.json").unlink(missing_ok=True)
+    fingerprint = _fingerprint(cfg, world)
+    start_step = _resume(cfg, world, log, state, outputs.checkpoints, fingerprint)
+    tokens_per_step = world.world_size * cfg.batch_size * cfg.grad_accum_steps * cfg.seq_length
+    peak = plan.gpu.peak_for(cfg.precision) if (plan.gpu and not plan.emulated) else None
+    meter = metrics.Meter(cfg.model, cfg.seq_length, tokens_per_step, world.world_size, peak,
+                          cfg.timing_warmup_steps, cuda)
+    status = _train(cfg, plan, world, log, stop, state, meter, t_start,
+                    start_step=start_step, checkpoints=outputs.checkpoints, fingerprint=fingerprint)
+    return _finish(cfg, plan, world, log, state, meter, t_start, status, outputs)
+
+
+def _start(cfg, plan, world, log, state: _RunState) -> None:
+    """The start-up lines (config, recipe, world, data, model); builds the data source, the
+    sharded model and the optimizer into ``state``."""
+    spec = cfg.model
     log.json("config", cfg.to_dict())
     log.line(logformat.format_recipe(logformat.RecipeRecord(plan.precision, plan.recipe, plan.backend, plan.emulated)))
     te_version = None
@@ -306,28 +362,24 @@ def _run(cfg, plan, world, log, stop, state, t_start) -> dict[str, Any]:
         "device": world.device.type, "torch": torch.__version__, "transformer_engine": te_version,
         "dist_backend": dist.get_backend(),
     }
-    if cuda:
+    if world.device.type == "cuda":
         props = torch.cuda.get_device_properties(world.device)
         world_info.update(gpu=props.name, gpu_memory_bytes=props.total_memory,
                           compute_capability=f"{props.major}.{props.minor}",
                           peak_tflops=plan.gpu.peak_for(cfg.precision) if plan.gpu else None)
     log.json("world", world_info)
-    source = data.make_source(cfg)
-    state["source"] = source
-    log.json("data", source.describe())
+    state.source = data.make_source(cfg)
+    log.json("data", state.source.describe())
 
-    # ---- model, sharding, optimizer ----
     if plan.backend == "te":
         from trainer import te_backend
 
-        model = te_backend.build(cfg, world, plan)
+        state.model = te_backend.build(cfg, world, plan)
     else:
-        model = _build_torch_model(cfg, world, plan)
-    state["model"] = model
-    optimizer = _optimizer(model, cfg, world)
-    state["optimizer"] = optimizer
-    get_amax: Any = getattr(model, "amax_states", None)
-    amax_states = get_amax() if get_amax is not None else []
+        state.model = _build_torch_model(cfg, world, plan)
+    state.optimizer = _optimizer(state.model, cfg, world)
+    get_amax: Any = getattr(state.model, "amax_states", None)
+    state.amax_states = get_amax() if get_amax is not None else []
     log.json("model", {
         "params": spec.total_params(), "params_non_embedding": spec.non_embedding_params(),
         "flops_per_token": spec.flops_per_token(cfg.seq_length),
@@ -337,142 +389,159 @@ def _run(cfg, plan, world, log, stop, state, t_start) -> dict[str, Any]:
         "backend": plan.backend, "preset": cfg.preset, "spec": spec.to_dict(),
     })
 
-    # ---- resume ----
-    ckpt_dir = _writable(cfg.checkpoint_dir, log, "checkpoints")
-    model_dir = _writable(cfg.model_dir, log, "the model") if cfg.save_model else ""
-    data_out = _writable(cfg.output_data_dir, log, "metrics")
-    if data_out and world.is_main:  # a stale file must not speak for this run (train.sh reads it)
-        (Path(data_out) / "metrics.json").unlink(missing_ok=True)
-    loss_scale = cfg.loss_scale if cfg.precision == "fp16" else 1.0
-    good_steps = 0
-    start_step = 0
-    fingerprint = _fingerprint(cfg, world)
-    if ckpt_dir and cfg.resume:
-        found = checkpoint.latest(ckpt_dir)
-        if found is not None:
-            meta = json.loads((found / "meta.json").read_text())
-            if meta.get("fingerprint") != fingerprint:
-                raise ConfigError(
-                    f"checkpoint-dir={ckpt_dir}: the newest checkpoint ({found.name}) is from a different "
-                    f"model or batch layout ({meta.get('fingerprint')}); use a new checkpoint-dir or resume=false"
-                )
-            meta = checkpoint.load(found, model, optimizer, world.rank)
-            start_step = int(meta["step"])
-            loss_scale = float(meta.get("loss_scale", loss_scale))
-            good_steps = int(meta.get("good_steps", 0))
-            state.update(step=start_step, loss=meta.get("loss"), resumed_from=start_step)
-            log.json("checkpoint", {"action": "resumed", "step": start_step, "path": str(found)})
 
-    def save(step: int) -> str:
-        meta = {"fingerprint": fingerprint, "loss": state["loss"], "loss_scale": loss_scale,
-                "good_steps": good_steps, "precision": cfg.precision}
-        t0 = time.perf_counter()
-        path = checkpoint.save(ckpt_dir, step, model, optimizer, meta, cfg.keep_checkpoints,
-                               world.local_rank, world.rank)
-        state["last_checkpoint"] = str(path)
-        log.json("checkpoint", {"action": "saved", "step": step, "path": str(path),
-                                "seconds": round(time.perf_counter() - t0, 3)})
-        return str(path)
+def _resume(cfg, world, log, state: _RunState, checkpoints: str,
+            fingerprint: dict[str, Any]) -> int:
+    """Loads the newest checkpoint when there is one to resume from; returns the step to
+    continue after (0 for a fresh start). A checkpoint of another model or batch layout is
+    a ConfigError."""
+    state.loss_scale = cfg.loss_scale if cfg.precision == "fp16" else 1.0
+    if not (checkpoints and cfg.resume):
+        return 0
+    found = checkpoint.latest(checkpoints)
+    if found is None:
+        return 0
+    meta = json.loads((found / "meta.json").read_text())
+    if meta.get("fingerprint") != fingerprint:
+        raise ConfigError(
+            f"checkpoint-dir={checkpoints}: the newest checkpoint ({found.name}) is from a different "
+            f"model or batch layout ({meta.get('fingerprint')}); use a new checkpoint-dir or resume=false"
+        )
+    meta = checkpoint.load(found, state.model, state.optimizer, world.rank)
+    start_step = int(meta["step"])
+    state.loss_scale = float(meta.get("loss_scale", state.loss_scale))
+    state.good_steps = int(meta.get("good_steps", 0))
+    state.step, state.loss, state.resumed_from = start_step, meta.get("loss"), start_step
+    log.json("checkpoint", {"action": "resumed", "step": start_step, "path": str(found)})
+    return start_step
 
-    # ---- the loop ----
-    tokens_per_step = world.world_size * cfg.batch_size * cfg.grad_accum_steps * cfg.seq_length
-    peak = plan.gpu.peak_for(cfg.precision) if (plan.gpu and not plan.emulated) else None
-    meter = metrics.Meter(spec, cfg.seq_length, tokens_per_step, world.world_size, peak,
-                          cfg.timing_warmup_steps, cuda)
-    params = [p for p in model.parameters() if p.requires_grad]
+
+def _save(cfg, world, log, state: _RunState, checkpoints: str,
+          fingerprint: dict[str, Any]) -> str:
+    """A checkpoint of ``state.step`` (model, optimizer, loss scale) in ``checkpoints``."""
+    meta = {"fingerprint": fingerprint, "loss": state.loss, "loss_scale": state.loss_scale,
+            "good_steps": state.good_steps, "precision": cfg.precision}
+    t0 = time.perf_counter()
+    path = checkpoint.save(checkpoints, state.step, state.model, state.optimizer, meta,
+                           cfg.keep_checkpoints, world.local_rank, world.rank)
+    state.last_checkpoint = str(path)
+    log.json("checkpoint", {"action": "saved", "step": state.step, "path": str(path),
+                            "seconds": round(time.perf_counter() - t0, 3)})
+    return str(path)
+
+
+def _train(cfg, plan, world, log, stop, state: _RunState, meter, t_start, *, start_step: int,
+           checkpoints: str, fingerprint: dict[str, Any]) -> str:
+    """The steps after ``start_step`` up to max_steps, or until a stop; returns the status
+    (completed or stopped). A non-finite loss raises TrainingFailed."""
+    params = [p for p in state.model.parameters() if p.requires_grad]
     autocast = _autocast_factory(cfg, plan)
-    losses: list[tuple[int, float]] = []
-    status = "completed"
     flag = torch.zeros(2, dtype=torch.float64, device=world.device)
     step = start_step
     while step < cfg.max_steps:
         step += 1
-        if cfg.simulate_oom_at_step and step == cfg.simulate_oom_at_step:
-            raise torch.OutOfMemoryError(
-                "CUDA out of memory. Tried to allocate 20.00 GiB. GPU 0 has a total capacity of 139.81 GiB "
-                "(simulated by --simulate-oom-at-step)"
-            )
         t0 = time.perf_counter()
-        lr = lr_at(step, cfg)
-        for group in optimizer.param_groups:
-            group["lr"] = lr
-        loss_sum = torch.zeros((), device=world.device, dtype=torch.float32)
-        for micro in range(cfg.grad_accum_steps):
-            set_sync: Any = getattr(model, "set_requires_gradient_sync", None)
-            if set_sync is not None:
-                set_sync(micro == cfg.grad_accum_steps - 1)
-            inputs, targets = _batch(source, cfg, world, step, micro, plan)
-            with autocast():
-                out = model(inputs)
-            loss = loss_mod.lm_loss(out, targets)
-            loss_sum += loss.detach()
-            ((loss / cfg.grad_accum_steps) * loss_scale).backward()
-            del out, loss
-        if loss_scale != 1.0:
-            for p in params:
-                if p.grad is not None:
-                    p.grad.mul_(1.0 / loss_scale)
-        gnorm = torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip if cfg.grad_clip > 0 else float("inf"))
-        if hasattr(gnorm, "full_tensor"):
-            gnorm = gnorm.full_tensor()
-        flag[0] = loss_sum / cfg.grad_accum_steps
-        flag[1] = 1.0 if (stop.requested or (cfg.stop_after_step and step == cfg.stop_after_step)) else 0.0
-        if world.world_size > 1:
-            dist.all_reduce(flag)
-        loss_value = float(flag[0]) / world.world_size
-        grad_norm = float(gnorm)
-        skipped = False
-        if cfg.precision == "fp16" and not math.isfinite(grad_norm):
-            skipped, loss_scale, good_steps = True, loss_scale / 2, 0
-            log.event("loss_scale", f"non-finite gradients at step {step}: step skipped, loss scale -> {loss_scale:g}")
-        else:
-            optimizer.step()
-            if cfg.precision == "fp16":
-                good_steps += 1
-                if good_steps % 1000 == 0:
-                    loss_scale *= 2
-        optimizer.zero_grad(set_to_none=True)
-        emulation.end_step(amax_states)
-        if not math.isfinite(loss_value):
-            reason = f"non-finite loss ({loss_value}) at step {step}: lower lr or use a higher precision"
+        result = _step(cfg, plan, world, log, stop, state, step, params, autocast, flag)
+        if not math.isfinite(result.loss):
+            reason = f"non-finite loss ({result.loss}) at step {step}: lower lr or use a higher precision"
             log.event("nan_loss", reason)
-            state.update(step=step, loss=None)
+            state.step, state.loss = step, None
             summary = _summary(cfg, plan, world, state, meter, t_start, "failed")
             summary["failure_reason"] = reason
             log.json("summary", summary)
             _write_failure(cfg.output_dir, reason)
             raise TrainingFailed(reason, summary, "nan_loss")
-        if cuda:
+        if world.device.type == "cuda":
             torch.cuda.synchronize()
         meter.record(step - start_step, time.perf_counter() - t0)
-        state.update(step=step, loss=loss_value)
-        losses.append((step, loss_value))
-        if step % cfg.log_every == 0 or step == cfg.max_steps or step == start_step + 1 or flag[1] > 0:
-            rec = meter.step_record(step, loss_value, lr, grad_norm, cfg.precision, plan.emulated)
-            log.line(logformat.format_step(rec) + (" skipped=1" if skipped else ""))
-        if flag[1] > 0:
+        state.step, state.loss = step, result.loss
+        state.losses.append((step, result.loss))
+        if step % cfg.log_every == 0 or step == cfg.max_steps or step == start_step + 1 or result.stop:
+            rec = meter.step_record(step, result.loss, result.lr, result.grad_norm, cfg.precision,
+                                    plan.emulated)
+            log.line(logformat.format_step(rec) + (" skipped=1" if result.skipped else ""))
+        if result.stop:
             log.event("sigterm", f"stop requested at step {step}: saving a checkpoint and exiting")
-            status = "stopped"
-            if ckpt_dir:
-                save(step)
+            if checkpoints:
+                _save(cfg, world, log, state, checkpoints, fingerprint)
             else:
                 log.event("checkpoint_skipped", "no writable checkpoint-dir: nothing saved")
-            break
-        if ckpt_dir and cfg.checkpoint_every and step % cfg.checkpoint_every == 0:
-            save(step)
+            return "stopped"
+        if checkpoints and cfg.checkpoint_every and step % cfg.checkpoint_every == 0:
+            _save(cfg, world, log, state, checkpoints, fingerprint)
+    return "completed"
 
-    # ---- outputs ----
-    if status == "completed" and model_dir:
-        extra = {"model": spec.to_dict(), "precision": cfg.precision, "steps": step, "backend": plan.backend,
+
+def _step(cfg, plan, world, log, stop, state: _RunState, step: int, params, autocast,
+          flag: torch.Tensor) -> _StepResult:
+    """One optimizer step: forward and backward over the micro-batches, clipping, the update
+    (fp16: skipped on non-finite gradients, loss scale adjusted), the loss averaged over ranks
+    and whether any rank was asked to stop (``flag``: one all-reduce for both)."""
+    if cfg.simulate_oom_at_step and step == cfg.simulate_oom_at_step:
+        raise torch.OutOfMemoryError(
+            "CUDA out of memory. Tried to allocate 20.00 GiB. GPU 0 has a total capacity of 139.81 GiB "
+            "(simulated by --simulate-oom-at-step)"
+        )
+    model, optimizer = state.model, state.optimizer
+    lr = lr_at(step, cfg)
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+    loss_sum = torch.zeros((), device=world.device, dtype=torch.float32)
+    for micro in range(cfg.grad_accum_steps):
+        set_sync: Any = getattr(model, "set_requires_gradient_sync", None)
+        if set_sync is not None:
+            set_sync(micro == cfg.grad_accum_steps - 1)
+        inputs, targets = _batch(state.source, cfg, world, step, micro, plan)
+        with autocast():
+            out = model(inputs)
+        loss = loss_mod.lm_loss(out, targets)
+        loss_sum += loss.detach()
+        ((loss / cfg.grad_accum_steps) * state.loss_scale).backward()
+        del out, loss
+    if state.loss_scale != 1.0:
+        for p in params:
+            if p.grad is not None:
+                p.grad.mul_(1.0 / state.loss_scale)
+    gnorm = torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip if cfg.grad_clip > 0 else float("inf"))
+    if hasattr(gnorm, "full_tensor"):
+        gnorm = gnorm.full_tensor()
+    flag[0] = loss_sum / cfg.grad_accum_steps
+    flag[1] = 1.0 if (stop.requested or (cfg.stop_after_step and step == cfg.stop_after_step)) else 0.0
+    if world.world_size > 1:
+        dist.all_reduce(flag)
+    loss_value = float(flag[0]) / world.world_size
+    grad_norm = float(gnorm)
+    skipped = False
+    if cfg.precision == "fp16" and not math.isfinite(grad_norm):
+        skipped, state.loss_scale, state.good_steps = True, state.loss_scale / 2, 0
+        log.event("loss_scale", f"non-finite gradients at step {step}: step skipped, loss scale -> {state.loss_scale:g}")
+    else:
+        optimizer.step()
+        if cfg.precision == "fp16":
+            state.good_steps += 1
+            if state.good_steps % 1000 == 0:
+                state.loss_scale *= 2
+    optimizer.zero_grad(set_to_none=True)
+    emulation.end_step(state.amax_states)
+    return _StepResult(lr, loss_value, grad_norm, skipped, bool(flag[1] > 0))
+
+
+def _finish(cfg, plan, world, log, state: _RunState, meter, t_start, status: str,
+            outputs: _Outputs) -> dict[str, Any]:
+    """The final model (completed runs), the summary line and metrics.json."""
+    if status == "completed" and outputs.model:
+        extra = {"model": cfg.model.to_dict(), "precision": cfg.precision, "steps": state.step,
+                 "backend": plan.backend,
                  "format": "torch.save of the full state dict (bf16 weights unless precision=fp32)"}
-        checkpoint.save_final_model(model, model_dir, torch.float32 if cfg.precision == "fp32" else torch.bfloat16,
+        checkpoint.save_final_model(state.model, outputs.model,
+                                    torch.float32 if cfg.precision == "fp32" else torch.bfloat16,
                                     extra, world.rank)
     summary = _summary(cfg, plan, world, state, meter, t_start, status)
     log.json("summary", summary)
-    if data_out and world.is_main:
-        payload = {**summary, "loss_curve": losses}
-        (Path(data_out) / "metrics.json").write_text(json.dumps(payload, indent=1, default=str))
-    state["status"] = status
+    if outputs.data and world.is_main:
+        payload = {**summary, "loss_curve": state.losses}
+        (Path(outputs.data) / "metrics.json").write_text(json.dumps(payload, indent=1, default=str))
+    state.status = status
     return summary
 
 

@@ -50,12 +50,11 @@ from pathlib import Path
 from typing import Any
 
 from components.common.naming import SAGEMAKER_NAME_RE
-from components.common.training_job import TERMINAL_STATUSES
+from components.common.training_job import MAX_FAILURE_REASON, TERMINAL_STATUSES
 from components.local import plans, processes, storage
 from components.local.api import ApiError, not_found, validation
 from components.local.container import HostLayout, free_port, local_gpu_count
 from components.local.jobs import (
-    MAX_FAILURE_REASON,
     MESSAGES,
     PLAN_STATUSES,
     Job,

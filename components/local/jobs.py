@@ -22,7 +22,6 @@ if TYPE_CHECKING:
 
 ACCOUNT_ID = "123456789012"  # moto's default account: STS and every moto ARN agree
 PLAN_STATUSES = ("Pending", "Active", "Scheduled", "Expired", "Failed")
-MAX_FAILURE_REASON = 1024
 
 MESSAGES = {
     "Starting": "Preparing the instances for training",

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from components.common.training_job import MAX_FAILURE_REASON
 from components.local.container import HostLayout
-from components.local.jobs import MAX_FAILURE_REASON
 from components.local.logship import LogShipper
 
 TAIL_LINES = 30

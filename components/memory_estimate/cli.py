@@ -85,9 +85,18 @@ def build_parser() -> tuple[argparse.ArgumentParser, list[cli.Parameter]]:
     return parser, params
 
 
+def with_defaults(given: dict[str, Any]) -> dict[str, Any]:
+    """Every component parameter: as given, else the signature's default; a ``gpu`` given
+    without an ``instance_type`` plans for that GPU alone (no default instance type)."""
+    declared = cli.defaults(memory_estimate)
+    if given.get("gpu") and "instance_type" not in given:
+        declared["instance_type"] = ""
+    return {**declared, **given}
+
+
 def component_values(args: argparse.Namespace, params: list[cli.Parameter]) -> dict[str, Any]:
-    """The component's parameters as given, else as declared (``run.with_defaults``)."""
-    return run.with_defaults(cli.given(args, params))
+    """The component's parameters as given on the command line, else as declared."""
+    return with_defaults(cli.given(args, params))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -2,7 +2,7 @@
 
 ``params`` are the component's parameters by name: its signature
 (``components/memory_estimate/component.py``) is their one declaration, whose
-defaults the CLI takes too (``components.common.cli``). Component semantics:
+defaults the CLI fills in (``components.memory_estimate.cli.with_defaults``). Component semantics:
 0 / -1 / "" model values keep the preset's.
 """
 
@@ -85,26 +85,9 @@ def check_runnable(result: planner.PlanResult, params: Mapping[str, Any]) -> Non
         )
 
 
-def with_defaults(given: Mapping[str, Any]) -> dict[str, Any]:
-    """Every parameter: as given, else the component signature's default; a ``gpu`` given
-    without an ``instance_type`` plans for that GPU alone (no default instance type).
-
-    Imports kfp (the signature) only when a parameter is left out.
-    """
-    if not PARAMETERS - set(given):
-        return dict(given)
-    from components.common.cli import defaults
-    from components.memory_estimate.component import memory_estimate
-
-    declared = defaults(memory_estimate)
-    if given.get("gpu") and "instance_type" not in given:
-        declared["instance_type"] = ""
-    return {**declared, **given}
-
-
 def run_component(**params: Any) -> ComponentOutputs:
-    """The component's outputs for its parameters by name (see ``with_defaults``)."""
-    params = with_defaults(params)
+    """The component's outputs for its parameters, every one by name (the CLI's
+    ``with_defaults`` fills in the signature's defaults)."""
     result = planner.plan(request(params))
     planner.check_single_precision_supported(result)
     check_runnable(result, params)
