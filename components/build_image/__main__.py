@@ -45,10 +45,9 @@ def build_parser() -> tuple[argparse.ArgumentParser, list[cli.Parameter]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p, params = build_parser()
-    args = p.parse_args(argv)
+    args, values = cli.parse(build_parser(), argv)
     try:
-        req = b.BuildRequest.from_parameters(cli.values(args, params))
+        req = b.BuildRequest.from_parameters(values)
         if args.print_tag:
             context = b.plan_context(req, log=lambda line: print(line, file=sys.stderr))
             print(json.dumps({"tag": context.tag, "files": [f.path for f in context.files],

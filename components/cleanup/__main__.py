@@ -50,9 +50,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, list[cli.Parameter]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p, params = build_parser()
-    args = p.parse_args(argv)
-    values = cli.values(args, params)
+    args, values = cli.parse(build_parser(), argv)
     try:
         created_after = None
         if args.created_after:

@@ -294,6 +294,15 @@ def values(args: argparse.Namespace, params: Iterable[Parameter]) -> dict[str, A
     return out
 
 
+def parse(
+    built: tuple[argparse.ArgumentParser, list[Parameter]], argv: list[str] | None
+) -> tuple[argparse.Namespace, dict[str, Any]]:
+    """``argv`` parsed by a :func:`derived_parser`: the namespace and every parameter's value."""
+    parser, params = built
+    args = parser.parse_args(argv)
+    return args, values(args, params)
+
+
 def derived_parser(
     func: Any,
     *,

@@ -39,9 +39,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, list[cli.Parameter]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p, params = build_parser()
-    args = p.parse_args(argv)
-    values = cli.values(args, params)
+    args, values = cli.parse(build_parser(), argv)
     from components.compare_convergence.compare import Settings
     from components.compare_convergence.report import markdown, verdicts_json
     from components.compare_convergence.run import compare_files, write_outputs
