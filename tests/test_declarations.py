@@ -29,14 +29,9 @@ CLIS = {
     "components.sagemaker_training.__main__": ("components.sagemaker_training.component",
                                                "sagemaker_training"),
 }
-# What the `launch` work of issue 15 converts (the sagemaker_training CLI derived from its
-# component, the trainer's flags renamed): (test, source) -> why. Strict, so that a marker
-# must go the day its test passes.
+# What is not yet converted: (test, source) -> why. Strict, so that a marker must go the
+# day its test passes.
 NOT_YET = {
-    ("defaults", "components.sagemaker_training.__main__"): "issue 15: the sagemaker_training "
-    "CLI is not yet derived from its component (--pipeline, --tag, --use-spot switch...)",
-    ("spelling", "components.sagemaker_training.__main__"): "issue 15: the sagemaker_training "
-    "CLI spells --poll-interval, --tag, --hyperparameter",
     ("spelling", "trainer"): "issue 15: the trainer's flags are not yet the components' names "
     "(--preset)",
 }
@@ -44,7 +39,7 @@ NOT_YET = {
 # when one is fixed, so that it is struck here.
 SPLIT = {
     frozenset({"pipeline", "pipeline_name"}): "issue 15: sagemaker_training's `pipeline` vs "
-    "build_image's `pipeline_name` (launch renames sagemaker_training's)",
+    "build_image's `pipeline_name`",
 }
 PIPELINES = ("pipelines.precision_sweep", "pipelines.batch_tuning")
 # Names that mean the same parameter even though they differ by more than a unit suffix.

@@ -44,7 +44,10 @@ from components.common.s3 import split_s3_uri
 if TYPE_CHECKING:
     from mypy_boto3_codebuild.type_defs import ProjectTypeDef
     from mypy_boto3_ecr.type_defs import ImageDetailTypeDef, RepositoryTypeDef
-    from mypy_boto3_sagemaker.type_defs import TrainingJobSummaryTypeDef
+    from mypy_boto3_sagemaker.type_defs import (
+        DescribeTrainingJobResponseTypeDef,
+        TrainingJobSummaryTypeDef,
+    )
 
 # Policy per resource kind: allowed verbs and the safe default (stop what costs money,
 # delete what is scratch, keep what someone may want).
@@ -155,7 +158,7 @@ class Planner:
         self.notes: list[str] = []
         self.claimed_prefixes: list[tuple[str, str]] = []  # (bucket, prefix) already planned
         self.other_jobs: list[tuple[str, str]] = []  # (job name, run id) of jobs not this run's
-        self._other_jobs_described: list[tuple[str, dict[str, Any]]] | None = None
+        self._other_jobs_described: list[tuple[str, DescribeTrainingJobResponseTypeDef]] | None = None
 
     def add(self, kind: str, wanted: str, resource: str, detail: str = "",
             op: tuple[Any, ...] = (), after_jobs: tuple[str, ...] = ()) -> None:
@@ -196,7 +199,7 @@ class Planner:
         for summary in sorted(jobs, key=lambda j: j["TrainingJobName"]):
             self.training_job(sm, logs, summary["TrainingJobName"])
 
-    def other_jobs_described(self) -> list[tuple[str, dict[str, Any]]]:
+    def other_jobs_described(self) -> list[tuple[str, DescribeTrainingJobResponseTypeDef]]:
         """(run id, DescribeTrainingJob) of every job not this run's, read once, when needed.
 
         Needed only to delete checkpoints or images: another run's job may have
@@ -425,7 +428,7 @@ class Planner:
                          f"{name}: created by this run, empty after cleanup",
                          ("ecr_delete_repository", name))
 
-    def image(self, repo: dict[str, Any], image: dict[str, Any], marker: str) -> int:
+    def image(self, repo: RepositoryTypeDef, image: ImageDetailTypeDef, marker: str) -> int:
         """Plans one image of the run; 1 when it is deleted, 0 when only untagged.
 
         A digest that also carries tags of another run (its marker) or a tag someone
