@@ -15,8 +15,9 @@ import difflib
 import json
 import os
 import re
+import typing
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import Field, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -52,47 +53,88 @@ def sm_path(name: str, env: Mapping[str, str] | None = None) -> str:
     return SM_DEFAULTS[name] if os.path.isdir("/opt/ml") else ""
 
 
+TRAINING, DATA, OUTPUTS = "training", "data", "logging, checkpoints, outputs"
+
+
+def option(default: Any = None, help: str = "", *, group: str = TRAINING,
+           choices: tuple[str, ...] | None = None, shown: str | None = None,
+           sm_path_of: str = "", hidden: bool = False) -> Any:
+    """A TrainConfig field that is also a flag (``--name-with-dashes``) and a hyperparameter.
+
+    The field is the one declaration: ``build_parser`` derives the flag's type (from the
+    annotation), default, choices and help from it. ``shown``: the default as the help
+    says it, when the flag's own default is None (the value is found at start).
+    ``sm_path_of``: the SageMaker variable (``SM_MODEL_DIR``...) the default is read from
+    (``sm_path``), at start for the command line and when the config is made in-process.
+    ``hidden``: a test hook, absent from ``--help`` and from the hyperparameter names.
+    """
+    metadata = {"flag": True, "help": help, "group": group, "choices": choices,
+                "shown": shown, "sm_path_of": sm_path_of, "hidden": hidden}
+    if sm_path_of:
+        return field(default_factory=lambda: sm_path(sm_path_of), metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
 @dataclass
 class TrainConfig:
+    """Everything a training run is given; each field but the model is a flag of ``python -m
+    trainer`` and a SageMaker hyperparameter (the same name without dashes)."""
+
     model: ModelSpec
+    # The model's flags (--preset and one per dimension) are ModelSpec's, in trainer.spec.
     preset: str | None = None
-    precision: str = "bf16"
-    backend: str = "auto"  # auto | te | torch (resolved at start-up)
-    device: str = "auto"  # auto | cpu | cuda
-    batch_size: int = 8  # micro-batch per GPU / process
-    seq_length: int = 128
-    grad_accum_steps: int = 1
-    max_steps: int = 200
-    lr: float | None = None  # None: min(1e-2, 0.64 / hidden_size)
-    min_lr_ratio: float = 0.1
-    warmup_steps: int = 10
-    weight_decay: float = 0.1
-    beta1: float = 0.9
-    beta2: float = 0.95
-    grad_clip: float = 1.0
-    seed: int = 1234
-    activation_checkpointing: bool = False
-    high_precision_lm_head: bool = True
-    high_precision_layers: int = 0  # first and last N blocks in bf16
-    quantized_model_init: bool = False  # TE only: FP8 primary weights
-    fp8_amax_history_len: int = 1024
-    compile: bool = False
-    data_dir: str | None = None  # token files; None = synthetic
-    synthetic_successors: int = 4
-    log_every: int = 10
-    timing_warmup_steps: int = 3  # excluded from the steady-state throughput
-    checkpoint_dir: str = field(default_factory=lambda: sm_path("SM_CHECKPOINT_DIR"))
-    checkpoint_every: int = 100  # 0: only on SIGTERM
-    keep_checkpoints: int = 2
-    resume: bool = True
-    model_dir: str = field(default_factory=lambda: sm_path("SM_MODEL_DIR"))
-    output_dir: str = field(default_factory=lambda: sm_path("SM_OUTPUT_DIR"))
-    output_data_dir: str = field(default_factory=lambda: sm_path("SM_OUTPUT_DATA_DIR"))
-    save_model: bool = True
-    loss_scale: float = 2.0**16  # fp16 only: initial dynamic loss scale
+    precision: str = option("bf16", "numerics of the GEMMs", choices=hardware.PRECISIONS)
+    backend: str = option(
+        "auto", "te: TransformerEngine layers (GPU); torch: plain PyTorch, low precisions "
+        "emulated; auto: te on a GPU with TE installed (every precision), torch otherwise",
+        choices=("auto", "te", "torch"))
+    device: str = option("auto", "where to train; auto: cuda when a GPU is visible",
+                         choices=("auto", "cpu", "cuda"))
+    batch_size: int = option(8, "micro-batch per GPU (process)")
+    seq_length: int = option(128, "tokens per sequence")
+    grad_accum_steps: int = option(1, "micro-batches per optimizer step")
+    max_steps: int = option(200, "optimizer steps to train")
+    lr: float | None = option(None, "peak learning rate", shown="min(1e-2, 0.64 / hidden-size)")
+    min_lr_ratio: float = option(0.1, "cosine floor as a fraction of lr")
+    warmup_steps: int = option(10, "linear warm-up steps")
+    weight_decay: float = option(0.1, "AdamW weight decay")
+    beta1: float = option(0.9, "AdamW beta1")
+    beta2: float = option(0.95, "AdamW beta2")
+    grad_clip: float = option(1.0, "max global gradient norm (0: off)")
+    seed: int = option(1234, "seed of the initial weights and the synthetic data")
+    activation_checkpointing: bool = option(False, "recompute each block in backward")
+    high_precision_lm_head: bool = option(
+        True, "keep the LM head GEMM in bf16 (production FP8/FP4 recipes do)")
+    high_precision_layers: int = option(0, "keep the first and last N blocks in bf16")
+    quantized_model_init: bool = option(
+        False, "TE backend: keep primary weights in FP8 (te.quantized_model_init). "
+        "Experimental: needs TRAINER_EXPERIMENTAL_QUANTIZED_INIT=1 (diverged when tested)")
+    fp8_amax_history_len: int = option(1024, "DelayedScaling amax history")
+    compile: bool = option(False, "torch.compile each block")
+    loss_scale: float = option(2.0**16, "fp16: initial dynamic loss scale")
+    data_dir: str | None = option(
+        None, "directory of token files (*.bin + meta.json, see trainer/README.md)", group=DATA,
+        shown="$SM_CHANNEL_TRAIN, else synthetic data with a known entropy floor")
+    synthetic_successors: int = option(
+        4, "synthetic data: successors per token (entropy floor grows with it)", group=DATA)
+    log_every: int = option(10, "steps between step lines", group=OUTPUTS)
+    timing_warmup_steps: int = option(3, "steps excluded from the steady-state tokens/s",
+                                      group=OUTPUTS)
+    checkpoint_dir: str = option(help="where checkpoints are written and resumed from",
+                                 group=OUTPUTS, sm_path_of="SM_CHECKPOINT_DIR")
+    checkpoint_every: int = option(100, "steps between checkpoints (0: only on SIGTERM)",
+                                   group=OUTPUTS)
+    keep_checkpoints: int = option(2, "checkpoints kept (the newest)", group=OUTPUTS)
+    resume: bool = option(True, "resume from the newest checkpoint", group=OUTPUTS)
+    model_dir: str = option(help="where the final model is written", group=OUTPUTS,
+                            sm_path_of="SM_MODEL_DIR")
+    output_dir: str = option(help="failure file", group=OUTPUTS, sm_path_of="SM_OUTPUT_DIR")
+    output_data_dir: str = option(help="metrics.json", group=OUTPUTS,
+                                  sm_path_of="SM_OUTPUT_DATA_DIR")
+    save_model: bool = option(True, "write the final model to the model dir", group=OUTPUTS)
     # Test hooks: stop as if SIGTERM arrived after this step; simulate a CUDA OOM at a step.
-    stop_after_step: int = 0
-    simulate_oom_at_step: int = 0
+    stop_after_step: int = option(0, group=OUTPUTS, hidden=True)
+    simulate_oom_at_step: int = option(0, group=OUTPUTS, hidden=True)
 
     def resolved_lr(self) -> float:
         if self.lr is not None:
@@ -162,7 +204,38 @@ class _Parser(argparse.ArgumentParser):
         raise ConfigError(message)
 
 
+def flag_fields() -> list[Field[Any]]:
+    """The TrainConfig fields that are flags, in declaration order."""
+    return [f for f in fields(TrainConfig) if f.metadata.get("flag")]
+
+
+def flag_default(f: Field[Any]) -> Any:
+    """A flag's own default: the field's, or None where the value is found at start."""
+    return None if f.metadata["sm_path_of"] else f.default
+
+
+def _help(f: Field[Any]) -> str:
+    if f.metadata["hidden"]:
+        return argparse.SUPPRESS
+    default = flag_default(f)
+    if f.metadata["shown"]:
+        shown = f.metadata["shown"]
+    elif f.metadata["sm_path_of"]:
+        var = f.metadata["sm_path_of"]
+        shown = f"${var}, or {SM_DEFAULTS[var]} inside a SageMaker container"
+    else:
+        shown = str(default).lower() if isinstance(default, bool) else str(default)
+    return f"{f.metadata['help']} (default: {shown})".replace("%", "%%")
+
+
+def _flag_type(f: Field[Any], hints: Mapping[str, Any]) -> type:
+    kinds = [t for t in typing.get_args(hints[f.name]) if t is not type(None)] \
+        or [hints[f.name]]  # Optional[X] -> X
+    return kinds[0]  # type: ignore[no-any-return]
+
+
 def build_parser() -> argparse.ArgumentParser:
+    """``python -m trainer``'s flags: the model's (trainer.spec) and one per TrainConfig field."""
     p = _Parser(
         prog="python -m trainer",
         description=(
@@ -170,60 +243,22 @@ def build_parser() -> argparse.ArgumentParser:
             "FP8/MXFP8/NVFP4 numerics). Every flag can also be given as a SageMaker hyperparameter "
             "(same name without dashes) through SM_HP_<NAME> or hyperparameters.json; flags win."
         ),
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     spec.add_model_args(p)
-    bool_ = argparse.BooleanOptionalAction
-    t = p.add_argument_group("training")
-    t.add_argument("--precision", default="bf16", choices=hardware.PRECISIONS, help="numerics of the GEMMs")
-    t.add_argument("--backend", default="auto", choices=("auto", "te", "torch"),
-                   help="te: TransformerEngine layers (GPU); torch: plain PyTorch, low precisions emulated; "
-                        "auto: te on a GPU with TE installed (every precision), torch otherwise")
-    t.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
-    t.add_argument("--batch-size", type=int, default=8, help="micro-batch per GPU (process)")
-    t.add_argument("--seq-length", type=int, default=128)
-    t.add_argument("--grad-accum-steps", type=int, default=1)
-    t.add_argument("--max-steps", type=int, default=200)
-    t.add_argument("--lr", type=float, default=None, help="peak learning rate (default min(1e-2, 0.64 / hidden-size))")
-    t.add_argument("--min-lr-ratio", type=float, default=0.1, help="cosine floor as a fraction of lr")
-    t.add_argument("--warmup-steps", type=int, default=10)
-    t.add_argument("--weight-decay", type=float, default=0.1)
-    t.add_argument("--beta1", type=float, default=0.9)
-    t.add_argument("--beta2", type=float, default=0.95)
-    t.add_argument("--grad-clip", type=float, default=1.0, help="max global gradient norm (0: off)")
-    t.add_argument("--seed", type=int, default=1234)
-    t.add_argument("--activation-checkpointing", action=bool_, default=False, help="recompute each block in backward")
-    t.add_argument("--high-precision-lm-head", action=bool_, default=True,
-                   help="keep the LM head GEMM in bf16 (production FP8/FP4 recipes do)")
-    t.add_argument("--high-precision-layers", type=int, default=0,
-                   help="keep the first and last N blocks in bf16")
-    t.add_argument("--quantized-model-init", action=bool_, default=False,
-                   help="TE backend: keep primary weights in FP8 (te.quantized_model_init). "
-                        "Experimental: needs TRAINER_EXPERIMENTAL_QUANTIZED_INIT=1 (diverged when tested)")
-    t.add_argument("--fp8-amax-history-len", type=int, default=1024, help="DelayedScaling amax history")
-    t.add_argument("--compile", action=bool_, default=False, help="torch.compile each block")
-    t.add_argument("--loss-scale", type=float, default=2.0**16, help="fp16: initial dynamic loss scale")
-    d = p.add_argument_group("data")
-    d.add_argument("--data-dir", default=None,
-                   help="directory of token files (*.bin + meta.json, see trainer/README.md); default "
-                        "$SM_CHANNEL_TRAIN, else synthetic data with a known entropy floor")
-    d.add_argument("--synthetic-successors", type=int, default=4,
-                   help="synthetic data: successors per token (entropy floor grows with it)")
-    o = p.add_argument_group("logging, checkpoints, outputs")
-    o.add_argument("--log-every", type=int, default=10)
-    o.add_argument("--timing-warmup-steps", type=int, default=3,
-                   help="steps excluded from the steady-state tokens/s")
-    o.add_argument("--checkpoint-dir", default=None, help="default $SM_CHECKPOINT_DIR or /opt/ml/checkpoints")
-    o.add_argument("--checkpoint-every", type=int, default=100, help="steps between checkpoints (0: only on SIGTERM)")
-    o.add_argument("--keep-checkpoints", type=int, default=2)
-    o.add_argument("--resume", action=bool_, default=True, help="resume from the newest checkpoint")
-    o.add_argument("--model-dir", default=None, help="default $SM_MODEL_DIR or /opt/ml/model")
-    o.add_argument("--output-dir", default=None, help="failure file; default $SM_OUTPUT_DIR or /opt/ml/output")
-    o.add_argument("--output-data-dir", default=None,
-                   help="metrics.json; default $SM_OUTPUT_DATA_DIR or /opt/ml/output/data")
-    o.add_argument("--save-model", action=bool_, default=True, help="write the final model to the model dir")
-    o.add_argument("--stop-after-step", type=int, default=0, help=argparse.SUPPRESS)
-    o.add_argument("--simulate-oom-at-step", type=int, default=0, help=argparse.SUPPRESS)
+    groups: dict[str, Any] = {}
+    hints = typing.get_type_hints(TrainConfig)
+    for f in flag_fields():
+        group = groups.get(f.metadata["group"]) or groups.setdefault(
+            f.metadata["group"], p.add_argument_group(f.metadata["group"]))
+        kind = _flag_type(f, hints)
+        kwargs: dict[str, Any] = {"default": flag_default(f), "help": _help(f)}
+        if kind is bool:
+            kwargs["action"] = argparse.BooleanOptionalAction
+        elif kind is not str:
+            kwargs["type"] = kind
+        if f.metadata["choices"]:
+            kwargs["choices"] = f.metadata["choices"]
+        group.add_argument("--" + f.name.replace("_", "-"), **kwargs)
     return p
 
 
@@ -388,10 +423,9 @@ def from_namespace(args: argparse.Namespace, env: dict[str, str] | None = None) 
     values = {k: v for k, v in vars(args).items()
               if k in TrainConfig.__dataclass_fields__ and k not in ("model",)}
     values["data_dir"] = values.get("data_dir") or env.get("SM_CHANNEL_TRAIN") or None
-    for key, var in (("checkpoint_dir", "SM_CHECKPOINT_DIR"), ("model_dir", "SM_MODEL_DIR"),
-                     ("output_dir", "SM_OUTPUT_DIR"), ("output_data_dir", "SM_OUTPUT_DATA_DIR")):
-        if values.get(key) is None:  # an explicit "" turns the output off
-            values[key] = sm_path(var, env)
+    for f in flag_fields():
+        if f.metadata["sm_path_of"] and values.get(f.name) is None:  # "" turns the output off
+            values[f.name] = sm_path(f.metadata["sm_path_of"], env)
     return TrainConfig(model=model, **values).validate(env)
 
 

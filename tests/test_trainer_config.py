@@ -1,0 +1,79 @@
+"""The trainer's flags are TrainConfig's fields: one declaration, read by the parser.
+
+``python -m trainer``'s flags (and so its SageMaker hyperparameter names) come from the
+TrainConfig fields declared with ``option()``, the model's from ModelSpec (trainer.spec);
+a flag added by hand, or a field declared without a flag, fails here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import subprocess
+import sys
+
+import pytest
+
+from trainer import config
+from trainer.config import TrainConfig
+from trainer.spec import ModelSpec
+
+MODEL_FLAGS = {f.name for f in dataclasses.fields(ModelSpec)} | {"preset"}
+
+
+def _training_actions() -> dict[str, argparse.Action]:
+    return {a.dest: a for a in config.build_parser()._actions
+            if a.option_strings and a.dest != "help" and a.dest not in MODEL_FLAGS}
+
+
+def test_every_trainer_flag_is_a_config_field_with_the_fields_default():
+    actions = _training_actions()
+    fields = {f.name: f for f in dataclasses.fields(TrainConfig)}
+    assert set(actions) == set(fields) - {"model", "preset"}
+    for name, action in actions.items():
+        f = fields[name]
+        assert action.option_strings[0] == "--" + name.replace("_", "-")
+        if f.default_factory is not dataclasses.MISSING:  # a SageMaker path, found at start
+            assert action.default is None
+            var = f.metadata["sm_path_of"]
+            assert f.default_factory() == config.sm_path(var), name
+        else:
+            assert action.default == f.default, name
+        assert (action.choices or None) == (f.metadata["choices"] or None), name
+        is_bool = isinstance(action, argparse.BooleanOptionalAction)
+        assert is_bool == isinstance(f.default, bool), name
+
+
+def test_the_trainer_help_shows_every_flags_default():
+    missing = [a.dest for a in _training_actions().values()
+               if a.help != argparse.SUPPRESS and "(default: " not in a.help]
+    assert not missing
+    out = subprocess.run([sys.executable, "-m", "trainer", "--help"], capture_output=True,
+                         text=True, check=True).stdout
+    assert "(default: None)" not in out
+    assert "tokens per sequence (default: 128)" in out
+    lr = _training_actions()["lr"].help
+    assert lr == "peak learning rate (default: min(1e-2, 0.64 / hidden-size))"
+
+
+def test_test_hooks_are_flags_but_not_hyperparameter_names():
+    names = config.hyperparameter_names()
+    assert "stop-after-step" not in names and "simulate-oom-at-step" not in names
+    assert {"seq-length", "max-steps", "activation-checkpointing", "preset"} <= set(names)
+    assert config.parse(["--stop-after-step", "3"], env={}).stop_after_step == 3
+
+
+def test_a_config_made_in_process_has_the_declared_defaults():
+    made = config.make("tiny")
+    parsed = config.parse(["--preset", "tiny", "--checkpoint-dir", "", "--model-dir", "",
+                           "--output-dir", "", "--output-data-dir", ""], env={})
+    assert made == parsed
+
+
+@pytest.mark.parametrize("hps, name", [({"seq_length": "x"}, "seq-length"),
+                                       ({"max-stepz": "3"}, "max-stepz"),
+                                       ({"resume": "maybe"}, "resume")])
+def test_hyperparameters_are_checked_by_the_derived_parser(hps, name):
+    with pytest.raises(config.ConfigError) as exc:
+        config.check_hyperparameters(hps, env={})
+    assert exc.value.name == name
