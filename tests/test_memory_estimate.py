@@ -104,11 +104,26 @@ def test_block_activations_match_the_tensors_trainer_blocks_save_on_an_h200():
 
 
 def test_cross_entropy_bytes_per_logit_match_the_measured_trainer_loss():
-    s = TrainingSetup(preset("1b"), 2, 1024)
+    s = TrainingSetup(preset("1b"), 2, 1024, loss_kernel="eager")
     fwd, bwd, _, held = estimator._loss_bytes(s, 2048)
     n = 2048 * 128256
     # probe_h200.json "loss": forward peak 8, backward peak 12 above the held bf16 logits.
     assert (fwd / n, bwd / n, held / n) == (10.0, 14.0, 2.0)
+
+
+def test_compiled_cross_entropy_keeps_no_fp32_copy_of_the_logits():
+    s = TrainingSetup(preset("1b"), 2, 1024)
+    assert s.loss_kernel == "compiled"  # the trainer's default (--loss-kernel)
+    fwd, bwd, _, held = estimator._loss_bytes(s, 2048)
+    n = 2048 * 128256
+    # The 16-bit logits, plus the gradient in their dtype in backward, plus fp32 per token.
+    assert fwd / n == pytest.approx(2.0, abs=1e-3) and bwd / n == pytest.approx(4.0, abs=1e-3)
+    assert held / n == 2.0
+
+
+def test_unknown_loss_kernel_is_refused_by_name():
+    with pytest.raises(UserError, match="loss_kernel"):
+        estimate(TrainingSetup(preset("1b"), 1, 128, loss_kernel="fused"), "H200")
 
 
 def test_vocab_zero_has_no_logits_and_no_root_parameters():

@@ -494,7 +494,7 @@ def _step(cfg, plan, world, log, stop, state: _RunState, step: int, params, auto
         inputs, targets = _batch(state.source, cfg, world, step, micro, plan)
         with autocast():
             out = model(inputs)
-        loss = loss_mod.lm_loss(out, targets)
+        loss = loss_mod.lm_loss(out, targets, cfg.loss_kernel)
         loss_sum += loss.detach()
         ((loss / cfg.grad_accum_steps) * state.loss_scale).backward()
         del out, loss

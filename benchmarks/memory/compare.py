@@ -45,7 +45,8 @@ GRID = HERE / "h200_grid.json"
 NEAR_LIMIT = 0.92
 # trainer_settings keys that map onto TrainingSetup fields.
 _SETTINGS = ("param_dtype", "master_weights", "optimizer_state_dtype", "fsdp_version",
-             "reduce_dtype", "optimizer", "quantized_model_init", "gradient_accumulation_steps")
+             "reduce_dtype", "optimizer", "quantized_model_init", "gradient_accumulation_steps",
+             "loss_kernel")
 
 
 @dataclass(frozen=True)
@@ -81,6 +82,7 @@ _VALID = {
     "fsdp_version": estimator.FSDP_VERSIONS,
     "reduce_dtype": estimator.REDUCE_DTYPES,
     "optimizer": estimator.OPTIMIZERS,
+    "loss_kernel": estimator.LOSS_KERNELS,
 }
 
 
@@ -99,6 +101,8 @@ def setup_for(result: dict[str, Any], settings: dict[str, Any]) -> estimator.Tra
     # values the estimator understands override its defaults (this trainer's).
     extra = {k: settings[k] for k in _SETTINGS if k in settings and _valid(k, settings[k])}
     extra.update({k: result[k] for k in _SETTINGS if k in result and _valid(k, result[k])})
+    # Grids measured before the trainer compiled its loss say nothing of it: eager then.
+    extra.setdefault("loss_kernel", "eager")
     return estimator.TrainingSetup(
         model=model,
         batch_size=int(result["batch_size"]),

@@ -119,9 +119,10 @@ def load(path: Path = GRID) -> dict[str, Any]:
 def setup_of(r: dict[str, Any]) -> TrainingSetup:
     spec = ModelSpec(**{k: v for k, v in r["model"].items() if k in ModelSpec.__dataclass_fields__})
     extra = {k: r[k] for k in ("gradient_accumulation_steps",) if k in r}
+    # The grid predates the compiled loss: its runs used the eager cross-entropy.
     return TrainingSetup(spec, r["batch_size"], r["seq_length"], r["precision"],
                          bool(r["activation_checkpointing"]), r.get("world_size", 1),
-                         backend=r.get("backend", "te"), **extra)
+                         backend=r.get("backend", "te"), loss_kernel=r.get("loss_kernel", "eager"), **extra)
 
 
 def rows(doc: dict[str, Any], split: str | None = None,

@@ -12,7 +12,8 @@ option or a default, and one that does not leaves nothing behind. Levers:
   (``reshard_after_forward=False``): no second all-gather/cast in backward, 2 bytes/parameter more.
 - ``bf16-masters``: TE parameters in bf16 with no fp32 master copy (``te_backend.MASTER_DTYPE``),
   fsdp.py's arrangement: prices what the trainer's fp32 masters cost. Diagnostic only.
-- ``compiled-loss``: the cross-entropy through ``torch.compile`` (``trainer.loss.KERNEL``).
+- ``compiled-loss`` / ``eager-loss``: the cross-entropy through ``torch.compile`` or eager
+  (now the trainer's ``--loss-kernel compiled|eager``; compiled is its default).
 """
 
 from __future__ import annotations
@@ -23,11 +24,12 @@ import sys
 
 import torch
 
-LEVERS = ("sbhd", "keep-params", "bf16-masters", "compiled-loss")
+LEVERS = ("sbhd", "keep-params", "bf16-masters", "compiled-loss", "eager-loss")
 
 
-def apply(levers: list[str]) -> None:
-    from trainer import loss, parallel, te_backend
+def apply(levers: list[str]) -> list[str]:
+    """Sets the levers; returns the trainer flags they stand for (if any)."""
+    from trainer import parallel, te_backend
 
     unknown = [x for x in levers if x not in LEVERS]
     if unknown:
@@ -38,8 +40,12 @@ def apply(levers: list[str]) -> None:
         parallel.apply_fsdp = functools.partial(parallel.apply_fsdp, reshard_after_forward=False)
     if "bf16-masters" in levers:
         te_backend.MASTER_DTYPE = torch.bfloat16
+    flags = []
     if "compiled-loss" in levers:
-        loss.KERNEL = "compiled"
+        flags += ["--loss-kernel", "compiled"]
+    if "eager-loss" in levers:
+        flags += ["--loss-kernel", "eager"]
+    return flags
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -49,12 +55,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("trainer_args", nargs=argparse.REMAINDER, help="-- then the trainer's flags")
     a = p.parse_args(argv)
     levers = [x for x in a.levers.split(",") if x]
-    apply(levers)
+    flags = apply(levers)
     print(f"[levers] applied: {','.join(levers) or 'none'}", flush=True)
     rest = a.trainer_args[1:] if a.trainer_args[:1] == ["--"] else a.trainer_args
     from trainer.train import main as train_main
 
-    return train_main(rest)
+    return train_main([*rest, *flags])
 
 
 if __name__ == "__main__":

@@ -208,6 +208,7 @@ def main() -> int:
     p.add_argument("--state", default="/root/lfl_state.json")
     p.add_argument("--out", default=os.path.join(os.environ.get("OUT", "/tmp"), "like_for_like.json"))
     p.add_argument("--raw-log", default=os.path.join(os.environ.get("OUT", "/tmp"), "like_for_like_raw.log"))
+    p.add_argument("--only", default="", help="run ids separated by ; : run only these (of the stages given)")
     p.add_argument("--dry-run", action="store_true", help="print the commands only")
     a = p.parse_args()
     end = time.time() + a.time_budget
@@ -219,6 +220,8 @@ def main() -> int:
             raise SystemExit(f"--stages: unknown stage {stage!r}")
         for run in runs:
             if run.id in results and results[run.id].get("s_per_iter"):
+                continue
+            if a.only and run.id not in a.only.split(";"):
                 continue
             cmd = run.command()
             if a.dry_run:

@@ -42,6 +42,7 @@ from typing import Any
 
 from components.common.errors import UserError
 from trainer import hardware
+from trainer.config import LOSS_KERNELS  # the trainer's --loss-kernel choices
 from trainer.spec import ModelSpec
 
 GiB = 2**30
@@ -211,6 +212,10 @@ class TrainingSetup:
     # te.TransformerLayer's default). Attention dropout costs no memory (fused attention
     # regenerates its mask from the RNG state), so only the hidden dropout counts.
     dropout: float = 0.0
+    # How the trainer's cross-entropy runs (trainer/loss.py): "compiled" (torch.compile, the
+    # trainer's default on a GPU) or "eager" (F.cross_entropy on an fp32 copy of the logits,
+    # the trainer before it compiled the loss, and every grid measured before then).
+    loss_kernel: str = "compiled"
 
     @property
     def stored_param_dtype(self) -> str:
@@ -260,6 +265,7 @@ class TrainingSetup:
         _choice("reduce_dtype", self.reduce_dtype, REDUCE_DTYPES)
         _choice("fsdp_version", self.fsdp_version, FSDP_VERSIONS)
         _choice("optimizer", self.optimizer, OPTIMIZERS)
+        _choice("loss_kernel", self.loss_kernel, LOSS_KERNELS)
         if self.quantized_model_init and not (self.low_precision and self.backend == "te"):
             raise UserError(
                 "quantized_model_init",
@@ -739,12 +745,18 @@ def _loss_bytes(s: TrainingSetup, tokens: int) -> tuple[float, float, float, flo
     """(loss forward peak, loss backward peak, LM-head backward peak, logits held
     through the blocks' backward), in bytes.
 
-    The trainer computes ``F.cross_entropy(out.float().reshape(-1, V), targets)`` and
-    keeps ``out`` (the logits, c bytes per element) referenced until backward ends.
+    ``loss_kernel="eager"``: ``F.cross_entropy(out.float().reshape(-1, V), targets)``,
+    with ``out`` (the logits, c bytes per element) referenced until backward ends.
     Measured on an H200 (probe_h200.json, "loss"), per logit element above the held
     logits: forward peak 8.0 (the fp32 copy and log_softmax's saved output), 4.0 held
     after the forward, backward peak 12.0 (the saved output, nll_loss's gradient and
     log_softmax's gradient).
+
+    ``loss_kernel="compiled"`` (the trainer's default): the same function through
+    ``torch.compile``, which saves a log-sum-exp per token instead of fp32 copies and writes
+    the gradient in the logits' dtype: forward c, backward 2c per element (measured on an
+    H200, 1b preset, batch 4, seq 4096: 18.5 GiB below eager at bf16 and fp8;
+    benchmarks/trainer/raw/like_for_like_h200.json).
 
     LM head backward: the logits' gradient (c) beside the held logits (c); with the
     torch backend's emulated GEMM also its fp32 copy and rounded copy (4 + 4) plus a
@@ -757,8 +769,14 @@ def _loss_bytes(s: TrainingSetup, tokens: int) -> tuple[float, float, float, flo
         return 0.0, 0.0, 0.0, 0.0
     c = DTYPE_BYTES[s.compute_dtype]
     n = float(tokens) * m.vocab_size
-    fwd = n * (c + 8.0)
-    bwd = n * (c + 12.0)
+    if s.loss_kernel == "compiled":
+        # One fused reduction reads the 16-bit logits (no fp32 copy) and keeps a float32
+        # log-sum-exp per token; backward writes the logits' gradient in their own dtype.
+        fwd = n * c + tokens * 4.0
+        bwd = n * 2 * c + tokens * 4.0
+    else:
+        fwd = n * (c + 8.0)
+        bwd = n * (c + 12.0)
     # The LM head stays 16-bit on the te backend (the trainer's --high-precision-lm-head).
     head = n * 2 * c + _linear_backward_work(
         s, tokens, m.hidden_size, m.vocab_size, quantised=False

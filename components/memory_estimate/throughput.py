@@ -3,7 +3,7 @@
 The estimator beside this module says whether a configuration fits; this one says how
 fast it runs and what it costs. A step of this project's trainer (FSDP2 over
 ``world_size`` GPUs, TransformerEngine layers, fp32 master weights, fused AdamW, the
-full-vocabulary fp32 cross-entropy, a bf16 LM head) is taken apart into the work the GPU
+full-vocabulary cross-entropy, a bf16 LM head) is taken apart into the work the GPU
 does, each part timed at the rate that bounds it:
 
 - **GEMMs** (the blocks' linear layers: forward, data gradient and weight gradient, and
@@ -151,6 +151,10 @@ class Constants:
     # writes 4, the cast back reads 4 and writes 2: 36 B (the same tensors the memory
     # estimator's probe measured, benchmarks/memory/probe_h200.json "loss").
     loss_bytes_per_logit: float = 36.0
+    # The compiled cross-entropy (trainer/loss.py, the default on a GPU): forward reads the
+    # 16-bit logits for the max and the sum of exponentials (2 + 2), backward reads them once
+    # more and writes the 16-bit gradient (2 + 2): 8 B.
+    loss_bytes_per_logit_compiled: float = 8.0
 
     # ---- optimizer and FSDP copies ----
     # Fused AdamW reads parameter, gradient and both moments and writes parameter and
@@ -388,7 +392,8 @@ def _loss(s: TrainingSetup, gpu: hardware.GPU, c: Constants) -> float:
     b = DTYPE_BYTES[s.compute_dtype]
     # Cross-entropy over every logit, the final norm, the embedding's gather and its
     # gradient (a V x h scatter into zeros).
-    moved = t * m.vocab_size * c.loss_bytes_per_logit + t * m.hidden_size * b * 6 + \
+    per_logit = c.loss_bytes_per_logit if s.loss_kernel == "eager" else c.loss_bytes_per_logit_compiled
+    moved = t * m.vocab_size * per_logit + t * m.hidden_size * b * 6 + \
         m.vocab_size * m.hidden_size * b * 2
     return moved / _hbm(gpu, c) + 8 * c.kernel_floor_s
 
