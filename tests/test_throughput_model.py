@@ -135,6 +135,15 @@ def test_prediction_is_fast():
     assert (time.perf_counter() - start) / 50 < 0.005
 
 
+def test_the_compiled_loss_moves_less_than_the_eager_one():
+    eager = throughput.predict(setup("1b", batch=4, seq=4096, ac=False, world=1, loss_kernel="eager"), "H200")
+    compiled = throughput.predict(setup("1b", batch=4, seq=4096, ac=False, world=1), "H200")
+    assert compiled.step_seconds < eager.step_seconds
+    # 28 of the eager path's 36 bytes per logit are gone: at 16,384 tokens x 128,256 logits
+    # that is ~59 GB less HBM traffic, over 10 ms on an H200.
+    assert eager.step_seconds - compiled.step_seconds > 0.010
+
+
 def test_every_constant_is_used():
     """Changing any constant changes some prediction (no dead constants)."""
     cases = [(setup(precision=p, world=w, ac=ac), g, it)
@@ -147,6 +156,7 @@ def test_every_constant_is_used():
                               ("bf16", "L40S", "ml.g6e.48xlarge"))
              for w in (1, 8, 16) for ac in (True, False)]
     cases += [(setup("small", p, batch=4, seq=128, world=1), "H200", "") for p in ("bf16", "fp8")]
+    cases += [(setup("1b", "bf16", batch=4, seq=4096, ac=False, world=1, loss_kernel="eager"), "H200", "")]
 
     def steps(c):
         return [throughput.predict(s, g, instance_type=it, constants=c).step_seconds

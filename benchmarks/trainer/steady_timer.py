@@ -141,13 +141,18 @@ def _start_profiler():
 # Kernel name -> category, first match wins (names of cuBLAS/CUTLASS/cuDNN/TE/NCCL kernels).
 CATEGORIES = (
     ("nccl_and_copies", re.compile(r"nccl|memcpy|memset|Memcpy|Memset|all_gather|reduce_scatter|split_with_sizes_copy|chunk_cat", re.I)),
-    ("attention", re.compile(r"fmha|flash|attn|attention|cudnn|sdpa|softmax", re.I)),
+    ("cross_entropy", re.compile(r"SoftMax|log_softmax|nll_loss|cross_entropy|triton_.*(red|per)_fused", re.I)),
+    ("attention", re.compile(r"fmha|flash|attn|attention|cudnn|sdpa", re.I)),
     ("gemm", re.compile(r"gemm|cutlass|xmma|nvjet|cublas|sm90_|sm100_|matmul", re.I)),
     ("fp8_cast_transpose", re.compile(r"cast|transpose|quantiz|amax|fp8|scale", re.I)),
     ("normalization", re.compile(r"norm", re.I)),
     ("optimizer", re.compile(r"adam|multi_tensor|foreach|optim", re.I)),
     ("elementwise", re.compile(r"elementwise|vectorized|gelu|silu|swiglu|reduce|add|mul|copy|fill|unrolled", re.I)),
 )
+
+
+# Ranges that torch.optim and FSDP1 annotate (they carry the device time of what they enclose).
+ANNOTATION = re.compile(r"^(Optimizer\.|FullyShardedDataParallel\.|FSDP::|ProfilerStep|## )")
 
 
 def category(name: str) -> str:
@@ -166,6 +171,8 @@ def breakdown(prof, wall_s: float, iters: int) -> dict:
         t = getattr(evt, "self_device_time_total", None)
         if t is None:
             t = getattr(evt, "self_cuda_time_total", 0.0)
+        if getattr(evt, "is_user_annotation", False) or ANNOTATION.match(evt.key):
+            continue  # a record_function range drawn on the GPU timeline, not a kernel
         if t and getattr(evt, "device_type", None) is not None and "CUDA" in str(evt.device_type):
             kernels[evt.key] = kernels.get(evt.key, 0.0) + t
     total_us = sum(kernels.values())
