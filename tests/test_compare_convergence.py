@@ -201,8 +201,8 @@ def _emulated(tmp_path, model, batch, seq, world=1):
 
 
 def test_emulated_runs_get_the_throughput_models_prediction_for_the_target(tmp_path):
-    from components.memory_estimate import throughput
-    from components.memory_estimate.estimator import TrainingSetup
+    from components.common import throughput
+    from components.common.training_setup import TrainingSetup
 
     paths = _emulated(tmp_path, "8b", 2, 8192)
     cmp = run_compare(paths)

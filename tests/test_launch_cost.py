@@ -6,11 +6,11 @@ from dataclasses import replace
 
 import pytest
 
-from components.common import aws
+from components.common import aws, pricing
 from components.common.errors import UserError
 from components.common.memory_plan import MemoryPlan, PrecisionPlan
 from components.sagemaker_training import __main__ as cli
-from components.sagemaker_training import launcher, pricing
+from components.sagemaker_training import launcher
 from components.sagemaker_training.request import TrainingJobConfig
 
 IMAGE = "123456789012.dkr.ecr.us-west-2.amazonaws.com/kfp-sagemaker-trainer:test"

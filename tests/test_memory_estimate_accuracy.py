@@ -141,7 +141,8 @@ def test_estimate_matches_the_compiled_and_eager_loss_peaks_measured_on_an_h200(
     # 4096, TE backend, one H200): the compiled cross-entropy's 18.5 GiB saving is modelled.
     import json
 
-    from components.memory_estimate.estimator import TrainingSetup, estimate
+    from components.common.training_setup import TrainingSetup
+    from components.memory_estimate.estimator import estimate
     from trainer.spec import preset
 
     runs = json.loads(LIKE_FOR_LIKE.read_text())

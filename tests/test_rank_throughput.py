@@ -76,8 +76,8 @@ def test_html_report_embeds_a_png_chart(tmp_path):
 
 
 def test_the_models_prediction_stands_beside_each_measured_run(tmp_path):
-    from components.memory_estimate import throughput
-    from components.memory_estimate.estimator import TrainingSetup
+    from components.common import throughput
+    from components.common.training_setup import TrainingSetup
     from trainer.spec import PRESETS
 
     def gpu_run(run, batch, tps):

@@ -22,11 +22,11 @@ from typing import Any
 import pytest
 from conftest import local_backend_with_bucket
 
-from components.common import aws, resources, tags
+from components.common import aws, pricing, resources, tags
 from components.common.cloudwatch import training_job_tail
 from components.common.errors import UserError
 from components.local import LocalBackend
-from components.sagemaker_training import launcher, pricing
+from components.sagemaker_training import launcher
 from components.sagemaker_training.request import TrainingJobConfig
 from components.sagemaker_training.runner import TrainingJobFailed
 from trainer import logformat

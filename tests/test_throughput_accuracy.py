@@ -85,8 +85,8 @@ def test_compiled_loss_runs_measured_after_the_grid_are_predicted_within_8_perce
     # grid was measured), timed on one H200 by benchmarks/trainer/like_for_like.py.
     import json
 
-    from components.memory_estimate import throughput
-    from components.memory_estimate.estimator import TrainingSetup
+    from components.common import throughput
+    from components.common.training_setup import TrainingSetup
     from trainer.spec import preset
 
     runs = json.loads((ROOT / "benchmarks" / "trainer" / "raw" / "like_for_like_h200.json").read_text())

@@ -1,4 +1,4 @@
-"""The throughput and cost model (components/memory_estimate/throughput.py): its behaviour.
+"""The throughput and cost model (components/common/throughput.py): its behaviour.
 
 Its accuracy against the trainer's H200 measurements is in
 tests/test_throughput_accuracy.py.
@@ -13,9 +13,9 @@ from dataclasses import replace
 
 import pytest
 
-from components.memory_estimate import planner, throughput
-from components.memory_estimate.estimator import TrainingSetup
-from components.sagemaker_training import pricing
+from components.common import pricing, throughput
+from components.common.training_setup import TrainingSetup
+from components.memory_estimate import planner
 from trainer import hardware
 from trainer.spec import PRESETS
 

@@ -34,6 +34,7 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from components.common import training_setup  # noqa: E402
 from components.memory_estimate import estimator  # noqa: E402
 from trainer import hardware  # noqa: E402
 from trainer.spec import ModelSpec  # noqa: E402
@@ -77,12 +78,12 @@ class Row:
 
 
 _VALID = {
-    "param_dtype": estimator.PARAM_DTYPES,
-    "optimizer_state_dtype": estimator.OPTIMIZER_STATE_DTYPES,
-    "fsdp_version": estimator.FSDP_VERSIONS,
-    "reduce_dtype": estimator.REDUCE_DTYPES,
-    "optimizer": estimator.OPTIMIZERS,
-    "loss_kernel": estimator.LOSS_KERNELS,
+    "param_dtype": training_setup.PARAM_DTYPES,
+    "optimizer_state_dtype": training_setup.OPTIMIZER_STATE_DTYPES,
+    "fsdp_version": training_setup.FSDP_VERSIONS,
+    "reduce_dtype": training_setup.REDUCE_DTYPES,
+    "optimizer": training_setup.OPTIMIZERS,
+    "loss_kernel": training_setup.LOSS_KERNELS,
 }
 
 
@@ -94,7 +95,7 @@ def _valid(key: str, value: Any) -> bool:
     return isinstance(value, bool)
 
 
-def setup_for(result: dict[str, Any], settings: dict[str, Any]) -> estimator.TrainingSetup:
+def setup_for(result: dict[str, Any], settings: dict[str, Any]) -> training_setup.TrainingSetup:
     fields = {f.name for f in dataclasses.fields(ModelSpec)}
     model = ModelSpec(**{k: v for k, v in result["model"].items() if k in fields})
     # trainer_settings may describe the setup in words (measure_grid.py does); only
@@ -103,7 +104,7 @@ def setup_for(result: dict[str, Any], settings: dict[str, Any]) -> estimator.Tra
     extra.update({k: result[k] for k in _SETTINGS if k in result and _valid(k, result[k])})
     # Grids measured before the trainer compiled its loss say nothing of it: eager then.
     extra.setdefault("loss_kernel", "eager")
-    return estimator.TrainingSetup(
+    return training_setup.TrainingSetup(
         model=model,
         batch_size=int(result["batch_size"]),
         seq_length=int(result["seq_length"]),
@@ -115,7 +116,7 @@ def setup_for(result: dict[str, Any], settings: dict[str, Any]) -> estimator.Tra
     )
 
 
-def fsdp1_setup(result: dict[str, Any]) -> estimator.TrainingSetup:
+def fsdp1_setup(result: dict[str, Any]) -> training_setup.TrainingSetup:
     """TE's examples/pytorch/fsdp/fsdp.py as the estimator sees it: the te-fsdp-example
     block stack at ``layers`` depth; parameters, gradients and torch.optim.Adam's
     (foreach) moments in the parameter dtype (bf16, or fp16 for ``--precision fp16``;
@@ -124,7 +125,7 @@ def fsdp1_setup(result: dict[str, Any]) -> estimator.TrainingSetup:
     from trainer.spec import preset
 
     dtype = "fp16" if result["precision"] == "fp16" else "bf16"
-    return estimator.TrainingSetup(
+    return training_setup.TrainingSetup(
         model=preset("te-fsdp-example").replace(num_layers=int(result["layers"])),
         batch_size=int(result["batch_size"]), seq_length=int(result["seq_length"]),
         precision=result["precision"], activation_checkpointing=result["ac"] == "ckpt",

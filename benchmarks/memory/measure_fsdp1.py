@@ -110,12 +110,13 @@ def child_recipe(p: dict) -> str:
 
 def predicted(p: dict) -> dict:
     """The estimator's FSDP1 prediction (fsdp.py's settings), for packing and for the record."""
+    from components.common import training_setup
     from components.memory_estimate import estimator
     from trainer import spec as spec_mod
 
     model = spec_mod.preset("te-fsdp-example").replace(num_layers=p["layers"])
     dtype = "fp16" if p["precision"] == "fp16" else "bf16"
-    setup = estimator.TrainingSetup(
+    setup = training_setup.TrainingSetup(
         model=model, batch_size=p["batch_size"], seq_length=p["seq_length"],
         precision=p["precision"], activation_checkpointing=p["ac"] == "ckpt",
         param_dtype=dtype, master_weights=False, optimizer_state_dtype="bf16",  # Adam states: param dtype

@@ -139,9 +139,10 @@ def spec_of(combo: dict):
 
 def predicted_peak_bytes(combo: dict) -> int:
     """The memory estimator's device peak for the configuration (to keep the grid on the GPU)."""
+    from components.common import training_setup
     from components.memory_estimate import estimator
 
-    setup = estimator.TrainingSetup(model=spec_of(combo), batch_size=combo["batch_size"],
+    setup = training_setup.TrainingSetup(model=spec_of(combo), batch_size=combo["batch_size"],
                                     seq_length=combo["seq_length"], precision=combo["precision"],
                                     activation_checkpointing=combo["activation_checkpointing"])
     return estimator.estimate(setup, "H200").peak_bytes

@@ -7,7 +7,7 @@
 
 Reads ``h200_grid.json`` beside this file (records with the configuration, ``status``,
 ``tokens_per_s_per_gpu`` and ``split``: ``calibration`` or ``validation``), predicts each
-with ``components.memory_estimate.throughput`` and reports, per split, the error of the
+with ``components.common.throughput`` and reports, per split, the error of the
 predicted tokens/s per GPU (predicted / measured - 1) and of the predicted speed-up of
 each low precision over bf16 in the same configuration (predicted - measured).
 """
@@ -26,8 +26,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from components.memory_estimate import throughput  # noqa: E402
-from components.memory_estimate.estimator import TrainingSetup  # noqa: E402
+from components.common import throughput  # noqa: E402
+from components.common.training_setup import TrainingSetup  # noqa: E402
 from trainer import hardware  # noqa: E402
 from trainer.spec import ModelSpec  # noqa: E402
 

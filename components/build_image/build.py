@@ -37,6 +37,7 @@ from components.build_image import context as ctx
 from components.build_image import ecr as ecr_mod
 from components.common import build_marks, resources, shipped, tags
 from components.common.aws import client, resolve_region
+from components.common.ecr_images import ecr_registry_of
 from components.common.errors import UserError
 from components.common.execution_context import ExecutionContext
 from components.common.s3 import split_s3_uri
@@ -278,7 +279,7 @@ def _codebuild(req: BuildRequest, region: str, context: ctx.BuildContext,
         build_args=context.build_args,
         image=f"{repo.uri}:{context.tag}",
         marker_image=f"{repo.uri}:{marker}",
-        base_registry=ecr_mod.ecr_registry_of(base_image) if base_image else None,
+        base_registry=ecr_registry_of(base_image) if base_image else None,
         target_registry=(repo.registry, region),
     )
     # The termination handler is in place since before the first AWS call; the

@@ -82,13 +82,3 @@ def image_uri(repository_uri: str, tag: str, digest: str | None) -> str:
     """``repo@sha256:...`` when the digest is known (immutable, what SageMaker should run),
     else ``repo:tag``."""
     return f"{repository_uri}@{digest}" if digest else f"{repository_uri}:{tag}"
-
-
-_ECR_HOST_RE = re.compile(r"^(\d{12})\.dkr\.ecr\.([a-z0-9-]+)\.amazonaws\.com(\.cn)?$")
-
-
-def ecr_registry_of(image: str) -> tuple[str, str] | None:
-    """``(registry host, region)`` when ``image`` lives in a private ECR registry."""
-    host = image.split("/", 1)[0] if "/" in image else ""
-    match = _ECR_HOST_RE.match(host)
-    return (host, match.group(2)) if match else None

@@ -19,7 +19,7 @@ running (the requested batch when it fits, with checkpointing switched on when
 only that makes it fit). ``entry_for`` is how consumers read it.
 
 Entries of precisions the GPU runs also carry the throughput model's prediction
-(``components.memory_estimate.throughput``) for that configuration, all
+(``components.common.throughput``) for that configuration, all
 predicted, never measured (``throughput_source`` says by what)::
 
     "tokens_per_s_per_gpu": 11033.0, "step_seconds": 0.742, "mfu": 0.27,

@@ -18,7 +18,7 @@ Per precision (mean over its paired seeds):
 - ``speedup``: steady-state tokens/s over the baseline's, measured when both runs
   were timed on the target GPU; otherwise (emulated numerics, a CPU, another GPU) the
   throughput model's prediction for the target GPU and each run's configuration
-  (``components.memory_estimate.throughput``), labelled "predicted";
+  (``components.common.throughput``), labelled "predicted";
 - ``memory_ratio``: peak memory over the baseline's; ``gap_to_floor``: final loss
   minus the data's entropy floor when the trainer logged one.
 
@@ -43,11 +43,11 @@ from typing import Any
 
 import numpy as np
 
+from components.common import throughput
 from components.common.errors import UserError
 from components.common.losses import FINAL_WINDOW, final_loss
 from components.common.step_series import FAILED_STATUSES, Series
-from components.memory_estimate import throughput
-from components.memory_estimate.estimator import TrainingSetup
+from components.common.training_setup import TrainingSetup
 from trainer import hardware
 from trainer.spec import ModelSpec
 

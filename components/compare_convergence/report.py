@@ -43,7 +43,7 @@ def numerics_note(cmp: Comparison) -> str:
             "natively (here: a CPU or a GPU without those tensor cores). Their losses are real "
             "measurements of that precision's numerics; their speed is not, so their speed-up "
             f"is predicted for {cmp.settings.target_gpu} by the throughput model "
-            "(components/memory_estimate/throughput.py) from each run's model, batch, sequence, "
+            "(components/common/throughput.py) from each run's model, batch, sequence, "
             "checkpointing and world size: predicted, not measured.")
 
 

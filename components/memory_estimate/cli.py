@@ -33,7 +33,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from components.common import cli
+from components.common import cli, training_setup
 from components.common.errors import USER_ERROR_EXIT_CODE, UserError
 from components.memory_estimate import estimator, planner, report, run
 from components.memory_estimate.component import memory_estimate
@@ -58,10 +58,10 @@ def build_parser() -> tuple[argparse.ArgumentParser, list[cli.Parameter]]:
         model.add_argument(cli.flag_name(name), action=argparse.BooleanOptionalAction,
                            default=None, help=text)
     tr = parser.add_argument_group("training (not parameters of the component)")
-    tr.add_argument("--optimizer", choices=estimator.OPTIMIZERS, default="adamw-fused",
+    tr.add_argument("--optimizer", choices=training_setup.OPTIMIZERS, default="adamw-fused",
                     help="adamw-fused (in place) or adamw-foreach (one state-sized temporary) "
                     "(default: adamw-fused)")
-    tr.add_argument("--reduce-dtype", choices=estimator.REDUCE_DTYPES, default="fp32",
+    tr.add_argument("--reduce-dtype", choices=training_setup.REDUCE_DTYPES, default="fp32",
                     help="gradient reduce-scatter dtype (default: fp32)")
     tr.add_argument("--gradient-accumulation-steps", type=int, default=1,
                     help="micro-batches per optimizer step (gradients then live throughout) "

@@ -23,7 +23,7 @@ from dataclasses import asdict
 from typing import Any
 
 from components.common.errors import UserError
-from components.memory_estimate.estimator import TrainingSetup
+from components.common.training_setup import TrainingSetup
 from trainer.spec import ModelSpec
 
 

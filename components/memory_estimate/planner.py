@@ -28,10 +28,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from components.common import throughput
 from components.common.errors import UserError
 from components.common.memory_plan import MemoryPlan, PrecisionPlan
-from components.memory_estimate import estimator, throughput
-from components.memory_estimate.estimator import Estimate, TrainingSetup
+from components.common.training_setup import TrainingSetup
+from components.memory_estimate import estimator
+from components.memory_estimate.estimator import Estimate
 from trainer import hardware
 from trainer.spec import ModelSpec
 
@@ -133,9 +135,9 @@ class Request:
     batch_sizes: tuple[int, ...] = (0,)
     activation_checkpointing: str = "auto"
     headroom: float = DEFAULT_HEADROOM
-    # Training settings (see estimator.TrainingSetup); defaults: this project's trainer.
+    # Training settings (see common.training_setup.TrainingSetup); defaults: this project's trainer.
     training: dict[str, Any] = field(default_factory=dict)
-    # USD per instance-hour overriding components.sagemaker_training.pricing's defaults
+    # USD per instance-hour overriding components.common.pricing's defaults
     # (for the predicted cost); None: the defaults.
     instance_hour_prices: dict[str, float] | None = None
 

@@ -8,7 +8,7 @@ and names the best one that completed. Emulated runs (CPU) are ranked too but
 labelled: their speed is not the precision's speed on a GPU.
 
 Beside each measured figure stands the throughput model's prediction for the same
-configuration on the GPU the run used (``components.memory_estimate.throughput``),
+configuration on the GPU the run used (``components.common.throughput``),
 so that every real run also checks the model; runs on a CPU get no prediction.
 """
 
@@ -23,10 +23,10 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from components.common import throughput
 from components.common.errors import UserError
 from components.common.step_series import SeriesFormatError, read_series
-from components.memory_estimate import throughput
-from components.memory_estimate.estimator import TrainingSetup
+from components.common.training_setup import TrainingSetup
 from trainer import hardware
 from trainer.spec import ModelSpec
 
@@ -158,8 +158,8 @@ def markdown(r: Ranking) -> str:
                      f"{_fmt(c.measured_over_predicted, '.2f')} | "
                      f"{_fmt(c.peak_memory_gib, '.2f')} |")
     if any(c.predicted_tokens_per_s_per_gpu for c in r.candidates):
-        lines += ["", "Predicted: the throughput model (components/memory_estimate/"
-                  "throughput.py) for each run's configuration on the GPU it ran on."]
+        lines += ["", "Predicted: the throughput model (components/common/throughput.py) "
+                  "for each run's configuration on the GPU it ran on."]
     return "\n".join(lines) + "\n"
 
 

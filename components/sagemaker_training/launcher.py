@@ -11,10 +11,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from components.common import aws
+from components.common import aws, pricing
 from components.common.errors import UserError
 from components.common.execution_context import ExecutionContext
-from components.sagemaker_training import pricing
 from components.sagemaker_training import runner as runner_mod
 from components.sagemaker_training.request import (
     ResolvedConfig,
@@ -190,7 +189,7 @@ def cost_preview(resolved: ResolvedConfig, prices: Mapping[str, float], *, budge
     else:
         say(f"worst case: {c.instance_count} x {c.instance_type} x {hours:g} h "
             f"(max_runtime_seconds) x ${prices[c.instance_type]:,.2f}/h = ${worst:,.2f} "
-            "(price table: approximate on-demand, see pricing.py)")
+            "(price table: approximate on-demand, see components/common/pricing.py)")
     predicted = _predicted(resolved, prices)
     if predicted:
         say(predicted)

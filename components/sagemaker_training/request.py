@@ -213,8 +213,8 @@ def _identity(cfg: TrainingJobConfig) -> TrainingJobConfig:
 
 def _where(cfg: TrainingJobConfig, region: str) -> str:
     """The region (known to botocore), the image (in ECR), the role and the output prefix."""
-    from components.build_image.ecr import ecr_registry_of
     from components.common.aws import check_region
+    from components.common.ecr_images import ecr_registry_of
 
     check_region(region, "sagemaker")
     image = cfg.image_uri or ""

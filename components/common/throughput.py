@@ -37,11 +37,11 @@ import math
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from components.memory_estimate.estimator import DTYPE_BYTES, TrainingSetup
-from components.sagemaker_training import pricing
+from components.common import pricing
+from components.common.training_setup import DTYPE_BYTES, TrainingSetup
 from trainer import hardware
 
-MODEL_NAME = "throughput model v1 (components/memory_estimate/throughput.py)"
+MODEL_NAME = "throughput model v1 (components/common/throughput.py)"
 HOPPER_SOURCE = f"predicted by the {MODEL_NAME}, calibrated on H200 trainer runs"
 BLACKWELL_SOURCE = (
     f"predicted, not measured: the {MODEL_NAME} with Blackwell's datasheet figures and "
@@ -488,7 +488,7 @@ def predict(setup: TrainingSetup, gpu: hardware.GPU | str, *, instance_type: str
 
     ``instance_type`` gives the network between instances (a world size above its GPUs
     per node crosses it) and the price per instance-hour (``prices`` overrides the
-    defaults of ``components.sagemaker_training.pricing``)."""
+    defaults of ``components.common.pricing``)."""
     g = hardware.gpu(gpu) if isinstance(gpu, str) else gpu
     s = setup.validate()
     c = constants
