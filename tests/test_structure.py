@@ -24,10 +24,7 @@ CROSS_COMPONENT: dict[tuple[str, str], str] = {
     ("sagemaker_training", "memory_estimate"): "the launcher's memory pre-flight "
     "(request.preflight) runs memory_estimate's planner before every launch",
 }
-STILL_LONG: dict[tuple[str, str], str] = {
-    ("components/memory_estimate/estimator.py", "__init__"): "issue 15 (_Terms.__init__: the "
-    "byte counts of one setup)",
-}
+STILL_LONG: dict[tuple[str, str], str] = {}
 
 
 def _modules() -> dict[str, Path]:

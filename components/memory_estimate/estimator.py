@@ -246,7 +246,6 @@ class _Terms:
         m = s.model
         self.tokens = s.batch_size * s.seq_length  # per GPU
         self.c = DTYPE_BYTES[s.compute_dtype]
-        w = s.world_size
         self.layers = m.num_layers
         self.p_block = m.block_params()
         self.p_root = m.total_params() - m.num_layers * self.p_block  # embedding, head, final norm
@@ -257,8 +256,13 @@ class _Terms:
         # Linear weights of one block (what TE quantises); norms and biases stay 16-bit.
         self.p_block_linear = _block_linear_weights(m)
         self.q_weight = qtable[s.precision] if te_low else 0.0
+        self._sharded_states()
+        self._gathered_buffers()
+        self._activations_and_loss(blackwell)
 
-        # ---- sharded, persistent states (divided by the world size) ----
+    def _sharded_states(self) -> None:
+        """Sharded, persistent states (divided by the world size)."""
+        s, w = self.s, self.s.world_size
         stored = DTYPE_BYTES[s.stored_param_dtype]
         if s.quantized_model_init:
             # Linear weights kept only as TE quantised tensors (row-wise copy + the
@@ -284,7 +288,10 @@ class _Terms:
             else 0.0
         )
 
-        # ---- FSDP gathered (unsharded) parameters and gradient buffers ----
+    def _gathered_buffers(self) -> None:
+        """FSDP's gathered (unsharded) parameters and gradient buffers."""
+        s, w = self.s, self.s.world_size
+        stored = DTYPE_BYTES[s.stored_param_dtype]
         # Gathered weights are in the compute dtype (MixedPrecisionPolicy.param_dtype).
         # With quantized_model_init FSDP2 all-gathers the quantised tensors instead.
         if s.quantized_model_init:
@@ -313,7 +320,9 @@ class _Terms:
         self.root_grad_unsharded = self.p_root * self.c
         self.root_rs_buffer = self.p_root * r
 
-        # ---- activations ----
+    def _activations_and_loss(self, blackwell: bool) -> None:
+        """Saved activations, the loss's tensors and the GEMM workspaces."""
+        s, m = self.s, self.s.model
         self.act_layer = self.tokens * _block_saved_bytes_per_token(s, blackwell)
         self.act_ckpt_layer = self.tokens * m.hidden_size * self.c  # the block's input
         self.act_work = _block_backward_work(s, self.tokens, blackwell)
