@@ -84,3 +84,45 @@ def test_fsdp1_output_parsing():
     assert oom["status"] == "oom"
     err = m.parse_output("Traceback ...\nValueError: bad recipe\n")
     assert err["status"] == "error" and "bad recipe" in err["error"]
+
+
+def test_every_grid_records_the_machine_the_same_way(monkeypatch):
+    import torch
+
+    class Props:
+        name, total_memory = "NVIDIA H200", 150_000_000_000
+
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: Props)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 8)
+    from benchmarks.gpu_record import machine
+
+    expected = machine()
+    assert expected["machine"].startswith("8x NVIDIA H200") and expected["gpu_memory_bytes"] == Props.total_memory
+    for rel, name in (("benchmarks/throughput/measure.py", "tp_measure"),
+                      ("benchmarks/memory/measure_grid.py", "mem_measure_grid")):
+        header = _load(rel, name).header("python3 x")
+        assert {k: header[k] for k in expected} == expected, rel
+        assert header["command"] == "python3 x" and header["results"] == []
+
+
+def test_a_failed_run_records_how_it_ended_and_frees_the_gpu(monkeypatch):
+    import torch
+
+    from benchmarks.gpu_record import failed, released
+
+    freed = []
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda: 7)
+    monkeypatch.setattr(torch.cuda, "max_memory_reserved", lambda: 9)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: freed.append(True))
+
+    class Failed:
+        kind, reason = "oom", "CUDA out of memory. " * 40
+
+    record: dict = {}
+    failed(record, Failed)
+    assert record["status"] == "oom" and len(record["error"]) == 300
+    assert (record["peak_allocated_bytes"], record["peak_reserved_bytes"]) == (7, 9)
+    Failed.kind = "nan"
+    failed(record, Failed)
+    assert record["status"] == "error"
+    assert released(record, 0.0) is record and freed and record["seconds"] > 0

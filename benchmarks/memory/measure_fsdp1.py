@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import atexit
-import datetime
 import json
 import os
 import re
@@ -40,6 +39,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
+
+from benchmarks.gpu_record import machine  # noqa: E402
 
 # fsdp.py's block: -n 16 heads x -d 128 = hidden 2048, TransformerLayer FFN 3 x hidden, LayerNorm,
 # GELU, biases, dropout 0.1 (TE defaults): the te-fsdp-example preset (trainer/spec.py).
@@ -389,17 +390,11 @@ def main(argv: list[str] | None = None) -> int:
     if not Path(args.script).is_file():
         ap.error(f"--script {args.script}: no such file (fetch NVIDIA/TransformerEngine's "
                  "examples/pytorch/fsdp/fsdp.py and pass its path)")
-    import torch
-    import transformer_engine
-
-    props = torch.cuda.get_device_properties(0)
     command = "python3 benchmarks/memory/measure_fsdp1.py " + " ".join(argv)
     doc = {"command": " ; ".join([*prior_commands, command]),
            "fsdp_py": "NVIDIA/TransformerEngine examples/pytorch/fsdp/fsdp.py, unmodified; run as "
                       "measure_fsdp1.py --child --recipe R -- fsdp.py <fsdp_args> (env RANK=0 WORLD_SIZE=1)",
-           "machine": f"{torch.cuda.device_count()}x {props.name} (lent GPU machine, Firecracker VM)",
-           "gpu": props.name, "gpu_memory_bytes": int(props.total_memory), "torch": torch.__version__,
-           "transformer_engine": transformer_engine.__version__, "date": datetime.date.today().isoformat(),
+           **machine(),
            "settings": {"world_size": 1, "model": "te-fsdp-example block stack: -n 16 -d 128 (hidden 2048, "
                         "FFN 6144, LayerNorm, GELU, bias, dropout 0.1); -k layers",
                         "optimizer": "torch.optim.Adam (foreach), states in the parameter dtype",

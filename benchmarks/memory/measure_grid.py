@@ -18,8 +18,6 @@ are reset at the start of each run.
 from __future__ import annotations
 
 import argparse
-import datetime
-import gc
 import io
 import itertools
 import json
@@ -30,6 +28,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
+
+from benchmarks.gpu_record import failed, machine, released  # noqa: E402
 
 TRAINER_SETTINGS = {
     "param_dtype": "fp32 master, bf16 compute (FSDP2 MixedPrecisionPolicy)",
@@ -85,37 +85,15 @@ def measure(combo: dict, num_layers: int | None, steps: int) -> dict:
                       peak_reserved_bytes=int(summary["peak_reserved_bytes"]),
                       step_s=summary.get("steady_state_step_s"))
     except train.TrainingFailed as exc:
-        if exc.kind != "oom":
-            record.update(status="error", error=exc.reason[:300])
-        else:
-            record.update(status="oom")
-        record.update(peak_allocated_bytes=int(torch.cuda.max_memory_allocated()),
-                      peak_reserved_bytes=int(torch.cuda.max_memory_reserved()))
+        failed(record, exc)
         del exc
-    gc.collect()
-    torch.cuda.empty_cache()
-    record["seconds"] = round(time.perf_counter() - t0, 2)
-    return record
+    return released(record, t0)
 
 
 def header(command: str) -> dict:
-    import torch
-
-    try:
-        import transformer_engine
-
-        te_version = transformer_engine.__version__
-    except ImportError:
-        te_version = None
-    props = torch.cuda.get_device_properties(0)
     return {
-        "machine": f"{torch.cuda.device_count()}x {props.name} (lent GPU machine, Firecracker VM)",
-        "gpu": props.name,
-        "gpu_memory_bytes": int(props.total_memory),
-        "torch": torch.__version__,
-        "transformer_engine": te_version,
         "command": command,
-        "date": datetime.date.today().isoformat(),
+        **machine(),
         "trainer_settings": TRAINER_SETTINGS,
         "results": [],
     }

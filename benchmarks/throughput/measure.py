@@ -23,7 +23,6 @@ is shaped like benchmarks/memory/h200_grid.json's, plus the unrounded timings.
 from __future__ import annotations
 
 import argparse
-import datetime
 import gc
 import io
 import json
@@ -34,6 +33,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
+
+from benchmarks.gpu_record import failed, machine, released  # noqa: E402
 
 SCHEMA = {
     "name": "unique label of the configuration",
@@ -214,34 +215,15 @@ def measure(combo: dict, steps: int, warmup: int, clock: StepClock) -> dict:
         record.update(rates(combo, step_s, record["flops_per_token"], gpu.peak_for(combo["precision"]),
                             gpu.peak_tflops["bf16"]))
     except train.TrainingFailed as exc:
-        record.update(status="oom" if exc.kind == "oom" else "error", error=exc.reason[:300],
-                      peak_allocated_bytes=int(torch.cuda.max_memory_allocated()),
-                      peak_reserved_bytes=int(torch.cuda.max_memory_reserved()))
+        failed(record, exc)
         del exc
-    gc.collect()
-    torch.cuda.empty_cache()
-    record["seconds"] = round(time.perf_counter() - t0, 2)
-    return record
+    return released(record, t0)
 
 
 def header(command: str) -> dict:
-    import torch
-
-    try:
-        import transformer_engine
-
-        te_version = transformer_engine.__version__
-    except ImportError:
-        te_version = None
-    props = torch.cuda.get_device_properties(0)
     return {
         "command": command,
-        "machine": f"{torch.cuda.device_count()}x {props.name} (lent GPU machine, Firecracker VM)",
-        "gpu": props.name,
-        "gpu_memory_bytes": int(props.total_memory),
-        "torch": torch.__version__,
-        "transformer_engine": te_version,
-        "date": datetime.date.today().isoformat(),
+        **machine(),
         "trainer_settings": TRAINER_SETTINGS,
         "schema": SCHEMA,
         "results": [],

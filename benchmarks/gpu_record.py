@@ -1,0 +1,53 @@
+"""What every GPU measurement of this project records: the machine it ran on, and for each
+trainer run, how it ended and how long it took (the grids of benchmarks/memory and
+benchmarks/throughput)."""
+
+from __future__ import annotations
+
+import datetime
+import gc
+import time
+from typing import Any
+
+
+def machine() -> dict[str, Any]:
+    """The GPU machine, torch and TransformerEngine versions and the date (needs a GPU)."""
+    import torch
+
+    try:
+        import transformer_engine
+
+        te_version = transformer_engine.__version__
+    except ImportError:
+        te_version = None
+    props = torch.cuda.get_device_properties(0)
+    return {
+        "machine": f"{torch.cuda.device_count()}x {props.name} (lent GPU machine, Firecracker VM)",
+        "gpu": props.name,
+        "gpu_memory_bytes": int(props.total_memory),
+        "torch": torch.__version__,
+        "transformer_engine": te_version,
+        "date": datetime.date.today().isoformat(),
+    }
+
+
+def failed(record: dict[str, Any], exc: Any) -> None:
+    """A run the trainer ended with TrainingFailed: oom or error, its reason, the peaks so far.
+
+    The caller drops ``exc`` afterwards (its traceback holds the run's tensors)."""
+    import torch
+
+    record.update(status="oom" if exc.kind == "oom" else "error", error=exc.reason[:300],
+                  peak_allocated_bytes=int(torch.cuda.max_memory_allocated()),
+                  peak_reserved_bytes=int(torch.cuda.max_memory_reserved()))
+
+
+def released(record: dict[str, Any], t0: float) -> dict[str, Any]:
+    """Frees what the run left on the GPU (the next configuration starts empty) and records
+    the seconds since ``t0``."""
+    import torch
+
+    gc.collect()
+    torch.cuda.empty_cache()
+    record["seconds"] = round(time.perf_counter() - t0, 2)
+    return record
