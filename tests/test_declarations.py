@@ -31,10 +31,7 @@ CLIS = {
 }
 # What is not yet converted: (test, source) -> why. Strict, so that a marker must go the
 # day its test passes.
-NOT_YET = {
-    ("spelling", "trainer"): "issue 15: the trainer's flags are not yet the components' names "
-    "(--preset)",
-}
+NOT_YET: dict[tuple[str, str], str] = {}
 # Parameters that two declarations still spell two ways: name set -> why. The test fails
 # when one is fixed, so that it is struck here.
 SPLIT = {

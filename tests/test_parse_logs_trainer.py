@@ -15,7 +15,7 @@ pytestmark = pytest.mark.slow
 
 
 def _train(tmp_path, *extra):
-    cmd = [sys.executable, "-m", "trainer", "--preset", "tiny", "--precision", "fp8",
+    cmd = [sys.executable, "-m", "trainer", "--model-preset", "tiny", "--precision", "fp8",
            "--log-every", "1", "--seed", "11", "--checkpoint-dir", str(tmp_path / "ckpt"),
            "--checkpoint-every", "3", "--no-save-model", *extra]
     out = subprocess.run(cmd, capture_output=True, timeout=300)

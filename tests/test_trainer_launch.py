@@ -82,7 +82,7 @@ def test_bad_hyperparameters_fail_naming_the_parameter(tmp_path, env_extra, need
 @pytest.fixture(scope="module")
 def two_process_run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("opt_ml")
-    env = _layout(tmp, {"preset": "tiny", "seq-length": "64", "max-steps": "60", "log-every": "10",
+    env = _layout(tmp, {"model-preset": "tiny", "seq-length": "64", "max-steps": "60", "log-every": "10",
                         "checkpoint-every": "30"})
     env["TRAINER_NPROC_PER_NODE"] = "2"
     proc = subprocess.run(["bash", str(TRAIN_SH)], env=env, capture_output=True, text=True, timeout=240, cwd=tmp)
@@ -134,7 +134,7 @@ def test_train_sh_reads_multi_node_hosts(tmp_path):
 
 
 def test_sigterm_saves_a_checkpoint_and_exits_zero(tmp_path):
-    env = _layout(tmp_path, {"preset": "tiny", "seq-length": "32", "max-steps": "100000", "log-every": "1",
+    env = _layout(tmp_path, {"model-preset": "tiny", "seq-length": "32", "max-steps": "100000", "log-every": "1",
                              "checkpoint-every": "0"})
     # Like the local backend and docker stop: the whole process group gets SIGTERM.
     proc = subprocess.Popen(["bash", str(TRAIN_SH)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,

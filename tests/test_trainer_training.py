@@ -14,7 +14,7 @@ def _run(**kw):
     out = io.StringIO()
     kw.setdefault("seq_length", 64)
     kw.setdefault("log_every", 1)
-    summary = train.run(config.make(kw.pop("preset", "tiny"), **kw), log_out=out)
+    summary = train.run(config.make(kw.pop("model_preset", "tiny"), **kw), log_out=out)
     lines = out.getvalue().splitlines()
     steps = [r for r in map(logformat.parse_step, lines) if r is not None]
     return summary, steps, lines
@@ -127,7 +127,7 @@ def test_capability_error_fails_the_cli_before_any_work(tmp_path, monkeypatch, c
 
 
 def test_simulated_oom_writes_the_failure_file_with_the_fix(tmp_path, capsys):
-    code = train.main(["--preset", "tiny", "--max-steps", "5", "--seq-length", "32", "--simulate-oom-at-step", "3",
+    code = train.main(["--model-preset", "tiny", "--max-steps", "5", "--seq-length", "32", "--simulate-oom-at-step", "3",
                        "--output-dir", str(tmp_path / "out"), "--checkpoint-dir", "", "--model-dir", "",
                        "--output-data-dir", ""])
     assert code == 1

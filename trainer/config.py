@@ -83,8 +83,8 @@ class TrainConfig:
     trainer`` and a SageMaker hyperparameter (the same name without dashes)."""
 
     model: ModelSpec
-    # The model's flags (--preset and one per dimension) are ModelSpec's, in trainer.spec.
-    preset: str | None = None
+    # The model's flags (--model-preset and one per dimension) are ModelSpec's, in trainer.spec.
+    model_preset: str | None = None
     precision: str = option("bf16", "numerics of the GEMMs", choices=hardware.PRECISIONS)
     backend: str = option(
         "auto", "te: TransformerEngine layers (GPU); torch: plain PyTorch, low precisions "
@@ -421,10 +421,12 @@ def from_namespace(args: argparse.Namespace, env: dict[str, str] | None = None) 
     try:
         model = spec.spec_from_args(args)
     except ValueError as exc:
-        # Name the flags / hyperparameters (num-heads), not the dataclass fields (num_heads).
-        fields = "|".join(ModelSpec.__dataclass_fields__)
-        text = re.sub(rf"\b({fields})\b", lambda m: m.group(1).replace("_", "-"), str(exc))
-        named = re.search(rf"\b({fields.replace('_', '-')})\b", text)
+        # Name the flags / hyperparameters (num-heads), not the dataclass fields (num_heads);
+        # spec.preset()'s "preset='x': unknown" is the --model-preset flag.
+        flags = {f: f.replace("_", "-") for f in ModelSpec.__dataclass_fields__}
+        flags["preset"] = "model-preset"
+        text = re.sub(rf"\b({'|'.join(flags)})\b", lambda m: flags[m.group(1)], str(exc))
+        named = re.search(rf"\b({'|'.join(flags.values())})\b", text)
         raise ConfigError(text, named.group(1) if named else "") from None
     values = {k: v for k, v in vars(args).items()
               if k in TrainConfig.__dataclass_fields__ and k not in ("model",)}
@@ -435,14 +437,14 @@ def from_namespace(args: argparse.Namespace, env: dict[str, str] | None = None) 
     return TrainConfig(model=model, **values).validate(env)
 
 
-def make(preset: str | None = None, **kwargs: Any) -> TrainConfig:
+def make(model_preset: str | None = None, **kwargs: Any) -> TrainConfig:
     """A validated config for in-process use: model fields (num_layers, vocab_size...) and
     training fields in one call; paths default to nothing written unless given."""
     model_fields = {f for f in ModelSpec.__dataclass_fields__}
     model_kw = {k: kwargs.pop(k) for k in list(kwargs) if k in model_fields}
-    model = kwargs.pop("model", None) or spec.spec_from_values(preset, **model_kw)
+    model = kwargs.pop("model", None) or spec.spec_from_values(model_preset, **model_kw)
     kwargs.setdefault("checkpoint_dir", "")
     kwargs.setdefault("model_dir", "")
     kwargs.setdefault("output_dir", "")
     kwargs.setdefault("output_data_dir", "")
-    return TrainConfig(model=model, preset=preset, **kwargs).validate()
+    return TrainConfig(model=model, model_preset=model_preset, **kwargs).validate()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -173,10 +174,12 @@ def add_model_args(parser: argparse.ArgumentParser) -> None:
     """Adds the model flags. Explicit dimensions override the preset's."""
     g = parser.add_argument_group("model (a preset, optionally overridden per dimension)")
     g.add_argument(
-        "--preset",
+        "--model-preset",
         default=None,
         help=f"model preset: {', '.join(PRESETS)} (default: tiny unless all dimensions are given)",
     )
+    g.add_argument("--preset", dest="model_preset", default=None, help=argparse.SUPPRESS,
+                   action=_deprecated("--preset", "--model-preset"))
     g.add_argument("--num-layers", type=int, help="transformer blocks")
     g.add_argument("--hidden-size", type=int, help="model width")
     g.add_argument("--num-heads", type=int, help="attention heads (must divide hidden size)")
@@ -202,6 +205,19 @@ def add_model_args(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _deprecated(old: str, new: str) -> type[argparse.Action]:
+    """A flag's old spelling: stores like ``new`` after a one-line note on stderr (the
+    trainer's copy of components.common.cli.deprecated; trainer/ imports nothing from
+    components/)."""
+
+    class Deprecated(argparse._StoreAction):
+        def __call__(self, parser: Any, namespace: Any, values: Any, option_string: Any = None) -> None:
+            print(f"warning: {old} is deprecated; use {new}", file=sys.stderr)
+            super().__call__(parser, namespace, values, option_string)
+
+    return Deprecated
+
+
 def spec_from_values(
     preset_name: str | None = None, **overrides: Any
 ) -> ModelSpec:
@@ -224,4 +240,4 @@ def spec_from_values(
 def spec_from_args(args: argparse.Namespace) -> ModelSpec:
     fields = {f.name for f in dataclasses.fields(ModelSpec)}
     values = {k: v for k, v in vars(args).items() if k in fields}
-    return spec_from_values(getattr(args, "preset", None), **values)
+    return spec_from_values(getattr(args, "model_preset", None), **values)

@@ -386,7 +386,7 @@ def _start(cfg, plan, world, log, state: _RunState) -> None:
         "flops_per_token_blocks": metrics.block_flops_per_token(spec, cfg.seq_length),
         "block_precisions": _block_precisions(cfg),
         "lm_head_precision": "bf16" if cfg.high_precision_lm_head and cfg.precision in emulation_low() else cfg.precision,
-        "backend": plan.backend, "preset": cfg.preset, "spec": spec.to_dict(),
+        "backend": plan.backend, "preset": cfg.model_preset, "spec": spec.to_dict(),
     })
 
 

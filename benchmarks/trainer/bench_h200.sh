@@ -34,7 +34,7 @@ trainer() {  # $1 = label, $2 = GPUs, rest = trainer flags
   echo "### trainer $label gpus=$gpus args=$*"
   local devs=$GPU; [ "$gpus" = 2 ] && devs=0,1
   CUDA_VISIBLE_DEVICES=$devs SM_NUM_GPUS=$gpus PYTHON=python3 MASTER_PORT=$((29500 + GPU * 100 + RANDOM % 100)) timeout 300 \
-    bash trainer/train.sh --preset te-fsdp-example --seq-length $S --max-steps $ITERS --timing-warmup-steps $WARMUP \
+    bash trainer/train.sh --model-preset te-fsdp-example --seq-length $S --max-steps $ITERS --timing-warmup-steps $WARMUP \
     --log-every 1 --checkpoint-dir "" --model-dir "" --output-dir /tmp/bench_out_$GPU --output-data-dir "" "$@" 2>&1 \
     | grep -E "\[trainer\] (step|summary|event|recipe)|Error|error" | grep -v "^\[trainer\] config" | tail -4
 }
@@ -49,16 +49,16 @@ small() {  # a short run of a small model on one GPU: $1 = label, rest = trainer
 case "${1:-core}" in
   verify)  # checkpoint resume on TE (bf16 and fp8) and activation checkpointing on the torch backend
     nvidia-smi -L
-    r=(--preset small --seq-length 256 --checkpoint-every 3)
+    r=(--model-preset small --seq-length 256 --checkpoint-every 3)
     for p in bf16 fp8; do
       small "te-$p-uninterrupted" "${r[@]}" --precision $p --backend te --max-steps 6 --checkpoint-dir ""
       rm -rf /tmp/ck_$p
       small "te-$p-first-half" "${r[@]}" --precision $p --backend te --max-steps 3 --checkpoint-dir /tmp/ck_$p
       small "te-$p-resumed" "${r[@]}" --precision $p --backend te --max-steps 6 --checkpoint-dir /tmp/ck_$p
     done
-    small torch-bf16-ac-1b --preset 1b --num-layers 4 --seq-length 2048 --batch-size 2 --max-steps 3 \
+    small torch-bf16-ac-1b --model-preset 1b --num-layers 4 --seq-length 2048 --batch-size 2 --max-steps 3 \
       --precision bf16 --backend torch --activation-checkpointing --checkpoint-dir ""
-    small torch-bf16-ac-te-fsdp-example --preset te-fsdp-example --num-layers 4 --seq-length 2048 --batch-size 2 \
+    small torch-bf16-ac-te-fsdp-example --model-preset te-fsdp-example --num-layers 4 --seq-length 2048 --batch-size 2 \
       --max-steps 3 --precision bf16 --backend torch --activation-checkpointing --checkpoint-dir ""
     ;;
   core)

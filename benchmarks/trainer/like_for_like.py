@@ -79,7 +79,7 @@ class Run:
                     "-i", str(ITERS), "--dropout", "0", *ac]
         ac = "--activation-checkpointing" if self.ac else "--no-activation-checkpointing"
         return [*torchrun, *timer[1:], str(LEVERS), "--", "--levers", self.levers, "--",
-                "--preset", self.preset, "--seq-length", str(self.seq), "--batch-size", str(self.batch), ac,
+                "--model-preset", self.preset, "--seq-length", str(self.seq), "--batch-size", str(self.batch), ac,
                 "--precision", self.precision, "--backend", self.backend, "--max-steps", str(ITERS),
                 "--timing-warmup-steps", str(WARMUP), "--log-every", "1", "--checkpoint-dir", "",
                 "--model-dir", "", "--output-data-dir", "", "--output-dir", "/tmp/lfl_out", *self.flags]

@@ -2,7 +2,7 @@
 # A quick check of the trainer on the GPU machine after TE is installed (small model, a few steps).
 set -uo pipefail
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-common=(--preset small --seq-length 256 --max-steps 4 --log-every 2 --model-dir "" --output-data-dir "")
+common=(--model-preset small --seq-length 256 --max-steps 4 --log-every 2 --model-dir "" --output-data-dir "")
 for p in bf16 fp8 fp8-current fp8-block; do
   echo "### te $p"
   CUDA_VISIBLE_DEVICES=0 timeout 120 python3 -m trainer "${common[@]}" --precision $p --backend te \

@@ -7,7 +7,7 @@ the per-step series CSV, the Markdown and the JSON with --series/--markdown/--ev
 
 Examples:
   python -m components.parse_logs --file train.log --json
-  python -m trainer --preset tiny --max-steps 20 | python -m components.parse_logs --file -
+  python -m trainer --model-preset tiny --max-steps 20 | python -m components.parse_logs --file -
   python -m components.parse_logs --job-name my-run-fp8-1a2b3c4d --region us-west-2 \\
       --requested-precision fp8 --series fp8.csv
 
