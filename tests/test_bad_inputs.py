@@ -145,6 +145,10 @@ CASES: list[tuple[str, str, list[str], str]] = [
     ("hyperparameter-range", TRAINING, train("--hyperparameters", "warmup-steps=-1"),
      "warmup-steps"),
     ("hyperparameter-owned", TRAINING, train("--hyperparameters", "batch-size=4"), "batch_size"),
+    ("hyperparameter-owned-model-preset", TRAINING, train("--hyperparameters", "model-preset=1b"),
+     "set by the model_preset parameter"),
+    ("hyperparameter-owned-old-preset", TRAINING, train("--hyperparameters", "preset=1b"),
+     "set by the model_preset parameter"),
     ("hyperparameter-too-long", TRAINING, train("--hyperparameters", "data-dir=" + "x" * 2501),
      "hyperparameters"),
     # ---- memory: a plan, or the pre-flight estimate when there is none ----

@@ -578,7 +578,7 @@ def test_billable_time_is_per_instance_not_multiplied_by_the_instance_count(back
 def test_a_host_killed_by_sigkill_is_reported_as_host_memory_with_the_models_size(backend):
     sm = backend.client("sagemaker")
     sm.create_training_job(**request("oom-killed", "echo loading; kill -KILL $$",
-                                     HyperParameters={"preset": "8b"}))
+                                     HyperParameters={"model-preset": "8b"}))
     job = wait_status(sm, "oom-killed")
     reason = job["FailureReason"]
     assert job["TrainingJobStatus"] == "Failed"

@@ -322,7 +322,7 @@ def test_the_readme_own_pipeline_snippet_runs_locally_through_run_pipeline(tmp_p
     assert run.state == "SUCCEEDED", (run.error, (tmp_path / "run.log").read_text()[-3000:])
     (job,) = run.jobs
     assert job["TrainingJobStatus"] == "Completed"
-    assert job["HyperParameters"]["preset"] == "tiny" and job["HyperParameters"]["max-steps"] == "10"
+    assert job["HyperParameters"]["model-preset"] == "tiny" and job["HyperParameters"]["max-steps"] == "10"
     assert run.parameters("sagemaker-training")["status"] == "Completed"
     assert "Executing task" in (tmp_path / "run.log").read_text()  # the tasks' output went there
 

@@ -328,6 +328,9 @@ def test_memory_plan_fills_batch_size_and_activation_checkpointing():
     resolved, request = launcher.prepare(tiny("run-plan", memory_plan=_plan_json()))
     assert request["HyperParameters"]["batch-size"] == "6"
     assert request["HyperParameters"]["activation-checkpointing"] == "true"
+    # The trainer's flag names: model_preset is sent as --model-preset, not the old --preset.
+    assert request["HyperParameters"]["model-preset"] == "tiny"
+    assert "preset" not in request["HyperParameters"]
     assert resolved.notes and "batch_size 4 -> 6" in resolved.notes[0]
 
 

@@ -120,7 +120,7 @@ def sagemaker_training(
         max_steps: Optimizer steps.
         hyperparameters: Further trainer hyperparameters by flag name without dashes
             (e.g. {"lr": 0.0003, "checkpoint-every": 50}); the parameters above own
-            precision, preset, dimensions, batch-size, seq-length, max-steps and
+            precision, model-preset, dimensions, batch-size, seq-length, max-steps and
             activation-checkpointing.
         precision_hyperparameters: Per-precision additions to ``hyperparameters``, keyed
             by precision (e.g. {"nvfp4": {"high-precision-lm-head": "true"}}); only

@@ -41,7 +41,8 @@ IMAGE_RE = re.compile(r"^[^\s]{1,255}$")
 ECR_IMAGE_RE = re.compile(r"^[a-z0-9]+(?:[._/-][a-z0-9]+)*(?::[\w][\w.-]{0,127})?"
                           r"(?:@sha256:[0-9a-f]{64})?$")
 
-# Hyperparameters the structured parameters own (the trainer's flag names, no dashes).
+# Hyperparameters the structured parameters own (the trainer's flag names, no dashes;
+# ``preset`` is the trainer's deprecated spelling of ``model-preset``).
 MODEL_DIMENSIONS = {
     "num_layers": "num-layers",
     "hidden_size": "hidden-size",
@@ -51,7 +52,8 @@ MODEL_DIMENSIONS = {
     "vocab_size": "vocab-size",
 }
 OWNED_HYPERPARAMETERS = {
-    "precision", "preset", "batch-size", "seq-length", "max-steps", "activation-checkpointing",
+    "precision", "model-preset", "preset", "batch-size", "seq-length", "max-steps",
+    "activation-checkpointing",
     *MODEL_DIMENSIONS.values(),
 }
 
@@ -459,7 +461,7 @@ def _check_with_trainer(hps: dict[str, str], env: dict[str, str]) -> None:
         trainer_config.check_hyperparameters(hps, env)
     except trainer_config.ConfigError as exc:
         owned = {v: k for k, v in MODEL_DIMENSIONS.items()} | {
-            "preset": "model_preset", "batch-size": "batch_size", "seq-length": "seq_length",
+            "model-preset": "model_preset", "batch-size": "batch_size", "seq-length": "seq_length",
             "max-steps": "max_steps", "activation-checkpointing": "activation_checkpointing",
             "precision": "precision"}
         fld = owned.get(exc.name, "hyperparameters")
@@ -533,7 +535,7 @@ def _hyperparameters(cfg: TrainingJobConfig, *, model_overrides: dict[str, int],
                      batch_size: int, checkpointing: bool) -> dict[str, str]:
     hps: dict[str, str] = {"precision": cfg.precision}
     if cfg.model_preset:
-        hps["preset"] = cfg.model_preset
+        hps["model-preset"] = cfg.model_preset
     for key, value in model_overrides.items():
         hps[MODEL_DIMENSIONS[key]] = str(value)
     hps.update({
