@@ -30,11 +30,11 @@ def cleanup_step(*, region: Any, policy: Any, prefix: str, repository: Any) -> A
 
 
 def trainer_image_step(*, region: Any, prefix: str, repository: Any, instance_type: Any,
-                       codebuild_role_arn: Any, pipeline_name: str) -> Any:
+                       codebuild_role_arn: Any, pipeline: str) -> Any:
     task = build_image(
         run_id=RUN_ID, s3_uri=f"{prefix}/build", region=region, repository=repository,
         instance_type=instance_type, codebuild_role_arn=codebuild_role_arn,
-        pipeline_name=pipeline_name,
+        pipeline=pipeline,
     ).set_display_name("build trainer image")
     task.set_retry(2)  # re-attaches to its build; skipped when the tag exists
     return task

@@ -121,7 +121,7 @@ def build_pipeline(parallelism: int = DEFAULT_PARALLELISM) -> Any:
             image = _steps.trainer_image_step(
                 region=region, prefix=prefix, repository=trainer_repository,
                 instance_type=instance_type, codebuild_role_arn=codebuild_role_arn,
-                pipeline_name=NAME,
+                pipeline=NAME,
             )
             plan = memory_estimate(
                 instance_type=instance_type,

@@ -292,6 +292,18 @@ def test_cli_prints_the_tag_without_aws_and_exits_2_on_user_errors(tmp_path):
     assert bad.returncode == 2 and "run_id" in bad.stderr
 
 
+def test_cli_pipeline_flag_tags_the_build_and_pipeline_name_is_its_old_spelling(capsys):
+    from components.build_image.__main__ import build_parser
+    from components.common import cli
+
+    _, values = cli.parse(build_parser(), ["--run-id", "r", "--pipeline", "sweep"])
+    assert b.BuildRequest.from_parameters(values).pipeline == "sweep"
+    assert capsys.readouterr().err == ""
+    _, old = cli.parse(build_parser(), ["--run-id", "r", "--pipeline-name", "sweep"])
+    assert old == values
+    assert capsys.readouterr().err == "warning: --pipeline-name is deprecated; use --pipeline\n"
+
+
 def test_installed_package_finds_its_sources_through_the_environment(tmp_path, monkeypatch):
     root = make_tree(tmp_path / "src")
     req = b.BuildRequest(run_id="r", dockerfile="docker/Dockerfile")

@@ -34,10 +34,7 @@ CLIS = {
 NOT_YET: dict[tuple[str, str], str] = {}
 # Parameters that two declarations still spell two ways: name set -> why. The test fails
 # when one is fixed, so that it is struck here.
-SPLIT = {
-    frozenset({"pipeline", "pipeline_name"}): "issue 15: sagemaker_training's `pipeline` vs "
-    "build_image's `pipeline_name`",
-}
+SPLIT: dict[frozenset[str], str] = {}
 PIPELINES = ("pipelines.precision_sweep", "pipelines.batch_tuning")
 # Names that mean the same parameter even though they differ by more than a unit suffix.
 SYNONYMS = [{"preset", "model_preset"}, {"pipeline", "pipeline_name"},

@@ -13,7 +13,7 @@ Examples::
 
     # the components image (its tag must be the package version: see images/components/Dockerfile)
     python -m components.build_image --run-id manual-1 --dockerfile images/components/Dockerfile \\
-        --pipeline-name manual --repository kfp-sagemaker-blackwell/components --s3-uri s3://my-bucket/kfp-sagemaker
+        --pipeline manual --repository kfp-sagemaker-blackwell/components --s3-uri s3://my-bucket/kfp-sagemaker
 
     # just print the content-addressed tag (no AWS call)
     python -m components.build_image --run-id x --print-tag --base-image example.com/base:1
@@ -33,7 +33,7 @@ from components.common.execution_context import TERMINATED_EXIT_CODE, Terminated
 
 # Old spellings, still accepted with a deprecation message.
 ALIASES = {"--context-path": "context_paths", "--build-arg": "build_args", "--tag": "tags",
-           "--pipeline": "pipeline_name", "--poll-interval": "poll_interval_seconds"}
+           "--pipeline-name": "pipeline", "--poll-interval": "poll_interval_seconds"}
 
 
 def build_parser() -> tuple[argparse.ArgumentParser, list[cli.Parameter]]:

@@ -101,7 +101,7 @@ class BuildRequest:
             codebuild_project=params["codebuild_project"],
             codebuild_role_arn=params["codebuild_role_arn"],
             codebuild_compute_type=params["codebuild_compute_type"],
-            timeout_minutes=params["timeout_minutes"], pipeline=params["pipeline_name"],
+            timeout_minutes=params["timeout_minutes"], pipeline=params["pipeline"],
             extra_tags={str(k): str(v) for k, v in (params["tags"] or {}).items()},
             poll_interval_s=params["poll_interval_seconds"],
         )

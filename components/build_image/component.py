@@ -26,7 +26,7 @@ def build_image(
     codebuild_role_arn: str = "",
     codebuild_compute_type: str = "BUILD_GENERAL1_LARGE",
     timeout_minutes: int = 120,
-    pipeline_name: str = "",
+    pipeline: str = "",
     tags: dict = {},  # noqa: B006 (KFP default)
     poll_interval_seconds: float = 15.0,
 ) -> NamedTuple(  # type: ignore[valid-type]
@@ -81,7 +81,7 @@ def build_image(
             (images/iam/codebuild-service-policy.json).
         codebuild_compute_type: BUILD_GENERAL1_LARGE suits the ~20 GB DLC base.
         timeout_minutes: CodeBuild build timeout.
-        pipeline_name: Pipeline name for the tags.
+        pipeline: Pipeline name for the tags.
         tags: Extra tags for what this step creates.
         poll_interval_seconds: Seconds between BatchGetBuilds polls.
 
