@@ -2,20 +2,16 @@
 are checked here without a GPU: their configurations are what the issues ask for, the validation
 points lie outside the calibration grids, and the result parsing reads fsdp.py's output."""
 
-import importlib.util
-import sys
+import importlib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _load(rel: str, name: str):
-    spec = importlib.util.spec_from_file_location(name, ROOT / rel)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    assert spec.loader is not None
-    spec.loader.exec_module(module)
-    return module
+def _load(rel: str):
+    """A benchmark script as a module (``benchmarks/throughput/measure.py`` ->
+    ``benchmarks.throughput.measure``)."""
+    return importlib.import_module(rel.removesuffix(".py").replace("/", "."))
 
 
 def _key(c: dict, fields: tuple) -> tuple:
@@ -23,7 +19,7 @@ def _key(c: dict, fields: tuple) -> tuple:
 
 
 def test_throughput_grid_covers_issue_13_and_validation_is_outside_calibration():
-    m = _load("benchmarks/throughput/measure.py", "tp_measure")
+    m = _load("benchmarks/throughput/measure.py")
     cal, val = m.configurations("calibration"), m.configurations("validation")
     widths = {m.spec_of(c).hidden_size for c in cal}
     assert min(widths) == 2048 and max(widths) == 8192 and len(widths) >= 3
@@ -41,7 +37,7 @@ def test_throughput_grid_covers_issue_13_and_validation_is_outside_calibration()
 
 
 def test_throughput_rates_follow_the_step_time():
-    m = _load("benchmarks/throughput/measure.py", "tp_measure")
+    m = _load("benchmarks/throughput/measure.py")
     r = m.rates({"batch_size": 2, "seq_length": 4096}, 0.5, 1e10, 1979.0, 989.0)
     assert r["tokens_per_s_per_gpu"] == 16384
     assert abs(r["tflops_per_gpu"] - 163.84) < 1e-9
@@ -49,14 +45,14 @@ def test_throughput_rates_follow_the_step_time():
 
 
 def test_step_clock_leaves_out_the_warmup_steps():
-    m = _load("benchmarks/throughput/measure.py", "tp_measure")
+    m = _load("benchmarks/throughput/measure.py")
     clock = m.StepClock()
     clock.stamps = [1.0, 3.0, 4.0, 4.5, 5.5]  # ends of steps 1..5
     assert clock.intervals(2) == [1.0, 0.5, 1.0]  # steps 3, 4, 5
 
 
 def test_fsdp1_grid_covers_issue_18():
-    m = _load("benchmarks/memory/measure_fsdp1.py", "fsdp1_measure")
+    m = _load("benchmarks/memory/measure_fsdp1.py")
     cal, val = m.points("calibration"), m.points("validation")
     assert len(cal) >= 40 and len(val) >= 12
     every = cal + val
@@ -75,7 +71,7 @@ def test_fsdp1_grid_covers_issue_18():
 
 
 def test_fsdp1_output_parsing():
-    m = _load("benchmarks/memory/measure_fsdp1.py", "fsdp1_measure")
+    m = _load("benchmarks/memory/measure_fsdp1.py")
     ok = m.parse_output("[GPU-0] Avg. Iter. Time: 0.5s\n[GPU-0] Peak Memory Use: 12345.678MBs\n"
                         'FSDP1_CHILD {"max_allocated_bytes": 12345678000, "step_s": 0.4}\n')
     assert ok["status"] == "ok" and ok["peak_allocated_bytes"] == 12345678000
@@ -98,9 +94,8 @@ def test_every_grid_records_the_machine_the_same_way(monkeypatch):
 
     expected = machine()
     assert expected["machine"].startswith("8x NVIDIA H200") and expected["gpu_memory_bytes"] == Props.total_memory
-    for rel, name in (("benchmarks/throughput/measure.py", "tp_measure"),
-                      ("benchmarks/memory/measure_grid.py", "mem_measure_grid")):
-        header = _load(rel, name).header("python3 x")
+    for rel in ("benchmarks/throughput/measure.py", "benchmarks/memory/measure_grid.py"):
+        header = _load(rel).header("python3 x")
         assert {k: header[k] for k in expected} == expected, rel
         assert header["command"] == "python3 x" and header["results"] == []
 

@@ -10,8 +10,7 @@ absolute error <= 3%, worst <= 8% on the rows that ran; rows that ran out of mem
 predicted not to fit (or within the worst error of the limit).
 """
 
-import importlib.util
-import sys
+import importlib
 from pathlib import Path
 
 import pytest
@@ -22,12 +21,7 @@ GRID = ROOT / "benchmarks" / "memory" / "h200_grid.json"
 
 
 def _compare_module():
-    spec = importlib.util.spec_from_file_location("memory_compare", ROOT / "benchmarks/memory/compare.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["memory_compare"] = module  # dataclasses look their module up
-    assert spec.loader is not None
-    spec.loader.exec_module(module)
-    return module
+    return importlib.import_module("benchmarks.memory.compare")
 
 
 def test_estimate_is_within_3_percent_median_and_8_percent_worst_on_the_h200_grid():

@@ -7,8 +7,7 @@ predicted tokens/s within 8% of measured, median within 4%, and the predicted sp
 each low precision over bf16 within 0.05 of the measured one.
 """
 
-import importlib.util
-import sys
+import importlib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -16,13 +15,7 @@ GRID = ROOT / "benchmarks" / "throughput" / "h200_grid.json"
 
 
 def _accuracy():
-    spec = importlib.util.spec_from_file_location(
-        "throughput_accuracy", ROOT / "benchmarks/throughput/model_accuracy.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["throughput_accuracy"] = module
-    assert spec.loader is not None
-    spec.loader.exec_module(module)
-    return module
+    return importlib.import_module("benchmarks.throughput.model_accuracy")
 
 
 def test_validation_split_within_8_percent_worst_and_4_percent_median():
