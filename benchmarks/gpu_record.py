@@ -31,6 +31,12 @@ def machine() -> dict[str, Any]:
     }
 
 
+def header(command: str, trainer_settings: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    """A grid file's head: the command, the machine, the trainer settings every run shares,
+    any ``extra`` keys (a schema), then the results list the runs are appended to."""
+    return {"command": command, **machine(), "trainer_settings": trainer_settings, **extra, "results": []}
+
+
 def failed(record: dict[str, Any], exc: Any) -> None:
     """A run the trainer ended with TrainingFailed: oom or error, its reason, the peaks so far.
 

@@ -29,7 +29,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.gpu_record import failed, machine, released  # noqa: E402
+from benchmarks import gpu_record  # noqa: E402
+from benchmarks.gpu_record import failed, released  # noqa: E402
 
 TRAINER_SETTINGS = {
     "param_dtype": "fp32 master, bf16 compute (FSDP2 MixedPrecisionPolicy)",
@@ -91,12 +92,7 @@ def measure(combo: dict, num_layers: int | None, steps: int) -> dict:
 
 
 def header(command: str) -> dict:
-    return {
-        "command": command,
-        **machine(),
-        "trainer_settings": TRAINER_SETTINGS,
-        "results": [],
-    }
+    return gpu_record.header(command, TRAINER_SETTINGS)
 
 
 def main() -> int:

@@ -34,7 +34,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.gpu_record import failed, machine, released  # noqa: E402
+from benchmarks import gpu_record  # noqa: E402
+from benchmarks.gpu_record import failed, released  # noqa: E402
 
 SCHEMA = {
     "name": "unique label of the configuration",
@@ -221,13 +222,7 @@ def measure(combo: dict, steps: int, warmup: int, clock: StepClock) -> dict:
 
 
 def header(command: str) -> dict:
-    return {
-        "command": command,
-        **machine(),
-        "trainer_settings": TRAINER_SETTINGS,
-        "schema": SCHEMA,
-        "results": [],
-    }
+    return gpu_record.header(command, TRAINER_SETTINGS, schema=SCHEMA)
 
 
 def write(doc: dict, paths: list[str]) -> None:

@@ -141,7 +141,7 @@ def _start_profiler():
 # Kernel name -> category, first match wins (names of cuBLAS/CUTLASS/cuDNN/TE/NCCL kernels).
 CATEGORIES = (
     ("nccl_and_copies", re.compile(r"nccl|memcpy|memset|Memcpy|Memset|all_gather|reduce_scatter|split_with_sizes_copy|chunk_cat", re.I)),
-    ("cross_entropy", re.compile(r"SoftMax|log_softmax|nll_loss|cross_entropy|triton_.*(red|per)_fused", re.I)),
+    ("cross_entropy", re.compile(r"SoftMax|log_softmax|nll_loss|cross_entropy", re.I)),
     ("attention", re.compile(r"fmha|flash|attn|attention|cudnn|sdpa", re.I)),
     ("gemm", re.compile(r"gemm|cutlass|xmma|nvjet|cublas|sm90_|sm100_|matmul", re.I)),
     ("fp8_cast_transpose", re.compile(r"cast|transpose|quantiz|amax|fp8|scale", re.I)),
