@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import ast
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -20,9 +19,10 @@ from typing import Any
 
 import pytest
 from botocore.exceptions import ClientError
-from conftest import local_backend_with_bucket
+from conftest import entrypoint, local_backend_with_bucket, serve
 
 from components.common import aws
+from components.local import auth
 
 ROOT = Path(__file__).resolve().parent.parent
 BUCKET = "local-backend-test"
@@ -62,7 +62,7 @@ def request(name: str, script: str, **changes: Any) -> dict[str, Any]:
         "RoleArn": ROLE,
         "AlgorithmSpecification": {"TrainingImage": IMAGE,
                                    "TrainingInputMode": "File",
-                                   "ContainerEntrypoint": ["bash", "-c", script]},
+                                   "ContainerEntrypoint": entrypoint("bash", script)},
         "HyperParameters": {"precision": "bf16", "batch-size": "4"},
         "OutputDataConfig": {"S3OutputPath": f"s3://{BUCKET}/out"},
         "ResourceConfig": {"InstanceType": "ml.p6-b200.48xlarge", "InstanceCount": 1,
@@ -272,14 +272,12 @@ def test_registered_training_plans_are_described_and_listed(backend):
     assert error_of(sm.describe_training_plan, TrainingPlanName="nope")[0] == "ResourceNotFound"
 
 
-def test_serve_prints_the_endpoint_and_runs_until_sigterm():
-    proc = subprocess.Popen([sys.executable, "-m", "components.local", "serve"], cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=dict(os.environ))
+def test_serve_prints_the_endpoint_and_runs_until_sigterm(monkeypatch):
+    proc, url, env = serve()
     try:
-        assert proc.stdout is not None
-        url = proc.stdout.readline().strip()
         assert url.startswith("http://127.0.0.1:")
+        for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+            monkeypatch.setenv(key, env[key])
         s3 = aws.client("s3", endpoint_url=url)
         s3.create_bucket(Bucket="served", CreateBucketConfiguration={
             "LocationConstraint": "us-west-2"})
@@ -588,19 +586,16 @@ def test_a_host_killed_by_sigkill_is_reported_as_host_memory_with_the_models_siz
 
 
 # ---------------------------------------------------------------- serve: plans, quotas, spot
-def test_serve_answers_training_plans_quotas_and_spot_interruptions(tmp_path):
+def test_serve_answers_training_plans_quotas_and_spot_interruptions(tmp_path, monkeypatch):
     offerings = tmp_path / "offerings.json"
     offerings.write_text(json.dumps([{"instance_type": "ml.p6-b200.48xlarge",
                                       "max_instance_count": 2,
                                       "upfront_fee_per_instance_hour": 10.0}]))
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "components.local", "serve", "--no-strict-resources",
-         "--quota", "ml.p6-b200.48xlarge=1", "--training-plan-offerings", str(offerings),
-         "--stop-grace", "1"],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    proc, url, env = serve("--no-strict-resources", "--quota", "ml.p6-b200.48xlarge=1",
+                           "--training-plan-offerings", str(offerings), "--stop-grace", "1")
     try:
-        assert proc.stdout is not None
-        url = proc.stdout.readline().strip()
+        for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+            monkeypatch.setenv(key, env[key])
         sm = aws.client("sagemaker", endpoint_url=url)
         s3 = aws.client("s3", endpoint_url=url)
         s3.create_bucket(Bucket=BUCKET, CreateBucketConfiguration={
@@ -619,8 +614,10 @@ def test_serve_answers_training_plans_quotas_and_spot_interruptions(tmp_path):
         assert plan["TrainingPlanArn"] == arn and plan["TotalInstanceCount"] == 2
 
         def admin(method: str, path: str, body: Any = None) -> dict[str, Any]:
-            data = None if body is None else json.dumps(body).encode()
-            req = urllib.request.Request(url + path, data=data, method=method)
+            data = b"" if body is None else json.dumps(body).encode()
+            headers = auth.signed_headers(method, url + path, data, "us-west-2")
+            req = urllib.request.Request(url + path, data=data or None, method=method,
+                                         headers=headers)
             with urllib.request.urlopen(req, timeout=10) as response:
                 return json.loads(response.read())
 
@@ -635,7 +632,7 @@ def test_serve_answers_training_plans_quotas_and_spot_interruptions(tmp_path):
         sm.create_training_job(**request("served-two", "exit 0"))
         wait_secondary(sm, "served-spot", "Training")
         out = subprocess.run([sys.executable, "-m", "components.local", "interrupt-spot",
-                              "served-spot", "--endpoint-url", url], cwd=ROOT,
+                              "served-spot", "--endpoint-url", url], cwd=ROOT, env=env,
                              capture_output=True, text=True, timeout=30)
         assert out.returncode == 0, out.stderr
         wait_secondary(sm, "served-spot", "Training", after="Restarting")

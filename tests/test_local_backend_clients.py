@@ -21,12 +21,12 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import entrypoint, serve
 
 from components.common import aws
 
@@ -39,16 +39,13 @@ GROUP = "/aws/sagemaker/TrainingJobs"
 
 @pytest.fixture(scope="module")
 def served():
-    """``serve`` (strict: role, image and bucket must exist), and its environment."""
-    proc = subprocess.Popen([sys.executable, "-m", "components.local", "serve",
-                             "--stop-grace", "1"], cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    """``serve`` (strict: role, image and bucket must exist), and its environment (also this
+    process's while the module runs: its credentials are new at every start)."""
+    proc, url, env = serve("--stop-grace", "1")
+    mp = pytest.MonkeyPatch()
     try:
-        assert proc.stdout is not None and proc.stderr is not None
-        url = proc.stdout.readline().strip()
-        exports = proc.stderr.readline().strip().removeprefix("export ").split()
-        env = {**os.environ, **dict(item.split("=", 1) for item in exports)}
-        assert env["AWS_ENDPOINT_URL"] == url
+        for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+            mp.setenv(key, env[key])
         aws.client("s3", endpoint_url=url).create_bucket(
             Bucket=BUCKET, CreateBucketConfiguration={"LocationConstraint": "us-west-2"})
         aws.client("iam", endpoint_url=url).create_role(RoleName="clients-role",
@@ -60,6 +57,7 @@ def served():
              "mediaType": "application/vnd.docker.distribution.manifest.v2+json"}))
         yield url, env
     finally:
+        mp.undo()
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=30)
 
@@ -68,7 +66,7 @@ def job_request(name: str, script: str) -> dict[str, Any]:
     return {
         "TrainingJobName": name, "RoleArn": ROLE,
         "AlgorithmSpecification": {"TrainingImage": IMAGE, "TrainingInputMode": "File",
-                                   "ContainerEntrypoint": ["bash", "-c", script]},
+                                   "ContainerEntrypoint": entrypoint("bash", script)},
         "OutputDataConfig": {"S3OutputPath": f"s3://{BUCKET}/out"},
         "ResourceConfig": {"InstanceType": "ml.p6-b200.48xlarge", "InstanceCount": 1,
                            "VolumeSizeInGB": 50},

@@ -13,6 +13,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from components.local import auth
 from components.local.backend import DEFAULT_REGION, LocalBackend
 from components.local.settings import (
     DEFAULT_LATENCY,
@@ -47,8 +48,10 @@ def _parser() -> argparse.ArgumentParser:
             "The local backend: one endpoint on 127.0.0.1 that serves S3, ECR, CloudWatch Logs, "
             "IAM, KMS, CodeBuild and tagging (moto) and SageMaker training jobs and training "
             "plans that really run this checkout's trainer/train.sh as local processes. Point "
-            "boto3, the AWS CLI or the SageMaker SDK at it with AWS_ENDPOINT_URL=<the printed "
-            "URL> and any credentials. Local controls: GET <URL>/_local/settings."
+            "boto3, the AWS CLI or the SageMaker SDK at it with the printed export line: "
+            "AWS_ENDPOINT_URL and this start's random credentials (every request must be "
+            "SigV4-signed with them; unsigned, cross-origin and other-Host requests are "
+            "refused). Local controls (signed too): GET <URL>/_local/settings."
         ),
     )
     sub = parser.add_subparsers(dest="command", required=True)
@@ -85,7 +88,8 @@ def _parser() -> argparse.ArgumentParser:
     spot = sub.add_parser("interrupt-spot", help="reclaim a running managed spot job's "
                           "capacity, as EC2 does (the job restarts from its checkpoint)")
     spot.add_argument("job_name", help="the training job's name")
-    spot.add_argument("--endpoint-url", required=True, help="the URL `serve` printed")
+    spot.add_argument("--endpoint-url", required=True, help="the URL `serve` printed (its "
+                      "credentials come from the environment: run its export line first)")
     spot.add_argument("--region", default=DEFAULT_REGION, help="the job's region")
     return parser
 
@@ -119,14 +123,23 @@ def main(argv: list[str] | None = None) -> int:
 
 def _interrupt_spot(endpoint_url: str, job_name: str, region: str) -> int:
     body = json.dumps({"TrainingJobName": job_name, "Region": region}).encode()
-    request = urllib.request.Request(f"{endpoint_url.rstrip('/')}/_local/spot-interruptions",
-                                     data=body, method="POST",
-                                     headers={"Content-Type": "application/json"})
+    url = f"{endpoint_url.rstrip('/')}/_local/spot-interruptions"
+    try:
+        headers = auth.signed_headers("POST", url, body, region)
+    except RuntimeError as exc:
+        print(f"interrupt-spot: {exc}", file=sys.stderr)
+        return 2
+    request = urllib.request.Request(url, data=body, method="POST", headers=headers)
     try:
         with urllib.request.urlopen(request, timeout=30) as response:  # noqa: S310 - loopback
             print(json.loads(response.read())["interrupted"])
     except urllib.error.HTTPError as err:
-        print(f"interrupt-spot: {json.loads(err.read()).get('error', err)}", file=sys.stderr)
+        answer = err.read()
+        try:
+            message = json.loads(answer).get("error") or json.loads(answer).get("message")
+        except ValueError:  # a refusal in S3's XML shape
+            message = answer.decode(errors="replace")
+        print(f"interrupt-spot: {message or err}", file=sys.stderr)
         return 2
     except urllib.error.URLError as err:
         print(f"interrupt-spot: cannot reach {endpoint_url}: {err.reason}. Is "

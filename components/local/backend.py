@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from components.common.shipped import CHECKOUT
-from components.local import admin, moto_state
+from components.local import admin, auth, moto_state, validation
 from components.local.api import ApiError, encode
 from components.local.executor import TrainingJobExecutor
 from components.local.settings import (
@@ -43,8 +43,6 @@ from components.local.settings import (
 )
 
 DEFAULT_REGION = "us-west-2"
-ACCESS_KEY = "testing"
-SECRET_KEY = "testing"  # noqa: S105 - moto's fake credentials
 LOOPBACK = "127.0.0.1"
 # The SageMaker Python SDK's defaults config: telemetry off (its TelemetryOptOut key).
 SDK_CONFIG = """SchemaVersion: '1.0'
@@ -83,24 +81,52 @@ def region_from_environ(environ: dict[str, Any], default: str) -> str:
         return default
 
 
-class _Application:
-    """WSGI: routes intercepted SageMaker operations to the executor, the rest to moto."""
+# The services this backend serves, by SigV4 signing name. A request signed for any other
+# (EC2, DynamoDB, ...) is answered "not emulated" at once: moto implements many more, but a
+# call that succeeds here and means nothing on AWS (or that AWS would bill) is worse than an
+# error naming the service.
+SERVED = {
+    "s3": "S3", "ecr": "ECR", "logs": "CloudWatch Logs", "iam": "IAM", "kms": "KMS",
+    "codebuild": "CodeBuild", "tagging": "Resource Groups Tagging", "sts": "STS",
+    "sagemaker": "SageMaker",
+}
+# moto's own routes (its dashboard, /moto-api/data.json with all state, /moto-api/reset,
+# the fake instance metadata): not part of AWS, never served.
+MOTO_ROUTES = ("/moto-api", "/favicon.ico", "/latest/")
 
-    def __init__(self, moto_app: Any, moto_lock: threading.RLock, default_region: str) -> None:
+
+class _Application:
+    """WSGI: refuses what ``auth.check`` refuses, then routes intercepted SageMaker operations
+    to the executor, ``/_local/`` to ``admin`` and the rest to moto."""
+
+    def __init__(self, moto_app: Any, moto_lock: threading.RLock, default_region: str,
+                 credentials: auth.Credentials) -> None:
         self.moto_app = moto_app
         self.moto_lock = moto_lock
         self.default_region = default_region
+        self.credentials = credentials
+        self.host = ""  # 127.0.0.1:<port>, set once the server is bound
         self.executor: TrainingJobExecutor | None = None
 
     def __call__(self, environ: dict[str, Any], start_response: Any) -> Any:
+        raw = _body(environ)
+        _rewind(environ, raw)
+        try:
+            service = auth.check(environ, raw, self.credentials, self.host)
+        except auth.Refusal as refusal:
+            protocol = auth.protocol_of(environ, raw, auth.signing_service(environ))
+            return _send(start_response, *auth.refusal_response(refusal, protocol, _request_id()))
         path = environ.get("PATH_INFO", "")
         if path.startswith(admin.PREFIX) and self.executor is not None:
             status, payload = admin.handle(self.executor, environ.get("REQUEST_METHOD", "GET"),
-                                           path, _body(environ))
+                                           path, raw)
             return _reply(start_response, status, payload, "application/json")
+        refused = self._not_served(environ, raw, path, service)
+        if refused is not None:
+            return _send(start_response, *refused)
         target = environ.get("HTTP_X_AMZ_TARGET", "")
-        service, _, operation = target.partition(".")
-        if service == "SageMaker" and self.executor is not None:
+        service_name, _, operation = target.partition(".")
+        if service_name == "SageMaker" and self.executor is not None:
             if operation in INTERCEPTED:
                 return self._executor_call(operation, environ, start_response)
             if not moto_state.moto_serves("sagemaker", operation):
@@ -109,8 +135,44 @@ class _Application:
             answer = self._filter_log_events(environ)
             if answer is not None:
                 return _reply(start_response, *answer)
+        return self._moto_call(environ, start_response)
+
+    def _not_served(self, environ: dict[str, Any], raw: bytes, path: str,
+                    service: str) -> tuple[int, str, bytes] | None:
+        """The error for moto's own routes, services not emulated and JSON bodies that do
+        not parse; None when the request may go on."""
+        protocol = auth.protocol_of(environ, raw, service)
+        if path.startswith(MOTO_ROUTES):
+            return auth.error_response(protocol, 404, "NotFound", f"{path} is not served: the "
+                                       "local backend serves AWS APIs only (moto's own "
+                                       "routes are off).", _request_id())
+        if service not in SERVED:
+            code = {"json": "UnknownOperationException", "query": "InvalidAction",
+                    "s3": "NotImplemented"}[protocol]
+            return auth.error_response(
+                protocol, 400, code, f"The local backend (python -m components.local) does "
+                f"not emulate the service {service!r}: it serves "
+                f"{', '.join(SERVED.values())}. Run this call against AWS.", _request_id())
+        if environ.get("HTTP_X_AMZ_TARGET") and raw.strip():
+            try:
+                parsed = json.loads(raw)
+            except ValueError as exc:
+                parsed = exc
+            if not isinstance(parsed, dict):
+                why = parsed if isinstance(parsed, ValueError) else "not a JSON object"
+                return auth.error_response("json", 400, "SerializationException",
+                                           f"The request body is not valid JSON: {why}",
+                                           _request_id())
+        return None
+
+    def _moto_call(self, environ: dict[str, Any], start_response: Any) -> list[bytes]:
+        def no_cors(status: str, headers: list[tuple[str, str]], *rest: Any) -> Any:
+            # moto (flask-cors) allows every origin; the local backend allows none.
+            kept = [(k, v) for k, v in headers if not k.lower().startswith("access-control-")]
+            return start_response(status, kept, *rest)
+
         with self.moto_lock:
-            result = self.moto_app(environ, start_response)
+            result = self.moto_app(environ, no_cors)
             try:  # consume the whole body while holding the lock
                 body = b"".join(result)
             finally:
@@ -147,6 +209,7 @@ class _Application:
         region = region_from_environ(environ, self.default_region)
         try:
             request = json.loads(_body(environ) or b"{}")
+            validation.check_request(operation, request)
             status, payload = 200, self.executor.handle(operation, region, request)
         except ApiError as err:
             status, payload = err.status, err.payload()
@@ -176,11 +239,18 @@ def _rewind(environ: dict[str, Any], raw: bytes) -> None:
 
 def _reply(start_response: Any, status: int, payload: dict[str, Any],
            content_type: str = "application/x-amz-json-1.1") -> list[bytes]:
-    body = encode(payload)
+    return _send(start_response, status, content_type, encode(payload))
+
+
+def _request_id() -> str:
+    return os.urandom(16).hex()
+
+
+def _send(start_response: Any, status: int, content_type: str, body: bytes) -> list[bytes]:
     start_response(
         f"{status} {'OK' if status == 200 else 'Error'}",
         [("Content-Type", content_type), ("Content-Length", str(len(body))),
-         ("x-amzn-RequestId", os.urandom(16).hex())],
+         ("x-amzn-RequestId", _request_id())],
     )
     return [body]
 
@@ -266,8 +336,9 @@ class LocalBackend:
         self._thread: threading.Thread | None = None
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
         self._app: _Application | None = None
+        self.credentials: auth.Credentials | None = None
         self.executor: TrainingJobExecutor | None = None
-        self._clients: dict[tuple[str, str, str], Any] = {}
+        self._clients: dict[tuple[str, str, str, str], Any] = {}
         self._clients_lock = threading.Lock()
 
     # ---- life cycle ----
@@ -286,9 +357,9 @@ class LocalBackend:
             if _running == 0:
                 moto_state.reset(self.moto_lock)
             _running += 1
-        self._app = _Application(
-            DomainDispatcherApplication(create_backend_app), self.moto_lock, self.region
-        )
+        self.credentials = auth.Credentials.generate()
+        self._app = _Application(DomainDispatcherApplication(create_backend_app),
+                                 self.moto_lock, self.region, self.credentials)
         class QuietHandler(MotoRequestHandler):
             def log_request(self, *args: Any, **kwargs: Any) -> None:
                 pass  # one line per request would drown the job logs
@@ -298,6 +369,7 @@ class LocalBackend:
             LOOPBACK, self.port, self._app, threaded=True, request_handler=handler
         )
         self.port = int(self._server.server_address[1])
+        self._app.host = f"{LOOPBACK}:{self.port}"
         if self._work_dir_arg is None:
             self._tmp = tempfile.TemporaryDirectory(prefix="kfp-sagemaker-local-")
             work_dir = Path(self._tmp.name)
@@ -361,11 +433,13 @@ class LocalBackend:
         return f"http://{LOOPBACK}:{self.port}"
 
     def env(self) -> dict[str, str]:
-        """Environment variables that point boto3 (any client, any process) at this backend."""
+        """Environment variables that point boto3 (any client, any process) at this backend,
+        with its credentials (random at every start: nothing else can drive it)."""
+        url, creds = self.endpoint_url, self._require_credentials()
         return {
-            "AWS_ENDPOINT_URL": self.endpoint_url,
-            "AWS_ACCESS_KEY_ID": ACCESS_KEY,
-            "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
+            "AWS_ENDPOINT_URL": url,
+            "AWS_ACCESS_KEY_ID": creds.access_key,
+            "AWS_SECRET_ACCESS_KEY": creds.secret_key,
             "AWS_REGION": self.region,
             "AWS_DEFAULT_REGION": self.region,
             "AWS_EC2_METADATA_DISABLED": "true",
@@ -385,14 +459,15 @@ class LocalBackend:
 
         Clients are cached per service and region (boto3 clients are thread-safe).
         """
-        key = (service, region or self.region, self.endpoint_url)
+        creds = self._require_credentials()
+        key = (service, region or self.region, self.endpoint_url, creds.access_key)
         with self._clients_lock:
             if key not in self._clients:
                 import boto3
 
                 self._clients[key] = boto3.session.Session(
-                    aws_access_key_id=ACCESS_KEY,
-                    aws_secret_access_key=SECRET_KEY,
+                    aws_access_key_id=creds.access_key,
+                    aws_secret_access_key=creds.secret_key,
                     region_name=key[1],
                 ).client(service, endpoint_url=self.endpoint_url)  # type: ignore[call-overload]
             return self._clients[key]
@@ -421,6 +496,11 @@ class LocalBackend:
         input/) in its current attempt; for debugging and tests, removed by ``stop()`` unless
         ``work_dir`` was given."""
         return self._require_executor().host_dir(job_name, region or self.region, host)
+
+    def _require_credentials(self) -> auth.Credentials:
+        if self.credentials is None:
+            raise RuntimeError("LocalBackend is not started: call start() or use it as `with`")
+        return self.credentials
 
     def _require_executor(self) -> TrainingJobExecutor:
         if self.executor is None:
