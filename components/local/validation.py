@@ -80,6 +80,103 @@ def _required(field: str, value: Any) -> None:
         raise constraint_error(field, None, "Member must not be null")
 
 
+# ---------------------------------------------------------------- botocore's model limits
+# Why a walker of our own: botocore's ParamValidator (botocore.validate) checks required
+# members, types and ``min``, but leaves ``max``, ``pattern`` and ``enum`` to the service,
+# and a client other than botocore (curl, another SDK, a script posting JSON) skips client-side
+# validation altogether. SageMaker (Coral) refuses all of them with a ValidationException
+# before acting, so the executor must too: an 8 MiB hyperparameter or
+# MaxRuntimeInSeconds "abc" must not reach a job. The walker checks what ParamValidator does
+# not and drops members the model does not know (Coral ignores them, for newer clients);
+# ParamValidator then checks the rest on that copy.
+MAX_ERRORS = 10  # Coral lists every error; a few name the problem, a hundred drown it
+SHOWN_CHARS = 80  # of an offending value in a message (an 8 MiB value must not come back)
+# Java's Unicode property classes in the model's patterns, as Python character-class ranges
+# (every \p{...} in the model sits inside [...]): Alnum is ASCII in Java; L and N become
+# Python's \w (letters and numbers, and "_", which every such class in the model admits
+# anyway); Z is Zs, Zl and Zp.
+JAVA_CLASSES = {
+    r"\p{Alnum}": "a-zA-Z0-9",
+    r"\p{L}": r"\w",
+    r"\p{N}": r"\w",
+    r"\p{Z}": r"\u0020\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000",
+}
+
+
+@functools.cache
+def model_pattern(pattern: str) -> re.Pattern[str]:
+    for java, python in JAVA_CLASSES.items():
+        pattern = pattern.replace(java, python)
+    return re.compile(pattern)
+
+
+def _shown(value: Any) -> str:
+    text = str(value)
+    return text if len(text) <= SHOWN_CHARS else f"{text[:SHOWN_CHARS]}... ({len(text)} chars)"
+
+
+def _limits(value: Any, shape: Any, path: str) -> list[str]:
+    """Coral's messages for ``value`` breaking ``shape``'s max, pattern or enum."""
+    meta = shape.metadata
+    errors = []
+    where = f"Value '{_shown(value)}' at '{path}' failed to satisfy constraint: Member must"
+    if shape.type_name in ("string", "list", "map") and isinstance(value, (str, list, dict)):
+        if "max" in meta and len(value) > meta["max"]:
+            errors.append(f"{where} have length less than or equal to {meta['max']}")
+    elif shape.type_name in ("integer", "long", "double", "float") and isinstance(
+            value, (int, float)) and not isinstance(value, bool):
+        if "max" in meta and value > meta["max"]:
+            errors.append(f"{where} have value less than or equal to {meta['max']}")
+    if shape.type_name == "string" and isinstance(value, str):
+        if meta.get("enum") and value not in meta["enum"]:
+            errors.append(f"{where} satisfy enum value set: [{', '.join(meta['enum'])}]")
+        elif "pattern" in meta and not model_pattern(meta["pattern"]).fullmatch(value):
+            errors.append(f"{where} satisfy regular expression pattern: {meta['pattern']}")
+    return errors
+
+
+def _walk(value: Any, shape: Any, path: str, errors: list[str]) -> Any:
+    """``value`` without the members ``shape`` does not know; appends to ``errors`` what
+    breaks a max, pattern or enum (Java's String.matches: the whole value must match).
+    ``path`` is SageMaker's: camel-cased members, map keys as given."""
+    errors.extend(_limits(value, shape, path))
+    if shape.type_name == "structure" and isinstance(value, dict):
+        return {k: _walk(v, shape.members[k], f"{path}.{_camel(k)}" if path else _camel(k),
+                         errors)
+                for k, v in value.items() if k in shape.members}
+    if shape.type_name == "list" and isinstance(value, list):
+        return [_walk(v, shape.member, f"{path}.{i + 1}", errors) for i, v in enumerate(value)]
+    if shape.type_name == "map" and isinstance(value, dict):
+        return {_walk(k, shape.key, f"{path}.{k}.key", errors):
+                _walk(v, shape.value, f"{path}.{k}", errors) for k, v in value.items()}
+    return value
+
+
+def check_request(operation: str, request: Any) -> None:
+    """Refuses, with SageMaker's ValidationException, a request that breaks its input shape in
+    botocore's model (required members, types, lengths, ranges, patterns, enums)."""
+    from botocore.validate import ParamValidator
+
+    shape = service_model().operation_model(operation).input_shape
+    if not isinstance(request, dict):
+        raise ApiError("SerializationException", "The request body is not a JSON object.")
+    if shape is None:
+        return
+    errors: list[str] = []
+    known = _walk(request, shape, "", errors)
+    report = ParamValidator().validate(known, shape)
+    if report.has_errors():
+        errors += [_shown_line(line) for line in report.generate_report().splitlines()]
+    if errors:
+        count = f"{len(errors)} validation error{'s' if len(errors) > 1 else ''} detected"
+        raise validation(f"{count}: {'; '.join(errors[:MAX_ERRORS])}")
+
+
+def _shown_line(line: str) -> str:
+    """One line of ParamValidator's report, with any long value in it cut."""
+    return line if len(line) <= 4 * SHOWN_CHARS else f"{line[:4 * SHOWN_CHARS]}..."
+
+
 # ---------------------------------------------------------------- CreateTrainingJob
 def normalize_create_request(req: dict[str, Any]) -> dict[str, Any]:
     """Validates a CreateTrainingJob request and returns it with SageMaker's defaults filled in."""
