@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import io
-import os
 import tarfile
 from pathlib import Path
 from typing import Any
@@ -26,27 +25,51 @@ def download_prefix(s3: Any, uri: str, dest: Path) -> int:
     """Copies every object under ``uri`` into ``dest`` (relative paths kept); returns the count.
 
     A URI naming one object downloads that object into ``dest`` under its base name,
-    as SageMaker does for an S3Prefix channel pointing at a file.
+    as SageMaker does for an S3Prefix channel pointing at a file. Raises ``ValueError``
+    naming the first key that would land outside ``dest`` (``../``, a leading ``/`` after
+    the prefix, ``..`` as the name) before anything is written: a bucket's keys are data,
+    never paths to trust.
     """
     bucket, prefix = split_s3_uri(uri)
-    count = 0
     dest.mkdir(parents=True, exist_ok=True)
-    for obj in list_keys(s3, bucket, prefix):
+    plan = [(key, contained(dest, rel, f"s3://{bucket}/{key}", uri))
+            for key, rel in _relative_keys(list_keys(s3, bucket, prefix), prefix)]
+    for key, target in plan:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        s3.download_file(bucket, key, str(target))
+    return len(plan)
+
+
+def _relative_keys(objects: list[dict[str, Any]], prefix: str) -> list[tuple[str, str]]:
+    """(key, path relative to the prefix) of each object that is not a folder marker."""
+    out = []
+    for obj in objects:
         key = obj["Key"]
         if key.endswith("/"):
             continue
         if key == prefix:
-            rel = os.path.basename(key)
+            rel = key.rsplit("/", 1)[-1]
         else:
             base = prefix if prefix.endswith("/") or not prefix else prefix + "/"
             if prefix and not key.startswith(base):
                 continue  # "data" must not match "data2/..."
             rel = key[len(base):] if prefix else key
-        target = dest / rel
-        target.parent.mkdir(parents=True, exist_ok=True)
-        s3.download_file(bucket, key, str(target))
-        count += 1
-    return count
+        out.append((key, rel))
+    return out
+
+
+def contained(dest: Path, rel: str, what: str, uri: str) -> Path:
+    """``dest / rel``, refused unless it stays inside ``dest`` (symbolic links resolved)."""
+    root = dest.resolve()
+    target = (root / rel).resolve()
+    parts = rel.split("/")
+    if rel.startswith("/") or ".." in parts or "\0" in rel or not target.is_relative_to(root) \
+            or target == root:
+        raise ValueError(
+            f"{what} (under {uri}) would be written to {root / rel}, outside the job's "
+            f"{dest.name}/ directory: S3 keys with '../', '..' or a leading '/' after the "
+            "prefix are refused. Rename or delete that object.")
+    return target
 
 
 def upload_dir(s3: Any, src: Path, uri: str, seen: dict[str, tuple[int, int]] | None = None) -> int:
