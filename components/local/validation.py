@@ -1,8 +1,10 @@
 """What SageMaker checks in a request before acting on it, and how it pages its lists.
 
-botocore checks types, lengths and required members on the client side; what
-SageMaker itself refuses (name patterns, enums, spot/wait rules, resources that
-do not exist...) is checked here with SageMaker's error codes and messages, and
+Every request the executor answers is first checked against its input shape in
+botocore's model (``check_request``: required members, types, lengths, ranges,
+patterns, enums), as SageMaker does whatever the client; what SageMaker refuses
+beyond the model (spot/wait rules, resources that do not exist...) is checked
+here too, with SageMaker's error codes and messages, and
 SageMaker's documented defaults are filled in (``normalize_create_request``), so
 that DescribeTrainingJob returns what SageMaker returns. Limits and enums come
 from botocore's service model, not from copied constants.
@@ -20,7 +22,6 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from components.common.naming import SAGEMAKER_NAME_RE
 from components.local import storage
 from components.local.api import ApiError, validation
 from components.local.jobs import Job
@@ -52,10 +53,6 @@ def service_model() -> Any:
     return botocore.session.get_session().get_service_model("sagemaker")
 
 
-def enum_of(shape: str) -> list[str]:
-    return list(service_model().shape_for(shape).enum)
-
-
 def _camel(field: str) -> str:
     """``ResourceConfig.InstanceType`` -> ``resourceConfig.instanceType`` (SageMaker's paths)."""
     return ".".join(part[:1].lower() + part[1:] for part in field.split("."))
@@ -66,13 +63,6 @@ def constraint_error(field: str, value: Any, constraint: str) -> ApiError:
     shown = "null" if value is None else f"'{value}'"
     return validation(f"1 validation error detected: Value {shown} at '{_camel(field)}' "
                       f"failed to satisfy constraint: {constraint}")
-
-
-def check_enum(field: str, value: Any, shape: str) -> None:
-    allowed = enum_of(shape)
-    if value is not None and value not in allowed:
-        raise constraint_error(field, value,
-                               f"Member must satisfy enum value set: [{', '.join(allowed)}]")
 
 
 def _required(field: str, value: Any) -> None:
@@ -193,11 +183,8 @@ def normalize_create_request(req: dict[str, Any]) -> dict[str, Any]:
 
 
 def validate_create_request(req: dict[str, Any]) -> None:
-    """What SageMaker itself refuses (botocore only checks types, lengths and required)."""
-    name = req.get("TrainingJobName") or ""
-    if not SAGEMAKER_NAME_RE.match(name):
-        raise constraint_error("trainingJobName", name, "Member must satisfy regular expression "
-                               f"pattern: {SAGEMAKER_NAME_RE.pattern[1:-1]}")
+    """What SageMaker refuses beyond the model's limits (``check_request`` has checked those:
+    the name's pattern, enums, lengths, counts of hyperparameters, environment and tags)."""
     _required("AlgorithmSpecification", req.get("AlgorithmSpecification"))
     _required("ResourceConfig", req.get("ResourceConfig"))
     output = req.get("OutputDataConfig") or {}
@@ -212,13 +199,8 @@ def validate_create_request(req: dict[str, Any]) -> None:
     spec = req["AlgorithmSpecification"]
     if not spec.get("TrainingImage") and not spec.get("AlgorithmName"):
         raise validation("AlgorithmSpecification needs a TrainingImage or an AlgorithmName.")
-    check_enum("AlgorithmSpecification.TrainingInputMode", spec.get("TrainingInputMode"),
-               "TrainingInputMode")
-    check_enum("OutputDataConfig.CompressionType", output.get("CompressionType"),
-               "OutputCompressionType")
     _check_resource_config(req["ResourceConfig"])
     _check_kms(req)
-    _check_counts(req)
     _check_spot(req)
 
 
@@ -227,7 +209,6 @@ def _check_resource_config(rc: dict[str, Any]) -> None:
         raise validation("ResourceConfig.InstanceGroups (heterogeneous clusters) is not "
                          "emulated by the local backend; use InstanceType and InstanceCount.")
     _required("ResourceConfig.InstanceType", rc.get("InstanceType"))
-    check_enum("ResourceConfig.InstanceType", rc["InstanceType"], "TrainingInstanceType")
     _required("ResourceConfig.InstanceCount", rc.get("InstanceCount"))
     _required("ResourceConfig.VolumeSizeInGB", rc.get("VolumeSizeInGB"))
     count = rc["InstanceCount"]
@@ -254,15 +235,6 @@ def _check_kms(req: dict[str, Any]) -> None:
                        ("ResourceConfig.VolumeKmsKeyId", volume_key)):
         if key is not None and not isinstance(key, str):
             raise constraint_error(field, key, "Member must be a string")
-
-
-def _check_counts(req: dict[str, Any]) -> None:
-    if len(req.get("HyperParameters") or {}) > 100:
-        raise validation("HyperParameters: at most 100 entries.")
-    if len(req.get("Environment") or {}) > 100:
-        raise validation("Environment: at most 100 entries.")
-    if len(req.get("Tags") or []) > 50:
-        raise validation("Tags: at most 50 tags.")
 
 
 def _check_spot(req: dict[str, Any]) -> None:
@@ -333,23 +305,8 @@ def _exists(call: Callable[[], Any]) -> bool:
 
 # ---------------------------------------------------------------- ListTrainingJobs
 def validate_list_request(req: dict[str, Any], operation: str) -> None:
-    """Enums and bounds of a List request, from its input shape in botocore's model."""
-    shape = service_model().operation_model(operation).input_shape
-    assert shape is not None
-    for field, member in shape.members.items():
-        value = req.get(field)
-        if value is None:
-            continue
-        if getattr(member, "enum", None):
-            check_enum(field, value, member.name)
-        bounds = member.metadata
-        if member.type_name == "integer":
-            if "min" in bounds and value < bounds["min"]:
-                raise constraint_error(field, value, "Member must have value greater than or "
-                                       f"equal to {bounds['min']}")
-            if "max" in bounds and value > bounds["max"]:
-                raise constraint_error(field, value, "Member must have value less than or "
-                                       f"equal to {bounds['max']}")
+    """Enums and bounds of a List request: its input shape in botocore's model."""
+    check_request(operation, req)
 
 
 def matches(job: Job, req: dict[str, Any]) -> bool:
