@@ -97,7 +97,10 @@ JAVA_CLASSES = {
 def model_pattern(pattern: str) -> re.Pattern[str]:
     for java, python in JAVA_CLASSES.items():
         pattern = pattern.replace(java, python)
-    return re.compile(pattern)
+    # DOTALL: in Java "." stops at line ends, but whether SageMaker refuses a newline in a
+    # ".*" member (a multi-line entry-point script, a hyperparameter) is not verified, and
+    # the local backend must not refuse what AWS may accept.
+    return re.compile(pattern, re.DOTALL)
 
 
 def _shown(value: Any) -> str:
