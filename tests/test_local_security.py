@@ -9,6 +9,7 @@ page or another local process would: raw HTTP (http.client), not boto3.
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import http.client
 import json
 import time
@@ -354,3 +355,20 @@ def test_a_key_named_like_the_prefix_with_dots_is_refused(backend, tmp_path):
     with pytest.raises(ValueError, match=r"s3://local-security-test/dots/\.\."):
         storage.download_prefix(s3, f"s3://{BUCKET}/dots/..", dest)
     assert list(tmp_path.iterdir()) == [dest] and not list(dest.iterdir())
+
+
+def test_a_signed_chunked_upload_is_verified_against_its_whole_body(backend):
+    body = b"chunked body " * 1000
+    path = f"/{BUCKET}/chunked"
+    headers = signed(backend, "PUT", path, body, service="s3",
+                     headers={"X-Amz-Content-SHA256": hashlib.sha256(body).hexdigest()})
+    conn = http.client.HTTPConnection("127.0.0.1", backend.port, timeout=10)
+    try:
+        conn.request("PUT", path, body=iter([body[:5000], body[5000:]]), headers=headers,
+                     encode_chunked=True)
+        response = conn.getresponse()
+        assert response.status == 200, response.read()
+    finally:
+        conn.close()
+    got = backend.client("s3").get_object(Bucket=BUCKET, Key="chunked")["Body"].read()
+    assert got == body

@@ -4,9 +4,10 @@
 
     from components.local import LocalBackend
     with LocalBackend() as backend:
-        env = backend.env()   # AWS_ENDPOINT_URL, fake credentials, region
+        env = backend.env()   # AWS_ENDPOINT_URL, this start's credentials, region
 
-See ``components.local.backend`` for how requests are routed and
+See ``components.local.auth`` for who may send requests (only holders of the
+credentials ``env()`` exports), ``components.local.backend`` for how they are routed and
 ``components.local.executor`` for the training-job state machine.
 """
 

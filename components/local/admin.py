@@ -10,7 +10,8 @@ most used one::
                                              "upfront_fee_per_instance_hour": 0, ...}, ...]
     POST /_local/spot-interruptions        {"TrainingJobName": "...", "Region": "us-west-2"}
 
-Errors answer 400 (bad input) or 404 (no such control) with {"error": "..."}.
+Errors answer 400 (bad input) or 404 (no such control) with {"error": "..."}. Requests
+are SigV4-signed like every other (``components.local.auth.signed_headers`` signs one).
 """
 
 from __future__ import annotations

@@ -1,7 +1,9 @@
 """The local backend: one loopback endpoint that stands in for AWS.
 
-``LocalBackend`` starts one threaded werkzeug server on 127.0.0.1. Every boto3
-client pointed at it (``AWS_ENDPOINT_URL``) reaches either
+``LocalBackend`` starts one threaded werkzeug server on 127.0.0.1. Every request must
+first pass ``components.local.auth`` (signed with this start's random credentials, no
+Origin, the bound Host); a boto3 client pointed at it (``backend.env()``) then reaches
+either
 
 - the local training-job executor (``components.local.executor``), for the
   SageMaker operations moto cannot serve faithfully (jobs that really run,
@@ -229,7 +231,11 @@ def unsupported(operation: str) -> dict[str, Any]:
 
 def _body(environ: dict[str, Any]) -> bytes:
     length = int(environ.get("CONTENT_LENGTH") or 0)
-    return environ["wsgi.input"].read(length) if length else b""
+    if length:
+        return bytes(environ["wsgi.input"].read(length))
+    if environ.get("wsgi.input_terminated"):  # chunked: werkzeug ends the stream itself
+        return bytes(environ["wsgi.input"].read())
+    return b""
 
 
 def _rewind(environ: dict[str, Any], raw: bytes) -> None:

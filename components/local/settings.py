@@ -83,7 +83,7 @@ class ExecutorSettings:
     """How local training jobs run (see ``LocalBackend`` for each setting's meaning).
 
     ``endpoint_env`` is the environment that points a job's boto3 at the backend
-    (``AWS_ENDPOINT_URL``, fake credentials, region).
+    (``AWS_ENDPOINT_URL``, the backend's credentials, region).
     """
 
     region: str
