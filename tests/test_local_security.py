@@ -372,3 +372,20 @@ def test_a_signed_chunked_upload_is_verified_against_its_whole_body(backend):
         conn.close()
     got = backend.client("s3").get_object(Bucket=BUCKET, Key="chunked")["Body"].read()
     assert got == body
+
+
+def test_every_start_has_its_own_credentials_and_no_other_works(backend):
+    from components.local import LocalBackend
+
+    with LocalBackend() as other:
+        assert other.credentials != backend.credentials
+        assert other.env()["AWS_SECRET_ACCESS_KEY"] != backend.env()["AWS_SECRET_ACCESS_KEY"]
+        other.client("s3").list_buckets()
+        headers = signed(backend, "GET", "/", service="s3", host=f"127.0.0.1:{other.port}")
+        conn = http.client.HTTPConnection("127.0.0.1", other.port, timeout=10)
+        try:
+            conn.request("GET", "/", headers=headers)
+            response = conn.getresponse()
+            assert response.status == 403 and b"InvalidAccessKeyId" in response.read()
+        finally:
+            conn.close()
