@@ -79,7 +79,10 @@ def load(paths: list[str]) -> list[Candidate]:
     for path in paths:
         try:
             s = read_series(path)
-        except (OSError, SeriesFormatError, UnicodeError, csv.Error) as exc:
+        except SeriesFormatError as exc:
+            raise UserError("series", f"{path} could not be read as a step series: "
+                            f"{exc.problem} (at {exc.field})", exc.fix) from None
+        except (OSError, UnicodeError, csv.Error) as exc:
             raise UserError("series", f"{path} could not be read as a step series ({exc}).",
                             "pass the parse_logs series outputs of the candidate runs.") from None
         meta, metrics = s.meta, s.meta.get("metrics") or {}
