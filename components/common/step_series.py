@@ -19,9 +19,11 @@ from __future__ import annotations
 
 import csv
 import io
+import itertools
 import json
 import math
-from collections.abc import Callable
+import operator
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -230,22 +232,45 @@ def _same(a: Any, b: Any) -> bool:
     return bool(a == b)
 
 
+_CELL_KINDS: dict[str, tuple[str, Check]] = {
+    "step": (f"an integer from 0 to {MAX_STEP:.0e}", _int_in(0, MAX_STEP)),
+    "precision": (_PRECISION_TEXT, lambda x: _is_str(x) and x in PRECISIONS),
+    "emulated": ("0 or 1", _is_bool),
+    "seed": ("an integer, or empty when unknown",
+             lambda x: x is None or _int_in(-(2**63), 2**64 - 1)(x)),
+    "run": ("a string", _is_str),
+}
+_NUMBER_CELL: tuple[str, Check] = ("a number, or nan when unknown", _is_float)
+
+
+def _column_ok(name: str, values: list[Any]) -> bool:
+    """The fast check of a whole column (C-level set and min/max: 100k rows in ms); the
+    slow one per value runs only to name the row that fails."""
+    types = set(map(type, values))
+    if name == "step":
+        return types <= {int} and (not values or 0 <= min(values) <= max(values) <= MAX_STEP)
+    if name == "precision":
+        return types <= {str} and set(values) <= set(PRECISIONS)
+    if name == "emulated":
+        return types <= {bool}
+    if name == "seed":
+        ints = [v for v in set(values) if v is not None]
+        return types <= {int, type(None)} and all(_CELL_KINDS["seed"][1](v) for v in ints)
+    if name == "run":
+        return types <= {str}
+    return types <= {float}
+
+
 def _check_cells(columns: dict[str, list[Any]], lines: list[int], source: str) -> None:
     """Each value has its column's type and range (the writer's data and the reader's)."""
-    kinds: dict[str, tuple[str, Check]] = {
-        "step": (f"an integer from 0 to {MAX_STEP:.0e}", _int_in(0, MAX_STEP)),
-        "precision": (_PRECISION_TEXT, lambda x: _is_str(x) and x in PRECISIONS),
-        "emulated": ("0 or 1", _is_bool),
-        "seed": ("an integer, or empty when unknown",
-                 lambda x: x is None or _int_in(-(2**63), 2**64 - 1)(x)),
-        "run": ("a string", _is_str),
-    }
     for name in COLUMN_NAMES:
-        want, check = kinds.get(name, ("a number, or nan when unknown", _is_float))
+        if _column_ok(name, columns[name]):
+            continue
+        want, check = _CELL_KINDS.get(name, _NUMBER_CELL)
         for i, value in enumerate(columns[name]):
             if not check(value):
-                raise SeriesFormatError(f"{source}:{lines[i]}", f"column {name}: {_cut(repr(value))} "
-                                        f"is not {want}.")
+                raise SeriesFormatError(f"{source}:{lines[i]}", f"column {name}: "
+                                        f"{_cut(repr(value))} is not {want}.")
 
 
 def _sort_and_merge(columns: dict[str, list[Any]], lines: list[int],
@@ -253,6 +278,8 @@ def _sort_and_merge(columns: dict[str, list[Any]], lines: list[int],
     """Rows sorted by step; a repeated step with the same values is kept once, with other
     values it is refused (which one would be the run's?)."""
     steps = columns["step"]
+    if all(map(operator.lt, steps, itertools.islice(steps, 1, None))):
+        return columns, lines  # what parse_logs writes: ascending, one row per step
     order = sorted(range(len(steps)), key=steps.__getitem__)
     keep: list[int] = []
     for i in order:
@@ -281,6 +308,11 @@ def _constant(columns: dict[str, list[Any]], lines: list[int], name: str, meta_v
     if not values:
         return
     expect = values[0] if meta_value is None else meta_value
+    if isinstance(expect, float) and math.isnan(expect):
+        if all(isinstance(v, float) and math.isnan(v) for v in values):
+            return
+    elif values.count(expect) == len(values) and set(map(type, values)) == {type(expect)}:
+        return
     for i, v in enumerate(values):
         if not _same(v, expect):
             said = "the metadata" if meta_value is not None else f"line {lines[0]}"
@@ -421,26 +453,41 @@ def _int_cell(cell: str) -> int | str:
 
 
 def _float_cell(cell: str) -> float | str:
-    if cell == "":
-        return math.nan
     try:
-        return float(cell)
+        return float(cell)  # also "nan", "inf", "-inf", surrounding blanks
     except ValueError:
-        return cell
+        return math.nan if not cell.strip() else cell
 
 
-def _typed(name: str, cell: str) -> Any:
-    """One cell as the type its column declares; text that is not is kept as text, so the
-    check names the row."""
-    if name == "step":
-        return _int_cell(cell)
-    if name == "seed":
-        return None if cell == "" else _int_cell(cell)
-    if name == "emulated":
-        return {"0": False, "1": True}.get(cell, cell)
-    if name in ("precision", "run"):
-        return cell
-    return _float_cell(cell)
+def _seed_cell(cell: str) -> int | str | None:
+    return None if not cell.strip() else _int_cell(cell.strip())
+
+
+def _emulated_cell(cell: str) -> bool | str:
+    return {"0": False, "1": True}.get(cell.strip(), cell)
+
+
+# One cell's text as the type its column declares; text that is not stays text, so the
+# check names the row.
+_CONVERTERS: dict[str, Callable[[str], Any]] = {
+    **{name: _float_cell for name in FLOAT_COLUMNS},
+    "step": lambda cell: _int_cell(cell.strip()), "seed": _seed_cell,
+    "emulated": _emulated_cell, "precision": str.strip, "run": str.strip,
+}
+
+
+def _convert(name: str, cells: Sequence[str]) -> list[Any]:
+    """A column's cells as its type: ``float`` (or ``int``) over the whole column in C
+    first, cell by cell only when some cell is not a number (it stays text, to be named)."""
+    fast = float if name in FLOAT_COLUMNS else int if name == "step" else None
+    if fast is not None:
+        try:
+            return list(map(fast, cells))
+        except ValueError:
+            pass
+    convert = _CONVERTERS[name]
+    table = {cell: convert(cell) for cell in set(cells)}  # seed, run...: one value each
+    return list(map(table.__getitem__, cells))
 
 
 def _header(header: list[str], source: str, line: int) -> list[str]:
@@ -470,7 +517,7 @@ def parse_series(text: str, *, source: str = "") -> Series:
     if header is None and not meta:
         raise SeriesFormatError(source, f"empty file, not a step series ({SERIES_SCHEMA}).")
     header = _header(header, source, first_line) if header is not None else list(COLUMN_NAMES)
-    columns: dict[str, list[Any]] = {h: [] for h in header}
+    rows: list[list[str]] = []
     lines: list[int] = []
     for row in reader:
         if not row:
@@ -479,9 +526,10 @@ def parse_series(text: str, *, source: str = "") -> Series:
         if len(row) != len(header):
             raise SeriesFormatError(f"{source}:{lineno}", f"{len(row)} cells, the header has "
                                     f"{len(header)}.")
+        rows.append(row)
         lines.append(lineno)
-        for name, cell in zip(header, row, strict=True):
-            columns[name].append(_typed(name, cell.strip()))
+    cells = zip(*rows, strict=True) if rows else ((),) * len(header)
+    columns = {name: _convert(name, col) for name, col in zip(header, cells, strict=True)}
     meta, columns = validate(meta, columns, source=source, lines=lines)
     for key in ("seed", "entropy_floor", "run"):
         if meta.get(key) is None and columns[key]:
