@@ -13,6 +13,21 @@ step, one row per step (after a restart the re-run steps replace the old ones)::
 Read it with ``read_series`` here, ``pandas.read_csv(path, comment="#")`` or
 ``numpy.genfromtxt(path, delimiter=",", names=True, skip_header=1, dtype=None)``.
 Unknown numbers are ``nan``; empty ``seed``/``run`` cells mean unknown.
+
+This module is the contract's one declaration: ``META_FIELDS`` (each metadata key's
+type), ``COLUMNS`` and ``validate``, which the writer (``write_series``, called by
+parse_logs) and the reader (``read_series``) both run, so parse_logs cannot write what
+compare_convergence and rank_throughput refuse. ``validate`` refuses, as a
+``SeriesFormatError`` (a ``UserError`` naming ``file:line`` and the fix): a metadata
+value of another type (``"emulated": "no"``, ``"metrics": [1]``), a precision outside
+``trainer.hardware.PRECISIONS``, a cell that is not its column's type, a step outside
+0..``MAX_STEP``, the same step twice with different values, and rows that contradict
+the metadata (precision, emulated, seed, entropy floor, run, tokens per step, the
+metrics' step count). Rows out of order are sorted; an identical repeat is kept once.
+
+Plain typed Python rather than JSON Schema: jsonschema is only a dev extra (the
+components image has it through sagemaker-core, by accident), the rows are CSV cells,
+not a JSON document, and a whole-column check reads 100k rows in well under a second.
 """
 
 from __future__ import annotations
@@ -35,7 +50,8 @@ SERIES_SCHEMA = "kfp-sagemaker/step-series/v1"
 
 # (column, type, meaning): the documented schema (README and component docstring).
 COLUMNS: tuple[tuple[str, str, str], ...] = (
-    ("step", "int", "optimizer step the line reports (1-based); one row per step, ascending"),
+    ("step", "int", "optimizer step the line reports (1-based, at most MAX_STEP); one row "
+                    "per step, ascending"),
     ("tokens", "float", "tokens trained on up to and including this step, all ranks "
                         "(step x tokens per step; nan when the log does not say)"),
     ("loss", "float", "training loss of the step (cross-entropy in nats for a language model)"),
