@@ -9,6 +9,7 @@ from html.parser import HTMLParser
 import pytest
 
 from components.common import markdown as md
+from components.common.errors import UserError
 from components.compare_convergence.compare import Settings
 from components.compare_convergence.report import MARKDOWN_COLUMNS, html_report, markdown
 from components.compare_convergence.run import compare_files
@@ -127,16 +128,20 @@ def test_compare_convergence_summary_shows_labels_and_reasons_as_text(tmp_path):
                             forbidden=FORBIDDEN_IN_HTML)
 
 
-def test_a_hostile_baseline_parameter_is_text_in_the_summary(tmp_path):
-    paths = [_run(tmp_path, "bf16", run="base")]
-    baseline = "<b onmouseover=alert(1)>bf16</b>\n# heading"
-    cmp = compare_files(paths, Settings(baseline=baseline))
+def test_a_hostile_file_name_is_text_in_the_summary_and_a_hostile_baseline_is_refused(
+        tmp_path):
+    base = _run(tmp_path, "bf16", run="base")
+    hostile = tmp_path / "<b onmouseover=alert(1)>bf16<b>|x.csv"
+    hostile.write_text("# heading\n")
+    cmp = compare_files([base, hostile], Settings())
     text = markdown(cmp)
     page = _render(text)
-    _assert_text_not_markup(text, page, "<b onmouseover=alert(1)>bf16</b> # heading")
+    _assert_text_not_markup(text, page, "<b onmouseover=alert(1)>bf16<b>|x.csv")
     assert [t for t, _ in page.tags].count("h2") == 1  # the title only, no injected heading
     _assert_text_not_markup("", _tags(html_report(cmp, figs={})), "<b onmouseover",
                             forbidden=FORBIDDEN_IN_HTML)
+    with pytest.raises(UserError, match="baseline: '<b>bf16</b>' is not a precision"):
+        compare_files([base], Settings(baseline="<b>bf16</b>"))
 
 
 def _tags(html: str) -> _Tags:
