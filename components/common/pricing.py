@@ -327,9 +327,9 @@ def check_budget(max_cost_usd: float, worst: Cost | None, *, instance_type: str,
                         "in its currency.")
     total = worst.amount * jobs
     if total > max_cost_usd:
-        what = (f"{jobs} jobs x ${worst.amount:,.2f}" if jobs > 1 else f"${worst.amount:,.2f}")
+        what = (f"{jobs} jobs x ${worst.amount:,.2f} = ${total:,.2f}; each {worst}" if jobs > 1
+                else str(worst))
         raise UserError(
-            "max_cost_usd", f"the worst case ({what} = ${total:,.2f}: {worst}) exceeds "
-            f"${max_cost_usd:,.2f}.",
+            "max_cost_usd", f"the worst case ({what}) exceeds ${max_cost_usd:,.2f}.",
             "lower max_runtime_seconds (max_wait_seconds for spot) or instance_count, or "
             "raise max_cost_usd.")
