@@ -137,3 +137,30 @@ def test_the_sweeps_pass_their_items_so_the_budget_covers_every_job():
         params = train[0].inputs.parameters
         assert params["max_cost_usd"].component_input_parameter == "pipelinechannel--max_cost_usd"
         assert items in params["budget_items"].component_input_parameter
+
+
+def test_both_pipelines_pass_instance_hour_prices_to_the_plan_and_every_training_job():
+    from pipelines import batch_tuning, precision_sweep
+
+    for module in (precision_sweep, batch_tuning):
+        spec = module.PIPELINE.pipeline_spec
+        assert "instance_hour_prices" in spec.root.input_definitions.parameters
+        tasks = {name: t for comp in list(spec.components.values()) + [spec.root]
+                 for name, t in comp.dag.tasks.items()}
+        for prefix in ("memory-estimate", "sagemaker-training"):
+            [task] = [t for name, t in tasks.items() if name.startswith(prefix)]
+            assert task.inputs.parameters["instance_hour_prices"].component_input_parameter \
+                in ("instance_hour_prices", "pipelinechannel--instance_hour_prices"), prefix
+
+
+def test_the_memory_plan_prices_with_the_users_rate_and_names_it():
+    from components.memory_estimate.cli import with_defaults
+    from components.memory_estimate.run import run_component
+
+    plan = MemoryPlan.from_json(run_component(**with_defaults(dict(
+        model_preset="1b", seq_length=1024, batch_size=2, precisions=["bf16"],
+        instance_hour_prices={P6: 50.0}))).plan)
+    entry = plan.precisions["bf16"]
+    assert entry.price_source == "instance_hour_prices (yours)"
+    per_billion = 50.0 / 3600 * 1e9 / (entry.tokens_per_s_per_gpu * 8)
+    assert entry.cost_usd_per_billion_tokens == pytest.approx(per_billion, rel=1e-3)
