@@ -164,3 +164,12 @@ def test_the_memory_plan_prices_with_the_users_rate_and_names_it():
     assert entry.price_source == "instance_hour_prices (yours)"
     per_billion = 50.0 / 3600 * 1e9 / (entry.tokens_per_s_per_gpu * 8)
     assert entry.cost_usd_per_billion_tokens == pytest.approx(per_billion, rel=1e-3)
+
+
+def test_a_cost_reads_as_its_formula_and_its_source():
+    price = pricing.Price(63.296, "AWS Price List API, us-west-2, 2026-12-01")
+    assert str(pricing.cost(price, 2, 90)) == ("$3.16 (2 x 90 s x $63.30/h; AWS Price List API, "
+                                               "us-west-2, 2026-12-01)")
+    assert str(pricing.cost(price, 1, 5400)).startswith("$94.94 (1 x 1.5 h x $63.30/h; ")
+    eur = pricing.cost(pricing.Price(10.0, "training plan p", "EUR"), 1, 3600)
+    assert str(eur).startswith("10.00 EUR (1 x 1 h x 10.00 EUR/h; ")

@@ -103,9 +103,11 @@ class Cost:
     price: Price
 
     def __str__(self) -> str:
-        return (f"{money(self.amount, self.currency)} ({self.instances} x "
-                f"{self.seconds / 3600:,.4g} h x {money(self.price.per_instance_hour, self.currency)}"
-                f"/h; {self.price.source})")
+        time = (f"{self.seconds / 3600:,.4g} h" if self.seconds >= 3600
+                else f"{self.seconds:,.0f} s")
+        rate = money(self.price.per_instance_hour, self.currency)
+        return (f"{money(self.amount, self.currency)} ({self.instances} x {time} x {rate}/h; "
+                f"{self.price.source})")
 
 
 def cost(price: Price, instances: int, seconds: float) -> Cost:
