@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from components.common.shipped import CHECKOUT
-from components.local import admin, moto_state
+from components.local import admin, moto_state, pricing_api
 from components.local.api import ApiError, encode
 from components.local.executor import TrainingJobExecutor
 from components.local.settings import (
@@ -100,6 +100,8 @@ class _Application:
             return _reply(start_response, status, payload, "application/json")
         target = environ.get("HTTP_X_AMZ_TARGET", "")
         service, _, operation = target.partition(".")
+        if service == pricing_api.TARGET:  # the Price List API, from its fixture
+            return _reply(start_response, *pricing_api.handle(operation, _body(environ)))
         if service == "SageMaker" and self.executor is not None:
             if operation in INTERCEPTED:
                 return self._executor_call(operation, environ, start_response)
@@ -403,7 +405,8 @@ class LocalBackend:
 
         Keyword arguments: ``instance_type`` (default ml.p6-b200.48xlarge),
         ``instance_count`` (1), ``status`` (Active), ``region``, ``duration_hours``,
-        ``start_time`` / ``end_time`` (datetimes).
+        ``start_time`` / ``end_time`` (datetimes), ``upfront_fee`` and ``currency`` (what
+        DescribeTrainingPlan reports it was bought for; default 0 USD).
         """
         return self._require_executor().register_training_plan(name, **kwargs)
 
