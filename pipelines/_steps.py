@@ -99,6 +99,7 @@ def check_training_arguments(arguments: dict[str, Any], *, precisions: list[str]
         instance_type=a["instance_type"], instance_count=a["instance_count"], **model,
         seq_length=a["seq_length"], batch_size=batch_size, precisions=precisions,
         activation_checkpointing=activation_checkpointing,
+        instance_hour_prices=a.get("instance_hour_prices") or None,
         require_all_runnable=require_all_runnable)))
     account = str(a["role_arn"]).split(":")[4] if str(a["role_arn"]).count(":") >= 5 else ""
     image = (f"{account or '123456789012'}.dkr.ecr.{a['region']}.amazonaws.com/"

@@ -62,6 +62,7 @@ def build_pipeline(parallelism: int = DEFAULT_PARALLELISM) -> Any:
         max_steps: int = 50,
         hyperparameters: dict = {},  # noqa: B006 (KFP default)
         max_cost_usd: float = 0.0,
+        instance_hour_prices: dict = {},  # noqa: B006 (KFP default)
         output_kms_key_id: str = "",
         volume_kms_key_id: str = "",
         enable_network_isolation: bool = False,
@@ -99,6 +100,9 @@ def build_pipeline(parallelism: int = DEFAULT_PARALLELISM) -> Any:
             max_cost_usd: Budget for all training jobs together: no job starts when their
                 worst cases (instances x max runtime x instance-hour price, summed)
                 exceed it; 0: no limit.
+            instance_hour_prices: Instance type -> USD per instance-hour for the cost
+                figures and the budget (e.g. a Savings Plans rate); default: the AWS Price
+                List API, else the shipped table (every cost names its price's source).
             output_kms_key_id: KMS key for the training jobs' output (empty: S3's default).
             volume_kms_key_id: KMS key for the training instances' EBS volumes.
             enable_network_isolation: No network access for the training containers.
@@ -132,6 +136,7 @@ def build_pipeline(parallelism: int = DEFAULT_PARALLELISM) -> Any:
                 precisions=[precision],
                 activation_checkpointing=activation_checkpointing,
                 max_candidate_batch_size=max_batch_size,
+                instance_hour_prices=instance_hour_prices,
                 require_all_runnable=True,
             ).set_display_name("memory plan")
             with dsl.ParallelFor(
@@ -157,6 +162,7 @@ def build_pipeline(parallelism: int = DEFAULT_PARALLELISM) -> Any:
                     max_wait_seconds=max_wait_seconds,
                     max_runtime_seconds=max_runtime_seconds,
                     max_cost_usd=max_cost_usd,
+                    instance_hour_prices=instance_hour_prices,
                     output_kms_key_id=output_kms_key_id,
                     volume_kms_key_id=volume_kms_key_id,
                     enable_network_isolation=enable_network_isolation,

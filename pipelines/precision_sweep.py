@@ -71,6 +71,7 @@ def build_pipeline(parallelism: int = DEFAULT_PARALLELISM) -> Any:
         divergence_tolerance_rel: float = 0.1,
         target_gpu: str = "B200",
         max_cost_usd: float = 0.0,
+        instance_hour_prices: dict = {},  # noqa: B006 (KFP default)
         output_kms_key_id: str = "",
         volume_kms_key_id: str = "",
         enable_network_isolation: bool = False,
@@ -117,6 +118,9 @@ def build_pipeline(parallelism: int = DEFAULT_PARALLELISM) -> Any:
             max_cost_usd: Budget for all training jobs together: no job starts when their
                 worst cases (instances x max runtime x instance-hour price, summed)
                 exceed it; 0: no limit.
+            instance_hour_prices: Instance type -> USD per instance-hour for the cost
+                figures and the budget (e.g. a Savings Plans rate); default: the AWS Price
+                List API, else the shipped table (every cost names its price's source).
             output_kms_key_id: KMS key for the training jobs' output (empty: S3's default).
             volume_kms_key_id: KMS key for the training instances' EBS volumes.
             enable_network_isolation: No network access for the training containers.
@@ -149,6 +153,7 @@ def build_pipeline(parallelism: int = DEFAULT_PARALLELISM) -> Any:
                 batch_size=batch_size,
                 precisions=precisions,
                 activation_checkpointing=activation_checkpointing,
+                instance_hour_prices=instance_hour_prices,
                 require_all_runnable=fail_on_unrunnable,
             ).set_display_name("memory plan")
             with dsl.ParallelFor(
@@ -173,6 +178,7 @@ def build_pipeline(parallelism: int = DEFAULT_PARALLELISM) -> Any:
                     max_wait_seconds=max_wait_seconds,
                     max_runtime_seconds=max_runtime_seconds,
                     max_cost_usd=max_cost_usd,
+                    instance_hour_prices=instance_hour_prices,
                     output_kms_key_id=output_kms_key_id,
                     volume_kms_key_id=volume_kms_key_id,
                     enable_network_isolation=enable_network_isolation,

@@ -11,6 +11,8 @@ os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
 os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
 os.environ.setdefault("AWS_DEFAULT_REGION", "us-west-2")
 os.environ.pop("AWS_PROFILE", None)
+# Prices come from the shipped table unless a test asks for the (local) Price List API.
+os.environ.setdefault("KFP_SAGEMAKER_PRICE_LIST", "off")
 
 
 def local_backend_with_bucket(bucket, **backend_kwargs):

@@ -505,3 +505,175 @@ def test_final_loss_has_one_definition_in_parse_logs_and_compare_convergence(tmp
     assert parsed["final_loss"] == pytest.approx(expected)
     assert cmp.results["fp8"].final_loss == pytest.approx(expected)
     assert parsed["last_loss"] == pytest.approx(losses[-1]) != pytest.approx(expected)
+
+
+# ---- issue 28.10: the series contract, checked on read ------------------------------------
+
+def _edit(path, meta=None, rows=None, name=None):
+    """Rewrites a written series: ``meta(dict)`` changes the metadata line in place,
+    ``rows(list of dicts)`` returns the rows to write; the result goes to ``name``."""
+    import csv
+    import io
+
+    first, _, body = path.read_text().partition("\n")
+    schema, _, payload = first[2:].partition(" ")
+    data = json.loads(payload)
+    if meta:
+        meta(data)
+    table = list(csv.DictReader(io.StringIO(body)))
+    if rows:
+        table = rows(table)
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=list(csv.reader(io.StringIO(body)).__next__()),
+                            lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(table)
+    target = path.parent / (name or path.name)
+    target.write_text(f"# {schema} {json.dumps(data)}\n" + out.getvalue())
+    return target
+
+
+def _refused(tmp_path, hostile, *match):
+    """The hostile file is refused: read_series raises a UserError naming the file and
+    the fix; in a sweep it is left out, the report is partial and names it, and no row of
+    it passes."""
+    from components.common.step_series import SeriesFormatError
+
+    with pytest.raises(SeriesFormatError) as err:
+        read_series(hostile)
+    text = str(err.value)
+    assert isinstance(err.value, UserError) and hostile.name in text and "Fix:" in text, text
+    for m in match:
+        assert m in text, text
+    base = write_run(tmp_path, "bf16", curve(), seed=1)
+    cmp = run_compare([base, hostile])
+    assert cmp.partial and not cmp.passed and cmp.recommended == ""
+    assert any(hostile.name in p and "left out" in p for p in cmp.problems), cmp.problems
+    assert [p for p, r in cmp.results.items() if r.passed] == ["bf16"]
+    return text
+
+
+def test_rows_in_another_order_give_the_same_verdict(tmp_path):
+    base = write_run(tmp_path, "bf16", curve())
+    fp8 = write_run(tmp_path, "fp8", curve(offset=0.004))
+    ordered = run_compare([base, fp8]).results["fp8"]
+    rng = random.Random(3)
+    shuffled = _edit(fp8, rows=lambda t: rng.sample(t, len(t)), name="fp8-shuffled.csv")
+    again = run_compare([base, shuffled]).results["fp8"]
+    assert again.verdict == ordered.verdict == "pass"
+    assert again.final_loss_diff == pytest.approx(ordered.final_loss_diff, abs=1e-12)
+    assert again.worst_divergence_rel == pytest.approx(ordered.worst_divergence_rel)
+    assert read_series(shuffled).columns["step"] == list(range(1, 201))
+
+
+def test_a_repeated_step_with_another_loss_is_refused_and_an_identical_one_kept_once(tmp_path):
+    fp8 = write_run(tmp_path, "fp8", curve())
+
+    hostile = _edit(fp8, rows=lambda t: t + [dict(t[99], loss="0.01")], name="fp8-dup.csv")
+    text = _refused(tmp_path, hostile, "step 100 appears twice", "lines 102 and 203",
+                    "fp8-dup.csv:203")
+    assert "loss" in text
+    same = _edit(fp8, rows=lambda t: t + [dict(t[99])], name="fp8-same.csv")
+    assert read_series(same).columns["step"] == list(range(1, 201))
+
+
+@pytest.mark.parametrize("precision, why", [
+    ("fp4", "'precision' is \"fp4\""),
+    (8, "'precision' is 8"),
+    (["fp8"], "'precision' is [\"fp8\"]"),
+])
+def test_an_unknown_or_non_string_precision_is_refused(tmp_path, precision, why):
+    fp8 = write_run(tmp_path, "fp8", curve())
+
+    hostile = _edit(fp8, meta=lambda m: m.update(precision=precision),
+                    rows=lambda t: [dict(r, precision=str(precision)) for r in t],
+                    name="odd.csv")
+    text = _refused(tmp_path, hostile, why)
+    assert "fp32, bf16, fp16, fp8" in text  # the catalog, so the fix is in the message
+
+
+def test_an_unknown_precision_in_the_rows_alone_is_refused(tmp_path):
+    fp8 = write_run(tmp_path, "fp8", curve())
+    hostile = _edit(fp8, meta=lambda m: m.update(precision=""),
+                    rows=lambda t: [dict(r, precision="fp6") for r in t], name="rows.csv")
+    _refused(tmp_path, hostile, "rows.csv:3", "column precision: 'fp6'")
+
+
+@pytest.mark.parametrize("meta, rows, match", [
+    ({"precision": "bf16"}, None, "precision 'fp8' but the metadata says 'bf16'"),
+    ({"emulated": True}, None, "emulated False but the metadata says True"),
+    ({"seed": 2}, None, "seed 1 but the metadata says 2"),
+    ({"run": "another-run"}, None, "run 'fp8-1' but the metadata says 'another-run'"),
+    ({"entropy_floor": 2.5}, None, "entropy_floor 1.149 but the metadata says 2.5"),
+    ({"tokens_per_step": 7.0}, None, "which is not tokens_per_step 7 x step"),
+    ({"status": "completed", "failed": True}, None, "status 'completed' but failed true"),
+    (None, lambda t: t[:50], "metrics say steps 200 but the file has 50 rows"),
+    (None, lambda t: t[:10] + [dict(t[10], precision="bf16")] + t[11:],
+     "step 11 says precision 'bf16'"),
+])
+def test_metadata_that_contradicts_the_rows_is_refused(tmp_path, meta, rows, match):
+    fp8 = write_run(tmp_path, "fp8", curve())
+    hostile = _edit(fp8, meta=(lambda m: m.update(meta)) if meta else None, rows=rows,
+                    name="contradicts.csv")
+    _refused(tmp_path, hostile, match)
+
+
+@pytest.mark.parametrize("value", ["no", "false", 0, 1, "1"])
+def test_emulated_must_be_a_json_boolean(tmp_path, value):
+    fp8 = write_run(tmp_path, "fp8", curve())
+    hostile = _edit(fp8, meta=lambda m: m.update(emulated=value), name="emulated.csv")
+    _refused(tmp_path, hostile, "'emulated' is", "true or false (a JSON boolean)")
+
+
+def test_an_emulated_cell_other_than_0_or_1_is_refused(tmp_path):
+    fp8 = write_run(tmp_path, "fp8", curve())
+    hostile = _edit(fp8, meta=lambda m: m.pop("emulated"),
+                    rows=lambda t: [dict(r, emulated="no") for r in t], name="cell.csv")
+    _refused(tmp_path, hostile, "cell.csv:3", "column emulated: 'no' is not 0 or 1")
+
+
+@pytest.mark.parametrize("step", [10**30, 10**10, -5, "12x"])
+def test_a_step_out_of_bounds_or_not_an_integer_is_refused_not_a_traceback(tmp_path, step):
+    fp8 = write_run(tmp_path, "fp8", curve())
+    hostile = _edit(fp8, rows=lambda t: t[:-1] + [dict(t[-1], step=str(step), tokens="nan")],
+                    name="steps.csv")
+    _refused(tmp_path, hostile, "steps.csv:202", "column step")
+
+
+@pytest.mark.parametrize("key, value", [
+    ("metrics", [1, 2]),
+    ("metrics", "fast"),
+    ("metrics", {"mean_tokens_per_s": "fast"}),
+    ("metrics", {"mean_tokens_per_s": True}),
+    ("training", ["batch_size", 8]),
+    ("training", {"batch_size": "8"}),
+    ("training", {"model": {"hidden_size": 1e300}}),
+    ("world_size", 0),
+    ("seed", 1.5),
+    ("warnings", "one"),
+    ("status", "running"),
+])
+def test_wrong_typed_metadata_is_refused_not_a_traceback(tmp_path, key, value):
+    fp8 = write_run(tmp_path, "fp8", curve())
+    hostile = _edit(fp8, meta=lambda m: m.update({key: value}), name="typed.csv")
+    _refused(tmp_path, hostile, f"the metadata's {key!r} is")
+
+
+def test_a_number_cell_that_is_not_a_number_is_refused(tmp_path):
+    fp8 = write_run(tmp_path, "fp8", curve())
+    hostile = _edit(fp8, rows=lambda t: t[:4] + [dict(t[4], loss="low")] + t[5:],
+                    name="cells.csv")
+    _refused(tmp_path, hostile, "cells.csv:7", "column loss: 'low' is not a number")
+
+
+def test_the_writer_refuses_what_the_reader_refuses(tmp_path):
+    """One contract: parse_logs cannot write a series compare_convergence would refuse."""
+    from components.common.step_series import SeriesFormatError
+
+    lines = [lf.format_step(lf.StepRecord(s, 2.0, 1e-3, 1.0, 1.0, 1.0, 1.0, 0.3, 1.0, 1.0,
+                                          "fp8", False)) for s in (1, 2, 3)]
+    lines.append(lf.format_json("summary", {"status": "running"}))
+    parsed = parse_bytes(("\n".join(lines) + "\n").encode())
+    with pytest.raises(SeriesFormatError, match="'status' is \"running\""):
+        write_outputs(parsed, requested_precision="fp8", series_path=tmp_path / "s.csv")
+    assert not (tmp_path / "s.csv").exists()

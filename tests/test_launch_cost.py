@@ -1,4 +1,5 @@
-"""Cost of a training job: per-instance billing, the worst case before launch, budgets."""
+"""Cost of a training job: per-instance billing, the worst case before launch, budgets,
+the shipped price table and its sources (the Price List API: tests/test_prices.py)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,10 @@ P6 = "ml.p6-b200.48xlarge"
 PRICE = pricing.DEFAULT_INSTANCE_HOUR_PRICES_USD[P6]
 
 
+def book(**overrides) -> pricing.PriceBook:
+    return pricing.PriceBook("us-west-2", overrides, lookup=False)
+
+
 def cfg(**changes) -> TrainingJobConfig:
     base = TrainingJobConfig(image_uri=IMAGE, role_arn=ROLE, output_s3_uri="s3://my-bucket/out",
                              run_id="cost", task="train", model_preset="tiny", batch_size=2,
@@ -27,19 +32,53 @@ def cfg(**changes) -> TrainingJobConfig:
 
 
 def test_billable_time_is_per_instance_so_two_instances_cost_twice_as_much():
-    prices = pricing.price_table()
-    one = pricing.estimate_cost_usd(P6, 3600, prices, 1)
-    two = pricing.estimate_cost_usd(P6, 3600, prices, 2)
-    assert one == pytest.approx(PRICE) and two == pytest.approx(2 * PRICE)
-    assert pricing.estimate_cost_usd("ml.unknown", 3600, prices, 2) is None
+    price = book().price(P6)
+    one = pricing.cost(price, 1, 3600)
+    two = pricing.cost(price, 2, 3600)
+    assert one.amount == pytest.approx(PRICE) and two.amount == pytest.approx(2 * PRICE)
+    assert book().price("ml.unknown") is None
 
 
-def test_worst_case_is_instances_times_max_runtime_times_price_and_is_printed_first():
+def test_worst_case_is_instances_times_max_runtime_times_price_and_names_its_source():
     lines: list[str] = []
     resolved, _ = launcher.prepare(cfg(instance_count=2, max_runtime_seconds=7200))
-    worst = launcher.cost_preview(resolved, pricing.price_table(), say=lines.append)
-    assert worst == pytest.approx(2 * 2 * PRICE)
-    assert any(line.startswith("worst case: 2 x ml.p6-b200.48xlarge x 2 h") for line in lines)
+    worst = launcher.cost_preview(resolved, book(), say=lines.append)
+    assert worst is not None and worst.amount == pytest.approx(2 * 2 * PRICE)
+    [line] = [ln for ln in lines if ln.startswith("worst case")]
+    assert f"(max_runtime_seconds): ${2 * 2 * PRICE:,.2f} (2 x 2 h x ${PRICE:,.2f}/h; " \
+        f"shipped table of {pricing.SHIPPED_DATE} (derived: 1.15 x EC2" in line, line
+    assert line.endswith("verify)")
+
+
+def test_spot_worst_case_is_max_wait_time_at_the_on_demand_rate():
+    lines: list[str] = []
+    resolved, _ = launcher.prepare(cfg(use_spot=True, checkpoint_s3_uri="s3://my-bucket/ckpt",
+                                       max_runtime_seconds=3600, max_wait_seconds=3 * 3600))
+    worst = launcher.cost_preview(resolved, book(), say=lines.append)
+    # SageMaker ends a spot job at MaxWaitTimeInSeconds, not at MaxRuntimeInSeconds
+    assert worst is not None and worst.amount == pytest.approx(3 * PRICE)
+    assert any("max_wait_seconds, billed at most the on-demand rate" in ln for ln in lines)
+
+
+def test_shipped_table_has_the_june_2025_rates_and_every_row_a_source():
+    assert pricing.SHIPPED["ml.p5.48xlarge"].usd_per_hour == 63.296
+    assert pricing.SHIPPED["ml.p4d.24xlarge"].usd_per_hour == 25.25
+    # SageMaker = 1.15 x EC2 for every pair checked; rows derived so say it
+    assert PRICE == pytest.approx(1.15 * 113.9328) and PRICE == pytest.approx(131.02, abs=0.01)
+    for itype in ("ml.p6-b200.48xlarge", "ml.p5en.48xlarge", "ml.p6-b300.48xlarge"):
+        assert pricing.SHIPPED[itype].source.startswith("derived: 1.15 x EC2"), itype
+    assert pricing.SHIPPED["ml.p5e.48xlarge"].usd_per_hour is None  # training plans only
+    for itype, row in pricing.SHIPPED.items():
+        assert row.source, itype
+        if row.usd_per_hour is not None:
+            source = book().price(itype).source
+            assert source.startswith(f"shipped table of {pricing.SHIPPED_DATE} (") \
+                and source.endswith(": verify"), source
+
+
+def test_the_users_price_wins_and_says_it_is_the_users():
+    price = book(**{P6: 99.5}).price(P6)
+    assert price == pricing.Price(99.5, "instance_hour_prices (yours)")
 
 
 @pytest.mark.parametrize(("budget", "jobs", "refused"), [
@@ -53,16 +92,17 @@ def test_max_cost_usd_refuses_a_worst_case_over_it_before_any_aws_call(budget, j
             assert err.value.field == "max_cost_usd" and f"{budget:,.2f}" in str(err.value)
         else:
             resolved, _ = launcher.prepare(c)
-            launcher.cost_preview(resolved, pricing.price_table(), budget_jobs=jobs,
-                                  say=lambda line: None)
+            launcher.cost_preview(resolved, book(), budget_jobs=jobs, say=lambda line: None)
     assert recording.calls() == []
 
 
-def test_a_budget_without_a_price_is_refused():
+def test_a_budget_without_a_price_is_refused_saying_why_there_is_none():
     c = cfg(instance_type="ml.p5e.48xlarge", precision="bf16", max_cost_usd=10.0)
     resolved, _ = launcher.prepare(c)
-    with pytest.raises(UserError, match="no price for ml.p5e.48xlarge"):
-        launcher.cost_preview(resolved, pricing.price_table(), say=lambda line: None)
+    with pytest.raises(UserError, match="no price for ml.p5e.48xlarge .no on-demand price: "
+                       "sold through training plans only") as err:
+        launcher.cost_preview(resolved, book(), say=lambda line: None)
+    assert 'instance_hour_prices={"ml.p5e.48xlarge"' in str(err.value)
 
 
 def test_the_plans_predicted_time_and_cost_are_shown_labelled_predicted(capsys):
@@ -80,8 +120,9 @@ def test_the_plans_predicted_time_and_cost_are_shown_labelled_predicted(capsys):
                      "--dry-run"])
     err = capsys.readouterr().err
     assert code == 0, err
-    assert "predicted: 7200 steps x 0.5 s = 1.00 h, $" + f"{PRICE:,.2f}" in err, err
-    assert "predicted, not measured" in err and "worst case: 1 x" in err
+    assert f"predicted: 7200 steps x 0.5 s = 1.00 h, ${PRICE:,.2f} (1 x 1 h x ${PRICE:,.2f}/h; " \
+        f"shipped table of {pricing.SHIPPED_DATE}" in err, err
+    assert "predicted, not measured" in err and "worst case (max_runtime_seconds): $" in err
 
 
 def test_the_sweeps_pass_their_items_so_the_budget_covers_every_job():
@@ -96,3 +137,39 @@ def test_the_sweeps_pass_their_items_so_the_budget_covers_every_job():
         params = train[0].inputs.parameters
         assert params["max_cost_usd"].component_input_parameter == "pipelinechannel--max_cost_usd"
         assert items in params["budget_items"].component_input_parameter
+
+
+def test_both_pipelines_pass_instance_hour_prices_to_the_plan_and_every_training_job():
+    from pipelines import batch_tuning, precision_sweep
+
+    for module in (precision_sweep, batch_tuning):
+        spec = module.PIPELINE.pipeline_spec
+        assert "instance_hour_prices" in spec.root.input_definitions.parameters
+        tasks = {name: t for comp in list(spec.components.values()) + [spec.root]
+                 for name, t in comp.dag.tasks.items()}
+        for prefix in ("memory-estimate", "sagemaker-training"):
+            [task] = [t for name, t in tasks.items() if name.startswith(prefix)]
+            assert task.inputs.parameters["instance_hour_prices"].component_input_parameter \
+                in ("instance_hour_prices", "pipelinechannel--instance_hour_prices"), prefix
+
+
+def test_the_memory_plan_prices_with_the_users_rate_and_names_it():
+    from components.memory_estimate.cli import with_defaults
+    from components.memory_estimate.run import run_component
+
+    plan = MemoryPlan.from_json(run_component(**with_defaults(dict(
+        model_preset="1b", seq_length=1024, batch_size=2, precisions=["bf16"],
+        instance_hour_prices={P6: 50.0}))).plan)
+    entry = plan.precisions["bf16"]
+    assert entry.price_source == "instance_hour_prices (yours)"
+    per_billion = 50.0 / 3600 * 1e9 / (entry.tokens_per_s_per_gpu * 8)
+    assert entry.cost_usd_per_billion_tokens == pytest.approx(per_billion, rel=1e-3)
+
+
+def test_a_cost_reads_as_its_formula_and_its_source():
+    price = pricing.Price(63.296, "AWS Price List API, us-west-2, 2026-12-01")
+    assert str(pricing.cost(price, 2, 90)) == ("$3.16 (2 x 90 s x $63.30/h; AWS Price List API, "
+                                               "us-west-2, 2026-12-01)")
+    assert str(pricing.cost(price, 1, 5400)).startswith("$94.94 (1 x 1.5 h x $63.30/h; ")
+    eur = pricing.cost(pricing.Price(10.0, "training plan p", "EUR"), 1, 3600)
+    assert str(eur).startswith("10.00 EUR (1 x 1 h x 10.00 EUR/h; ")

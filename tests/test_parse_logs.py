@@ -390,6 +390,24 @@ def test_a_run_without_steps_still_writes_its_precision_and_failure(tmp_path):
     assert "8.00 GiB" in s.meta["failure_reason"]
 
 
+def test_the_series_writer_refuses_a_log_the_readers_would_refuse(tmp_path):
+    """Issue 28.10: one contract for writer and readers (components.common.step_series):
+    step lines in a precision the trainer does not know, or in two precisions, do not
+    become a series; the error names the row."""
+    from components.common.step_series import SeriesFormatError
+
+    unknown = start_lines() + [step(1), step(2, precision="x_y"), step(3)]
+    with pytest.raises(SeriesFormatError, match=r"s\.csv:4.*column precision: 'x_y'"):
+        write_outputs(parse_lines(unknown), requested_precision="fp8",
+                      series_path=tmp_path / "s.csv")
+    mixed = start_lines() + [step(1), step(2, precision="bf16")]
+    with pytest.raises(SeriesFormatError, match="step 2 says precision 'bf16' but the "
+                                                "metadata says 'fp8'"):
+        write_outputs(parse_lines(mixed), requested_precision="fp8",
+                      series_path=tmp_path / "s.csv")
+    assert not (tmp_path / "s.csv").exists()
+
+
 def test_a_file_that_is_not_a_series_is_refused_with_its_name(tmp_path):
     bad = tmp_path / "x.csv"
     bad.write_text("a,b\n1,2\n")

@@ -102,3 +102,43 @@ def test_the_models_prediction_stands_beside_each_measured_run(tmp_path):
     cpu = rank(load([_series(tmp_path, "cpu", batch=2, ac=False, tps=10.0, mem=0.0,
                              emulated=True)]))
     assert cpu.best.predicted_tokens_per_s_per_gpu is None
+
+
+# ---- issue 28.10: the series contract, checked on read ------------------------------------
+
+def _hostile(tmp_path, name, meta_changes, rows=""):
+    path = tmp_path / f"{name}.csv"
+    good = _series(tmp_path, name, batch=8, ac=False, tps=1000.0, mem=10.0)
+    first, _, _ = open(good).read().partition("\n")
+    meta = json.loads(first.split(" ", 2)[2])
+    meta.update(meta_changes)
+    path.write_text(f"# {SERIES_SCHEMA} {json.dumps(meta)}\n" + ",".join(COLUMN_NAMES) + "\n"
+                    + rows)
+    return str(path)
+
+
+@pytest.mark.parametrize("changes, match", [
+    ({"emulated": "no"}, "'emulated' is \"no\""),
+    ({"precision": "fp4"}, "'precision' is \"fp4\""),
+    ({"precision": 8}, "'precision' is 8"),
+    ({"metrics": [1, 2]}, "'metrics' is [1, 2]"),
+    ({"metrics": {"mean_tokens_per_s_per_gpu": "fast"}}, "'metrics' is"),
+    ({"training": "batch 8"}, "'training' is \"batch 8\""),
+    ({"training": {"batch_size": 8.5, "activation_checkpointing": "yes"}}, "'training' is"),
+    ({"status": "completed", "failed": True}, "status 'completed' but failed true"),
+])
+def test_a_series_that_breaks_the_contract_is_a_user_error_naming_it(tmp_path, changes, match):
+    path = _hostile(tmp_path, "bad", changes)
+    good = _series(tmp_path, "good", batch=4, ac=False, tps=900.0, mem=5.0)
+    with pytest.raises(UserError) as err:
+        load([good, path])
+    text = str(err.value)
+    assert "bad.csv could not be read" in text and match in text and "Fix:" in text, text
+
+
+def test_rows_that_contradict_the_metadata_are_a_user_error_naming_the_row(tmp_path):
+    row = ("1,4096.0,2.0,0.001,1.0,100.0,100.0,1.0,0.1,1.0,2.0,bf16,0,,nan,bad\n")
+    path = _hostile(tmp_path, "bad", {"tokens_per_step": 4096.0}, rows=row)
+    with pytest.raises(UserError, match=r"step 1 says precision 'bf16' but the metadata says "
+                                        r"'fp8'.*bad.csv:3"):
+        load([path])

@@ -115,9 +115,12 @@ def test_cost_uses_the_pricing_table_and_the_instance_count():
     cheaper = throughput.predict(s, "B200", instance_type="ml.p6-b200.48xlarge",
                                  prices={"ml.p6-b200.48xlarge": 50.0})
     assert cheaper.cost_usd_per_billion_tokens < p.cost_usd_per_billion_tokens
-    # no price known: no cost, not a made-up one
-    none = throughput.predict(setup(world=8), "B300", instance_type="ml.p6-b300.48xlarge")
+    assert p.price_source.startswith("shipped table of") and \
+        cheaper.price_source == "instance_hour_prices (yours)"
+    # no price known (ml.p5e is sold through training plans only): no cost, not a made-up one
+    none = throughput.predict(setup(world=8), "H200", instance_type="ml.p5e.48xlarge")
     assert none.cost_usd_per_billion_tokens is None and none.run_cost_usd(10) is None
+    assert none.price_source == ""
 
 
 def test_predictions_say_they_are_predicted_and_blackwell_unmeasured():

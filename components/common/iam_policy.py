@@ -386,6 +386,8 @@ _OPERATIONS: dict[tuple[str, str], Mapper] = {
     ("sagemaker", "DescribeTrainingPlan"): _sm_plan,
     ("sagemaker", "ListTrainingPlans"): _star("sagemaker:ListTrainingPlans"),
     ("sagemaker", "SearchTrainingPlanOfferings"): _star("sagemaker:SearchTrainingPlanOfferings"),
+    # The Price List API (the launcher's prices; no resource-level permissions)
+    ("pricing", "GetProducts"): _star("pricing:GetProducts"),
     # CodeBuild
     ("codebuild", "BatchGetProjects"): _cb_projects,
     ("codebuild", "CreateProject"): _cb_create,

@@ -25,7 +25,8 @@ predicted, never measured (``throughput_source`` says by what)::
     "tokens_per_s_per_gpu": 11033.0, "step_seconds": 0.742, "mfu": 0.27,
     "cost_usd_per_billion_tokens": 367.1,   # null without an instance price
     "throughput_source": "predicted by the throughput model v1 ...",
-    "throughput_bound": "compute"           # or "host (CPU launch)", "communication"
+    "throughput_bound": "compute",          # or "host (CPU launch)", "communication"
+    "price_source": "shipped table of ...: verify"   # the instance price's source
 
 (absent or null for plans written before the model, or for unsupported precisions).
 """
@@ -66,6 +67,7 @@ class PrecisionPlan:
     cost_usd_per_billion_tokens: float | None = None
     throughput_source: str = ""
     throughput_bound: str = ""
+    price_source: str = ""  # where cost_usd_per_billion_tokens' price comes from
 
     @property
     def runnable(self) -> bool:

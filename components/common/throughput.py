@@ -227,6 +227,7 @@ class Prediction:
     instance_type: str = ""
     instance_count: int = 0
     price_usd_per_instance_hour: float | None = None
+    price_source: str = ""  # where the price comes from (components.common.pricing)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -241,8 +242,8 @@ class Prediction:
         """Cost of ``steps`` optimizer steps on the instances (None without a price)."""
         if self.price_usd_per_instance_hour is None or not self.instance_count:
             return None
-        return self.run_seconds(steps) / 3600.0 * self.price_usd_per_instance_hour * \
-            self.instance_count
+        price = pricing.Price(self.price_usd_per_instance_hour, self.price_source)
+        return pricing.cost(price, self.instance_count, self.run_seconds(steps)).amount
 
 
 # ---------------------------------------------------------------------------
@@ -475,20 +476,15 @@ def source_for(gpu: hardware.GPU) -> str:
     return {"hopper": HOPPER_SOURCE, "blackwell": BLACKWELL_SOURCE}.get(_arch(gpu), OTHER_SOURCE)
 
 
-def _price(instance_type: str, prices: dict[str, float] | None) -> float | None:
-    table = pricing.price_table(prices) if prices is not None else \
-        pricing.DEFAULT_INSTANCE_HOUR_PRICES_USD
-    return table.get(instance_type) if instance_type else None
-
-
 def predict(setup: TrainingSetup, gpu: hardware.GPU | str, *, instance_type: str = "",
-            prices: dict[str, float] | None = None,
+            prices: dict[str, float] | pricing.PriceBook | None = None,
             constants: Constants = DEFAULT) -> Prediction:
     """Predicted time of one optimizer step of ``setup`` on ``gpu`` (per GPU).
 
     ``instance_type`` gives the network between instances (a world size above its GPUs
-    per node crosses it) and the price per instance-hour (``prices`` overrides the
-    defaults of ``components.common.pricing``)."""
+    per node crosses it) and the price per instance-hour: a ``pricing.PriceBook``, or
+    instance type -> USD overriding ``components.common.pricing``'s shipped table (no AWS
+    call: the model stays pure)."""
     g = hardware.gpu(gpu) if isinstance(gpu, str) else gpu
     s = setup.validate()
     c = constants
@@ -534,17 +530,21 @@ def predict(setup: TrainingSetup, gpu: hardware.GPU | str, *, instance_type: str
 
 
 def _with_cost(p: Prediction, s: TrainingSetup, it: hardware.InstanceType | None,
-               prices: dict[str, float] | None) -> Prediction:
+               prices: dict[str, float] | pricing.PriceBook | None) -> Prediction:
     if it is None:
         return p
     count = max(1, math.ceil(s.world_size / it.gpus_per_node))
-    price = _price(it.name, prices)
+    book = prices if isinstance(prices, pricing.PriceBook) else pricing.PriceBook(
+        overrides=prices, lookup=False)
+    price = book.price(it.name)
     per_billion = None
     if price is not None:
-        tokens_per_s = p.tokens_per_s_per_gpu * s.world_size
-        per_billion = price * count / 3600.0 * 1e9 / tokens_per_s
+        seconds = 1e9 / (p.tokens_per_s_per_gpu * s.world_size)  # a billion tokens' time
+        per_billion = pricing.cost(price, count, seconds).amount
     return replace(p, instance_type=it.name, instance_count=count,
-                   price_usd_per_instance_hour=price, cost_usd_per_billion_tokens=per_billion)
+                   price_usd_per_instance_hour=price.per_instance_hour if price else None,
+                   price_source=price.source if price else "",
+                   cost_usd_per_billion_tokens=per_billion)
 
 
 def summary(p: Prediction, steps: int | None = None) -> dict[str, Any]:
@@ -557,6 +557,7 @@ def summary(p: Prediction, steps: int | None = None) -> dict[str, Any]:
                                         if p.cost_usd_per_billion_tokens is not None else None),
         "throughput_source": p.source,
         "throughput_bound": p.bound,
+        "price_source": p.price_source,
     }
     if steps:
         out["run_hours"] = round(p.run_seconds(steps) / 3600.0, 4)

@@ -90,8 +90,10 @@ class Settings:
         for name, ok, want in checks:
             if not ok:
                 raise UserError(name, f"{getattr(self, name)!r} is not valid.", f"use {want}.")
-        if not self.baseline:
-            raise UserError("baseline", "is empty.", "name the baseline precision, e.g. bf16.")
+        if self.baseline not in hardware.PRECISIONS:
+            raise UserError("baseline", f"{self.baseline!r} is not a precision the trainer "
+                            "knows.", f"name one of {', '.join(hardware.PRECISIONS)}, e.g. "
+                            "bf16.")
         try:
             hardware.gpu(self.target_gpu)
         except ValueError as exc:

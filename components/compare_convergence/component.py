@@ -49,7 +49,10 @@ def compare_convergence(
     the safer one, and one sentence says why. Bad input (no series, a missing or
     failed baseline, a baseline that stopped early, unreadable files, no pairs) gives
     a clear error or a report marked PARTIAL with no recommendation, never a silent
-    pass.
+    pass. A series that breaks its contract (a repeated step with another loss, an
+    unknown precision, metadata that contradicts the rows, a value of the wrong type)
+    is left out and named with its line; rows out of order are sorted. Labels and
+    reasons appear in the summary and the report as text, never as markup.
 
     Args:
         series: the parse_logs series Datasets (CSV, ``kfp-sagemaker/step-series/v1``).

@@ -10,6 +10,7 @@ import json
 import math
 from typing import Any
 
+from components.common import markdown as md
 from components.common.losses import DEFINITION as FINAL_LOSS_DEFINITION
 from components.common.losses import window_size
 from components.compare_convergence.compare import (
@@ -473,30 +474,31 @@ MARKDOWN_COLUMNS = ("precision", "converges", "runs", "final loss", "diff vs bas
 
 
 def markdown(cmp: Comparison) -> str:
-    lines = [f"## Convergence comparison (baseline {cmp.baseline})", ""]
+    """The summary the KFP UI renders: every value from a run, a file or a parameter is
+    escaped (``components.common.markdown``), so it shows as text and stays in its cell."""
+    lines = [f"## Convergence comparison (baseline {md.inline(cmp.baseline)})", ""]
     if cmp.partial:
         lines += ["**PARTIAL REPORT - no recommendation:**", ""]
-        lines += [f"- {p}" for p in cmp.problems] + [""]
+        lines += [f"- {md.line(p)}" for p in cmp.problems] + [""]
     if cmp.recommended:
         r = cmp.results[cmp.recommended]
-        lines.append(f"**Recommended precision: {label(r)}** ({_fmt(r.speedup, '.2f')}x, "
-                     f"{r.speedup_source})")
+        lines.append(f"**Recommended precision: {md.inline(label(r))}** "
+                     f"({_fmt(r.speedup, '.2f')}x, {md.inline(r.speedup_source)})")
     elif not cmp.partial:
         lines.append("**No precision passed.**")
     if cmp.recommendation:
-        lines += ["", cmp.recommendation]
+        lines += ["", md.line(cmp.recommendation)]
     headers = _headers(cmp)
-    lines += ["", "| " + " | ".join(headers.get(c, c) for c in MARKDOWN_COLUMNS) + " |",
-              "|" + "---|" * len(MARKDOWN_COLUMNS)]
+    lines += ["", "| " + " | ".join(md.inline(headers.get(c, c)) for c in MARKDOWN_COLUMNS)
+              + " |", "|" + "---|" * len(MARKDOWN_COLUMNS)]
     for p, r in cmp.results.items():
         cells = row_cells(cmp, p, r)
-        lines.append("| " + " | ".join(cells[c].replace("|", "\\|") for c in MARKDOWN_COLUMNS)
-                     + " |")
-    lines += ["", f"_{FINAL_LOSS_DEFINITION}; the tolerance applies to the difference of the "
-              "final losses._"]
+        lines.append("| " + " | ".join(md.inline(cells[c]) for c in MARKDOWN_COLUMNS) + " |")
+    lines += ["", f"_{md.inline(FINAL_LOSS_DEFINITION)}; the tolerance applies to the "
+              "difference of the final losses._"]
     for note in [numerics_note(cmp), *cmp.notes]:
         if note:
-            lines += ["", f"_{note}_"]
+            lines += ["", f"_{md.inline(note)}_"]
     return "\n".join(lines) + "\n"
 
 

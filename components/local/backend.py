@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from components.common.shipped import CHECKOUT
-from components.local import admin, auth, moto_state, validation
+from components.local import admin, auth, moto_state, pricing_api, validation
 from components.local.api import ApiError, encode
 from components.local.executor import TrainingJobExecutor
 from components.local.settings import (
@@ -90,7 +90,7 @@ def region_from_environ(environ: dict[str, Any], default: str) -> str:
 SERVED = {
     "s3": "S3", "ecr": "ECR", "logs": "CloudWatch Logs", "iam": "IAM", "kms": "KMS",
     "codebuild": "CodeBuild", "tagging": "Resource Groups Tagging", "sts": "STS",
-    "sagemaker": "SageMaker",
+    "sagemaker": "SageMaker", "pricing": "Price List (from a fixture)",
 }
 # moto's own routes (its dashboard, /moto-api/data.json with all state, /moto-api/reset,
 # the fake instance metadata): not part of AWS, never served.
@@ -128,6 +128,8 @@ class _Application:
             return _send(start_response, *refused)
         target = environ.get("HTTP_X_AMZ_TARGET", "")
         service_name, _, operation = target.partition(".")
+        if service_name == pricing_api.TARGET:  # the Price List API, from its fixture
+            return _reply(start_response, *pricing_api.handle(operation, raw))
         if service_name == "SageMaker" and self.executor is not None:
             if operation in INTERCEPTED:
                 return self._executor_call(operation, environ, start_response)
@@ -484,7 +486,8 @@ class LocalBackend:
 
         Keyword arguments: ``instance_type`` (default ml.p6-b200.48xlarge),
         ``instance_count`` (1), ``status`` (Active), ``region``, ``duration_hours``,
-        ``start_time`` / ``end_time`` (datetimes).
+        ``start_time`` / ``end_time`` (datetimes), ``upfront_fee`` and ``currency`` (what
+        DescribeTrainingPlan reports it was bought for; default 0 USD).
         """
         return self._require_executor().register_training_plan(name, **kwargs)
 

@@ -266,7 +266,8 @@ class TrainingJobExecutor:
                 name, instance_type=capacity["InstanceType"],
                 instance_count=capacity["InstanceCount"], region=region,
                 status="Active" if start <= now() else "Scheduled",
-                start_time=start, end_time=capacity["EndTime"])
+                start_time=start, end_time=capacity["EndTime"], upfront_fee=offer["UpfrontFee"],
+                currency=offer["CurrencyCode"])
             del self._offers[offer["TrainingPlanOfferingId"]]
         return {"TrainingPlanArn": arn}
 
@@ -294,6 +295,8 @@ class TrainingJobExecutor:
         duration_hours: float = 24.0,
         start_time: dt.datetime | None = None,
         end_time: dt.datetime | None = None,
+        upfront_fee: str | float = "0",
+        currency: str = "USD",
     ) -> str:
         if status not in PLAN_STATUSES:
             raise ValueError(f"status={status!r}: choose one of {', '.join(PLAN_STATUSES)}")
@@ -308,7 +311,8 @@ class TrainingJobExecutor:
         with self._lock:
             in_use = self._plans[arn].in_use if arn in self._plans else 0
             self._plans[arn] = TrainingPlan(name, arn, region, status, instance_type,
-                                            instance_count, start, end, in_use)
+                                            instance_count, start, end, in_use,
+                                            f"{float(upfront_fee):.2f}", currency)
             self._capacity.notify_all()
         return arn
 

@@ -83,6 +83,8 @@ class TrainingPlan:
     start_time: dt.datetime
     end_time: dt.datetime
     in_use: int = 0
+    upfront_fee: str = "0"  # what the plan was bought for (its offering's UpfrontFee)
+    currency: str = "USD"
 
     def describe(self) -> dict[str, Any]:
         hours = (self.end_time - self.start_time).total_seconds() / 3600
@@ -95,8 +97,8 @@ class TrainingPlan:
             "DurationMinutes": int(round((hours - int(hours)) * 60)),
             "StartTime": self.start_time,
             "EndTime": self.end_time,
-            "UpfrontFee": "0",
-            "CurrencyCode": "USD",
+            "UpfrontFee": self.upfront_fee,
+            "CurrencyCode": self.currency,
             "TotalInstanceCount": self.instance_count,
             "AvailableInstanceCount": max(0, self.instance_count - self.in_use),
             "InUseInstanceCount": self.in_use,

@@ -1,6 +1,6 @@
 """KFP definition of the memory estimate (the work is in ``planner`` / ``report``)."""
 
-from typing import NamedTuple
+from typing import NamedTuple, Optional
 
 from kfp.dsl import Markdown, Metrics, Output
 
@@ -36,6 +36,7 @@ def memory_estimate(
     quantized_model_init: bool = False,
     require_all_runnable: bool = False,
     max_candidate_batch_size: int = 0,
+    instance_hour_prices: Optional[dict] = None,
 ) -> NamedTuple(  # type: ignore[valid-type]
     "Outputs",
     [("plan", str), ("runnable_precisions", list), ("all_runnable", bool),
@@ -90,6 +91,9 @@ def memory_estimate(
             predicted not to fit, instead of reporting it in the plan.
         max_candidate_batch_size: Cap on the batch sizes in ``batch_candidates``
             (0 = up to the largest that fits).
+        instance_hour_prices: Instance type -> USD per instance-hour for the predicted
+            cost per billion tokens (default: the shipped table, labelled "verify"; the
+            plan's ``price_source`` says which was used).
 
     Returns:
         plan: The MemoryPlan JSON (components.common.memory_plan) the training

@@ -45,7 +45,8 @@ MAX_TOKENS_PER_MICRO_BATCH = 1 << 16  # 65,536 tokens per GPU per micro-batch
 MAX_TOKENS_PER_STEP = 1 << 22  # 4,194,304 tokens per optimizer step over all GPUs
 # The throughput model's keys in each plan entry (components/common/memory_plan.py).
 PLAN_THROUGHPUT_KEYS = ("tokens_per_s_per_gpu", "step_seconds", "mfu",
-                        "cost_usd_per_billion_tokens", "throughput_source", "throughput_bound")
+                        "cost_usd_per_billion_tokens", "throughput_source", "throughput_bound",
+                        "price_source")
 # Precisions only Blackwell runs: their numbers come from the formats' byte sizes
 # and are not measured on the H200 grid (benchmarks/memory/README.md).
 UNMEASURED_NOTE = "estimated from the format's byte sizes; not measured (no Blackwell GPU here)"

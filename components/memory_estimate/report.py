@@ -121,7 +121,9 @@ def _throughput_markdown(result: PlanResult) -> list[str]:
                    f"{e.step_seconds or 0.0:.3f} | {mfu} | {vs} | "
                    f"{_fmt_cost(e.cost_usd_per_billion_tokens)} | {e.throughput_bound} |")
     sources = sorted({e.throughput_source for _, e in rows})
-    out += ["", "Source: " + "; ".join(sources) + ". MFU counts model FLOPs (6N + 12LHT per "
+    prices = sorted({e.price_source for _, e in rows if e.price_source})
+    out += ["", "Source: " + "; ".join(sources) + ". Instance price: "
+            + ("; ".join(prices) if prices else "none") + ". MFU counts model FLOPs (6N + 12LHT per "
             "token) against the precision's dense peak, as the trainer reports it."]
     return out
 

@@ -23,6 +23,7 @@ PARAMETERS = frozenset((
     "hidden_size", "num_heads", "num_kv_heads", "ffn_hidden_size", "vocab_size", "mlp",
     "seq_length", "batch_size", "precisions", "activation_checkpointing", "headroom",
     *TRAINING_PARAMETERS, "require_all_runnable", "max_candidate_batch_size",
+    "instance_hour_prices",
 ))
 
 
@@ -70,6 +71,7 @@ def request(
         activation_checkpointing=planner.parse_checkpointing(params["activation_checkpointing"]),
         headroom=params["headroom"],
         training={**{k: params[k] for k in TRAINING_PARAMETERS}, **(training or {})},
+        instance_hour_prices=dict(params["instance_hour_prices"] or {}) or None,
     )
 
 

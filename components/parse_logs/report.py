@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from components.common import markdown as md
 from components.parse_logs.analysis import analyse
 from components.parse_logs.parser import ParsedLog
 from components.parse_logs.series import write_series
@@ -26,17 +27,18 @@ def _fmt(x: Any, spec: str = ",.4g", unit: str = "") -> str:
 
 
 def _md(text: Any) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")[:300]
+    """A value from the log or the user, as text in the Markdown the KFP UI renders."""
+    return md.inline(text, 300)
 
 
 def markdown(report: dict[str, Any]) -> str:
     m = report["metrics"]
     run = report.get("run") or "training log"
-    status = report["status"]
-    precision = report.get("precision") or "unknown"
+    status = _md(report["status"])
+    precision = _md(report.get("precision") or "unknown")
     confirm = ("confirmed by the log" if report.get("precision_confirmed")
                else "NOT confirmed by a start-up line")
-    recipe = f", recipe {report['recipe']}" if report.get("recipe") else ""
+    recipe = f", recipe {_md(report['recipe'])}" if report.get("recipe") else ""
     emulated = " — **emulated numerics** (not a speed measurement)" if report.get(
         "emulated") else ""
     lines = [f"## {_md(run)}: {status}", ""]
@@ -46,7 +48,7 @@ def markdown(report: dict[str, Any]) -> str:
               f"| status | {status} |",
               f"| precision | {precision} ({confirm}{recipe}){emulated} |"]
     if report.get("requested_precision"):
-        lines.append(f"| requested precision | {report['requested_precision']} |")
+        lines.append(f"| requested precision | {_md(report['requested_precision'])} |")
     lines.append(f"| steps logged | {_fmt(m.get('steps'), ',.0f')} (last step "
                  f"{_fmt(m.get('last_step'), '.0f')}) |")
     lines.append(f"| final loss (mean of the last 10% of steps) | {_fmt(m.get('final_loss'), '.5g')} "
@@ -85,7 +87,7 @@ def markdown(report: dict[str, Any]) -> str:
             detail = e.get("message") or e.get("reason") or e.get("path") or ""
             if kind == "oom" and e.get("bytes_requested"):
                 detail = f"tried to allocate {e['bytes_requested'] / 2**30:.2f} GiB. {detail}"
-            lines.append(f"| {kind} | {counts[kind]} | {_md(where + str(detail))} |")
+            lines.append(f"| {_md(kind)} | {_md(counts[kind])} | {_md(where + str(detail))} |")
     return "\n".join(lines) + "\n"
 
 

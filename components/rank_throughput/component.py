@@ -25,6 +25,9 @@ def rank_throughput(
     configuration (batch size and activation checkpointing). Runs that failed
     (e.g. out of memory) are listed with their reason, never ranked. Runs with
     emulated numerics are labelled: their speed ranks this machine, not the GPU.
+    A series that breaks its contract (``kfp-sagemaker/step-series/v1``: a value of
+    the wrong type, an unknown precision, metadata that contradicts the rows) fails
+    the step with an error naming the file, the line and the fix.
 
     Args:
         series: The parse_logs ``series`` Datasets of the candidate runs.

@@ -23,6 +23,7 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from components.common import markdown as md
 from components.common import throughput
 from components.common.errors import UserError
 from components.common.step_series import SeriesFormatError, read_series
@@ -79,7 +80,10 @@ def load(paths: list[str]) -> list[Candidate]:
     for path in paths:
         try:
             s = read_series(path)
-        except (OSError, SeriesFormatError, UnicodeError, csv.Error) as exc:
+        except SeriesFormatError as exc:
+            raise UserError("series", f"{path} could not be read as a step series: "
+                            f"{exc.problem} (at {exc.field})", exc.fix) from None
+        except (OSError, UnicodeError, csv.Error) as exc:
             raise UserError("series", f"{path} could not be read as a step series ({exc}).",
                             "pass the parse_logs series outputs of the candidate runs.") from None
         meta, metrics = s.meta, s.meta.get("metrics") or {}
@@ -136,9 +140,11 @@ def _setting(c: Candidate) -> str:
 
 
 def markdown(r: Ranking) -> str:
+    """The summary the KFP UI renders; every value from a series is escaped
+    (``components.common.markdown``): it shows as text and stays in its cell."""
     lines = ["# Batch-size tuning", ""]
     if r.best:
-        lines.append(f"**Best: {_setting(r.best)}** ({r.best.precision}, "
+        lines.append(f"**Best: {md.inline(_setting(r.best))}** ({md.inline(r.best.precision)}, "
                      f"{_fmt(r.best.tokens_per_s_per_gpu, ',.0f')} tokens/s per GPU, peak "
                      f"{_fmt(r.best.peak_memory_gib, '.2f')} GiB).")
     else:
@@ -151,8 +157,9 @@ def markdown(r: Ranking) -> str:
               "|---:|---|---|---|---|---:|---:|---:|---:|"]
     for i, c in enumerate(r.candidates, 1):
         status = c.status + (f": {c.failure_reason[:80]}" if c.failure_reason else "")
-        lines.append(f"| {i if c.ok else '-'} | {c.run} | {c.precision}"
-                     f"{' (emulated)' if c.emulated else ''} | {_setting(c)} | {status} | "
+        lines.append(f"| {i if c.ok else '-'} | {md.inline(c.run)} | {md.inline(c.precision)}"
+                     f"{' (emulated)' if c.emulated else ''} | {md.inline(_setting(c))} | "
+                     f"{md.inline(status)} | "
                      f"{_fmt(c.tokens_per_s_per_gpu, ',.0f')} | "
                      f"{_fmt(c.predicted_tokens_per_s_per_gpu, ',.0f')} | "
                      f"{_fmt(c.measured_over_predicted, '.2f')} | "

@@ -117,8 +117,9 @@ def _main(args: argparse.Namespace, params: list[cli.Parameter], ctx: ExecutionC
             for note in resolved.notes:
                 print(note, file=sys.stderr)
             launcher.check_follow_settings(kwargs["poll_interval_s"], kwargs["max_outage_s"])
-            launcher.cost_preview(resolved, launcher.pricing.price_table(
-                kwargs["instance_hour_prices"]), say=lambda line: print(line, file=sys.stderr))
+            book = launcher.pricing.PriceBook(resolved.region, kwargs["instance_hour_prices"],
+                                              lookup=False)  # a dry run makes no AWS call
+            launcher.cost_preview(resolved, book, say=lambda line: print(line, file=sys.stderr))
             print(launcher.request_json(request))
             return 0
         result = launcher.launch(cfg, resources_path=args.aws_resources_path,

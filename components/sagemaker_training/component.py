@@ -162,11 +162,15 @@ def sagemaker_training(
         override_memory_check: Launch even when, with no ``memory_plan``, the
             pre-flight estimate (memory_estimate's model, run before every launch)
             predicts the configuration will not fit in GPU memory.
-        instance_hour_prices: Instance type -> USD per instance-hour, overriding the
-            built-in approximate on-demand table used for ``estimated_cost_usd``.
-        max_cost_usd: Refuse to launch (before any AWS call) when the worst case,
-            instance_count x max_runtime_seconds x the instance-hour price, exceeds
-            this many USD (times the number of ``budget_items``); 0: no limit.
+        instance_hour_prices: Instance type -> USD per instance-hour (e.g. a Savings
+            Plans rate). Default: the AWS Price List API's on-demand SageMaker training
+            rate for the region (pricing:GetProducts, cached a day), else the shipped
+            table (labelled "verify"); every cost in the log names its price's source.
+            A job on a training plan costs its share of the plan's UpfrontFee instead.
+        max_cost_usd: Refuse to launch (before CreateTrainingJob) when the worst case,
+            instance_count x max_runtime_seconds (spot: max_wait_seconds) x the
+            instance-hour price, exceeds this many USD (times the number of
+            ``budget_items``); 0: no limit.
         budget_items: The items of the ParallelFor this job is one of (a sweep's
             precisions or batch candidates): ``max_cost_usd`` then bounds the sum
             of all their worst cases, so no job starts when the sweep is over it.
@@ -188,9 +192,11 @@ def sagemaker_training(
         status: Final status (Completed; any other status fails the task).
         billable_seconds: BillableTimeInSeconds (per instance, as SageMaker reports it).
         estimated_cost_usd: billable hours x instance_count x the instance-hour
-            price, -1 when the price table has no price for the instance type.
-        worst_case_cost_usd: instance_count x max_runtime_seconds x the price (what
-            was checked against ``max_cost_usd``), -1 without a price.
+            price (for spot, BillableTimeInSeconds is what SageMaker bills; on a
+            training plan, the plan's fee per reserved instance-hour), -1 without a price.
+        worst_case_cost_usd: instance_count x max_runtime_seconds (spot:
+            max_wait_seconds) x the price (what was checked against ``max_cost_usd``),
+            -1 without a price.
     """
     parameters = dict(locals())  # first statement: exactly the parameters, as passed
     from collections import namedtuple

@@ -43,6 +43,8 @@ class TrainingResult:
     worst_case_cost_usd: float  # instances x max runtime x price; -1.0 without a price
     failure_reason: str
     created: bool  # False when the job already existed (a retried or restarted component)
+    training_seconds: int = 0  # TrainingTimeInSeconds (spot: 1 - billable/training is saved)
+    price_source: str = ""  # where the price of estimated_cost_usd comes from
 
 
 def prepare(cfg: TrainingJobConfig, *, region: str | None = None) -> tuple[ResolvedConfig,
@@ -129,29 +131,32 @@ def _launch(cfg: TrainingJobConfig, ctx: ExecutionContext, *, resources_path: st
             raise_on_failure: bool, budget_jobs: int) -> TrainingResult:
     check_follow_settings(poll_interval_s, max_outage_s)
     resolved, request = prepare(cfg)
-    prices = pricing.price_table(instance_hour_prices)  # validated before any AWS call too
     say = out
+    # validated before any AWS call; the lookups it makes (GetProducts) only read
+    book = pricing.PriceBook(resolved.region, instance_hour_prices)
     for note in resolved.notes:
         say(note)
-    worst = cost_preview(resolved, prices, budget_jobs=budget_jobs, say=say)
-    ctx.check("before any AWS call: nothing was created")
     sagemaker = aws.client("sagemaker", resolved.region)
-    # Following the job: no botocore retries and short connect timeouts; the runner
-    # rides out outages itself, looking at the termination flag between attempts
-    # (botocore's own back-off, up to minutes, would hide it).
-    follow = aws.client("sagemaker", resolved.region, **FOLLOW_CLIENT)
-    logs = aws.client("logs", resolved.region, **FOLLOW_CLIENT)
+    plan: dict[str, Any] | None = None
     if cfg.training_plan_arn:
         plan = check_training_plan(sagemaker, resolved)
         say(f"training plan {plan.get('TrainingPlanName')}: {plan.get('Status')}, "
             f"{plan.get('AvailableInstanceCount', '?')} of {plan.get('TotalInstanceCount', '?')} "
             "instance(s) available")
+    worst = cost_preview(resolved, book, plan=plan, budget_jobs=budget_jobs, say=say)
+    ctx.check("before CreateTrainingJob: nothing was created")
+    # Following the job: no botocore retries and short connect timeouts; the runner
+    # rides out outages itself, looking at the termination flag between attempts
+    # (botocore's own back-off, up to minutes, would hide it).
+    follow = aws.client("sagemaker", resolved.region, **FOLLOW_CLIENT)
+    logs = aws.client("logs", resolved.region, **FOLLOW_CLIENT)
     runner = TrainingJobRunner(sagemaker, logs, resolved.region, poll_interval_s=poll_interval_s,
                                max_outage_s=max_outage_s, stop_wait_s=runner_mod.DEFAULT_STOP_WAIT_S,
                                out=say, ctx=ctx, follow=follow)
     job = runner.run(request, run_id=cfg.run_id, resources_path=resources_path)
     billable = int(job.get("BillableTimeInSeconds") or 0)
-    cost = pricing.estimate_cost_usd(cfg.instance_type, billable, prices, cfg.instance_count)
+    price = job_price(resolved, book, plan)
+    cost = pricing.cost(price, cfg.instance_count, billable) if price else None
     result = TrainingResult(
         job_name=job["TrainingJobName"],
         job_arn=job["TrainingJobArn"],
@@ -159,46 +164,106 @@ def _launch(cfg: TrainingJobConfig, ctx: ExecutionContext, *, resources_path: st
         secondary_status=job.get("SecondaryStatus", ""),
         model_s3_uri=(job.get("ModelArtifacts") or {}).get("S3ModelArtifacts", ""),
         billable_seconds=billable,
-        estimated_cost_usd=-1.0 if cost is None else cost,
-        worst_case_cost_usd=-1.0 if worst is None else worst,
+        estimated_cost_usd=-1.0 if cost is None else round(cost.amount, 4),
+        worst_case_cost_usd=-1.0 if worst is None else round(worst.amount, 4),
         failure_reason=job.get("FailureReason", ""),
         created=runner.created,
+        training_seconds=int(job.get("TrainingTimeInSeconds") or 0),
+        price_source=price.source if price else "",
     )
-    say(f"training job {result.job_name}: {result.status}; billable {billable} s per instance"
-        + (f", estimated ${cost:,.2f}" if cost is not None
-           else f" (no price for {cfg.instance_type}: pass instance_hour_prices)"))
+    say(cost_report(resolved, job, cost, book))
     if raise_on_failure:
         runner.check(job)
     return result
 
 
-def cost_preview(resolved: ResolvedConfig, prices: Mapping[str, float], *, budget_jobs: int = 1,
-                 say: Callable[[str], None]) -> float | None:
+def job_price(resolved: ResolvedConfig, book: pricing.PriceBook,
+              plan: Mapping[str, Any] | None) -> pricing.Price | None:
+    """What one instance-hour of this job costs: its plan's share of the upfront fee, or
+    the on-demand price (a spot job's BillableTimeInSeconds is already discounted)."""
+    if plan is not None:
+        return pricing.plan_price(plan)
+    return book.price(resolved.config.instance_type)
+
+
+def cost_report(resolved: ResolvedConfig, job: Mapping[str, Any], cost: pricing.Cost | None,
+                book: pricing.PriceBook) -> str:
+    """The finished job's line: billable time, cost with its price's source, spot saving."""
+    c = resolved.config
+    billable = int(job.get("BillableTimeInSeconds") or 0)
+    line = (f"training job {job['TrainingJobName']}: {job['TrainingJobStatus']}; billable "
+            f"{billable} s per instance")
+    line += f", cost {cost}" if cost is not None else f" ({book.missing(c.instance_type)})"
+    training = int(job.get("TrainingTimeInSeconds") or 0)
+    if c.use_spot and training:
+        # botocore's model: the saving is (1 - BillableTimeInSeconds / TrainingTimeInSeconds)
+        line += (f"; spot saving {1 - billable / training:.0%} as SageMaker reports it "
+                 f"(billable {billable} s of {training} s training)")
+        if cost is not None:
+            on_demand = pricing.cost(cost.price, c.instance_count, training)
+            line += f", {pricing.money(on_demand.amount - cost.amount)} less than on-demand"
+    return line
+
+
+def cost_preview(resolved: ResolvedConfig, book: pricing.PriceBook, *,
+                 plan: Mapping[str, Any] | None = None, budget_jobs: int = 1,
+                 say: Callable[[str], None]) -> pricing.Cost | None:
     """Prints the worst case (and the plan's predicted cost, when it has one) and refuses a
     launch over ``max_cost_usd`` (``budget_jobs``: jobs of a sweep sharing that budget);
-    returns the worst case, None without a price. No AWS call."""
+    returns the worst case, None without a price. ``plan``: the DescribeTrainingPlan of a
+    job on a training plan (None in a dry run: its fee is then not known)."""
     c = resolved.config
     if isinstance(budget_jobs, bool) or not isinstance(budget_jobs, int) or budget_jobs < 1:
         raise UserError("budget_jobs", f"{budget_jobs!r}: must be an integer >= 1.")
-    worst = pricing.worst_case_cost_usd(c.instance_type, c.instance_count,
-                                        c.max_runtime_seconds, prices)
-    hours = c.max_runtime_seconds / 3600
+    if c.training_plan_arn and plan is None:
+        say("worst case: the training plan's share of its UpfrontFee, looked up at launch "
+            "(DescribeTrainingPlan; not in a dry run)")
+        pricing.check_budget(c.max_cost_usd, None, instance_type=c.instance_type,
+                             missing="a dry run does not look up the training plan's fee")
+        return None
+    price = job_price(resolved, book, plan)
+    # SageMaker ends a job at MaxRuntimeInSeconds; a spot job at MaxWaitTimeInSeconds
+    # (waiting for capacity + running), and bills at most the on-demand rate meanwhile.
+    seconds, limit = ((c.max_wait_seconds, "max_wait_seconds") if c.use_spot
+                      else (c.max_runtime_seconds, "max_runtime_seconds"))
+    worst = pricing.cost(price, c.instance_count, seconds) if price else None
+    for note in book.notes:
+        say(f"price: {note}")
     if worst is None:
-        say(f"worst case: {c.instance_count} x {c.instance_type} x {hours:g} h (no price for "
-            f"{c.instance_type}: pass instance_hour_prices)")
+        say(f"worst case: {c.instance_count} x {c.instance_type} x {seconds / 3600:g} h "
+            f"({limit}); {book.missing(c.instance_type)}")
     else:
-        say(f"worst case: {c.instance_count} x {c.instance_type} x {hours:g} h "
-            f"(max_runtime_seconds) x ${prices[c.instance_type]:,.2f}/h = ${worst:,.2f} "
-            "(price table: approximate on-demand, see components/common/pricing.py)")
-    predicted = _predicted(resolved, prices)
+        say(f"worst case ({limit}{', billed at most the on-demand rate' if c.use_spot else ''}"
+            f"): {worst}")
+    if plan is not None:
+        say(plan_usage(plan, resolved, budget_jobs))
+    predicted = _predicted(resolved, price)
     if predicted:
         say(predicted)
-    pricing.check_budget(c.max_cost_usd, worst, instance_type=c.instance_type, jobs=budget_jobs)
+    pricing.check_budget(c.max_cost_usd, worst, instance_type=c.instance_type, jobs=budget_jobs,
+                         missing=book.missing(c.instance_type))
     return worst
 
 
-def _predicted(resolved: ResolvedConfig, prices: Mapping[str, float]) -> str:
-    """The memory plan's throughput prediction as hours and USD for this job, or ""."""
+def plan_usage(plan: Mapping[str, Any], resolved: ResolvedConfig, jobs: int) -> str:
+    """What the plan costs and how much of its reserved instance-hours the sweep may use."""
+    c = resolved.config
+    fee = pricing.money(float(plan.get("UpfrontFee") or 0), str(plan.get("CurrencyCode") or "USD"))
+    reserved = int(plan.get("TotalInstanceCount") or 0) * pricing.plan_hours(plan)
+    used = jobs * c.instance_count * c.max_runtime_seconds / 3600
+    share = f"{used / reserved:.0%}" if reserved else "n/a"
+    sweep = f"{jobs} jobs x " if jobs > 1 else ""
+    text = (f"training plan {plan.get('TrainingPlanName')}: paid up front, {fee} for "
+            f"{reserved:,.4g} reserved instance-hours; this {'sweep' if jobs > 1 else 'job'} "
+            f"uses at most {sweep}{c.instance_count} x {c.max_runtime_seconds / 3600:g} h = "
+            f"{used:,.4g} instance-hours ({share} of the plan)")
+    if reserved and used > reserved:
+        text += "; more than the plan reserves: jobs beyond it wait for the plan's capacity"
+    return text
+
+
+def _predicted(resolved: ResolvedConfig, price: pricing.Price | None) -> str:
+    """The memory plan's throughput prediction as hours and cost for this job, or ""."""
     c = resolved.config
     if not c.memory_plan.strip():
         return ""
@@ -208,12 +273,11 @@ def _predicted(resolved: ResolvedConfig, prices: Mapping[str, float]) -> str:
     step_s = getattr(entry, "step_seconds", None)
     if not step_s:
         return ""
-    hours = c.max_steps * float(step_s) / 3600
-    price = prices.get(c.instance_type)
-    cost = f", ${hours * c.instance_count * price:,.2f}" if price is not None else ""
+    seconds = c.max_steps * float(step_s)
+    cost = f", {pricing.cost(price, c.instance_count, seconds)}" if price is not None else ""
     source = getattr(entry, "throughput_source", "") or "the memory plan's throughput model"
-    return (f"predicted: {c.max_steps} steps x {float(step_s):.3g} s = {hours:.2f} h{cost} "
-            f"({source}; predicted, not measured)")
+    return (f"predicted: {c.max_steps} steps x {float(step_s):.3g} s = {seconds / 3600:.2f} h"
+            f"{cost} ({source}; predicted, not measured)")
 
 
 def request_json(request: dict[str, Any]) -> str:
