@@ -33,7 +33,7 @@ from components.common import aws, resources
 from components.common.errors import AWS_UNREACHABLE_EXIT_CODE
 from components.common.execution_context import TERMINATED_EXIT_CODE, ExecutionContext, Terminated
 from components.sagemaker_training import __main__ as cli
-from components.sagemaker_training import launcher, runner
+from components.sagemaker_training import launcher
 from components.sagemaker_training.request import TrainingJobConfig
 
 ROOT = Path(__file__).resolve().parent.parent
