@@ -47,6 +47,7 @@ SLEEP_SLICE_S = 0.1  # how often ``sleep`` looks at the flag
 # The stop on termination gets this long, whatever the outage budget: with SageMaker
 # unreachable, the step must say what it could not stop well within KFP's 30 s grace.
 DEFAULT_STOP_TIMEOUT_S = 5.0
+DEFAULT_MAX_OUTAGE_S = 300.0  # how long following remote work rides out an unreachable endpoint
 RETRY_PAUSE_S = 0.2  # between two attempts of a bounded stop
 MAX_RETRY_BACKOFF_S = 30.0  # the longest pause between two attempts while riding out an outage
 

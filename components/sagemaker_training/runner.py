@@ -39,6 +39,7 @@ from components.common.aws import error_code, is_transient
 from components.common.cloudwatch import LogTail, training_job_tail
 from components.common.errors import UserError
 from components.common.execution_context import (
+    DEFAULT_MAX_OUTAGE_S,
     DEFAULT_STOP_TIMEOUT_S,
     RETRY_PAUSE_S,
     AwsUnreachable,
@@ -51,7 +52,6 @@ from components.common.execution_context import (
 from components.common.training_job import TERMINAL_STATUSES
 
 DEFAULT_POLL_INTERVAL_S = 5.0
-DEFAULT_MAX_OUTAGE_S = 300.0
 
 __all__ = ["AwsUnreachable", "JobStoppedAfterError", "Terminated", "TrainingJobFailed",
            "TrainingJobRunner"]
