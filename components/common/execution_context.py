@@ -97,7 +97,7 @@ def stop_within(what: str, stop: Callable[[Callable[[], float]], str | None], *,
     try:
         state = stop(left)
     except Exception as exc:
-        return (f"the stop of {what} was NOT accepted within {budget_s:g} s "
+        return (f"the stop of {what} was NOT accepted within {budget_s:.3g} s "
                 f"({_one_line(exc)}): {what} may still be running. Stop it with: "
                 f"{stop_command}")
     if state is None:
