@@ -30,10 +30,10 @@ from botocore.exceptions import ConnectionClosedError, EndpointConnectionError
 from conftest import local_backend_with_bucket
 
 from components.common import aws, resources
-from components.common.errors import AWS_UNREACHABLE_EXIT_CODE
+from components.common.errors import AWS_UNREACHABLE_EXIT_CODE, UserError
 from components.common.execution_context import TERMINATED_EXIT_CODE, ExecutionContext, Terminated
 from components.sagemaker_training import __main__ as cli
-from components.sagemaker_training import launcher
+from components.sagemaker_training import launcher, runner
 from components.sagemaker_training.request import TrainingJobConfig
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -440,3 +440,47 @@ def signal_during(outage: Outage, recovers: bool) -> Callable[..., None]:
                 outage.duration = time.monotonic() - outage.started + 0.5
             os.kill(os.getpid(), signal.SIGTERM)
     return handler
+
+
+@pytest.mark.parametrize("flag", ["--aws-resources-path", "--output-json"])
+def test_an_output_path_that_cannot_be_written_is_refused_before_create(
+        backend, tmp_path, capsys, flag):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    cfg = config()
+    name = launcher.prepare(cfg)[0].job_name
+    with aws.record_calls(str(tmp_path / "calls.jsonl")) as recording:
+        code = cli.main(cli_args(cfg, flag, str(blocker / "sub" / "out.json")))
+    err = capsys.readouterr().err
+    assert code == 2 and f"error: {flag}: " in err and "Traceback" not in err, err
+    assert recording.calls() == [] and status(backend, name) is None
+
+
+def test_launch_refuses_an_unwritable_aws_resources_path_before_any_call(backend, tmp_path):
+    (tmp_path / "a-file").write_text("")
+    cfg = config()
+    with pytest.raises(UserError) as err:
+        launch(cfg, resources_path=str(tmp_path / "a-file" / "rec.json"))
+    assert err.value.field == "aws_resources"
+    assert status(backend, launcher.prepare(cfg)[0].job_name) is None
+
+
+@pytest.mark.parametrize("where", ["recording-the-job", "following-the-job"])
+def test_an_unexpected_error_after_create_stops_the_job_and_names_it(
+        backend, hooks, monkeypatch, capsys, tmp_path, where):
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise OSError(28, "No space left on device (injected)")
+
+    if where == "recording-the-job":
+        monkeypatch.setattr(resources, "write", broken)
+    else:
+        monkeypatch.setattr(runner, "training_job_tail", broken)
+    cfg = config(steps=400)
+    name = launcher.prepare(cfg)[0].job_name
+    code = cli.main(cli_args(cfg, "--aws-resources-path", str(tmp_path / "rec.json")))
+    err = capsys.readouterr().err
+    assert code == 1 and "Traceback" not in err, err
+    assert f"OSError after CreateTrainingJob {name}" in err, err
+    assert f"the stop of training job {name} was accepted" in err, err
+    assert status(backend, name) in ("Stopping", "Stopped")
+    wait_stopped(backend, name)
