@@ -418,7 +418,7 @@ def test_sigterm_during_an_outage_still_exits_143(backend, hooks, capsys, recove
         cfg = config(steps=400)
         name = launcher.prepare(cfg)[0].job_name
         started = time.monotonic()
-        code = cli.main(cli_args(cfg, "--max-outage-seconds", "60"))
+        code = cli.main(cli_args(cfg, "--max-outage-seconds", "60", "--stop-timeout-seconds", "2"))
         err = capsys.readouterr().err
         assert code == TERMINATED_EXIT_CODE, err
         assert time.monotonic() - started < 20
