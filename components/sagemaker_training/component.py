@@ -56,6 +56,7 @@ def sagemaker_training(
     job_name: str = "",
     poll_interval_seconds: float = 5.0,
     max_outage_seconds: float = 300.0,
+    stop_timeout_seconds: float = 5.0,
     run_id: str = dsl.PIPELINE_JOB_ID_PLACEHOLDER,
     task: str = dsl.PIPELINE_TASK_NAME_PLACEHOLDER,
     pipeline: str = dsl.PIPELINE_JOB_NAME_PLACEHOLDER,
@@ -88,7 +89,10 @@ def sagemaker_training(
     - Terminating the run (SIGTERM, or SIGINT) at any instant stops the training job:
       the handler is installed before the first AWS call, a termination during
       CreateTrainingJob stops the job as soon as it exists, and the task waits until
-      SageMaker reports it Stopping, then exits 143.
+      SageMaker reports it Stopping (at most ``stop_timeout_seconds``, even while
+      SageMaker is unreachable), then exits 143 saying whether the stop was accepted.
+    - Any other error once the job exists (an output that cannot be written...)
+      stops the job the same way before the task fails.
     - A failed job fails this task with SageMaker's FailureReason (for example the
       trainer's CUDA out-of-memory message and the fix it suggests).
 
@@ -179,6 +183,10 @@ def sagemaker_training(
         max_outage_seconds: How long an unreachable SageMaker endpoint is ridden out
             while following the job (it keeps running meanwhile); past it the task
             fails (exit 69) naming the job, and a retry re-attaches to it.
+        stop_timeout_seconds: How long the stop on termination may take, whatever
+            ``max_outage_seconds`` (KFP kills a terminated pod 30 s after SIGTERM);
+            when SageMaker cannot be reached in that time, the task says so and
+            prints the ``aws sagemaker stop-training-job`` command that stops the job.
         run_id: Run id for naming and tags (default: the KFP run's id).
         task: Task name for naming (default: this task's name).
         pipeline: Pipeline name for tags (default: the KFP job name).
@@ -211,6 +219,7 @@ def sagemaker_training(
         result = launch(cfg, resources_path=aws_resources,
                         instance_hour_prices=instance_hour_prices or {},
                         poll_interval_s=poll_interval_seconds, max_outage_s=max_outage_seconds,
+                        stop_timeout_s=stop_timeout_seconds,
                         budget_jobs=len(budget_items or []) or 1)
     except Terminated as exc:
         print(f"error: {exc}", flush=True)

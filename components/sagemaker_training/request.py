@@ -56,6 +56,13 @@ OWNED_HYPERPARAMETERS = {
     "activation-checkpointing",
     *MODEL_DIMENSIONS.values(),
 }
+# Environment keys the container contract or the execution role own: SM_* is how
+# SageMaker tells the container its paths, hosts and hyperparameters (SM_HP_<NAME>
+# would bypass the hyperparameter checks above); credentials in Environment travel in
+# clear in the request, show in DescribeTrainingJob and override the execution role.
+AWS_CREDENTIAL_VARIABLES = frozenset({"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
+                                      "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN"})
+SECRET_NAME_RE = re.compile(r"SECRET|PASSWORD|PASSWD|(^|_)TOKEN(_|$)|CREDENTIAL", re.IGNORECASE)
 
 
 @dataclass
@@ -544,6 +551,7 @@ def _hyperparameters(cfg: TrainingJobConfig, *, model_overrides: dict[str, int],
         "max-steps": str(cfg.max_steps),
         "activation-checkpointing": _as_str(checkpointing),
     })
+    _check_container_paths(cfg.hyperparameters)
     for key, value in (cfg.hyperparameters or {}).items():
         key = str(key)
         canonical = key.replace("_", "-")
@@ -563,9 +571,49 @@ def _hyperparameters(cfg: TrainingJobConfig, *, model_overrides: dict[str, int],
     return hps
 
 
+def container_paths() -> dict[str, str]:
+    """The trainer's hyperparameters that are container-contract paths, and the SM_*
+    variable each is read from (the trainer's declarations: ``sm_path_of``)."""
+    from trainer import config as trainer_config
+
+    return {f.name.replace("_", "-"): f.metadata["sm_path_of"]
+            for f in trainer_config.flag_fields() if f.metadata.get("sm_path_of")}
+
+
+def _check_container_paths(hyperparameters: dict[str, Any]) -> None:
+    """The launcher owns where the model, checkpoints and outputs go: SageMaker uploads
+    only /opt/ml/model and syncs only the checkpoint dir of CheckpointConfig."""
+    paths = container_paths()
+    for key in hyperparameters or {}:
+        canonical = str(key).replace("_", "-")
+        if canonical in paths:
+            raise UserError(
+                "hyperparameters", f"{key!r} is a path of the SageMaker container contract "
+                f"(${paths[canonical]}), owned by the launcher: elsewhere nothing uploads it "
+                "(the job would Complete with an empty model.tar.gz).",
+                f"drop hyperparameters[{key!r}]; use output_s3_uri for the model and "
+                "checkpoint_s3_uri for checkpoints.")
+
+
+def _check_environment_key(key: str) -> None:
+    if key.upper().startswith("SM_"):
+        raise UserError("environment", f"{key!r}: SM_* variables are SageMaker's container "
+                        "contract (paths, hosts, SM_HP_* hyperparameters), set by SageMaker.",
+                        "drop it; pass trainer settings as hyperparameters and outputs "
+                        "through output_s3_uri / checkpoint_s3_uri.")
+    if key.upper() in AWS_CREDENTIAL_VARIABLES or SECRET_NAME_RE.search(key):
+        raise UserError("environment", f"{key!r} looks like a credential or secret: "
+                        "Environment travels in clear in the CreateTrainingJob request and "
+                        "shows in DescribeTrainingJob (AWS keys also override the role).",
+                        "drop it; grant AWS access through the execution role (role_arn) "
+                        "and read other secrets from AWS Secrets Manager in the job.")
+
+
 def _environment(environment: dict[str, Any]) -> dict[str, str]:
     env = {str(k): _as_str(v) for k, v in (environment or {}).items()}
     limits.check("environment", "Environment", env, "pass fewer.")
+    for key in env:
+        _check_environment_key(key)
     for key, value in env.items():
         limits.check("environment", "Environment{key}", key,
                      "use letters, digits and _ (not starting with a digit).")
