@@ -291,3 +291,39 @@ def test_a_save_after_resuming_from_an_older_checkpoint_drops_the_abandoned_newe
                          keep_checkpoints=2)
     assert summary["status"] == "completed" and summary["resumed_from_step"] == 2
     assert sorted(p.name for p in ck.iterdir()) == [STEP2, "step_00000003"]
+
+
+def test_two_ranks_agree_to_skip_a_damaged_checkpoint_and_resume_exactly(tmp_path):
+    """torchrun with 2 gloo processes (train.sh): rank 1's RNG file of the newest checkpoint
+    is damaged; both ranks skip it and repeat steps 3 and 4 with the first run's losses."""
+    import subprocess
+
+    from test_trainer_launch import TRAIN_SH, _layout
+
+    env = _layout(tmp_path, {"model-preset": "tiny", "seq-length": "32", "batch-size": "2",
+                             "max-steps": "6", "log-every": "1", "checkpoint-every": "2",
+                             "warmup-steps": "2"})
+    env["TRAINER_NPROC_PER_NODE"] = "2"
+
+    def train_sh(*argv):
+        proc = subprocess.run(["bash", str(TRAIN_SH), *argv], env=env, capture_output=True,
+                              text=True, timeout=240, cwd=tmp_path)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        lines = proc.stdout.splitlines()
+        return ({r.step: r.loss for r in map(logformat.parse_step, lines) if r is not None},
+                [j for j in map(logformat.parse_json, lines) if j])
+
+    first, _ = train_sh("--stop-after-step", "4")
+    ck = tmp_path / "checkpoints"
+    assert sorted(p.name for p in ck.iterdir()) == [STEP2, STEP4]
+    assert {"rng_rank00000.pt", "rng_rank00001.pt"} <= set(_manifest(ck / STEP4)["files"])
+    assert _manifest(ck / STEP4)["fingerprint"]["world_size"] == 2
+    _garbage(ck / STEP4 / "rng_rank00001.pt")
+    second, records = train_sh()
+    skipped = [p["message"] for k, p in records if k == "event"
+               and p["kind"] == "checkpoint_unusable"]
+    assert skipped == [f"{STEP4} skipped: rng_rank00001.pt does not match its checksum: damaged"]
+    resumed = [p for k, p in records if k == "checkpoint" and p["action"] == "resumed"]
+    assert [(p["step"], p["skipped"]) for p in resumed] == [(2, [STEP4])]
+    assert sorted(second) == [3, 4, 5, 6]
+    assert (second[3], second[4]) == (first[3], first[4])

@@ -249,7 +249,7 @@ def _prepare(root: Path, tmp: Path, name: str, need: int) -> str | None:
     try:
         root.mkdir(parents=True, exist_ok=True)
         shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
+        tmp.mkdir(parents=True, exist_ok=True)  # another node sharing the directory
     except OSError as exc:
         if exc.errno in (errno.ENOSPC, errno.EDQUOT):
             return _no_space(root, name, need)
@@ -347,8 +347,8 @@ def _survey(root: Path) -> list[tuple[str, str | None]]:
                    if n not in dict(view) or dict(view)[n]]
         if not reasons:
             out.append((n, None))
-        elif len(views) == 1:
-            out.append((n, reasons[0][1]))
+        elif len(reasons) == len(views) and len({r for _, r in reasons}) == 1:
+            out.append((n, reasons[0][1]))  # every rank sees it the same way
         else:
             out.append((n, f"rank {reasons[0][0]}: {reasons[0][1]}"))
     return out

@@ -196,7 +196,9 @@ class TrainConfig:
                                    group=OUTPUTS, valid=f"[0, {MAX_STEPS}]")
     keep_checkpoints: int = option(2, "checkpoints kept (the newest)", group=OUTPUTS,
                                    valid="[1, 1000]")
-    resume: bool = option(True, "resume from the newest checkpoint", group=OUTPUTS)
+    resume: bool = option(
+        True, "resume from the newest complete checkpoint of this run (false: start over; "
+        "the first save then replaces the checkpoints of later steps)", group=OUTPUTS)
     model_dir: str = option(help="where the final model is written", group=OUTPUTS,
                             sm_path_of="SM_MODEL_DIR")
     output_dir: str = option(help="failure file", group=OUTPUTS, sm_path_of="SM_OUTPUT_DIR")
