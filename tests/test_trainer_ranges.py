@@ -137,3 +137,31 @@ def test_launcher_dry_run_accepts_in_range_hyperparameters(capsys, monkeypatch):
     out = capsys.readouterr()
     assert code == 0, out.err
     assert '"beta1": "0.8"' in out.out and '"fp8-amax-history-len": "16"' in out.out
+
+
+@pytest.mark.parametrize("name, value, shown", [("num-layers", "5000", "[1, 1024]"),
+                                                ("vocab-size", "-1", "[0, 4194304]"),
+                                                ("hidden-size", "1000000", "[1, 131072]")])
+def test_model_dimensions_have_their_ranges_too(name, value, shown):
+    from trainer import spec
+
+    with pytest.raises(config.ConfigError) as hps:
+        config.check_hyperparameters({name: value}, env={})
+    assert hps.value.name == name
+    assert f"--{name}: {value} is outside the valid range {shown}" in str(hps.value)
+    assert hps.value.fix.startswith(f"give {name} a value in {shown}")
+    attr = name.replace("-", "_")
+    with pytest.raises(ValueError, match=rf"^{attr}={value}: "):
+        spec.spec_from_values("tiny", **{attr: int(value)})
+    assert set(spec.DIMENSION_BOUNDS) == set(spec._DIM_FLAGS)  # every dimension flag
+
+
+def test_launcher_dry_run_refuses_a_model_dimension_out_of_range(capsys, monkeypatch):
+    from components.sagemaker_training.__main__ import main
+
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
+    with aws.record_calls() as recording:
+        code = main(DRY_RUN + ["--num-layers", "5000"])
+    err = capsys.readouterr().err
+    assert code == 2 and recording.calls() == []
+    assert err.startswith("error: num_layers: num_layers=5000: outside its valid range [1, 1024]")

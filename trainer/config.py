@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import difflib
 import json
-import math
 import os
 import re
 import typing
@@ -23,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from trainer import hardware, spec
+from trainer.bounds import Bounds, within
 from trainer.spec import ModelSpec
 
 SM_DEFAULTS = {
@@ -63,49 +63,6 @@ LOSS_KERNELS = ("compiled", "eager")
 # The most steps any step-counting option takes: ten times a 1-trillion-token run of
 # 1M-token batches, far beyond SageMaker's 28-day MaxRuntime at any step time seen.
 MAX_STEPS = 10**8
-
-
-@dataclass(frozen=True)
-class Bounds:
-    """A numeric option's valid values: an interval written as in mathematics, ``[0, 1)``
-    (0 included, 1 excluded), ``(0, inf)`` (any finite value above 0). A value that is not
-    finite (inf, nan) is never inside, whatever the bounds."""
-
-    text: str
-    low: float
-    high: float
-    low_closed: bool
-    high_closed: bool
-
-    @classmethod
-    def parse(cls, text: str) -> Bounds:
-        m = re.fullmatch(r"\s*([\[(])\s*([^,\s]+)\s*,\s*([^,\s]+)\s*([\])])\s*", text)
-        if not m:
-            raise ValueError(f"bounds {text!r}: write them as [low, high], (low, high)...")
-        low, high = _number(m.group(2)), _number(m.group(3))
-        if not low < high:
-            raise ValueError(f"bounds {text!r}: low must be below high")
-        return cls(text.strip(), low, high, m.group(1) == "[", m.group(4) == "]")
-
-    def __contains__(self, value: object) -> bool:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            return False
-        if not math.isfinite(value):
-            return False
-        above = value >= self.low if self.low_closed else value > self.low
-        below = value <= self.high if self.high_closed else value < self.high
-        return above and below
-
-    def __str__(self) -> str:
-        return self.text
-
-
-def _number(text: str) -> float:
-    """An int when it is one (so 2**63 - 1 stays exact), else a float (inf, 1e-3)."""
-    try:
-        return int(text)
-    except ValueError:
-        return float(text)
 
 
 def option(default: Any = None, help: str = "", *, group: str = TRAINING,
@@ -293,25 +250,14 @@ def _flag_type(f: Field[Any], hints: Mapping[str, Any]) -> type:
     return kinds[0]  # type: ignore[no-any-return]
 
 
-def _within(kind: type, bounds: Bounds) -> Any:
-    """The flag's argparse type: converts, then refuses a value outside ``bounds``."""
-
-    def convert(text: str) -> Any:
-        value = kind(text)  # ValueError: argparse says "invalid <kind> value"
-        if value not in bounds:
-            raise argparse.ArgumentTypeError(f"{text} is outside the valid range {bounds}")
-        return value
-
-    convert.__name__ = kind.__name__
-    return convert
-
-
 def bounds_of(name: str) -> Bounds | None:
-    """The valid range declared for the option ``name`` (flag without dashes), if any."""
+    """The valid range declared for the option ``name`` (flag without dashes), if any: a
+    TrainConfig field's ``valid``, or a model dimension's (trainer.spec)."""
+    attr = name.replace("-", "_")
     for f in flag_fields():
-        if f.name == name.replace("-", "_"):
+        if f.name == attr:
             return f.metadata["valid"]  # type: ignore[no-any-return]
-    return None
+    return spec.DIMENSION_BOUNDS.get(attr)
 
 
 def range_fix(name: str) -> str:
@@ -319,7 +265,9 @@ def range_fix(name: str) -> str:
     bounds = bounds_of(name)
     if bounds is None:
         return ""
-    f = next(f for f in flag_fields() if f.name == name.replace("-", "_"))
+    f = next((f for f in flag_fields() if f.name == name.replace("-", "_")), None)
+    if f is None:  # a model dimension: no default of its own (the preset's)
+        return f"give {name} a value in {bounds}, or leave it to the model preset."
     return (f"give {name} a value in {bounds} ({f.metadata['help']}; default "
             f"{f.metadata['shown'] or flag_default(f)}).")
 
@@ -345,7 +293,7 @@ def build_parser() -> argparse.ArgumentParser:
         if kind is bool:
             kwargs["action"] = argparse.BooleanOptionalAction
         elif f.metadata["valid"] is not None:
-            kwargs["type"] = _within(kind, f.metadata["valid"])
+            kwargs["type"] = within(kind, f.metadata["valid"])
         elif kind is not str:
             kwargs["type"] = kind
         if f.metadata["choices"]:
