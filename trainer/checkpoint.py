@@ -225,9 +225,7 @@ def save(root: str | Path, step: int, model, optimizer, meta: dict[str, Any], ke
     try:
         dcp.save(state, checkpoint_id=str(tmp))
         torch.save(_rng_state(), tmp / f"rng_rank{rank:05d}.pt")
-    except BaseException as exc:  # noqa: BLE001 - DCP raises CheckpointException (a BaseException)
-        if not isinstance(exc, Exception) and type(exc).__name__ != "CheckpointException":
-            raise
+    except (Exception, dcp.CheckpointException) as exc:  # DCP's is a BaseException
         if local_rank == 0:  # the space it took is free again for the message (and the job)
             shutil.rmtree(tmp, ignore_errors=True)
         error = _no_space(root, name, need) if _disk_full(exc) else \
@@ -401,9 +399,7 @@ def restore(root: str | Path, fingerprint: dict[str, Any], model, optimizer,
                                          fingerprint))
             try:
                 done.meta, error = load(root / name, model, optimizer, rank), None
-            except BaseException as exc:  # noqa: BLE001 - DCP's CheckpointException included
-                if not isinstance(exc, Exception) and type(exc).__name__ != "CheckpointException":
-                    raise
+            except (Exception, dcp.CheckpointException) as exc:  # DCP's is a BaseException
                 error = f"could not be loaded: {_first_line(exc)}"
             errors = [e for e in _gather(error) if e]
             if not errors:
