@@ -159,8 +159,12 @@ def _te_fused_adam(model, groups, kwargs):
 
 
 def _fingerprint(cfg: TrainConfig, world: parallel.World) -> dict[str, Any]:
+    """What a checkpoint must share with the run resuming it (the manifest records it):
+    the model, the data order (world size, batch layout, seed) and the numerics (a bf16
+    checkpoint resumed as mxfp8 would label a bf16 curve mxfp8)."""
     return {"model": cfg.model.to_dict(), "world_size": world.world_size, "batch_size": cfg.batch_size,
-            "seq_length": cfg.seq_length, "grad_accum_steps": cfg.grad_accum_steps, "seed": cfg.seed}
+            "seq_length": cfg.seq_length, "grad_accum_steps": cfg.grad_accum_steps, "seed": cfg.seed,
+            "precision": cfg.precision}
 
 
 def _oom_reason(exc: BaseException, cfg: TrainConfig, world: parallel.World, step: int) -> str:
@@ -392,38 +396,38 @@ def _start(cfg, plan, world, log, state: _RunState) -> None:
 
 def _resume(cfg, world, log, state: _RunState, checkpoints: str,
             fingerprint: dict[str, Any]) -> int:
-    """Loads the newest checkpoint when there is one to resume from; returns the step to
-    continue after (0 for a fresh start). A checkpoint of another model or batch layout is
-    a ConfigError."""
+    """Loads the newest complete checkpoint when there is one to resume from (logging why
+    newer ones were skipped); returns the step to continue after (0 for a fresh start). A
+    checkpoint of another run, or checkpoints none of which is usable, is a CheckpointError."""
     state.loss_scale = cfg.loss_scale if cfg.precision == "fp16" else 1.0
     if not (checkpoints and cfg.resume):
         return 0
-    found = checkpoint.latest(checkpoints)
-    if found is None:
+    done = checkpoint.restore(checkpoints, fingerprint, state.model, state.optimizer, world.rank)
+    for name, reason in done.skipped:
+        log.event("checkpoint_unusable", f"{name} skipped: {reason}", path=str(Path(checkpoints) / name))
+    if done.path is None:
         return 0
-    meta = json.loads((found / "meta.json").read_text())
-    if meta.get("fingerprint") != fingerprint:
-        raise ConfigError(
-            f"checkpoint-dir={checkpoints}: the newest checkpoint ({found.name}) is from a different "
-            f"model or batch layout ({meta.get('fingerprint')}); use a new checkpoint-dir or resume=false"
-        )
-    meta = checkpoint.load(found, state.model, state.optimizer, world.rank)
+    meta = done.meta
     start_step = int(meta["step"])
     state.loss_scale = float(meta.get("loss_scale", state.loss_scale))
     state.good_steps = int(meta.get("good_steps", 0))
     state.step, state.loss, state.resumed_from = start_step, meta.get("loss"), start_step
-    log.json("checkpoint", {"action": "resumed", "step": start_step, "path": str(found)})
+    record: dict[str, Any] = {"action": "resumed", "step": start_step, "path": str(done.path)}
+    if done.skipped:
+        record["skipped"] = [name for name, _ in done.skipped]
+    log.json("checkpoint", record)
     return start_step
 
 
 def _save(cfg, world, log, state: _RunState, checkpoints: str,
           fingerprint: dict[str, Any]) -> str:
     """A checkpoint of ``state.step`` (model, optimizer, loss scale) in ``checkpoints``."""
-    meta = {"fingerprint": fingerprint, "loss": state.loss, "loss_scale": state.loss_scale,
-            "good_steps": state.good_steps, "precision": cfg.precision}
+    meta = {"loss": state.loss, "loss_scale": state.loss_scale, "good_steps": state.good_steps,
+            "precision": cfg.precision}
     t0 = time.perf_counter()
     path = checkpoint.save(checkpoints, state.step, state.model, state.optimizer, meta,
-                           cfg.keep_checkpoints, world.local_rank, world.rank)
+                           cfg.keep_checkpoints, world.local_rank, world.rank,
+                           fingerprint=fingerprint, local_world_size=world.local_world_size)
     state.last_checkpoint = str(path)
     log.json("checkpoint", {"action": "saved", "step": state.step, "path": str(path),
                             "seconds": round(time.perf_counter() - t0, 3)})

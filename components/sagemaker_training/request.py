@@ -472,8 +472,9 @@ def _check_with_trainer(hps: dict[str, str], env: dict[str, str]) -> None:
             "max-steps": "max_steps", "activation-checkpointing": "activation_checkpointing",
             "precision": "precision"}
         fld = owned.get(exc.name, "hyperparameters")
-        raise UserError(fld, f"the trainer would refuse it: {exc}.",
-                        "fix the value, or see python -m trainer --help for its flags.") from None
+        raise UserError(fld, f"the trainer would refuse it: {exc.problem.rstrip('.')}.",
+                        exc.fix or "fix the value, or see python -m trainer --help for its flags."
+                        ) from None
     except ValueError as exc:  # the trainer's own checks (precision names...)
         raise UserError("hyperparameters", f"the trainer would refuse it: {exc}.",
                         "see python -m trainer --help.") from None
