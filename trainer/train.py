@@ -22,7 +22,16 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from trainer import checkpoint, data, emulation, gc_schedule, logformat, metrics, parallel, precision
+from trainer import (
+    checkpoint,
+    data,
+    emulation,
+    gc_schedule,
+    logformat,
+    metrics,
+    parallel,
+    precision,
+)
 from trainer import config as config_mod
 from trainer import loss as loss_mod
 from trainer.config import ConfigError, TrainConfig
