@@ -19,6 +19,20 @@ def run_prefix(bucket: Any, s3_prefix: Any) -> str:
     return f"s3://{bucket}/{s3_prefix}/{RUN_ID}"
 
 
+def job_prefixes(prefix: str) -> dict[str, str]:
+    """Where a training job of the run writes: prefixes of its own, named after the job.
+
+    SageMaker puts a job's output under ``<output_s3_uri>/<job name>/``, and the
+    training component its checkpoints under ``<checkpoint_s3_prefix>/<job name>``.
+    The job name is deterministic and covers what the job trains (run id, task, and
+    a digest of image, instances and hyperparameters: every loop-item value), so no
+    two jobs of a run share a checkpoint prefix (one would resume the other's) or an
+    output prefix, while a retried task re-attaches to its job and its checkpoints
+    (``tests/test_pipelines.py`` checks it for every pipeline).
+    """
+    return {"output_s3_uri": f"{prefix}/output", "checkpoint_s3_prefix": f"{prefix}/checkpoints"}
+
+
 def cleanup_step(*, region: Any, policy: Any, prefix: str, repository: Any) -> Any:
     """The exit task: removes what the run created, found by its tag."""
     task = cleanup(
@@ -107,13 +121,12 @@ def check_training_arguments(arguments: dict[str, Any], *, precisions: list[str]
     prefix = f"s3://{a['bucket']}/{a['s3_prefix']}/argument-check"
     for precision in plan.runnable_precisions:
         launcher.prepare(TrainingJobConfig(
-            image_uri=image, role_arn=a["role_arn"], output_s3_uri=f"{prefix}/output",
+            image_uri=image, role_arn=a["role_arn"], **job_prefixes(prefix),
             run_id="argument-check", region=a["region"], instance_type=a["instance_type"],
             instance_count=a["instance_count"], precision=precision, **model,
             seq_length=a["seq_length"], max_steps=a["max_steps"],
             hyperparameters=merge_precision_hyperparameters(
                 a["hyperparameters"], a.get("precision_hyperparameters"), precision),
-            checkpoint_s3_uri=f"{prefix}/checkpoints/{precision}",
             training_plan_arn=a["training_plan_arn"], use_spot=a["use_spot"],
             max_wait_seconds=a["max_wait_seconds"], max_runtime_seconds=a["max_runtime_seconds"],
             memory_plan=plan.plan))

@@ -145,7 +145,7 @@ def build_pipeline(parallelism: int = DEFAULT_PARALLELISM) -> Any:
                 train = sagemaker_training(
                     image_uri=image.outputs["image_uri"],
                     role_arn=role_arn,
-                    output_s3_uri=f"{prefix}/output",
+                    **_steps.job_prefixes(prefix),
                     region=region,
                     instance_type=instance_type,
                     instance_count=instance_count,
@@ -158,7 +158,6 @@ def build_pipeline(parallelism: int = DEFAULT_PARALLELISM) -> Any:
                     hyperparameters=hyperparameters,
                     training_plan_arn=training_plan_arn,
                     use_spot=use_spot,
-                    checkpoint_s3_uri=f"{prefix}/checkpoints",
                     max_wait_seconds=max_wait_seconds,
                     max_runtime_seconds=max_runtime_seconds,
                     max_cost_usd=max_cost_usd,

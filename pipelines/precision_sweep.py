@@ -162,8 +162,7 @@ def build_pipeline(parallelism: int = DEFAULT_PARALLELISM) -> Any:
                 train = sagemaker_training(
                     image_uri=image.outputs["image_uri"],
                     role_arn=role_arn,
-                    output_s3_uri=f"{prefix}/output",
-                    checkpoint_s3_uri=f"{prefix}/checkpoints/{precision}",
+                    **_steps.job_prefixes(prefix),
                     region=region,
                     instance_type=instance_type,
                     instance_count=instance_count,

@@ -356,3 +356,116 @@ def test_progress_prints_one_line_per_job_update_and_one_per_task():
     progress.feed("    [algo-1-1] " + lf.format_json("config", {"max_steps": 8}))
     progress.feed(lines[4])
     assert out[-1].startswith("\r\x1b[K[fp8] step 2/8") and "ETA" not in out[-1]
+
+
+def _compiled_fresh(tmp_path):
+    """Every pipeline module's PIPELINE, compiled now (not the checked-in files)."""
+    from kfp import compiler
+
+    from pipelines.compile import discover_pipelines
+
+    for name, pipeline in discover_pipelines().items():
+        out = tmp_path / f"{name}.yaml"
+        compiler.Compiler().compile(pipeline, str(out))
+        yield name, yaml.safe_load(out.read_text())
+
+
+def _expression(spec: dict) -> str:
+    """A task input as one template: a constant with placeholders, or the channel it reads."""
+    if "componentInputParameter" in spec:
+        return "{{$.inputs.parameters['%s']}}" % spec["componentInputParameter"]
+    return json.dumps(spec.get("runtimeValue", {}).get("constant", ""))
+
+
+# Two values of each training input a loop may feed, to show the job name tells them apart.
+_LOOP_FED_VALUES = {"precision": ("bf16", "fp8"), "batch_size": (1, 2),
+                    "activation_checkpointing": (False, True), "seq_length": (64, 128),
+                    "max_steps": (10, 20), "model_preset": ("tiny", "small")}
+
+
+def _job_name(**overrides):
+    from components.sagemaker_training.request import TrainingJobConfig, resolve
+
+    base = dict(image_uri="123456789012.dkr.ecr.us-west-2.amazonaws.com/t:ctx-1",
+                role_arn="arn:aws:iam::123456789012:role/r", output_s3_uri="s3://bucket/p/output",
+                run_id="run-1", region="us-west-2", model_preset="tiny", seq_length=64,
+                batch_size=1, precision="bf16", max_steps=10, override_memory_check=True)
+    return resolve(TrainingJobConfig(**{**base, **overrides})).job_name
+
+
+def test_no_two_training_jobs_of_a_pipeline_can_share_a_checkpoint_or_output_prefix(tmp_path):
+    """Structural, for every training task of every pipeline: its output and checkpoint
+    prefixes are under the run's (run id) and either end in the job's own name
+    (output_s3_uri: SageMaker's ``<uri>/<job>/``; checkpoint_s3_prefix) or hold every
+    loop-item value the task trains with; and the job name differs whenever one of those
+    loop-item values does. So no two loop items, or tasks, share a prefix."""
+    for pipeline, doc in _compiled_fresh(tmp_path):
+        templates = []
+        for name, task in _all_tasks(doc):
+            if not task["componentRef"]["name"].startswith("comp-sagemaker-training"):
+                continue
+            inputs = task["inputs"]["parameters"]
+            fed = {}  # task input -> the loop-item value it reads
+            for key, spec in inputs.items():
+                channel = spec.get("componentInputParameter", "")
+                if key.startswith("pipelinechannel--") or not channel.endswith("-loop-item"):
+                    continue
+                selector = re.search(r'\["(\w+)"\]', spec.get("parameterExpressionSelector", ""))
+                fed[key] = channel + (f"-subvar-{selector.group(1)}" if selector else "")
+            named_by_job = {"output_s3_uri"} | ({"checkpoint_s3_prefix"} & set(inputs))
+            checkpoint = "checkpoint_s3_prefix" if "checkpoint_s3_prefix" in inputs \
+                else "checkpoint_s3_uri"
+            assert checkpoint in inputs, f"{pipeline}/{name}: no checkpoint prefix"
+            for field in ("output_s3_uri", checkpoint):
+                template = _expression(inputs[field])
+                assert "{{$.pipeline_job_uuid}}" in template, (pipeline, name, field, template)
+                templates.append(template)
+                if field in named_by_job:
+                    continue  # <template>/<job name>
+                missing = sorted(v for v in fed.values()
+                                 if "{{$.inputs.parameters['%s']}}" % v not in template)
+                assert not missing, (f"{pipeline}/{name}: {field} {template} does not hold "
+                                     f"the loop-item values {missing}: two items share it")
+            for key in fed:
+                assert key in _LOOP_FED_VALUES, f"add two values of {key} to _LOOP_FED_VALUES"
+                one, other = _LOOP_FED_VALUES[key]
+                assert _job_name(**{key: one}) != _job_name(**{key: other}), (
+                    f"{pipeline}/{name}: two loop items differing in {key} get one job name")
+        assert templates, f"{pipeline} has no training task"
+        assert len(templates) == len(set(templates)), f"{pipeline}: prefixes repeat {templates}"
+
+
+def test_checkpoint_s3_prefix_gives_the_job_checkpoints_named_after_it():
+    from components.common.errors import UserError
+    from components.sagemaker_training.request import TrainingJobConfig, build_request, resolve
+
+    cfg = TrainingJobConfig(
+        image_uri="123456789012.dkr.ecr.us-west-2.amazonaws.com/t:ctx-1",
+        role_arn="arn:aws:iam::123456789012:role/r", output_s3_uri="s3://bucket/p/output",
+        run_id="run-1", region="us-west-2", model_preset="tiny", seq_length=64, batch_size=1,
+        max_steps=10, override_memory_check=True, use_spot=True, max_wait_seconds=86400,
+        checkpoint_s3_prefix="s3://bucket/p/checkpoints/")
+    resolved = resolve(cfg)
+    assert build_request(resolved)["CheckpointConfig"]["S3Uri"] == (
+        f"s3://bucket/p/checkpoints/{resolved.job_name}")
+    with pytest.raises(UserError, match="checkpoint_s3_prefix: is given together"):
+        resolve(TrainingJobConfig(**{**cfg.__dict__, "checkpoint_s3_uri": "s3://bucket/c"}))
+
+
+def test_every_task_output_a_pipeline_reads_is_declared_by_its_producer(tmp_path):
+    """KFP 2.x leaks a dict loop item's sub-fields used in an f-string up through an
+    ExitHandler as outputs of the task that produced the list (kubeflow/pipelines#13273):
+    it compiles, and the driver fails at run time. No pipeline may read such an output."""
+    for pipeline, doc in _compiled_fresh(tmp_path):
+        dags = [doc["root"]["dag"]] + [c["dag"] for c in doc["components"].values() if "dag" in c]
+        for dag in dags:
+            for name, task in dag["tasks"].items():
+                for key, spec in task.get("inputs", {}).get("parameters", {}).items():
+                    source = spec.get("taskOutputParameter")
+                    if not source:
+                        continue
+                    producer = dag["tasks"][source["producerTask"]]["componentRef"]["name"]
+                    declared = doc["components"][producer].get("outputDefinitions", {}).get(
+                        "parameters", {})
+                    assert source["outputParameterKey"] in declared, (
+                        f"{pipeline}/{name}.{key} reads {source} that {producer} does not have")
