@@ -370,10 +370,14 @@ def _compiled_fresh(tmp_path):
         yield name, yaml.safe_load(out.read_text())
 
 
+def _placeholder(channel: str) -> str:
+    return "{{$.inputs.parameters['" + channel + "']}}"
+
+
 def _expression(spec: dict) -> str:
     """A task input as one template: a constant with placeholders, or the channel it reads."""
     if "componentInputParameter" in spec:
-        return "{{$.inputs.parameters['%s']}}" % spec["componentInputParameter"]
+        return _placeholder(spec["componentInputParameter"])
     return json.dumps(spec.get("runtimeValue", {}).get("constant", ""))
 
 
@@ -423,7 +427,7 @@ def test_no_two_training_jobs_of_a_pipeline_can_share_a_checkpoint_or_output_pre
                 if field in named_by_job:
                     continue  # <template>/<job name>
                 missing = sorted(v for v in fed.values()
-                                 if "{{$.inputs.parameters['%s']}}" % v not in template)
+                                 if _placeholder(v) not in template)
                 assert not missing, (f"{pipeline}/{name}: {field} {template} does not hold "
                                      f"the loop-item values {missing}: two items share it")
             for key in fed:
