@@ -19,7 +19,7 @@ def run_prefix(bucket: Any, s3_prefix: Any) -> str:
     return f"s3://{bucket}/{s3_prefix}/{RUN_ID}"
 
 
-def job_prefixes(prefix: str) -> dict[str, str]:
+def job_prefixes(prefix: str) -> dict[str, Any]:
     """Where a training job of the run writes: prefixes of its own, named after the job.
 
     SageMaker puts a job's output under ``<output_s3_uri>/<job name>/``, and the
