@@ -63,7 +63,7 @@ def model_arguments(**model: Any) -> dict[str, Any]:
     return model
 
 
-# ---- the pipelines' arguments, checked before anything starts (`--run-local`) ----
+# ---- the pipelines' arguments, checked before anything starts or is compiled ----
 
 MODEL_KEYS = ("model_preset", "num_layers", "hidden_size", "num_heads", "num_kv_heads",
               "ffn_hidden_size", "vocab_size")
@@ -91,14 +91,19 @@ def check_precision_names(field: str, names: list[Any]) -> list[str]:
 def check_training_arguments(arguments: dict[str, Any], *, precisions: list[str],
                              batch_size: int, activation_checkpointing: str,
                              require_all_runnable: bool) -> None:
-    """Runs the checks the memory plan and every training step would run, in-process.
+    """Runs the checks the memory plan and every training step would run, in-process
+    (``--run-local`` before it starts, ``--compile`` before it writes).
 
     The memory plan is pure Python (no AWS call), and so is the training step's
     validation (``launcher.prepare``), so a misspelled precision, model, hyperparameter
     or capacity setting fails here, with the step's own message, before the local
     backend starts or an image is built. ``arguments`` has every pipeline parameter.
     """
+    import re
+
     from components.cleanup.plan import resolve_policy
+    from components.common.errors import UserError
+    from components.common.s3 import BUCKET_PATTERN
     from components.memory_estimate.cli import with_defaults
     from components.memory_estimate.run import run_component
     from components.sagemaker_training import launcher
@@ -109,6 +114,10 @@ def check_training_arguments(arguments: dict[str, Any], *, precisions: list[str]
 
     model = {k: arguments[k] for k in MODEL_KEYS}
     a = arguments
+    if not re.fullmatch(BUCKET_PATTERN, str(a["bucket"])):
+        raise UserError("bucket", f"{a['bucket']!r} is not an S3 bucket name.",
+                        "use 3-63 lowercase letters, digits, dots or hyphens, starting and "
+                        "ending with a letter or digit (S3's bucket naming rules).")
     plan = run_component(**with_defaults(dict(
         instance_type=a["instance_type"], instance_count=a["instance_count"], **model,
         seq_length=a["seq_length"], batch_size=batch_size, precisions=precisions,

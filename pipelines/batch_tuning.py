@@ -199,7 +199,8 @@ LOCAL_DEFAULTS: dict[str, Any] = {
 
 
 def check_arguments(arguments: dict[str, Any]) -> None:
-    """Checks a run's arguments before anything starts; raises UserError (``--run-local``)."""
+    """Checks a run's arguments (``--run-local``) or the compiled defaults (``--compile``)
+    before anything starts or is written; raises UserError."""
     from components.common.errors import UserError
 
     precisions = _steps.check_precision_names("precision", [arguments["precision"]])

@@ -277,8 +277,21 @@ BAD_RUN_LOCAL = [
 ]
 
 
-@pytest.mark.parametrize("module,argv,message", BAD_RUN_LOCAL,
-                         ids=[" ".join(a) for _, a, _ in BAD_RUN_LOCAL])
+# Refused alike by --run-local and --compile (one check, pipelines/_cli.refuse).
+BAD_ARGUMENTS = BAD_RUN_LOCAL + [
+    ("precision_sweep", ["--bucket", "b\ninjected: x"], "control character '\\n'"),
+    ("batch_tuning", ["--bucket", "b\ninjected: x"], "control character '\\n'"),
+    ("precision_sweep", ["--s3-prefix", "runs\u2028injected: x"], "s3_prefix"),
+    ("precision_sweep", ["--hyperparameters", "lr=3e-4\r\x1b[2J"], "hyperparameters"),
+    ("precision_sweep", ["--bucket", "Bad_Bucket"], "bucket: 'Bad_Bucket' is not an S3 bucket"),
+    ("batch_tuning", ["--bucket", "Bad_Bucket"], "bucket: 'Bad_Bucket' is not an S3 bucket"),
+    ("precision_sweep", ["--precisions", "bf16,fp4"], "did you mean 'nvfp4'"),
+    ("batch_tuning", ["--precision", "fp4"], "did you mean 'nvfp4'"),
+]
+
+
+@pytest.mark.parametrize("module,argv,message", BAD_ARGUMENTS,
+                         ids=[" ".join(a) for _, a, _ in BAD_ARGUMENTS])
 def test_run_local_refuses_bad_arguments_before_anything_starts(module, argv, message, tmp_path,
                                                                 capsys, monkeypatch):
     import importlib
@@ -297,6 +310,50 @@ def test_run_local_refuses_bad_arguments_before_anything_starts(module, argv, me
     err = capsys.readouterr().err
     assert code == 2 and message in err, err
     assert not (tmp_path / "runs").exists()
+
+
+
+
+@pytest.mark.parametrize("module,argv,message", BAD_ARGUMENTS,
+                         ids=[" ".join(a) for _, a, _ in BAD_ARGUMENTS])
+def test_compile_refuses_every_default_run_local_refuses_and_control_characters(
+        module, argv, message, tmp_path, capsys):
+    """--compile runs the same check as --run-local, on the defaults it would write."""
+    import importlib
+
+    out = tmp_path / "p.yaml"
+    main = importlib.import_module(f"pipelines.{module}").main
+    try:
+        code = main(["--compile", "--output", str(out), *argv])
+    except SystemExit as exc:  # argparse's own errors (a malformed JSON list)
+        code = exc.code
+    err = capsys.readouterr().err
+    assert code == 2 and message in err, err
+    assert not out.exists()
+
+
+def test_compile_writes_good_defaults_and_imports_no_torch(tmp_path):
+    out = tmp_path / "p.yaml"
+    code = ("import sys, json; from pipelines.precision_sweep import main; "
+            f"rc = main(['--compile', '--output', {str(out)!r}, '--bucket', 'my-bucket', "
+            "'--precisions', 'bf16,fp8', '--hyperparameters', 'lr=3e-4']); "
+            "print(json.dumps([rc, [m for m in ('torch', 'transformer_engine') "
+            "if m in sys.modules]]))")
+    done = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
+                          text=True, cwd=ROOT)
+    assert json.loads(done.stdout.splitlines()[-1]) == [0, []]
+    doc = yaml.safe_load(out.read_text())
+    inputs = doc["root"]["inputDefinitions"]["parameters"]
+    assert inputs["bucket"]["defaultValue"] == "my-bucket"
+    assert inputs["precisions"]["defaultValue"] == ["bf16", "fp8"]
+
+
+def test_compile_all_refuses_a_components_image_with_a_newline(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "pipelines.compile", "--output-dir",
+                           str(tmp_path), "--components-image", "r.io/a/b:1\ninjected: x"],
+                          capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode == 2 and "is not an image reference" in done.stderr, done.stderr
+    assert not list(tmp_path.rglob("*.yaml"))
 
 
 def _readme_blocks(heading: str) -> list[str]:
