@@ -39,7 +39,6 @@ def cleanup_step(*, region: Any, policy: Any, prefix: str, repository: Any) -> A
         run_id=RUN_ID, region=region, policy=policy, s3_uris=[prefix],
         ecr_repositories=[repository],
     ).set_display_name("cleanup")
-    task.set_retry(2)  # idempotent
     return task
 
 
@@ -50,7 +49,6 @@ def trainer_image_step(*, region: Any, prefix: str, repository: Any, instance_ty
         instance_type=instance_type, codebuild_role_arn=codebuild_role_arn,
         pipeline=pipeline,
     ).set_display_name("build trainer image")
-    task.set_retry(2)  # re-attaches to its build; skipped when the tag exists
     return task
 
 

@@ -170,13 +170,11 @@ def build_pipeline(parallelism: int = DEFAULT_PARALLELISM) -> Any:
                     budget_items=plan.outputs["batch_candidates"],
                     pipeline=NAME,
                 ).set_display_name("train candidate")
-                train.set_retry(2)
                 logs = parse_logs(
                     job_name=train.outputs["job_name"],
                     region=region,
                     requested_precision=candidate.precision,
                 ).set_display_name("parse logs")
-                logs.set_retry(3)
             rank_throughput(series=dsl.Collected(logs.outputs["series"])).set_display_name(
                 "rank candidates"
             )

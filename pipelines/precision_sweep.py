@@ -187,13 +187,11 @@ def build_pipeline(parallelism: int = DEFAULT_PARALLELISM) -> Any:
                     memory_plan=plan.outputs["plan"],
                     pipeline=NAME,
                 ).set_display_name("train")
-                train.set_retry(2)  # a retry re-attaches to the same job, never a second one
                 logs = parse_logs(
                     job_name=train.outputs["job_name"],
                     region=region,
                     requested_precision=precision,
                 ).set_display_name("parse logs")
-                logs.set_retry(3)  # read-only
             compare_convergence(
                 series=dsl.Collected(logs.outputs["series"]),
                 baseline=baseline,

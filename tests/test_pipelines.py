@@ -362,6 +362,67 @@ def _readme_blocks(heading: str) -> list[str]:
     return re.findall(r"```python\n(.*?)```", section, flags=re.S)
 
 
+def _task_settings(doc: dict) -> dict[str, tuple]:
+    """Task (numbered copies folded) -> (caching on?, retries), from a compiled pipeline."""
+    out = {}
+    for name, task in _all_tasks(doc):
+        if "componentRef" not in task or name.startswith(("for-loop", "exit-handler")):
+            continue
+        out[re.sub(r"-\d+$", "", name)] = (task.get("cachingOptions", {}).get("enableCache", False),
+                                            task.get("retryPolicy", {}).get("maxRetryCount", 0))
+    return out
+
+
+def test_the_readme_snippet_compiles_with_caching_off_and_retries_for_aws_steps(tmp_path):
+    """The README's "Using a component" snippet, compiled: its components come from the
+    compiled YAML, and its tasks have the settings the Python components give theirs."""
+    from kfp import compiler
+
+    define, _ = _readme_blocks("### Using a component in your own pipeline")
+    scope: dict = {}
+    exec(compile(define, "README:own-pipeline", "exec"), scope)
+    out = tmp_path / "my_pipeline.yaml"
+    compiler.Compiler().compile(scope["my_pipeline"], str(out))
+    settings = _task_settings(yaml.safe_load(out.read_text()))
+    assert settings == {"build-image": (False, 2), "sagemaker-training": (False, 2),
+                        "memory-estimate": (True, 0)}, settings
+
+
+def test_a_component_behaves_the_same_from_yaml_as_from_python(tmp_path):
+    """Every shipped component YAML, loaded with load_component (by name or path), gives
+    tasks the settings of the Python component; the pipelines' tasks have them too."""
+    from components.common.component import load_component, task_defaults
+    from pipelines.compile import discover_components
+
+    python = discover_components()
+    for name, comp in python.items():
+        by_name = load_component(name)
+        by_path = load_component(COMPILED / "components" / f"{name}.yaml")
+        assert task_defaults(by_name) == task_defaults(by_path) == task_defaults(comp), name
+    expected = {comp.component_spec.name: task_defaults(comp) for comp in python.values()}
+    for pipeline, doc in _compiled_fresh(tmp_path):
+        for task, (caching, retries) in _task_settings(doc).items():
+            want = expected[task]
+            assert (caching, retries) == (want.caching, want.retries), (pipeline, task)
+
+
+def test_load_component_refuses_a_yaml_this_package_does_not_define(tmp_path):
+    from kfp import compiler, dsl
+
+    from components.common.component import load_component
+
+    @dsl.component(base_image="python:3.11")
+    def someone_elses(x: int) -> int:
+        return x
+
+    path = tmp_path / "theirs.yaml"
+    compiler.Compiler().compile(someone_elses, str(path))
+    with pytest.raises(ValueError, match="does not define"):
+        load_component(path)
+    with pytest.raises(ValueError, match="neither a component name"):
+        load_component("Sagemaker Training")
+
+
 @pytest.mark.slow
 def test_the_readme_own_pipeline_snippet_runs_locally_through_run_pipeline(tmp_path,
                                                                            monkeypatch):

@@ -8,7 +8,7 @@ from kfp.dsl import Model, Output, OutputPath
 from components.common.component import component
 
 
-@component(aws=True)
+@component(aws=True, retries=2)  # a retry re-attaches to its job by its deterministic name
 def sagemaker_training(
     image_uri: str,
     role_arn: str,
