@@ -87,7 +87,7 @@ def apply_task_defaults(task: dsl.PipelineTask, defaults: TaskDefaults) -> dsl.P
     return task
 
 
-class AwsComponent(python_component.PythonComponent):
+class ProjectComponent(python_component.PythonComponent):
     """A Python component whose tasks get its ``TaskDefaults`` (caching off, retries)."""
 
     def __init__(self, *args: Any, task_defaults: TaskDefaults, **kwargs: Any) -> None:
@@ -119,7 +119,7 @@ def component(
     def decorate(f: Callable) -> python_component.PythonComponent:
         comp = dsl.component(f, base_image=components_image(), install_kfp_package=False)
         if defaults != TaskDefaults():
-            return AwsComponent(component_spec=comp.component_spec, python_func=comp.python_func,
+            return ProjectComponent(component_spec=comp.component_spec, python_func=comp.python_func,
                                 task_defaults=defaults)
         return comp
 
