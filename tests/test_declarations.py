@@ -28,6 +28,7 @@ CLIS = {
                                                 "compare_convergence"),
     "components.sagemaker_training.__main__": ("components.sagemaker_training.component",
                                                "sagemaker_training"),
+    "components.plan_training.__main__": ("components.plan_training.component", "plan_training"),
 }
 # What is not yet converted: (test, source) -> why. Strict, so that a marker must go the
 # day its test passes.
