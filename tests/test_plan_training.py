@@ -212,7 +212,7 @@ def test_a_probe_corrects_the_prediction_and_says_so():
     assert (fast.precision, fast.batch_size) == (top.precision, top.batch_size)
     assert fast.throughput_kind == "probed"
     assert fast.tokens_per_s_per_gpu == pytest.approx(2 * top.tokens_per_s_per_gpu)
-    assert "probe-job-1 on 1 GPU(s) of ml.p5.48xlarge, x2.000" in fast.throughput_source
+    assert "probe-job-1 on 1 H100 GPU(s), x2.000" in fast.throughput_source
     slow = plan(**kw, probes=[probe])
     assert slow.result.chosen.config.batch_size != top.batch_size or \
         slow.result.chosen.config.precision != top.precision  # re-ranked: it is slow now

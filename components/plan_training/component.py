@@ -2,7 +2,7 @@
 
 from typing import NamedTuple, Optional
 
-from kfp.dsl import Artifact, Input, Markdown, Output
+from kfp.dsl import Artifact, Dataset, Input, Markdown, Output
 
 from components.common.component import component
 
@@ -14,6 +14,7 @@ def plan_training(
     candidates: Output[Artifact],
     choice: Output[Artifact],
     convergence_verdicts: Input[Artifact] = None,
+    probe_series: Input[list[Dataset]] = None,
     model_preset: str = "8b",
     num_layers: int = 0,
     hidden_size: int = 0,
@@ -133,9 +134,10 @@ def plan_training(
     from components.plan_training.run import run_component
 
     verdicts = convergence_verdicts.path if convergence_verdicts is not None else ""
-    out = run_component(verdicts=verdicts, **{
+    series = [s.path for s in probe_series] if probe_series is not None else []
+    out = run_component(verdicts=verdicts, probe_series=series, **{
         k: v for k, v in params.items()
-        if k not in ("report", "candidates", "choice", "convergence_verdicts")})
+        if k not in ("report", "candidates", "choice", "convergence_verdicts", "probe_series")})
     for artifact, text in ((report, out.markdown), (candidates, out.candidates),
                            (choice, out.choice)):
         with open(artifact.path, "w", encoding="utf-8") as f:

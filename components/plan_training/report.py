@@ -16,8 +16,9 @@ from typing import Any
 
 from components.common import pricing
 from components.memory_estimate.estimator import GiB
-from components.plan_training import offerings, search
+from components.plan_training import offerings, probes, search
 from components.plan_training.search import Candidate, SearchResult, risk_words
+from trainer import hardware
 
 CHOICE_SCHEMA = "kfp-sagemaker/training-choice/v1"
 CANDIDATES_SCHEMA = "kfp-sagemaker/training-candidates/v1"
@@ -268,3 +269,31 @@ def choice_json(result: SearchResult, model: dict[str, Any]) -> str:
                                                   result.goal.max_cost_usd),
         "predicted": row(cand), "needs": needs,
     }, indent=1, sort_keys=True) + "\n"
+
+
+def probe_markdown(result: SearchResult, runs: list[probes.ProbeRun]) -> str:
+    """Predicted against probed, for each probed candidate."""
+    if not runs:
+        return ""
+    goal = result.goal
+    rank = {(c.config.instance_type, c.config.instance_count, c.config.precision,
+             c.config.batch_size, c.config.activation_checkpointing): i
+            for i, c in enumerate(shown(result), 1)}
+    lines = ["", "#### Predicted against probed", "",
+             "| candidate | probe ran on | status | predicted tokens/s per GPU there | probed "
+             "| probed / predicted | rank now | used |", "|" + "---|" * 8]
+    for r in runs:
+        it, _, precision, batch, ac = r.candidate
+        predicted = search.predicted_at(goal, it, precision, batch, ac, r.world_size)
+        probed = f"{r.tokens_per_s_per_gpu:,.0f}" if r.tokens_per_s_per_gpu else "n/a"
+        ratio = (f"{r.tokens_per_s_per_gpu / predicted:.3f}" if r.tokens_per_s_per_gpu
+                 and r.used else "n/a")
+        where = f"{r.world_size} x {r.gpu or 'CPU'}"
+        lines.append(f"| {probes.label(*r.candidate)} | {where} | {r.status} | "
+                     f"{predicted:,.0f} (predicted for {hardware_gpu(it)}) | {probed} | {ratio} | "
+                     f"{rank.get(r.candidate, '-')} | {'yes' if r.used else 'no: ' + r.why_not} |")
+    return "\n".join(lines) + "\n"
+
+
+def hardware_gpu(instance_type: str) -> str:
+    return hardware.INSTANCE_TYPES[instance_type].gpu

@@ -10,15 +10,15 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from components.common import pricing
 from components.common.errors import UserError
 from components.memory_estimate import planner
-from components.plan_training import report, search
+from components.plan_training import probes, report, search
 from trainer import hardware
 
 VERDICTS_SCHEMA = "kfp-sagemaker/convergence-verdicts/v1"
@@ -178,7 +178,8 @@ def top_candidates(result: search.SearchResult, count: int) -> list[dict[str, An
         if key in seen:
             continue
         seen.add(key)
-        out.append({"instance_type": c.instance_type, "instance_count": c.instance_count,
+        out.append({"label": probes.label(*key),
+                    "instance_type": c.instance_type, "instance_count": c.instance_count,
                     "precision": c.precision, "batch_size": c.batch_size,
                     "activation_checkpointing": c.activation_checkpointing,
                     "capacity": cand.capacity, "rank": len(out) + 1,
@@ -189,10 +190,35 @@ def top_candidates(result: search.SearchResult, count: int) -> list[dict[str, An
     return out
 
 
-def run_component(verdicts: str = "", **params: Any) -> PlanOutputs:
+def with_probes(goal: search.Goal, paths: list[str]
+                ) -> tuple[search.Goal, list[probes.ProbeRun], list[str]]:
+    """The goal re-ranking the probed candidates: only those whose probe completed, each
+    corrected by its probe when it ran on the candidate's GPU."""
+    runs = probes.read(paths)
+    done = frozenset(r.candidate for r in runs if r.status == "completed")
+    if not done:
+        raise UserError("probe_series", "no probe completed: " + "; ".join(
+            f"{probes.label(*r.candidate)}: {r.why_not}" for r in runs) + ".",
+            "fix the probe jobs (their logs say why), or plan without probes.")
+    used = [p for r in runs if (p := r.probe()) is not None]
+    notes = [f"probe {probes.label(*r.candidate)} not chosen: {r.why_not}"
+             for r in runs if r.candidate not in done]
+    if not used:
+        notes.append("no probe ran on a candidate's GPU: the probed candidates are ranked on "
+                     "their predictions")
+    return replace(goal, only=done, probes=goal.probes + tuple(used)), runs, notes
+
+
+def run_component(verdicts: str = "", probe_series: Sequence[str] = (),
+                  **params: Any) -> PlanOutputs:
     """The component's outputs for its parameters (``verdicts``: the convergence sweep's
-    verdicts, a path or JSON text; "" when not given)."""
+    verdicts, a path or JSON text, "" when not given; ``probe_series``: the probes' series
+    files, to re-rank the probed candidates on their measured speed)."""
     goal, book, notes = goal_and_book(params, verdicts)
+    runs: list[probes.ProbeRun] = []
+    if probe_series:
+        goal, runs, more = with_probes(goal, list(probe_series))
+        notes += more
     offer = None
     if "training-plan" in goal.capacity_modes and params["region"]:
         from components.plan_training import offerings
@@ -203,7 +229,8 @@ def run_component(verdicts: str = "", **params: Any) -> PlanOutputs:
     model = {k: params[k] for k in report.MODEL_PARAMETERS}
     chosen = result.chosen
     return PlanOutputs(
-        result=result, markdown=report.markdown(result, params["show_top"]),
+        result=result,
+        markdown=report.markdown(result, params["show_top"]) + report.probe_markdown(result, runs),
         candidates=report.candidates_json(result), choice=report.choice_json(result, model),
         parameters=(report.training_parameters(chosen, model, goal.seq_length,
                                                goal.max_cost_usd) if chosen else None),

@@ -59,13 +59,15 @@ SPOT_PRICE_NOTE = ("spot at the on-demand rate: an upper bound (SageMaker report
 
 @dataclass(frozen=True)
 class Probe:
-    """A measured speed of one configuration: a short probe job or a full run."""
+    """A measured speed of one configuration: a short probe job or a full run, on
+    ``world_size`` GPUs of ``instance_type`` (or of ``gpu``, when only that is known)."""
 
-    instance_type: str
     precision: str
     batch_size: int
     activation_checkpointing: bool
     tokens_per_s_per_gpu: float
+    instance_type: str = ""
+    gpu: str = ""  # a GPU name (H200, "NVIDIA H200"); default: the instance type's
     world_size: int = 1  # GPUs the probe ran on
     peak_memory_bytes: int = 0  # 0: not measured
     source: str = ""  # e.g. the probe's training job name
@@ -74,7 +76,7 @@ class Probe:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Probe:
         known = set(cls.__dataclass_fields__)
-        unknown = set(data) - known
+        unknown = set(data) - known if isinstance(data, dict) else set()
         if unknown or not isinstance(data, dict):
             raise UserError("probes", f"{data!r}: unknown keys {sorted(unknown)}.",
                             f"give each probe as {{{', '.join(sorted(known))}}}.")
@@ -82,15 +84,22 @@ class Probe:
             probe = cls(**data)
             ok = probe.tokens_per_s_per_gpu > 0 and probe.world_size >= 1 and \
                 probe.batch_size >= 1 and probe.kind in ("probed", "measured")
-        except TypeError as exc:
-            raise UserError("probes", f"{data!r}: {exc}.", "give instance_type, precision, "
-                            "batch_size, activation_checkpointing and tokens_per_s_per_gpu.") \
-                from None
+            probe.gpu_name()
+        except (TypeError, ValueError, KeyError) as exc:
+            raise UserError("probes", f"{data!r}: {exc}.", "give precision, batch_size, "
+                            "activation_checkpointing, tokens_per_s_per_gpu and a known "
+                            "instance_type or gpu.") from None
         if not ok:
             raise UserError("probes", f"{data!r} is not a measurement.", "give tokens_per_s_"
                             "per_gpu > 0, batch_size and world_size >= 1, kind probed or "
                             "measured.")
         return probe
+
+    def gpu_name(self) -> str:
+        """The GPU it ran on (a KeyError/ValueError when neither field names one)."""
+        if self.gpu:
+            return hardware.gpu(self.gpu).name
+        return hardware.INSTANCE_TYPES[self.instance_type].gpu
 
 
 @dataclass(frozen=True)
@@ -112,6 +121,9 @@ class Goal:
     # precision -> where its risk verdict comes from (the convergence sweep's verdicts)
     validated: dict[str, str] = field(default_factory=dict)
     probes: tuple[Probe, ...] = ()
+    # Only these configurations (instance type, count, precision, micro-batch,
+    # checkpointing) are ranked: the probed candidates, when re-ranking (empty: all).
+    only: frozenset[tuple[str, int, str, int, bool]] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -282,8 +294,9 @@ def _configurations(goal: Goal, instance_type: str, result: SearchResult) -> lis
             found = []
             for ac in (False, True):
                 for b in _batches(planner.largest_batch(request, p, ac), cap):
-                    found.append(_config(goal, request, p, b, ac))
-            if not found:
+                    if not goal.only or (instance_type, count, p, b, ac) in goal.only:
+                        found.append(_config(goal, request, p, b, ac))
+            if not found and not goal.only:
                 e = estimator.estimate(request.setup(p, 1, True), gpu)
                 result.misfits.append(Misfit(instance_type, count, p, e.peak_bytes,
                                              request.usable_bytes))
@@ -309,8 +322,9 @@ def _config(goal: Goal, request: planner.Request, precision: str, batch: int,
         factor = probe.tokens_per_s_per_gpu / predicted_at_probe
         tps *= factor
         kind = probe.kind
-        source = (f"{probe.kind}: {probe.source or 'a probe'} on {probe.world_size} GPU(s) "
-                  f"of {probe.instance_type}, x{factor:.3f} the throughput model's prediction")
+        source = (f"{probe.kind}: {probe.source or 'a probe'} on {probe.world_size} "
+                  f"{probe.gpu_name()} GPU(s), x{factor:.3f} the throughput model's prediction "
+                  "there")
         if probe.peak_memory_bytes and probe.world_size == hw.world_size:
             peak, memory_kind = probe.peak_memory_bytes, probe.kind
             memory_source = f"{probe.kind}: peak memory of {probe.source or 'a probe'}"
@@ -322,16 +336,26 @@ def _config(goal: Goal, request: planner.Request, precision: str, batch: int,
 
 def _probe_for(goal: Goal, hw: planner.Hardware, precision: str, batch: int,
                checkpointing: bool) -> Probe | None:
-    """The probe of this precision, micro-batch and checkpointing on this GPU (the one on
-    the most GPUs, and of this instance type, when there are several)."""
+    """The probe of this precision, micro-batch and checkpointing on this GPU (of this
+    instance type and world size first, else the largest below it, when there are several)."""
     match = [p for p in goal.probes
              if p.precision == precision and p.batch_size == batch
-             and p.activation_checkpointing == checkpointing
-             and p.instance_type in hardware.INSTANCE_TYPES
-             and hardware.INSTANCE_TYPES[p.instance_type].gpu == hw.gpu.name]
+             and p.activation_checkpointing == checkpointing and p.gpu_name() == hw.gpu.name]
     return max(match, key=lambda p: (p.instance_type == hw.instance_type,
+                                     p.world_size == hw.world_size,
                                      p.world_size <= hw.world_size, p.world_size),
                default=None)
+
+
+def predicted_at(goal: Goal, instance_type: str, precision: str, batch: int,
+                 checkpointing: bool, world_size: int) -> float:
+    """The throughput model's tokens/s per GPU for a configuration on ``world_size`` GPUs
+    of ``instance_type`` (what a probe there is compared with)."""
+    hw = planner.resolve_hardware(instance_type=instance_type)
+    setup = planner.Request(goal.model, goal.seq_length, hw).setup(precision, batch,
+                                                                    checkpointing)
+    return throughput.predict(replace(setup, world_size=world_size), hw.gpu,
+                              instance_type=instance_type).tokens_per_s_per_gpu
 
 
 def _seconds(goal: Goal, c: Config) -> float:
