@@ -10,7 +10,7 @@ from components.common.component import component
 @component(aws=True)
 def plan_training(
     training_tokens: int,
-    report: Output[Markdown],
+    summary: Output[Markdown],
     candidates: Output[Artifact],
     choice: Output[Artifact],
     convergence_verdicts: Input[Artifact] = None,
@@ -33,6 +33,7 @@ def plan_training(
     instance_hour_prices: Optional[dict] = None,
     headroom: float = 0.05,
     runtime_margin: float = 0.2,
+    startup_seconds: int = 600,
     rank_by: str = "cost",
     probes: Optional[list] = None,
     show_top: int = 10,
@@ -96,8 +97,11 @@ def plan_training(
         instance_hour_prices: Instance type -> USD per instance-hour (e.g. a Savings
             Plans rate), before the Price List API and the shipped table.
         headroom: Fraction of GPU memory to keep free (0.05 = 5%).
-        runtime_margin: max_runtime_seconds = the predicted time x (1 + this): room for
-            the throughput model's error (the worst case is costed with it).
+        runtime_margin: max_runtime_seconds = the steps' predicted time x (1 + this) +
+            ``startup_seconds``: room for the throughput model's error (the worst case
+            is costed with it).
+        startup_seconds: Billed time before the first step (image download, torchrun and
+            model initialisation, compilation), added to every job's predicted time.
         rank_by: cost (cheapest first, then fastest) or time (fastest first).
         probes: Measured speeds that correct the prediction: a list of
             {instance_type, precision, batch_size, activation_checkpointing,
@@ -108,7 +112,7 @@ def plan_training(
             lists (the plan_and_train pipeline probes them).
 
     Returns:
-        report: Markdown: the ranked table with every figure's source, and what was not
+        summary: Markdown: the ranked table with every figure's source, and what was not
             ranked and why (unpriced types, deadline, budget, memory).
         candidates: JSON (kfp-sagemaker/training-candidates/v1): every ranked and
             dropped candidate with its figures and their sources.
@@ -137,8 +141,8 @@ def plan_training(
     series = [s.path for s in probe_series] if probe_series is not None else []
     out = run_component(verdicts=verdicts, probe_series=series, **{
         k: v for k, v in params.items()
-        if k not in ("report", "candidates", "choice", "convergence_verdicts", "probe_series")})
-    for artifact, text in ((report, out.markdown), (candidates, out.candidates),
+        if k not in ("summary", "candidates", "choice", "convergence_verdicts", "probe_series")})
+    for artifact, text in ((summary, out.markdown), (candidates, out.candidates),
                            (choice, out.choice)):
         with open(artifact.path, "w", encoding="utf-8") as f:
             f.write(text)

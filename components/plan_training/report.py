@@ -74,12 +74,22 @@ def row_cells(cand: Candidate, legend: Legend) -> list[str]:
     return [
         f"{c.instance_count} x {c.instance_type}", cand.capacity, c.precision,
         str(c.batch_size), "on" if c.activation_checkpointing else "off",
-        f"{c.tokens_per_s:,.0f} [{t}]", f"{cand.hours:,.1f} h [{t}]",
+        f"{c.tokens_per_s:,.0f} [{t}]", f"{duration(cand.seconds)} [{t}]",
         f"{'<= ' if cand.capacity == 'spot' else ''}{money(cand.cost)} [{t} {p}]",
         f"{money(cand.worst_cost)} [{p}]",
         f"{headroom:.1f} GiB ({headroom * GiB / c.gpu_memory_bytes:.0%}) [{m}]",
         f"{cand.risk} {risk_words(cand.risk)} [{r}]",
     ]
+
+
+def duration(seconds: float) -> str:
+    if seconds >= 3600:
+        return f"{seconds / 3600:,.1f} h"
+    return f"{seconds / 60:.1f} min" if seconds >= 60 else f"{seconds:.0f} s"
+
+
+def parameters(n: int) -> str:
+    return f"{n / 1e9:.1f}B" if n >= 1e9 else f"{n / 1e6:.1f}M" if n >= 1e6 else f"{n:,}"
 
 
 def _offering_text(cand: Candidate) -> str:
@@ -114,8 +124,8 @@ def table(result: SearchResult, top: int = 10) -> tuple[list[str], Legend]:
 def markdown(result: SearchResult, top: int = 10) -> str:
     goal = result.goal
     m = goal.model
-    params = m.total_params() / 1e9
-    out = [f"### Training plan: {params:.1f}B parameters on {goal.training_tokens:,} tokens, "
+    out = [f"### Training plan: {parameters(m.total_params())} parameters on "
+           f"{goal.training_tokens:,} tokens, "
            f"sequence {goal.seq_length:,}", ""]
     limits = [f"deadline {goal.deadline_hours:g} h" if goal.deadline_hours else "no deadline",
               f"budget {pricing.money(goal.max_cost_usd)}" if goal.max_cost_usd else "no budget"]
@@ -135,8 +145,9 @@ def markdown(result: SearchResult, top: int = 10) -> str:
     if rows:
         more = len(rows) - min(top, len(rows))
         out += lines + (["", f"({more} more in the candidates JSON)"] if more > 0 else [])
-        out += ["", "Sources (time = tokens / tokens/s, from the same source; cost = instances "
-                "x time x price, components/common/pricing.py):", *legend.lines()]
+        out += ["", f"Sources (time = {goal.startup_seconds:,} s start-up + tokens / tokens/s, "
+                "from the same source; cost = instances x time x price, "
+                "components/common/pricing.py):", *legend.lines()]
         if len(rows) < len(result.ranked):
             out.append(f"- spot: every on-demand row above also runs on spot, for at most its "
                        f"cost (SageMaker reports the saving after the job) and a worst case "
@@ -152,7 +163,7 @@ def _sentence(cand: Candidate) -> str:
            "training-plan": "on a training plan (paid up front)"}[cand.capacity]
     return (f"{c.instance_count} x {c.instance_type} {how}, {c.precision}, micro-batch "
             f"{c.batch_size}, activation checkpointing {'on' if c.activation_checkpointing else 'off'}"
-            f": {cand.steps:,} steps in {cand.hours:,.1f} h for {money} "
+            f": {cand.steps:,} steps in {duration(cand.seconds)} for {money} "
             f"({c.throughput_kind} tokens/s).")
 
 

@@ -117,6 +117,7 @@ class Goal:
     max_cost_usd: float = 0.0  # 0: none
     headroom: float = planner.DEFAULT_HEADROOM
     runtime_margin: float = 0.2
+    startup_seconds: int = 600  # billed before the first step (download, initialisation)
     rank_by: str = "cost"
     # precision -> where its risk verdict comes from (the convergence sweep's verdicts)
     validated: dict[str, str] = field(default_factory=dict)
@@ -359,7 +360,14 @@ def predicted_at(goal: Goal, instance_type: str, precision: str, batch: int,
 
 
 def _seconds(goal: Goal, c: Config) -> float:
-    return _steps(goal, c) * c.tokens_per_step / c.tokens_per_s
+    """The job's predicted billable time: start-up, then every step."""
+    return goal.startup_seconds + _steps(goal, c) * c.tokens_per_step / c.tokens_per_s
+
+
+def _runtime(goal: Goal, seconds: float) -> int:
+    """max_runtime_seconds: the steps' predicted time x (1 + runtime_margin), and start-up."""
+    return math.ceil(goal.startup_seconds + (seconds - goal.startup_seconds)
+                     * (1 + goal.runtime_margin))
 
 
 def _steps(goal: Goal, c: Config) -> int:
@@ -375,7 +383,7 @@ def _risk(goal: Goal, precision: str) -> tuple[int, str]:
 
 def _hourly(goal: Goal, c: Config, mode: str, price: pricing.Price) -> Candidate:
     seconds = _seconds(goal, c)
-    runtime = math.ceil(seconds * (1 + goal.runtime_margin))
+    runtime = _runtime(goal, seconds)
     wait = math.ceil(runtime * SPOT_WAIT_FACTOR) if mode == "spot" else 0
     cost = pricing.cost(price, c.instance_count, seconds).amount
     worst = pricing.cost(price, c.instance_count, wait or runtime).amount
@@ -421,7 +429,7 @@ def _plan_candidates(goal: Goal, configs: Sequence[Config], offerings: OfferingS
             fastest[key] = c
     for (it, count), c in sorted(fastest.items()):
         seconds = _seconds(goal, c)
-        runtime = math.ceil(seconds * (1 + goal.runtime_margin))
+        runtime = _runtime(goal, seconds)
         if goal.deadline_hours and seconds / 3600 > goal.deadline_hours:
             continue  # the fastest misses the deadline: no plan to search for
         hours = math.ceil(runtime / 3600)
