@@ -57,6 +57,7 @@ def build_pipeline(parallelism: int = DEFAULT_PARALLELISM) -> Any:
         ffn_hidden_size: int = 0,
         vocab_size: int = -1,
         seq_length: int = 2048,
+        max_batch_size: int = 0,
         deadline_hours: float = 0.0,
         max_cost_usd: float = 0.0,
         instance_types: list = [],  # noqa: B006 (KFP default)
@@ -94,6 +95,8 @@ def build_pipeline(parallelism: int = DEFAULT_PARALLELISM) -> Any:
             ffn_hidden_size: Override of the MLP inner size (0 = the preset's).
             vocab_size: Override of the vocabulary (-1 = the preset's, 0 = none).
             seq_length: Tokens per sequence.
+            max_batch_size: Largest micro-batch per GPU to consider (0 = the largest that
+                fits).
             deadline_hours: The training run must finish within this many hours
                 (predicted; 0: no deadline).
             max_cost_usd: Budget of the training run: no configuration whose worst case
@@ -132,7 +135,7 @@ def build_pipeline(parallelism: int = DEFAULT_PARALLELISM) -> Any:
         )
         planning = dict(
             training_tokens=training_tokens, **model, seq_length=seq_length,
-            deadline_hours=deadline_hours, max_cost_usd=max_cost_usd,
+            max_batch_size=max_batch_size, deadline_hours=deadline_hours, max_cost_usd=max_cost_usd,
             instance_types=instance_types, max_instance_count=max_instance_count,
             precisions=precisions, capacity_modes=capacity_modes, region=region,
             instance_hour_prices=instance_hour_prices, headroom=headroom,
@@ -144,6 +147,7 @@ def build_pipeline(parallelism: int = DEFAULT_PARALLELISM) -> Any:
         )
         with dsl.ExitHandler(clean, name="plan-and-train"):
             plan = plan_training(**planning).set_display_name("plan")
+            plan.set_retry(2)  # reads prices and offerings only
             image = _steps.trainer_image_step(
                 region=region, prefix=prefix, repository=trainer_repository,
                 instance_type=plan.outputs["instance_type"],
@@ -174,6 +178,7 @@ def build_pipeline(parallelism: int = DEFAULT_PARALLELISM) -> Any:
             chosen = plan_training(
                 **planning, probe_series=dsl.Collected(probed.outputs["series"]),
             ).set_display_name("re-rank on probes")
+            chosen.set_retry(2)
             train = sagemaker_training(
                 image_uri=image.outputs["image_uri"], role_arn=role_arn,
                 output_s3_uri=f"{prefix}/output", region=region,
@@ -201,12 +206,13 @@ def build_pipeline(parallelism: int = DEFAULT_PARALLELISM) -> Any:
 
 PIPELINE = build_pipeline()
 
-# What `--run-local` runs: a tiny model on this machine's CPU, one 1-GPU instance type, a
-# few thousand tokens (the planner's micro-batch is the largest that fits, 65,536 tokens).
+# What `--run-local` runs: a tiny model on this machine's CPU, one 1-GPU instance type,
+# micro-batches of 8 x 128 tokens, 12 steps.
 LOCAL_DEFAULTS: dict[str, Any] = {
     "model_preset": "tiny",
-    "training_tokens": 400_000,
+    "training_tokens": 12 * 8 * 128,
     "seq_length": 128,
+    "max_batch_size": 8,
     "instance_types": ["ml.g5.xlarge"],
     "max_instance_count": 1,
     "precisions": ["bf16", "fp32"],
@@ -229,7 +235,8 @@ def check_arguments(arguments: dict[str, Any]) -> None:
                         "plan_training component and pass training_plan_arn to "
                         "sagemaker_training.")
     planning = {k: arguments[k] for k in (
-        "training_tokens", *_steps.MODEL_KEYS, "seq_length", "deadline_hours", "max_cost_usd",
+        "training_tokens", *_steps.MODEL_KEYS, "seq_length", "max_batch_size", "deadline_hours",
+        "max_cost_usd",
         "instance_types", "max_instance_count", "precisions", "capacity_modes",
         "instance_hour_prices", "headroom", "runtime_margin", "startup_seconds", "rank_by",
         "probe_count")}

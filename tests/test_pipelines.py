@@ -28,7 +28,8 @@ def _all_tasks(doc):
 
 
 def test_both_pipelines_are_compiled():
-    assert {p.stem for p in _pipeline_files()} == {"precision_sweep", "batch_tuning"}
+    assert {p.stem for p in _pipeline_files()} == {"precision_sweep", "batch_tuning",
+                                                   "plan_and_train"}
 
 
 @pytest.mark.parametrize("path", _pipeline_files(), ids=lambda p: p.stem)

@@ -355,3 +355,76 @@ def test_the_readme_worked_example_is_what_its_command_prints():
     assert done.returncode == 0, done.stderr
     printed = [ln for ln in done.stdout.splitlines() if ln.startswith("|")]
     assert printed == table
+
+
+# ---- the plan_and_train pipeline ------------------------------------------------------------
+
+
+def _tasks(spec):
+    return {name: t for comp in list(spec.components.values()) + [spec.root]
+            for name, t in comp.dag.tasks.items()}
+
+
+def test_the_pipeline_trains_what_the_re_ranking_chose_within_its_spend_guard():
+    from pipelines import plan_and_train
+
+    tasks = _tasks(plan_and_train.PIPELINE.pipeline_spec)
+    train = tasks["sagemaker-training-2"].inputs.parameters
+    for name in ("instance_type", "instance_count", "precision", "batch_size",
+                 "activation_checkpointing", "max_steps", "max_runtime_seconds", "use_spot",
+                 "max_wait_seconds", "max_cost_usd"):
+        source = train[name].task_output_parameter
+        assert (source.producer_task, source.output_parameter_key) == ("plan-training-2", name)
+    rerank = tasks["plan-training-2"].inputs.artifacts["probe_series"]
+    assert rerank.task_output_artifact.producer_task == "for-loop-2"  # Collected probe series
+    probe = tasks["sagemaker-training"].inputs.parameters
+    assert "top_candidates" in probe["budget_items"].component_input_parameter
+    assert probe["max_cost_usd"].component_input_parameter == \
+        "pipelinechannel--probe_max_cost_usd"
+    label = tasks["parse-logs"].inputs.parameters["run_label"]  # the candidate's label
+    assert label.component_input_parameter.endswith("top_candidates-loop-item")
+    assert label.parameter_expression_selector == 'parseJson(string_value)["label"]'
+
+
+def test_run_local_refuses_a_capacity_the_pipeline_cannot_launch():
+    from pipelines import plan_and_train
+
+    with pytest.raises(UserError, match="capacity_modes"):
+        plan_and_train.check_arguments({**cli.defaults(plan_and_train.PIPELINE.pipeline_func),
+                                        **plan_and_train.LOCAL_DEFAULTS,
+                                        "capacity_modes": ["training-plan"]})
+    with pytest.raises(UserError, match="deadline_hours"):
+        plan_and_train.check_arguments({**cli.defaults(plan_and_train.PIPELINE.pipeline_func),
+                                        **plan_and_train.LOCAL_DEFAULTS,
+                                        "deadline_hours": 0.01})
+
+
+@pytest.mark.slow
+def test_plan_probe_re_rank_and_train_run_end_to_end_on_the_local_backend(tmp_path):
+    from components.common import aws, iam_policy
+    from pipelines import local as _local
+    from pipelines import plan_and_train
+
+    args = {**cli.defaults(plan_and_train.PIPELINE.pipeline_func), **plan_and_train.LOCAL_DEFAULTS}
+    with _local.local_aws() as backend, aws.record_calls() as recording:
+        args = {"role_arn": _local.LOCAL_ROLE_ARN, "bucket": _local.LOCAL_BUCKET, **args}
+        run = _local.run_local(plan_and_train.build_pipeline(2), args, runs_dir=tmp_path)
+        jobs = _local.training_jobs(backend)
+    assert run.state == "SUCCEEDED", run.error
+    chosen = run.parameters("plan-training-2")
+    top = run.parameters("plan-training")["top_candidates"]
+    assert len(top) == 2 and {c["precision"] for c in top} == {"bf16", "fp32"}
+    assert all(j["TrainingJobStatus"] == "Completed" for j in jobs) and len(jobs) == 3
+    *probes, final = jobs  # the probes first, then the winner's run
+    assert sorted(j["HyperParameters"]["max-steps"] for j in probes) == ["4", "4"]
+    hp = final["HyperParameters"]
+    assert (hp["precision"], hp["batch-size"], hp["max-steps"]) == (
+        chosen["precision"], str(chosen["batch_size"]), str(chosen["max_steps"]))
+    assert final["StoppingCondition"]["MaxRuntimeInSeconds"] == chosen["max_runtime_seconds"]
+    summary = run.output("plan-training-2", "summary").read_text()
+    assert "#### Predicted against probed" in summary
+    for c in top:
+        assert f"| {c['label']} | 1 x CPU | completed |" in summary  # probed on this CPU
+    assert "no probe ran on a candidate's GPU" in summary
+    assert run.output("cleanup", "report") is not None
+    assert iam_policy.check_calls(iam_policy.pod_policy(), recording.calls()) == []

@@ -23,6 +23,7 @@ def plan_training(
     ffn_hidden_size: int = 0,
     vocab_size: int = -1,
     seq_length: int = 2048,
+    max_batch_size: int = 0,
     deadline_hours: float = 0.0,
     max_cost_usd: float = 0.0,
     instance_types: Optional[list] = None,
@@ -79,6 +80,9 @@ def plan_training(
         ffn_hidden_size: MLP inner size (0: the preset's).
         vocab_size: Vocabulary size (-1: the preset's; 0: a bare block stack).
         seq_length: Sequence length in tokens.
+        max_batch_size: Largest micro-batch per GPU to consider (0 = the largest that
+            fits, capped at 65,536 tokens per GPU and 4M tokens per step as the memory
+            estimate caps it).
         deadline_hours: The run must finish within this many hours (predicted time;
             0: no deadline).
         max_cost_usd: Budget: a configuration whose worst case exceeds it is never

@@ -27,7 +27,7 @@ PARAMETERS = frozenset((
     "num_kv_heads", "ffn_hidden_size", "vocab_size", "seq_length", "deadline_hours",
     "max_cost_usd", "instance_types", "max_instance_count", "precisions", "capacity_modes",
     "region", "instance_hour_prices", "headroom", "runtime_margin", "rank_by", "probes",
-    "startup_seconds", "show_top", "probe_count",
+    "startup_seconds", "max_batch_size", "show_top", "probe_count",
 ))
 
 
@@ -133,7 +133,7 @@ def goal_and_book(params: Mapping[str, Any], verdicts: str = ""
     _positive("max_instance_count", params["max_instance_count"], integer=True)
     for name in ("deadline_hours", "max_cost_usd", "runtime_margin"):
         _positive(name, params[name], zero=True)
-    for name in ("show_top", "probe_count", "startup_seconds"):
+    for name in ("show_top", "probe_count", "startup_seconds", "max_batch_size"):
         _positive(name, params[name], integer=True, zero=True)
     if not 0 <= params["headroom"] < 1:
         raise UserError("headroom", f"={params['headroom']!r} must be in [0, 1).", "e.g. 0.05.")
@@ -155,7 +155,7 @@ def goal_and_book(params: Mapping[str, Any], verdicts: str = ""
         capacity_modes=modes, precisions=precisions, deadline_hours=float(params["deadline_hours"]),
         max_cost_usd=float(params["max_cost_usd"]), headroom=params["headroom"],
         runtime_margin=float(params["runtime_margin"]), rank_by=params["rank_by"],
-        startup_seconds=params["startup_seconds"],
+        startup_seconds=params["startup_seconds"], max_batch_size=params["max_batch_size"],
         validated=validated, probes=probes)
     return goal, book, notes + more
 

@@ -118,6 +118,7 @@ class Goal:
     headroom: float = planner.DEFAULT_HEADROOM
     runtime_margin: float = 0.2
     startup_seconds: int = 600  # billed before the first step (download, initialisation)
+    max_batch_size: int = 0  # the largest micro-batch to consider (0: the largest that fits)
     rank_by: str = "cost"
     # precision -> where its risk verdict comes from (the convergence sweep's verdicts)
     validated: dict[str, str] = field(default_factory=dict)
@@ -292,6 +293,7 @@ def _configurations(goal: Goal, instance_type: str, result: SearchResult) -> lis
             request = planner.Request(goal.model, goal.seq_length, hw, precisions=(p,),
                                       headroom=goal.headroom).validate()
             cap, _ = planner.batch_cap(request)
+            cap = min(cap, goal.max_batch_size or cap)
             found = []
             for ac in (False, True):
                 for b in _batches(planner.largest_batch(request, p, ac), cap):
