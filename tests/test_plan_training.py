@@ -21,7 +21,7 @@ from components.common import cli, pricing
 from components.common.errors import USER_ERROR_EXIT_CODE, UserError
 from components.local.settings import OfferingTemplate
 from components.memory_estimate import estimator, planner
-from components.plan_training import report, run
+from components.plan_training import report, run, search
 from components.plan_training.component import plan_training
 from trainer import hardware
 from trainer.spec import preset
@@ -34,7 +34,9 @@ TOKENS = 100_000_000_000
 def plan(**given):
     """The component's work with the signature's defaults for what is not given."""
     verdicts = given.pop("verdicts", "")
-    return run.run_component(verdicts=verdicts, **{**cli.defaults(plan_training),
+    series = given.pop("probe_series", ())
+    return run.run_component(verdicts=verdicts, probe_series=series,
+                             **{**cli.defaults(plan_training),
                                                    "training_tokens": TOKENS, **given})
 
 
@@ -428,3 +430,51 @@ def test_plan_probe_re_rank_and_train_run_end_to_end_on_the_local_backend(tmp_pa
     assert "no probe ran on a candidate's GPU" in summary
     assert run.output("cleanup", "report") is not None
     assert iam_policy.check_calls(iam_policy.pod_policy(), recording.calls()) == []
+
+
+def _probe_series(tmp_path: Path, candidate: dict, *, gpu: str, tokens_per_s: float,
+                  status: str = "completed") -> str:
+    meta = {"run": candidate["label"], "status": status, "gpu": gpu, "world_size": 1,
+            "emulated": False, "precision": candidate["precision"],
+            "training": {"batch_size": candidate["batch_size"],
+                         "activation_checkpointing": candidate["activation_checkpointing"]},
+            "metrics": {"mean_tokens_per_s_per_gpu": tokens_per_s, "peak_reserved_gib": 60.0}}
+    path = tmp_path / f"{candidate['rank']}.csv"
+    path.write_text(f"# kfp-sagemaker/step-series/v1 {json.dumps(meta)}\nstep,loss\n1,5.0\n")
+    return str(path)
+
+
+def test_probes_on_the_candidates_gpu_re_rank_the_probed_candidates_on_measured_speed(tmp_path):
+    kw = dict(instance_types=[P5EN, P5], max_instance_count=2, seq_length=8192,
+              capacity_modes=["on-demand"], precisions=["bf16", "fp8"], probe_count=3)
+    first = plan(**kw)
+    top = first.top_candidates
+    assert [c["rank"] for c in top] == [1, 2, 3]
+    # the first candidate measures at half its prediction on one of its GPUs: it drops
+    one = search.predicted_at(first.result.goal, top[0]["instance_type"], top[0]["precision"],
+                              top[0]["batch_size"], top[0]["activation_checkpointing"], 1)
+    gpu = hardware.INSTANCE_TYPES[top[0]["instance_type"]].gpu
+    series = [_probe_series(tmp_path, top[0], gpu=f"NVIDIA {gpu}", tokens_per_s=one / 2)]
+    series += [_probe_series(tmp_path, c, gpu="", tokens_per_s=3000.0) for c in top[1:]]
+    out = plan(**kw, probe_series=series)
+    ranked = {(c.config.instance_type, c.config.instance_count, c.config.precision,
+               c.config.batch_size, c.config.activation_checkpointing) for c in out.result.ranked}
+    assert ranked == {tuple(c[k] for k in ("instance_type", "instance_count", "precision",
+                                           "batch_size", "activation_checkpointing"))
+                      for c in top}  # only the probed candidates
+    c = out.result.chosen.config  # the second candidate wins now
+    assert (c.instance_type, c.instance_count, c.precision, c.batch_size) == tuple(
+        top[1][k] for k in ("instance_type", "instance_count", "precision", "batch_size"))
+    slowed = next(c for c in out.result.ranked if c.config.throughput_kind == "probed")
+    assert slowed.config.tokens_per_s_per_gpu == pytest.approx(
+        top[0]["predicted_tokens_per_s_per_gpu"] / 2, rel=1e-3)
+    assert f"| {top[0]['label']} | 1 x {gpu} | completed |" in out.markdown
+    assert "| 0.500 |" in out.markdown  # probed / predicted
+    assert "no: ran on a CPU" in out.markdown
+    # a probe that ran out of memory takes its candidate out
+    oom = [_probe_series(tmp_path, top[0], gpu=f"NVIDIA {gpu}", tokens_per_s=1.0,
+                         status="oom")] + series[1:]
+    out = plan(**kw, probe_series=oom)
+    assert len(out.result.ranked) == 2
+    assert any(n.startswith(f"probe {top[0]['label']} not chosen: the probe did not complete")
+               for n in out.result.notes)
