@@ -28,7 +28,8 @@ def _all_tasks(doc):
 
 
 def test_both_pipelines_are_compiled():
-    assert {p.stem for p in _pipeline_files()} == {"precision_sweep", "batch_tuning"}
+    assert {p.stem for p in _pipeline_files()} == {"precision_sweep", "batch_tuning",
+                                                   "plan_and_train"}
 
 
 @pytest.mark.parametrize("path", _pipeline_files(), ids=lambda p: p.stem)
@@ -82,7 +83,8 @@ def test_every_component_yaml_loads_and_composes_into_a_new_pipeline(tmp_path):
         for p in sorted((COMPILED / "components").glob("*.yaml"))
     }
     assert set(loaded) == {"build_image", "cleanup", "compare_convergence", "memory_estimate",
-                           "parse_logs", "rank_throughput", "sagemaker_training"}
+                           "parse_logs", "plan_training", "rank_throughput",
+                           "sagemaker_training"}
 
     @dsl.pipeline(name="another-teams-pipeline")
     def theirs(role_arn: str, bucket: str):
@@ -99,6 +101,8 @@ def test_every_component_yaml_loads_and_composes_into_a_new_pipeline(tmp_path):
                 logs = loaded["parse_logs"](job_name=job.outputs["job_name"])
             loaded["compare_convergence"](series=dsl.Collected(logs.outputs["series"]))
             loaded["rank_throughput"](series=dsl.Collected(logs.outputs["series"]))
+            loaded["plan_training"](training_tokens=10**9,
+                                    probe_series=dsl.Collected(logs.outputs["series"]))
 
     out = tmp_path / "theirs.yaml"
     compiler.Compiler().compile(theirs, str(out))

@@ -17,11 +17,11 @@ from typing import Any
 from components.common import naming, tags
 from components.common.errors import UserError
 from components.common.s3 import split_s3_uri
+from components.common.training_job import MAX_RUNTIME_LIMIT_S
 from components.sagemaker_training import limits
 
 DEFAULT_INSTANCE_TYPE = "ml.p6-b200.48xlarge"
 DEFAULT_MAX_RUNTIME_S = 24 * 3600
-MAX_RUNTIME_LIMIT_S = 28 * 24 * 3600  # SageMaker's ceiling (documented; botocore has min 1 only)
 MAX_VOLUME_SIZE_GB = 16384  # EBS gp2/gp3 ceiling (botocore has min 0 only)
 CHECKPOINT_LOCAL_PATH = "/opt/ml/checkpoints"
 
