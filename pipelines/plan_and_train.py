@@ -147,7 +147,6 @@ def build_pipeline(parallelism: int = DEFAULT_PARALLELISM) -> Any:
         )
         with dsl.ExitHandler(clean, name="plan-and-train"):
             plan = plan_training(**planning).set_display_name("plan")
-            plan.set_retry(2)  # reads prices and offerings only
             image = _steps.trainer_image_step(
                 region=region, prefix=prefix, repository=trainer_repository,
                 instance_type=plan.outputs["instance_type"],
@@ -157,7 +156,7 @@ def build_pipeline(parallelism: int = DEFAULT_PARALLELISM) -> Any:
                                  parallelism=parallelism) as candidate:
                 probe = sagemaker_training(
                     image_uri=image.outputs["image_uri"], role_arn=role_arn,
-                    output_s3_uri=f"{prefix}/probes", region=region,
+                    **_steps.job_prefixes(f"{prefix}/probes"), region=region,
                     instance_type=candidate.instance_type,
                     instance_count=candidate.instance_count, precision=candidate.precision,
                     batch_size=candidate.batch_size,
@@ -169,19 +168,16 @@ def build_pipeline(parallelism: int = DEFAULT_PARALLELISM) -> Any:
                     instance_hour_prices=instance_hour_prices,
                     budget_items=plan.outputs["top_candidates"], pipeline=NAME,
                 ).set_display_name("probe")
-                probe.set_retry(2)
                 probed = parse_logs(
                     job_name=probe.outputs["job_name"], region=region,
                     requested_precision=candidate.precision, run_label=candidate.label,
                 ).set_display_name("parse probe")
-                probed.set_retry(3)
             chosen = plan_training(
                 **planning, probe_series=dsl.Collected(probed.outputs["series"]),
             ).set_display_name("re-rank on probes")
-            chosen.set_retry(2)
             train = sagemaker_training(
                 image_uri=image.outputs["image_uri"], role_arn=role_arn,
-                output_s3_uri=f"{prefix}/output", region=region,
+                **_steps.job_prefixes(prefix), region=region,
                 instance_type=chosen.outputs["instance_type"],
                 instance_count=chosen.outputs["instance_count"],
                 precision=chosen.outputs["precision"],
@@ -192,14 +188,12 @@ def build_pipeline(parallelism: int = DEFAULT_PARALLELISM) -> Any:
                 max_runtime_seconds=chosen.outputs["max_runtime_seconds"],
                 use_spot=chosen.outputs["use_spot"],
                 max_wait_seconds=chosen.outputs["max_wait_seconds"],
-                checkpoint_s3_uri=f"{prefix}/checkpoints",
                 max_cost_usd=chosen.outputs["max_cost_usd"],
                 instance_hour_prices=instance_hour_prices, pipeline=NAME,
             ).set_display_name("train")
-            train.set_retry(2)
             parse_logs(job_name=train.outputs["job_name"], region=region,
                        requested_precision=chosen.outputs["precision"],
-                       ).set_display_name("parse training").set_retry(3)
+                       ).set_display_name("parse training")
 
     return plan_and_train
 

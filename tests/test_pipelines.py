@@ -506,7 +506,9 @@ def _expression(spec: dict) -> str:
 # Two values of each training input a loop may feed, to show the job name tells them apart.
 _LOOP_FED_VALUES = {"precision": ("bf16", "fp8"), "batch_size": (1, 2),
                     "activation_checkpointing": (False, True), "seq_length": (64, 128),
-                    "max_steps": (10, 20), "model_preset": ("tiny", "small")}
+                    "max_steps": (10, 20), "model_preset": ("tiny", "small"),
+                    "instance_count": (1, 2),
+                    "instance_type": ("ml.p5.48xlarge", "ml.p6-b200.48xlarge")}
 
 
 def _job_name(**overrides):

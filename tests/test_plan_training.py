@@ -19,6 +19,7 @@ from conftest import local_backend_with_bucket
 
 from components.common import cli, pricing
 from components.common.errors import USER_ERROR_EXIT_CODE, UserError
+from components.common.step_series import COLUMN_NAMES, SERIES_SCHEMA
 from components.local.settings import OfferingTemplate
 from components.memory_estimate import estimator, planner
 from components.plan_training import report, run, search
@@ -440,7 +441,9 @@ def _probe_series(tmp_path: Path, candidate: dict, *, gpu: str, tokens_per_s: fl
                          "activation_checkpointing": candidate["activation_checkpointing"]},
             "metrics": {"mean_tokens_per_s_per_gpu": tokens_per_s, "peak_reserved_gib": 60.0}}
     path = tmp_path / f"{candidate['rank']}.csv"
-    path.write_text(f"# kfp-sagemaker/step-series/v1 {json.dumps(meta)}\nstep,loss\n1,5.0\n")
+    # the metadata carries what the planner reads; rows are not needed (the series
+    # contract refuses a header that is not its own columns)
+    path.write_text(f"# {SERIES_SCHEMA} {json.dumps(meta)}\n" + ",".join(COLUMN_NAMES) + "\n")
     return str(path)
 
 

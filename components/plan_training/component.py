@@ -7,7 +7,7 @@ from kfp.dsl import Artifact, Dataset, Input, Markdown, Output
 from components.common.component import component
 
 
-@component(aws=True)
+@component(aws=True, retries=2)  # reads prices and offerings only
 def plan_training(
     training_tokens: int,
     summary: Output[Markdown],
