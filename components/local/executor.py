@@ -51,7 +51,7 @@ from typing import Any
 
 from components.common.naming import SAGEMAKER_NAME_RE
 from components.common.training_job import MAX_FAILURE_REASON, TERMINAL_STATUSES
-from components.local import plans, processes, storage
+from components.local import container, plans, processes, storage
 from components.local.api import ApiError, not_found, validation
 from components.local.container import HostLayout, free_port, local_gpu_count
 from components.local.jobs import (
@@ -505,15 +505,24 @@ class TrainingJobExecutor:
         return [HostLayout(f"algo-{i + 1}", root / f"algo-{i + 1}")
                 for i in range(job.instance_count)]
 
-    def _command(self, job: Job) -> list[str]:
+    def _command(self, job: Job) -> tuple[list[str], bool]:
+        """(argv of the container's PID 1, whether it is the image's own entry point).
+
+        What runs is what a training image would run (``check_entry_point``): the image's
+        entry point (``container.image_entry_point``: this project's init, or the DLC's bash
+        for the stock DLC image) running the toolkit's ``train``, which runs train.sh; or the
+        request's ContainerEntrypoint, whose program must be one the trainer image has; or
+        the in-process backend's ``command`` (its owner's own choice, not a request's)."""
         spec = job.request.get("AlgorithmSpecification") or {}
         entry = spec.get("ContainerEntrypoint")
-        if entry:
-            return [str(a) for a in entry] + [str(a) for a in spec.get("ContainerArguments") or []]
         args = [str(a) for a in spec.get("ContainerArguments") or []]
+        if entry:
+            return [str(a) for a in entry] + args, False
         if self.settings.command:
-            return list(self.settings.command) + args
-        return ["bash", str(self.settings.repo_root / "trainer" / "train.sh")] + args
+            return list(self.settings.command) + args, False
+        image = container.image_entry_point(str(spec.get("TrainingImage") or ""),
+                                            self.settings.repo_root)
+        return image + args, True
 
     def _attempt(self, job: Job, max_runtime: float, max_wait: float) -> tuple[str, str]:
         """One start of the job on fresh instances: ('completed'|'failed'|...,  failure)."""
@@ -538,9 +547,13 @@ class TrainingJobExecutor:
             return "stopped", ""
 
         self._transition(job, "Training")
-        command = self._command(job)
+        command, image = self._command(job)
+        missing = container.toolkit_missing() if image else ""
+        if missing:
+            job.billable_s += time.monotonic() - started
+            return "failed", f"ClientError: cannot start the training image: {missing}"
         try:
-            procs = self._start_hosts(job, layouts, command)
+            procs = self._start_hosts(job, layouts, command, image)
         except OSError as exc:
             job.billable_s += time.monotonic() - started
             return "failed", f"ClientError: cannot start {command[0]}: {exc}"
@@ -575,25 +588,40 @@ class TrainingJobExecutor:
         for lay in layouts:
             lay.create()
             lay.write_config(job.request, hosts)
+            lay.write_hosts(hosts)
+            lay.stage_code(self.settings.repo_root)
             for channel in job.request.get("InputDataConfig") or []:
                 self._download_channel(s3, channel, lay)
             if checkpoint_uri:
                 storage.download_prefix(s3, checkpoint_uri, lay.checkpoint_dir)
 
-    def _start_hosts(self, job: Job, layouts: list[HostLayout],
-                     command: list[str]) -> list[HostProcess]:
+    def _start_hosts(self, job: Job, layouts: list[HostLayout], command: list[str],
+                     image: bool) -> list[HostProcess]:
         self._ensure_log_group(job.region)
         epoch = max(int(time.time()), job.last_stream_epoch + 1)
         job.last_stream_epoch = epoch
         hosts = [lay.host for lay in layouts]
         master_port = free_port()
         base_env = self._base_env(job)
-        envs = [lay.environment(job.request, hosts, repo_root=self.settings.repo_root,
-                                master_port=master_port, num_gpus=self.num_gpus,
-                                base_env=base_env) for lay in layouts]
-        return processes.start_hosts(job.name, command, layouts, envs,
+        commands, envs = [], []
+        for lay in layouts:
+            argv, namespaced = container.container_command(command, lay)
+            # Outside a namespace, the DLC's bash gets the PID-1 treatment of SIGTERM by hand.
+            ignore = not namespaced and command[:len(container.DLC_ENTRY_POINT)] == \
+                container.DLC_ENTRY_POINT
+            commands.append((argv, namespaced, ignore))
+            if image:
+                envs.append(container.platform_environment(
+                    job.request, lay, master_port=master_port, num_gpus=self.num_gpus,
+                    base_env=base_env, namespaced=namespaced))
+            else:
+                envs.append(lay.environment(
+                    job.request, hosts, repo_root=self.settings.repo_root,
+                    master_port=master_port, num_gpus=self.num_gpus, base_env=base_env))
+        # The trainer image's WORKDIR is /opt/ml/code.
+        return processes.start_hosts(job.name, commands, layouts, envs,
                                      self.client("logs", job.region), epoch,
-                                     self.settings.log_flush_s)
+                                     self.settings.log_flush_s, cwd="code" if image else "")
 
     def _supervise(self, job: Job, procs: list[HostProcess], checkpoint_uri: str,
                    started: float, max_runtime: float, max_wait: float) -> tuple[str, int]:
