@@ -112,7 +112,8 @@ _REFERENCE: dict[int, dict[int, float]] = {}
 
 
 def reference(backend: Any, hosts: int) -> dict[int, float]:
-    """Losses of the same job uninterrupted (one run per host count)."""
+    """Losses of the same job uninterrupted: the DLC case's restart (which trains from step 1),
+    or a run of its own when that case did not run."""
     if hosts not in _REFERENCE:
         name = f"reference-{hosts}"
         create(backend, name, PROJECT_IMAGE, hosts)
@@ -145,6 +146,7 @@ def test_a_spot_interruption_reaches_the_trainer_through_pid_1_and_the_toolkit(
         assert not parsed(first, "event") or all(e["kind"] != "sigterm" for e in parsed(first, "event"))
         assert saved == [] and resumed == [] and checkpoint_keys(backend, name) == []
         assert sorted(losses(second)) == list(range(1, STEPS + 1))
+        _REFERENCE.setdefault(hosts, losses(second))  # an uninterrupted run, from step 1
         return
     # After: the stop reached the trainer's ranks on every host, which checkpointed the step
     # they had reached; that checkpoint reached S3 and the restart resumed from it.
@@ -163,23 +165,34 @@ def test_a_spot_interruption_reaches_the_trainer_through_pid_1_and_the_toolkit(
     assert [run[s] for s in sorted(run)] == [ref[s] for s in sorted(ref)]
 
 
-def test_checkpoints_reach_s3_while_the_job_runs_and_survive_the_loss_of_the_host(backend):
+def test_checkpoints_reach_s3_while_the_job_runs_and_a_host_lost_mid_save_resumes_from_s3(
+        backend):
     name = "sync-while-running"
-    create(backend, name, PROJECT_IMAGE, 1, **{"checkpoint-every": "2", "max-steps": "40"})
+    # A model whose save takes long enough (tenths of a second) to be caught in the middle.
+    big = {"hidden-size": "256", "ffn-hidden-size": "704", "num-layers": "2"}
+    create(backend, name, PROJECT_IMAGE, 1, **{"checkpoint-every": "2", "max-steps": "40", **big})
     sm = backend.client("sagemaker")
     wait_for(lambda: "step_00000002/meta.json" in checkpoint_keys(backend, name), 180,
              "step 2's checkpoint in S3")
     assert sm.describe_training_job(TrainingJobName=name)["TrainingJobStatus"] == "InProgress"
-    # The instance is lost: every process SIGKILLed, whatever it was writing.
+    # The instance is lost in the middle of the next save: every process SIGKILLed.
+    local = backend.host_dir(name) / "checkpoints"
+    deadline = time.monotonic() + 120
+    while not any(local.glob("*.tmp/*")) and time.monotonic() < deadline:
+        time.sleep(0.005)
     for host in list(backend.executor._jobs[(backend.region, name)].hosts):
         host.signal(signal.SIGKILL)
     assert finished(backend, name)["TrainingJobStatus"] == "Failed"
     synced = checkpoint_keys(backend, name)
-    newest = max(int(k[5:13]) for k in synced if k.endswith("/meta.json") and ".tmp" not in k)
-    # A new job on the same checkpoint prefix starts from what S3 holds.
+    partial = sorted({k.split("/")[0] for k in synced if k.split("/")[0].endswith(".tmp")})
+    assert partial, f"the kill did not land in a save: {synced}"
+    complete = [int(k[5:13]) for k in synced if k.endswith("/meta.json") and ".tmp" not in k]
+    newest = max(complete)
+    assert int(partial[-1][5:13]) > newest
+    # A new job on the same checkpoint prefix starts from the newest complete one S3 holds.
     again = "sync-while-running-again"
     create(backend, again, PROJECT_IMAGE, 1, prefix=name,
-           **{"checkpoint-every": "0", "max-steps": str(newest + 1)})
+           **{"checkpoint-every": "0", "max-steps": str(newest + 1), **big})
     assert finished(backend, again)["TrainingJobStatus"] == "Completed"
     [lines] = streams(backend, again)
     resumed = [c for c in parsed(lines, "checkpoint") if c.get("action") == "resumed"]
