@@ -289,3 +289,25 @@ def test_the_dockerfile_entry_point_is_the_one_the_executor_runs():
     assert container.image_entry_point(PROJECT_IMAGE, ROOT)[-2:] == [
         str(ROOT / "images" / "trainer" / "entrypoint.py"), "train"]
     assert container.image_entry_point(DLC_IMAGE, ROOT)[:2] == ["bash", "-m"]
+
+
+@pytest.mark.parametrize("program", ["/usr/bin/curl", "/tmp/payload.sh", "./train.sh", "nc",
+                                     "/home/dev/.venv/bin/python"])
+def test_a_container_entry_point_the_image_does_not_have_is_refused_at_create(backend, program):
+    from botocore.exceptions import ClientError
+
+    sm = backend.client("sagemaker")
+    with pytest.raises(ClientError) as err:
+        sm.create_training_job(
+            TrainingJobName="not-in-the-image", RoleArn=ROLE,
+            AlgorithmSpecification={"TrainingImage": PROJECT_IMAGE, "TrainingInputMode": "File",
+                                    "ContainerEntrypoint": [program, "-c", "id"]},
+            OutputDataConfig={"S3OutputPath": f"s3://{BUCKET}/out"},
+            ResourceConfig={"InstanceType": "ml.p6-b200.48xlarge", "InstanceCount": 1,
+                            "VolumeSizeInGB": 50},
+            StoppingCondition={"MaxRuntimeInSeconds": 60})
+    assert err.value.response["Error"]["Code"] == "ValidationException"
+    message = err.value.response["Error"]["Message"]
+    assert "ContainerEntrypoint" in message and repr(program) in message
+    names = [j["TrainingJobName"] for j in sm.list_training_jobs()["TrainingJobSummaries"]]
+    assert "not-in-the-image" not in names

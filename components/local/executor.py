@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import re
 import signal
 import sys
 import threading
@@ -74,6 +75,19 @@ from components.local.validation import (
     page,
     validate_list_request,
 )
+
+# What a request may make a job run (issue 28: the executor runs only what a training image
+# would run). Without ContainerEntrypoint: the image's entry point (container.image_entry_point),
+# which runs the sagemaker-training toolkit's `train`, which runs the code dir's train.sh. With
+# one: a program the trainer image has (the DLC's shells and Python, the toolkit's `train`,
+# torchrun), named bare or by its path in the image's system directories, or this Python; any
+# other program (a host path such as /usr/bin/curl or ~/bin/x) is refused at Create. What an
+# allowed program then does is the request's own (`bash -c ...` runs anything, as it would in the
+# image), as the backend's user, in the job's namespaces and its /opt/ml tree: that is why only
+# holders of the backend's own credentials may send requests. The backend's ``command`` (set by
+# whoever starts the backend in-process) is not checked: it is not a request's.
+IMAGE_PROGRAMS = frozenset({"bash", "sh", "python", "python3", "train", "torchrun"})
+IMAGE_BIN_DIRS = frozenset({"/bin", "/usr/bin", "/usr/local/bin", "/opt/conda/bin"})
 
 POLL_S = 0.1
 CHECKPOINT_SYNC_S = 1.0
@@ -135,6 +149,7 @@ class TrainingJobExecutor:
     # ---------------------------------------------------------------- API
     def create_training_job(self, region: str, req: dict[str, Any]) -> dict[str, Any]:
         req = normalize_create_request(req)
+        check_entry_point(req)
         name = req["TrainingJobName"]
         with self._lock:
             self._check_unique(region, name)
@@ -721,3 +736,21 @@ class TrainingJobExecutor:
             host.signal(signal.SIGKILL)
 
 
+
+
+def check_entry_point(req: dict[str, Any]) -> None:
+    """Refuses a ContainerEntrypoint whose program the trainer image does not have
+    (``IMAGE_PROGRAMS``)."""
+    entry = (req.get("AlgorithmSpecification") or {}).get("ContainerEntrypoint")
+    if not entry:
+        return
+    program = str(entry[0])
+    folder, _, base = program.rpartition("/")
+    known = re.sub(r"^python3\.\d+$", "python3", base) in IMAGE_PROGRAMS
+    if known and (not folder or folder in IMAGE_BIN_DIRS) or program == sys.executable:
+        return
+    raise validation(
+        f"AlgorithmSpecification.ContainerEntrypoint: {program!r} is not a program of the "
+        f"training image; the local backend runs only {', '.join(sorted(IMAGE_PROGRAMS))} "
+        f"(bare or in {', '.join(sorted(IMAGE_BIN_DIRS))}). Leave ContainerEntrypoint out to "
+        "run the image's own entry point (train.sh under the training toolkit).")
