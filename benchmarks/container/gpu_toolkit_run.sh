@@ -7,7 +7,9 @@
 # after TE is installed (shared/tools/TE-ON-DEVICE.md) and with ".smt" carried
 # (benchmarks/container/prepare_wheels.sh makes it):
 #   bash benchmarks/container/gpu_toolkit_run.sh [ENTRY]     ENTRY: project (default) or dlc
-# Everything it shows goes to stdout and $OUT/gpu_toolkit_run.log.
+# Everything it shows goes to stdout and $OUT/gpu_toolkit_run.log. For a dry run of the
+# plumbing on a CPU machine where the toolkit is installed already:
+#   PY=.venv/bin/python SKIP_INSTALL=1 BACKEND=torch PRECISION=bf16 GRACE=30 bash ... project
 set -uo pipefail
 entry=${1:-project}
 OUT=${OUT:-/tmp/gpu_toolkit_out}
@@ -15,32 +17,38 @@ mkdir -p "$OUT"
 exec > >(tee -a "$OUT/gpu_toolkit_run.log") 2>&1
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 repo=$PWD
+PY=${PY:-python3} BACKEND=${BACKEND:-te} PRECISION=${PRECISION:-fp8}
 site=/tmp/smt-site
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$site" .smt/*.whl || exit 1
-export PYTHONPATH=$site PATH=$site/bin:$PATH
-python3 -c "import sagemaker_training, transformer_engine.pytorch; print('toolkit and TE import')" || exit 1
-nvidia-smi -L
+if [ -z "${SKIP_INSTALL:-}" ]; then
+  "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$site" .smt/*.whl || exit 1
+fi
+bindir=$(dirname "$(command -v "$PY")")
+export PYTHONPATH=$site PATH=$site/bin:$bindir:$PATH
+"$PY" -c "import sagemaker_training; print('toolkit', sagemaker_training.__file__)" || exit 1
+[ "$BACKEND" != te ] || "$PY" -c "import transformer_engine.pytorch; print('TE imports')" || exit 1
+nvidia-smi -L 2>/dev/null || echo "no GPU"
 
 root=$(mktemp -d /tmp/opt-ml-XXXX)   # the container's /opt/ml
 mkdir -p "$root"/input/config "$root"/input/data "$root"/model "$root"/output/data "$root"/checkpoints "$root"/code
 cp trainer/train.sh "$root"/code/train.sh && cp -r trainer "$root"/code/trainer
 cat > "$root"/input/config/hyperparameters.json <<'JSON'
-{"model-preset": "tiny", "backend": "te", "precision": "fp8", "batch-size": "8", "seq-length": "256",
- "max-steps": "400", "log-every": "1", "checkpoint-every": "0", "warmup-steps": "5"}
+{"model-preset": "tiny", "backend": "BACKEND", "precision": "PRECISION", "batch-size": "8",
+ "seq-length": "256", "max-steps": "400", "log-every": "1", "checkpoint-every": "0", "warmup-steps": "5"}
 JSON
+sed -i "s/\"BACKEND\"/\"$BACKEND\"/; s/\"PRECISION\"/\"$PRECISION\"/" "$root"/input/config/hyperparameters.json
 echo '{"current_host": "algo-1", "hosts": ["algo-1"], "network_interface_name": "lo"}' > "$root"/input/config/resourceconfig.json
 echo '{}' > "$root"/input/config/inputdataconfig.json
 printf '127.0.0.1 localhost\n127.0.0.1 algo-1\n' > "$root"/hosts
 if [ "$entry" = dlc ]; then  # the DLC's PID 1: bash, no trap, `train` as a child
   pid1=(bash -m -c 'train; exit $?')
 else
-  pid1=(python3 "$repo/images/trainer/entrypoint.py" train)
+  pid1=("$PY" "$repo/images/trainer/entrypoint.py" train)
 fi
 
 start() {  # $1 = log name: runs the container's PID 1 in the background; sets $ns (unshare's pid)
   env -i PATH="$PATH" HOME=/root PYTHONPATH="$root/code:$site" PYTHONUNBUFFERED=1 \
     SAGEMAKER_BASE_DIR="$root" SAGEMAKER_PROGRAM=train.sh SAGEMAKER_SUBMIT_DIRECTORY="$root/code" \
-    SM_CHECKPOINT_DIR="$root/checkpoints" TORCH_ELASTIC_SHUTDOWN_TIMEOUT=110 PYTHON=python3 \
+    SM_CHECKPOINT_DIR="$root/checkpoints" TORCH_ELASTIC_SHUTDOWN_TIMEOUT=110 PYTHON="$PY" \
     TRAINING_JOB_NAME=gpu-toolkit-run NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 \
     NVSHMEM_DISABLE_NVLS=1 LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}" \
     unshare --pid --fork --mount-proc --mount --uts --kill-child \
@@ -63,8 +71,8 @@ grace=${GRACE:-120}
 for _ in $(seq $((grace * 10))); do kill -0 $ns 2>/dev/null || break; sleep 0.1; done
 if kill -0 $ns 2>/dev/null; then echo "still running after ${grace}s: SIGKILL (as SageMaker)"; kill -KILL "$p1"; fi
 wait $ns; rc=$?
-echo "run 1 exited $rc, $(python3 -c "import time; print(round(time.time() - $t0, 2))") s after SIGTERM"
-grep -E "SIGTERM|sigterm|checkpoint|summary|Using FP8|recipe" "$OUT/run1.log" | cut -c1-400
+echo "run 1 exited $rc, $("$PY" -c "import time; print(round(time.time() - $t0, 2))") s after SIGTERM"
+grep -E '^\[(trainer\] (event|checkpoint|summary|recipe)|entrypoint\]|train.sh\])|^/bin/sh -c|death signal|closing signal' "$OUT/run1.log" | cut -c1-400
 echo "### the checkpoint directory"; ls -la "$root"/checkpoints/* 2>/dev/null || echo "(no checkpoint)"
 
 echo "### run 2: a fresh start on the same /opt/ml (as after a spot restart, checkpoints restored)"

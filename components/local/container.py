@@ -277,10 +277,12 @@ def namespace_prefix() -> tuple[str, ...]:
     unshare = shutil.which("unshare")
     if not unshare:
         return ()
-    base = (unshare, "--pid", "--fork", "--mount-proc", "--mount", "--uts", "--kill-child")
+    import tempfile
+
+    base: tuple[str, ...] = (unshare, "--pid", "--fork", "--mount-proc", "--mount", "--uts",
+                             "--kill-child")
     candidates = [base] if os.geteuid() == 0 else []
     candidates.append((base[0], "--user", "--map-root-user", *base[1:]))
-    import tempfile
 
     with tempfile.NamedTemporaryFile("w", prefix="hosts-") as hosts:
         for prefix in candidates:

@@ -2,9 +2,15 @@
 
 moto's training jobs are "Completed" at creation and cannot be stopped. Here
 ``CreateTrainingJob`` really runs the training image's entry point from this
-checkout (``bash <repo>/trainer/train.sh``, or the request's
-``AlgorithmSpecification.ContainerEntrypoint``) as one process group per host,
-under the container contract of ``components.local.container``, and goes
+checkout as SageMaker starts a container, one per host (``components.local.container``):
+PID 1 of its own PID namespace is the image's entry point (images/trainer/entrypoint.py,
+or the DLC's bash for the stock DLC image), which runs the sagemaker-training toolkit's
+``train``, which runs train.sh with the hyperparameters as arguments; or the request's
+``AlgorithmSpecification.ContainerEntrypoint`` (a program the image has: ``IMAGE_PROGRAMS``).
+StopTrainingJob, a spot interruption and the limits send SIGTERM to PID 1 alone, then
+SIGKILL after ``stop_grace_s``; /opt/ml/checkpoints is synced to CheckpointConfig.S3Uri
+every ``CHECKPOINT_SYNC_S`` while the job runs and once more when its processes have
+ended (however they ended), and restored from it at every start. The job goes
 through SageMaker's life cycle::
 
     InProgress: Starting -> Downloading -> Training -> Uploading
@@ -30,8 +36,9 @@ peers), then uploads and finishes. Everything else is plumbing kept elsewhere:
 S3 and CloudWatch are reached through the backend's own endpoint (moto), exactly
 as a container would, with clients from the ``ClientFactory`` the backend gives.
 
-What is not emulated: the training image itself (the checkout's trainer runs
-with this Python), VPC, network isolation, inter-container traffic encryption and
+What is not emulated: the training image itself (the checkout's trainer and the toolkit
+run with this Python; the DLC's SAGEMAKER_TRAINING_MODULE, the PyTorch toolkit, is not
+used: the base toolkit runs SAGEMAKER_PROGRAM itself), VPC, network isolation, inter-container traffic encryption and
 KMS encryption (all validated and echoed by Describe, none enforced), instance
 types (everything runs on this machine), FastFile/Pipe input modes (channels are
 always downloaded), RetryStrategy (nothing here fails with InternalServerError),
