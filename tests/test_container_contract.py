@@ -311,3 +311,21 @@ def test_a_container_entry_point_the_image_does_not_have_is_refused_at_create(ba
     assert "ContainerEntrypoint" in message and repr(program) in message
     names = [j["TrainingJobName"] for j in sm.list_training_jobs()["TrainingJobSummaries"]]
     assert "not-in-the-image" not in names
+
+
+def test_without_namespaces_the_fallback_still_delivers_the_stop(backend, monkeypatch):
+    """Where ``unshare`` is not allowed the entry point is a session leader, not PID 1: this
+    project's entry point (a subreaper then) still delivers the SIGTERM and the final
+    checkpoint still reaches S3. (The DLC stand-in's SIGTERM-ignoring start there was checked
+    by hand: no checkpoint; one more trainer run was not worth the suite's time.)"""
+    monkeypatch.setattr(container, "namespace_prefix", lambda: ())
+    name = "project-no-namespace"
+    create(backend, name, PROJECT_IMAGE, 1, **{"max-steps": "400"})
+    wait_for(lambda: any(max(losses(s), default=0) >= 2 for s in streams(backend, name)),
+             180, "step 2")
+    backend.client("sagemaker").stop_training_job(TrainingJobName=name)
+    assert finished(backend, name)["TrainingJobStatus"] == "Stopped"
+    [lines] = streams(backend, name)
+    saved = [c["step"] for c in parsed(lines, "checkpoint") if c.get("action") == "saved"]
+    assert saved == [max(losses(lines))]
+    assert f"step_{saved[0]:08d}/meta.json" in checkpoint_keys(backend, name)
