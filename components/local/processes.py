@@ -103,10 +103,11 @@ def _die_with_parent(ignore_sigterm: bool) -> Any:
     """Between fork and exec: SIGKILL when the parent (thread) goes away; optionally the
     SIGTERM-ignoring disposition the kernel gives a PID 1 without a handler."""
     libc = ctypes.CDLL(None, use_errno=True)
+    parent = os.getpid()
 
     def setup() -> None:
         libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        if os.getppid() == 1:  # the parent died before prctl: nobody would kill us
+        if os.getppid() != parent:  # the parent died before prctl: nobody would kill us
             os._exit(137)
         if ignore_sigterm:
             signal.signal(signal.SIGTERM, signal.SIG_IGN)
