@@ -329,3 +329,26 @@ def test_without_namespaces_the_fallback_still_delivers_the_stop(backend, monkey
     saved = [c["step"] for c in parsed(lines, "checkpoint") if c.get("action") == "saved"]
     assert saved == [max(losses(lines))]
     assert f"step_{saved[0]:08d}/meta.json" in checkpoint_keys(backend, name)
+
+
+def test_the_entry_point_keeps_the_dlcs_hostname_workaround(tmp_path):
+    """Where the hostname is not resourceconfig.json's current_host, ``train`` runs with the
+    toolkit's compiled gethostname() override preloaded, as the DLC's script preloads its own.
+    In a mount and UTS namespace: /opt is a fresh tmpfs holding /opt/ml/input/config."""
+    if subprocess.run(["unshare", "--mount", "--uts", "true"], capture_output=True).returncode:
+        pytest.skip("no mount/UTS namespace here")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "train").write_text(
+        f"#!/bin/sh\nexec {sys.executable} -c 'import socket; print(\"host\", socket.gethostname())'\n")
+    (bin_dir / "train").chmod(0o755)
+    config = json.dumps({"current_host": "algo-7", "hosts": ["algo-7"]})
+    setup = ("hostname other-name && mount -t tmpfs none /opt && mkdir -p /opt/ml/input/config && "
+             f"printf '%s' '{config}' > /opt/ml/input/config/resourceconfig.json && exec \"$@\"")
+    out = subprocess.run(
+        ["unshare", "--mount", "--uts", "sh", "-c", setup, "sh", sys.executable,
+         str(ROOT / "images" / "trainer" / "entrypoint.py"), "train"],
+        env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"},
+        capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "host algo-7" in out.stdout
