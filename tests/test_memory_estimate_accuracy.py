@@ -231,3 +231,18 @@ def test_cli_describes_te_fsdp_py_and_matches_the_python_api_on_its_h200_grid(ca
         errors.append(abs(doc["peak_allocated_bytes"] / r["peak_allocated_bytes"] - 1))
     assert len(errors) >= 10
     assert statistics.median(errors) <= 0.02 and max(errors) <= 0.05, errors
+
+
+def test_boundary_script_plans_six_configurations_and_judges_the_planner_by_the_issues_bar():
+    # benchmarks/memory/boundary.py runs on a GPU later; what it decides is checked here.
+    boundary = importlib.import_module("benchmarks.memory.boundary")
+    confs = boundary.CONFIGURATIONS
+    assert len(confs) >= 6 and {c[3] for c in confs} == {True, False}
+    assert len({c[0] for c in confs}) >= 4
+    runs = [{"batch_size": b, "status": "ok"} for b in (15, 16, 17)] + [
+        {"batch_size": 18, "status": "oom"}]
+    assert boundary.verdict(16, runs)["within_bar"] and boundary.verdict(17, runs)["within_bar"]
+    assert boundary.verdict(18, runs)["above"] and not boundary.verdict(18, runs)["within_bar"]
+    assert not boundary.verdict(15, runs)["within_bar"]  # two below: users lose a batch
+    assert not boundary.verdict(16, runs[:3])["boundary_found"]  # never ran out of memory
+    assert boundary.predicted_largest("1b", None, 2048, False, "bf16", 150_109_880_320) >= 16
