@@ -208,7 +208,7 @@ def held_out_reserved(rows: list[Row]) -> list[tuple[Row, int]]:
         coef = fit_reserve([r for r in use if r.family != fam])
         for r in use:
             if r.family == fam:
-                extra = sum(c * v for c, v in zip(coef, _design(r)))
+                extra = sum(c * v for c, v in zip(coef, _design(r), strict=True))
                 out.append((r, int(r.predicted_allocated + extra)))
     return out
 
