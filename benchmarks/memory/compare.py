@@ -276,8 +276,9 @@ def markdown(rows: list[Row]) -> str:
     gib = 2**30
     out = [
         "| configuration | status | measured allocated GiB | predicted GiB | error | "
-        "predicted device peak GiB | predicted to fit | peak during |",
-        "|---|---|---|---|---|---|---|---|",
+        "measured reserved GiB | predicted reserved GiB | predicted device peak GiB | "
+        "predicted to fit | peak during |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         if r.status == "ok":
@@ -287,8 +288,10 @@ def markdown(rows: list[Row]) -> str:
             err = "-"
             meas = "out of memory"
         fit = "yes" if r.fits_predicted else "no"
+        res = f"{r.measured_reserved / gib:.2f}" if r.measured_reserved and r.status == "ok" else "-"
         out.append(
             f"| {r.label} | {r.status} | {meas} | {r.predicted_allocated / gib:.2f} | {err} | "
+            f"{res} | {r.predicted_reserved / gib:.2f} | "
             f"{r.predicted_peak / gib:.2f} of {r.gpu_memory_bytes / gib:.1f} | {fit} | {r.phase} |"
         )
     s = summary(rows)

@@ -516,20 +516,6 @@ class _Terms:
         n = float(self.tokens) * self.s.model.vocab_size
         return n * (self.c if self.s.loss_kernel == "compiled" else 4.0)
 
-    def largest_allocation(self) -> float:
-        """The largest single tensor of the step: fp32 logits, a gathered FSDP unit
-        (FSDP2 gathers a unit into one buffer) or its reduce-scatter input, the widest
-        activation, or the fp32 copies of the emulated GEMMs."""
-        s, m = self.s, self.s.model
-        fc1 = 2 * m.ffn_hidden_size if m.mlp == "swiglu" else m.ffn_hidden_size
-        widest = max(fc1, m.hidden_size + 2 * m.kv_dim)
-        act = self.tokens * widest * (4 if _emulated_linears(s) else self.c)
-        logits = self.tokens * m.vocab_size * 4.0
-        return max(
-            logits, act, self.block_gathered, self.block_rs_buffer, self.root_gathered,
-            self.root_rs_buffer,
-        )
-
     def _head_share(self) -> float:
         """Fraction of the root's unsharded gradient present during block backward:
         the LM head's (produced before the blocks'), the embedding's comes last."""
