@@ -164,11 +164,12 @@ NCCL_BUFFER_BYTES = {1: 1_387_069_440 - 801_964_032, 2: 1_684_930_560 - 801_964_
 # leave-one-family-out errors (held-out median 1.7 GiB, worst 5.7 GiB under).
 #  - fixed 2.33 GiB: every run, with nothing large (fsdp.py 1-2 layers: 0.3-0.5 GiB above
 #    allocated; the trainer's small runs 3.3-6 GiB);
-#  - fixed_fsdp2 2.47 GiB: this trainer (FSDP2, compiled/TE workspaces per stream) over
-#    fsdp.py (FSDP1 NO_SHARD at world size 1);
+#  - fixed_fsdp2 2.47 GiB: this trainer (FSDP2) above fsdp.py (FSDP1, NO_SHARD at world
+#    size 1);
 #  - of_loss 0.67: the eager loss's fp32 logits copy (1b torch b16/b17 at seq 2048: 12.7 /
 #    14.0 GiB above allocated with 15.7 / 16.6 GiB fp32 logits); the compiled loss's
-#    largest tensor is its 16-bit logits gradient (no measured reserve yet: same fraction);
+#    largest tensor is its 16-bit logits gradient, given the same fraction (its one measured
+#    run, 1b b4 s4096, benchmarks/trainer/raw/like_for_like_h200.log: predicted 7% high);
 #  - of_fsdp 2.58: the FSDP transients of ~2.5 blocks stay cached on the communication
 #    streams (widths 2048 / 4096 / 8192 at 8,192 tokens: 5.7 / 14.8 / 21.8 GiB above
 #    allocated, benchmarks/throughput/h200_grid.json).
