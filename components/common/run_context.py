@@ -86,7 +86,6 @@ def to_html(context: list[tuple[str, str]]) -> str:
 
 
 def to_markdown(context: list[tuple[str, str]]) -> list[str]:
-    """A two-column Markdown table, every value escaped (``components.common.markdown``)."""
-    lines = ["| run | |", "|---|---|"]
-    lines += [f"| {md.inline(k)} | {md.inline(v)} |" for k, v in context]
-    return lines + [""]
+    """One bullet per row, every value escaped (``components.common.markdown``); a list,
+    not a table, so the summary's one table stays its verdicts."""
+    return [f"- {md.inline(k)}: {md.inline(v)}" for k, v in context] + [""]
