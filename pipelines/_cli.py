@@ -81,6 +81,7 @@ def main(
     local_defaults: dict[str, Any],
     report_task: str,
     check: Callable[[dict[str, Any]], None] | None = None,
+    progress_label_keys: tuple[str, ...] = (),
 ) -> int:
     """``--compile`` or ``--run-local`` for the pipeline ``build`` makes.
 
@@ -122,7 +123,7 @@ def main(
             return USER_ERROR_EXIT_CODE
     return run_local(name=name, pipeline=build(args.parallelism or 1), arguments=arguments,
                      runs_dir=args.runs_dir or Path("runs"), report_task=report_task,
-                     verbose=args.verbose)
+                     verbose=args.verbose, progress_label_keys=progress_label_keys)
 
 
 def local_arguments(params: list[cli.Parameter], given: dict[str, Any]) -> dict[str, Any]:
@@ -144,6 +145,7 @@ def run_local(
     runs_dir: Path,
     report_task: str,
     verbose: bool = False,
+    progress_label_keys: tuple[str, ...] = (),
 ) -> int:
     from pipelines import _progress, local
 
@@ -160,7 +162,8 @@ def run_local(
         terminal.write(text)
         terminal.flush()
 
-    progress = _progress.Progress(show, tty=sys.stdout.isatty())
+    progress = _progress.Progress(show, tty=sys.stdout.isatty(),
+                                  label_keys=progress_label_keys)
     run = local.run_pipeline(pipeline, arguments, runs_dir=runs_dir,
                              region=arguments.get("region", "us-west-2"), log_file=log_file,
                              echo=verbose, on_line=None if verbose else progress.feed)

@@ -199,3 +199,32 @@ def test_rows_that_contradict_the_metadata_are_a_user_error_naming_the_row(tmp_p
     with pytest.raises(UserError, match=r"step 1 says precision 'bf16' but the metadata says "
                                         r"'fp8'.*bad.csv:3"):
         load([path])
+
+
+def test_batch_tuning_progress_lines_name_each_candidate(monkeypatch):
+    """Issue 29.6: eight candidates read as eight settings, not eight times ``[fp8]``."""
+    from pipelines import batch_tuning
+    from pipelines._progress import Progress
+    from trainer import logformat as lf
+
+    keys = ()
+    import pipelines._cli as cli
+
+    def capture(argv, **kwargs):
+        nonlocal keys
+        keys = kwargs["progress_label_keys"]
+        return 0
+
+    monkeypatch.setattr(cli, "main", capture)
+    batch_tuning.main([])
+    out: list[str] = []
+    progress = Progress(out.append, tty=False, label_keys=keys)
+    for batch, ac in ((4, False), (4, True)):
+        progress.feed(f"    created training job fp8-sagemaker-training-b{batch}{ac}")
+        progress.feed("    [algo-1-1] " + lf.format_json("config", {
+            "max_steps": 2, "batch_size": batch, "activation_checkpointing": ac,
+            "precision": "fp8"}))
+        progress.feed("    [algo-1-1] " + lf.format_step(lf.StepRecord(
+            1, 2.0, 1e-3, 1.0, 100.0, 100.0, 0.1, float("nan"), float("nan"), float("nan"),
+            "fp8", True)))
+    assert [o.split("]")[0] + "]" for o in out] == ["[fp8 batch 4 AC off]", "[fp8 batch 4 AC on]"]
