@@ -52,7 +52,10 @@ def rows(given: Mapping[str, Any] | None, metas: Sequence[Mapping[str, Any]], *,
     training = [m.get("training") or {} for m in metas]
 
     def each(key: str) -> str:
-        return ", ".join(_distinct([t.get(key) for t in training]))
+        values = [t.get(key) for t in training]
+        if all(isinstance(v, int) and not isinstance(v, bool) for v in values if v is not None):
+            values = sorted(v for v in values if v is not None)  # batch sizes 1, 2, 4, 8
+        return ", ".join(_distinct(values))
 
     world = _distinct([f"{m.get('world_size')} x {m.get('gpu') or 'CPU process'}"
                        for m in metas if m.get("world_size")])
