@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from components.common import cli
+from components.common.errors import cli_errors
 from components.common.shipped import CHECKOUT
 
 
@@ -71,6 +72,7 @@ def build_parser(
     return parser, params
 
 
+@cli_errors
 def main(
     argv: list[str] | None,
     *,

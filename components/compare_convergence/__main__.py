@@ -23,7 +23,7 @@ import dataclasses
 import sys
 
 from components.common import cli
-from components.common.errors import USER_ERROR_EXIT_CODE, UserError
+from components.common.errors import USER_ERROR_EXIT_CODE, UserError, cli_errors
 from components.compare_convergence.component import compare_convergence
 
 
@@ -38,6 +38,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, list[cli.Parameter]]:
     return p, params
 
 
+@cli_errors
 def main(argv: list[str] | None = None) -> int:
     args, values = cli.parse(build_parser(), argv)
     from components.compare_convergence.compare import Settings
