@@ -102,7 +102,7 @@ def failure_causes(log_text: str, limit: int = 4) -> dict[str, list[str]]:
     from pipelines._progress import EXECUTING_RE, FINISHED_RE
 
     out: dict[str, list[str]] = {}
-    task, lines = "", []
+    task, lines = "", list[str]()
     for raw in plain(log_text).splitlines():
         if m := EXECUTING_RE.search(raw):
             task, lines = m.group(1), []
