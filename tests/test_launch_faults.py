@@ -30,7 +30,7 @@ from botocore.exceptions import ConnectionClosedError, EndpointConnectionError
 from conftest import local_backend_with_bucket
 
 from components.common import aws, resources
-from components.common.errors import AWS_UNREACHABLE_EXIT_CODE
+from components.common.errors import AWS_UNREACHABLE_EXIT_CODE, UserError
 from components.common.execution_context import TERMINATED_EXIT_CODE, ExecutionContext, Terminated
 from components.sagemaker_training import __main__ as cli
 from components.sagemaker_training import launcher, runner
@@ -110,7 +110,6 @@ def hooks(monkeypatch):
         return made
 
     monkeypatch.setattr(aws, "client", client)
-    monkeypatch.setattr(runner, "DEFAULT_STOP_WAIT_S", 2.0)
     return registered
 
 
@@ -195,11 +194,10 @@ def test_a_second_signal_while_stopping_still_ends_stopped(backend, hooks):
         hooks.append(("before-call.sagemaker.StopTrainingJob", signal_once(signal.SIGINT)))
         cfg = config(steps=400)
         name = launcher.prepare(cfg)[0].job_name
-        lines: list[str] = []
-        with pytest.raises(Terminated):
-            launch(cfg, lines)
+        with pytest.raises(Terminated) as err:
+            launch(cfg)
         wait_stopped(backend, name)
-        assert any(f"training job {name} is Stopp" in line for line in lines), lines
+        assert f"the stop of training job {name} was accepted: it is Stopp" in str(err.value)
     assert_nothing_running(backend)
 
 
@@ -420,7 +418,7 @@ def test_sigterm_during_an_outage_still_exits_143(backend, hooks, capsys, recove
         cfg = config(steps=400)
         name = launcher.prepare(cfg)[0].job_name
         started = time.monotonic()
-        code = cli.main(cli_args(cfg, "--max-outage-seconds", "60"))
+        code = cli.main(cli_args(cfg, "--max-outage-seconds", "60", "--stop-timeout-seconds", "2"))
         err = capsys.readouterr().err
         assert code == TERMINATED_EXIT_CODE, err
         assert time.monotonic() - started < 20
@@ -442,3 +440,47 @@ def signal_during(outage: Outage, recovers: bool) -> Callable[..., None]:
                 outage.duration = time.monotonic() - outage.started + 0.5
             os.kill(os.getpid(), signal.SIGTERM)
     return handler
+
+
+@pytest.mark.parametrize("flag", ["--aws-resources-path", "--output-json"])
+def test_an_output_path_that_cannot_be_written_is_refused_before_create(
+        backend, tmp_path, capsys, flag):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    cfg = config()
+    name = launcher.prepare(cfg)[0].job_name
+    with aws.record_calls(str(tmp_path / "calls.jsonl")) as recording:
+        code = cli.main(cli_args(cfg, flag, str(blocker / "sub" / "out.json")))
+    err = capsys.readouterr().err
+    assert code == 2 and f"error: {flag}: " in err and "Traceback" not in err, err
+    assert recording.calls() == [] and status(backend, name) is None
+
+
+def test_launch_refuses_an_unwritable_aws_resources_path_before_any_call(backend, tmp_path):
+    (tmp_path / "a-file").write_text("")
+    cfg = config()
+    with pytest.raises(UserError) as err:
+        launch(cfg, resources_path=str(tmp_path / "a-file" / "rec.json"))
+    assert err.value.field == "aws_resources"
+    assert status(backend, launcher.prepare(cfg)[0].job_name) is None
+
+
+@pytest.mark.parametrize("where", ["recording-the-job", "following-the-job"])
+def test_an_unexpected_error_after_create_stops_the_job_and_names_it(
+        backend, hooks, monkeypatch, capsys, tmp_path, where):
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise OSError(28, "No space left on device (injected)")
+
+    if where == "recording-the-job":
+        monkeypatch.setattr(resources, "write", broken)
+    else:
+        monkeypatch.setattr(runner, "training_job_tail", broken)
+    cfg = config(steps=400)
+    name = launcher.prepare(cfg)[0].job_name
+    code = cli.main(cli_args(cfg, "--aws-resources-path", str(tmp_path / "rec.json")))
+    err = capsys.readouterr().err
+    assert code == 1 and "Traceback" not in err, err
+    assert f"OSError after CreateTrainingJob {name}" in err, err
+    assert f"the stop of training job {name} was accepted" in err, err
+    assert status(backend, name) in ("Stopping", "Stopped")
+    wait_stopped(backend, name)

@@ -446,3 +446,34 @@ def test_one_declaration_the_config_and_the_cli_follow_the_components_signature(
         assert p.flag in flags
     help_text = parser.format_help()
     assert "default: ml.p6-b200.48xlarge" in help_text and "(default: 100)" in help_text
+
+
+@pytest.mark.parametrize("key", ["model-dir", "model_dir", "checkpoint-dir", "checkpoint_dir",
+                                 "output-dir", "output_dir", "output-data-dir"])
+def test_container_contract_paths_are_refused_as_hyperparameters(key):
+    with pytest.raises(UserError, match="container contract") as exc:
+        launcher.prepare(tiny("run-paths", hyperparameters={key: "/tmp/elsewhere"}))
+    assert exc.value.field == "hyperparameters" and "output_s3_uri" in exc.value.fix
+
+
+@pytest.mark.parametrize("key,needle", [
+    ("SM_MODEL_DIR", "SM_\\* variables"), ("SM_HP_BATCH_SIZE", "SM_\\* variables"),
+    ("sm_checkpoint_dir", "SM_\\* variables"),
+    ("AWS_SECRET_ACCESS_KEY", "credential"), ("AWS_ACCESS_KEY_ID", "credential"),
+    ("AWS_SESSION_TOKEN", "credential"), ("HF_TOKEN", "credential"),
+    ("DB_PASSWORD", "credential"), ("WANDB_SECRET", "credential"),
+])
+def test_sagemaker_variables_and_secrets_are_refused_in_environment(key, needle):
+    with pytest.raises(UserError, match=needle) as exc:
+        launcher.prepare(tiny("run-env", environment={key: "x"}))
+    assert exc.value.field == "environment"
+    if needle == "credential":
+        assert "execution role" in exc.value.fix and "Secrets Manager" in exc.value.fix
+
+
+def test_ordinary_environment_and_data_dir_still_pass():
+    _, request = launcher.prepare(tiny(
+        "run-env-ok", environment={"TOKENIZERS_PARALLELISM": "false", "NCCL_DEBUG": "INFO"},
+        hyperparameters={"data-dir": "/opt/ml/input/data/train"}))
+    assert request["Environment"] == {"TOKENIZERS_PARALLELISM": "false", "NCCL_DEBUG": "INFO"}
+    assert request["HyperParameters"]["data-dir"] == "/opt/ml/input/data/train"

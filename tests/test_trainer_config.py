@@ -51,9 +51,9 @@ def test_the_trainer_help_shows_every_flags_default():
     out = subprocess.run([sys.executable, "-m", "trainer", "--help"], capture_output=True,
                          text=True, check=True).stdout
     assert "(default: None)" not in out
-    assert "tokens per sequence (default: 128)" in out
+    assert "tokens per sequence in [2, 1048576] (default: 128)" in out
     lr = _training_actions()["lr"].help
-    assert lr == "peak learning rate (default: min(1e-2, 0.64 / hidden-size))"
+    assert lr == "peak learning rate in (0, inf) (default: min(1e-2, 0.64 / hidden-size))"
 
 
 def test_test_hooks_are_flags_but_not_hyperparameter_names():

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from trainer import hardware, spec
+from trainer.bounds import Bounds, within
 from trainer.spec import ModelSpec
 
 SM_DEFAULTS = {
@@ -36,12 +37,15 @@ SM_DEFAULTS = {
 class ConfigError(ValueError):
     """A bad parameter: the message names it and what would be valid.
 
-    ``name``: the hyperparameter (flag without dashes) at fault, when one is.
+    ``name``: the hyperparameter (flag without dashes) at fault, when one is; ``fix``: what
+    to do instead, when known (the text is ``problem`` then "Fix: " and ``fix``).
     """
 
-    def __init__(self, message: str, name: str = "") -> None:
-        super().__init__(message)
+    def __init__(self, message: str, name: str = "", fix: str = "") -> None:
+        super().__init__(f"{message} Fix: {fix}" if fix else message)
+        self.problem = message
         self.name = name
+        self.fix = fix
 
 
 def sm_path(name: str, env: Mapping[str, str] | None = None) -> str:
@@ -56,22 +60,28 @@ def sm_path(name: str, env: Mapping[str, str] | None = None) -> str:
 TRAINING, DATA, OUTPUTS = "training", "data", "logging, checkpoints, outputs"
 # How the cross-entropy runs (trainer/loss.py): torch.compile'd, or eager on an fp32 copy.
 LOSS_KERNELS = ("compiled", "eager")
+# The most steps any step-counting option takes: ten times a 1-trillion-token run of
+# 1M-token batches, far beyond SageMaker's 28-day MaxRuntime at any step time seen.
+MAX_STEPS = 10**8
 
 
 def option(default: Any = None, help: str = "", *, group: str = TRAINING,
            choices: tuple[str, ...] | None = None, shown: str | None = None,
-           sm_path_of: str = "", hidden: bool = False) -> Any:
+           sm_path_of: str = "", hidden: bool = False, valid: str = "") -> Any:
     """A TrainConfig field that is also a flag (``--name-with-dashes``) and a hyperparameter.
 
     The field is the one declaration: ``build_parser`` derives the flag's type (from the
-    annotation), default, choices and help from it. ``shown``: the default as the help
-    says it, when the flag's own default is None (the value is found at start).
+    annotation), default, choices, valid range and help from it. ``shown``: the default as
+    the help says it, when the flag's own default is None (the value is found at start).
     ``sm_path_of``: the SageMaker variable (``SM_MODEL_DIR``...) the default is read from
     (``sm_path``), at start for the command line and when the config is made in-process.
     ``hidden``: a test hook, absent from ``--help`` and from the hyperparameter names.
+    ``valid``: a numeric option's range (``Bounds`` notation, ``[0, 1)``), enforced by the
+    parser, by ``validate`` and so by the launcher (``check_hyperparameters``).
     """
     metadata = {"flag": True, "help": help, "group": group, "choices": choices,
-                "shown": shown, "sm_path_of": sm_path_of, "hidden": hidden}
+                "shown": shown, "sm_path_of": sm_path_of, "hidden": hidden,
+                "valid": Bounds.parse(valid) if valid else None}
     if sm_path_of:
         return field(default_factory=lambda: sm_path(sm_path_of), metadata=metadata)
     return field(default=default, metadata=metadata)
@@ -92,46 +102,65 @@ class TrainConfig:
         choices=("auto", "te", "torch"))
     device: str = option("auto", "where to train; auto: cuda when a GPU is visible",
                          choices=("auto", "cpu", "cuda"))
-    batch_size: int = option(8, "micro-batch per GPU (process)")
-    seq_length: int = option(128, "tokens per sequence")
-    grad_accum_steps: int = option(1, "micro-batches per optimizer step")
-    max_steps: int = option(200, "optimizer steps to train")
-    lr: float | None = option(None, "peak learning rate", shown="min(1e-2, 0.64 / hidden-size)")
-    min_lr_ratio: float = option(0.1, "cosine floor as a fraction of lr")
-    warmup_steps: int = option(10, "linear warm-up steps")
-    weight_decay: float = option(0.1, "AdamW weight decay")
-    beta1: float = option(0.9, "AdamW beta1")
-    beta2: float = option(0.95, "AdamW beta2")
-    grad_clip: float = option(1.0, "max global gradient norm (0: off)")
-    seed: int = option(1234, "seed of the initial weights and the synthetic data")
+    batch_size: int = option(8, "micro-batch per GPU (process)", valid="[1, 65536]")
+    seq_length: int = option(128, "tokens per sequence", valid="[2, 1048576]")
+    grad_accum_steps: int = option(1, "micro-batches per optimizer step", valid="[1, 65536]")
+    max_steps: int = option(200, "optimizer steps to train", valid=f"[1, {MAX_STEPS}]")
+    lr: float | None = option(None, "peak learning rate", shown="min(1e-2, 0.64 / hidden-size)",
+                              valid="(0, inf)")
+    min_lr_ratio: float = option(0.1, "cosine floor as a fraction of lr", valid="[0, 1]")
+    warmup_steps: int = option(10, "linear warm-up steps", valid=f"[0, {MAX_STEPS}]")
+    weight_decay: float = option(0.1, "AdamW weight decay", valid="[0, inf)")
+    # torch.optim.AdamW refuses betas outside [0, 1); beta 1 would never forget a gradient.
+    beta1: float = option(0.9, "AdamW beta1", valid="[0, 1)")
+    beta2: float = option(0.95, "AdamW beta2", valid="[0, 1)")
+    grad_clip: float = option(1.0, "max global gradient norm (0: off)", valid="[0, inf)")
+    seed: int = option(1234, "seed of the initial weights and the synthetic data",
+                       valid=f"[0, {2**63 - 1}]")
     activation_checkpointing: bool = option(False, "recompute each block in backward")
     high_precision_lm_head: bool = option(
         True, "keep the LM head GEMM in bf16 (production FP8/FP4 recipes do)")
-    high_precision_layers: int = option(0, "keep the first and last N blocks in bf16")
+    high_precision_layers: int = option(0, "keep the first and last N blocks in bf16",
+                                        valid="[0, 1024]")
     quantized_model_init: bool = option(
         False, "TE backend: keep primary weights in FP8 (te.quantized_model_init). "
         "Experimental: needs TRAINER_EXPERIMENTAL_QUANTIZED_INIT=1 (diverged when tested)")
-    fp8_amax_history_len: int = option(1024, "DelayedScaling amax history")
+    # TE checks no bound (recipe.DelayedScaling, delayed_scaling.cu): each FP8 module keeps a
+    # float32 [len, 3 per GEMM] history on the GPU and the scale update walks it every step,
+    # so 1e9 is 12 GB per GEMM at the first forward. 1024 is TE's default and its largest
+    # documented use (Megatron-LM defaults to 1).
+    fp8_amax_history_len: int = option(1024, "DelayedScaling amax history", valid="[1, 1024]")
     compile: bool = option(False, "torch.compile each block")
     loss_kernel: str = option(
         "compiled", "the cross-entropy: compiled (torch.compile on a GPU: no fp32 copy of the "
         "logits, 8-12% faster and ~9 bytes less per logit at vocabulary 128k on an H200) or "
         "eager (F.cross_entropy on an fp32 copy); on a CPU both run eager", choices=LOSS_KERNELS)
-    loss_scale: float = option(2.0**16, "fp16: initial dynamic loss scale")
+    # Beyond 2**32 even a loss of 1e-5 overflows fp16's 65504 at once.
+    loss_scale: float = option(2.0**16, "fp16: initial dynamic loss scale", valid="(0, 4294967296]")
+    gc_every: int = option(
+        50, "steps between the trainer's own garbage collections (generation 1, as torchtitan's "
+        "gc_freq); Python's automatic collector is off during the steps, since its full "
+        "collections stalled a step by up to 2x on an H200 (0: leave Python's collector on)",
+        valid="[0, 1000000]")
     data_dir: str | None = option(
         None, "directory of token files (*.bin + meta.json, see trainer/README.md)", group=DATA,
         shown="$SM_CHANNEL_TRAIN, else synthetic data with a known entropy floor")
     synthetic_successors: int = option(
-        4, "synthetic data: successors per token (entropy floor grows with it)", group=DATA)
-    log_every: int = option(10, "steps between step lines", group=OUTPUTS)
+        4, "synthetic data: successors per token (entropy floor grows with it)", group=DATA,
+        valid="[1, 64]")
+    log_every: int = option(10, "steps between step lines", group=OUTPUTS,
+                            valid=f"[1, {MAX_STEPS}]")
     timing_warmup_steps: int = option(3, "steps excluded from the steady-state tokens/s",
-                                      group=OUTPUTS)
+                                      group=OUTPUTS, valid=f"[0, {MAX_STEPS}]")
     checkpoint_dir: str = option(help="where checkpoints are written and resumed from",
                                  group=OUTPUTS, sm_path_of="SM_CHECKPOINT_DIR")
     checkpoint_every: int = option(100, "steps between checkpoints (0: only on SIGTERM)",
-                                   group=OUTPUTS)
-    keep_checkpoints: int = option(2, "checkpoints kept (the newest)", group=OUTPUTS)
-    resume: bool = option(True, "resume from the newest checkpoint", group=OUTPUTS)
+                                   group=OUTPUTS, valid=f"[0, {MAX_STEPS}]")
+    keep_checkpoints: int = option(2, "checkpoints kept (the newest)", group=OUTPUTS,
+                                   valid="[1, 1000]")
+    resume: bool = option(
+        True, "resume from the newest complete checkpoint of this run (false: start over; "
+        "the first save then replaces the checkpoints of later steps)", group=OUTPUTS)
     model_dir: str = option(help="where the final model is written", group=OUTPUTS,
                             sm_path_of="SM_MODEL_DIR")
     output_dir: str = option(help="failure file", group=OUTPUTS, sm_path_of="SM_OUTPUT_DIR")
@@ -139,8 +168,8 @@ class TrainConfig:
                                   sm_path_of="SM_OUTPUT_DATA_DIR")
     save_model: bool = option(True, "write the final model to the model dir", group=OUTPUTS)
     # Test hooks: stop as if SIGTERM arrived after this step; simulate a CUDA OOM at a step.
-    stop_after_step: int = option(0, group=OUTPUTS, hidden=True)
-    simulate_oom_at_step: int = option(0, group=OUTPUTS, hidden=True)
+    stop_after_step: int = option(0, group=OUTPUTS, hidden=True, valid=f"[0, {MAX_STEPS}]")
+    simulate_oom_at_step: int = option(0, group=OUTPUTS, hidden=True, valid=f"[0, {MAX_STEPS}]")
 
     def resolved_lr(self) -> float:
         if self.lr is not None:
@@ -152,27 +181,12 @@ class TrainConfig:
         """Checks every value; ``env``: the job's environment (default: this process's)."""
         env = os.environ if env is None else env
         hardware.check_precision_name(self.precision)
-        checks = {
-            "batch-size": self.batch_size >= 1,
-            "seq-length": self.seq_length >= 2,
-            "grad-accum-steps": self.grad_accum_steps >= 1,
-            "max-steps": self.max_steps >= 1,
-            "warmup-steps": self.warmup_steps >= 0,
-            "log-every": self.log_every >= 1,
-            "keep-checkpoints": self.keep_checkpoints >= 1,
-            "checkpoint-every": self.checkpoint_every >= 0,
-            "high-precision-layers": self.high_precision_layers >= 0,
-            "grad-clip": self.grad_clip >= 0,
-            "synthetic-successors": 1 <= self.synthetic_successors <= 64,
-            "fp8-amax-history-len": self.fp8_amax_history_len >= 1,
-            "min-lr-ratio": 0 <= self.min_lr_ratio <= 1,
-        }
-        for name, ok in checks.items():
-            if not ok:
-                raise ConfigError(f"{name}={getattr(self, name.replace('-', '_'))!r}: out of range",
-                                  name)
-        if self.lr is not None and not self.lr > 0:
-            raise ConfigError(f"lr={self.lr!r}: must be > 0", "lr")
+        for f in flag_fields():
+            bounds, value = f.metadata["valid"], getattr(self, f.name)
+            if bounds is not None and value is not None and value not in bounds:
+                name = f.name.replace("_", "-")
+                raise ConfigError(f"{name}={value!r}: outside its valid range {bounds}.", name,
+                                  range_fix(name))
         if self.backend not in ("auto", "te", "torch"):
             raise ConfigError(f"backend={self.backend!r}: choose auto, te or torch")
         if self.device not in ("auto", "cpu", "cuda"):
@@ -231,13 +245,36 @@ def _help(f: Field[Any]) -> str:
         shown = f"${var}, or {SM_DEFAULTS[var]} inside a SageMaker container"
     else:
         shown = str(default).lower() if isinstance(default, bool) else str(default)
-    return f"{f.metadata['help']} (default: {shown})".replace("%", "%%")
+    bounds = f" in {f.metadata['valid']}" if f.metadata["valid"] else ""
+    return f"{f.metadata['help']}{bounds} (default: {shown})".replace("%", "%%")
 
 
 def _flag_type(f: Field[Any], hints: Mapping[str, Any]) -> type:
     kinds = [t for t in typing.get_args(hints[f.name]) if t is not type(None)] \
         or [hints[f.name]]  # Optional[X] -> X
     return kinds[0]  # type: ignore[no-any-return]
+
+
+def bounds_of(name: str) -> Bounds | None:
+    """The valid range declared for the option ``name`` (flag without dashes), if any: a
+    TrainConfig field's ``valid``, or a model dimension's (trainer.spec)."""
+    attr = name.replace("-", "_")
+    for f in flag_fields():
+        if f.name == attr:
+            return f.metadata["valid"]  # type: ignore[no-any-return]
+    return spec.DIMENSION_BOUNDS.get(attr)
+
+
+def range_fix(name: str) -> str:
+    """What to do about a bad value of ``name``: its declared range and meaning."""
+    bounds = bounds_of(name)
+    if bounds is None:
+        return ""
+    f = next((f for f in flag_fields() if f.name == name.replace("-", "_")), None)
+    if f is None:  # a model dimension: no default of its own (the preset's)
+        return f"give {name} a value in {bounds}, or leave it to the model preset."
+    return (f"give {name} a value in {bounds} ({f.metadata['help']}; default "
+            f"{f.metadata['shown'] or flag_default(f)}).")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -260,6 +297,8 @@ def build_parser() -> argparse.ArgumentParser:
         kwargs: dict[str, Any] = {"default": flag_default(f), "help": _help(f)}
         if kind is bool:
             kwargs["action"] = argparse.BooleanOptionalAction
+        elif f.metadata["valid"] is not None:
+            kwargs["type"] = within(kind, f.metadata["valid"])
         elif kind is not str:
             kwargs["type"] = kind
         if f.metadata["choices"]:
@@ -337,9 +376,15 @@ def check_hyperparameters(hps: Mapping[str, Any],
     try:
         args = parser.parse_args(argv)
     except ConfigError as exc:
-        m = re.search(r"argument --([\w-]+)", str(exc))
-        raise ConfigError(f"hyperparameters: {exc}", m.group(1) if m else "") from None
+        raise _named(exc, "hyperparameters: ") from None
     return from_namespace(args, dict(env or {}))
+
+
+def _named(exc: ConfigError, prefix: str = "") -> ConfigError:
+    """The parser's error (``argument --beta1: ...``) naming the option and its fix."""
+    m = re.search(r"argument --([\w-]+)", str(exc))
+    name = m.group(1) if m else exc.name
+    return ConfigError(f"{prefix}{exc.problem.rstrip('.')}.", name, exc.fix or range_fix(name))
 
 
 def _hp_argv(hps: dict[str, str], parser: argparse.ArgumentParser) -> list[str]:
@@ -411,8 +456,11 @@ def parse(argv: list[str] | None = None, env: dict[str, str] | None = None) -> T
     try:
         hp_args = parser.parse_args(hp_argv)
     except ConfigError as exc:
-        raise ConfigError(f"hyperparameters: {exc}") from None
-    args = parser.parse_args(normalise_argv(list(argv or []), parser), namespace=hp_args)
+        raise _named(exc, "hyperparameters: ") from None
+    try:
+        args = parser.parse_args(normalise_argv(list(argv or []), parser), namespace=hp_args)
+    except ConfigError as exc:
+        raise _named(exc) from None
     return from_namespace(args, env)
 
 

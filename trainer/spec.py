@@ -13,8 +13,21 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
+from trainer.bounds import Bounds, within
+
 MLP_TYPES = ("swiglu", "gelu")
 NORM_TYPES = ("rmsnorm", "layernorm")
+# Each dimension's valid range, read by ModelSpec.validate and by the --num-layers... flags.
+# Generous: the largest open models (Llama 3.1 405B: 126 layers, hidden 16384, FFN 53248,
+# 128 heads; Gemma's 256k vocabulary) sit well inside; beyond them no B200 node fits one block.
+DIMENSION_BOUNDS: dict[str, Bounds] = {
+    "num_layers": Bounds.parse("[1, 1024]"),
+    "hidden_size": Bounds.parse("[1, 131072]"),
+    "num_heads": Bounds.parse("[1, 1024]"),
+    "num_kv_heads": Bounds.parse("[1, 1024]"),
+    "ffn_hidden_size": Bounds.parse("[1, 524288]"),
+    "vocab_size": Bounds.parse("[0, 4194304]"),
+}
 
 
 @dataclass(frozen=True)
@@ -41,10 +54,14 @@ class ModelSpec:
             value = getattr(self, field)
             if not isinstance(value, int) or value <= 0:
                 raise ValueError(f"{field}={value!r}: must be a positive integer")
-        if self.vocab_size < 0:
+        if not isinstance(self.vocab_size, int) or self.vocab_size < 0:
             raise ValueError(
-                f"vocab_size={self.vocab_size}: must be >= 0 (0 means no embedding or LM head)"
+                f"vocab_size={self.vocab_size!r}: must be >= 0 (0 means no embedding or LM head)"
             )
+        for field, bounds in DIMENSION_BOUNDS.items():
+            if getattr(self, field) not in bounds:
+                raise ValueError(f"{field}={getattr(self, field)!r}: outside its valid range "
+                                 f"{bounds}")
         if self.hidden_size % self.num_heads:
             divisors = [h for h in range(1, self.hidden_size + 1) if self.hidden_size % h == 0]
             near = sorted(divisors, key=lambda h: abs(h - self.num_heads))[:4]
@@ -180,12 +197,13 @@ def add_model_args(parser: argparse.ArgumentParser) -> None:
     )
     g.add_argument("--preset", dest="model_preset", default=None, help=argparse.SUPPRESS,
                    action=_deprecated("--preset", "--model-preset"))
-    g.add_argument("--num-layers", type=int, help="transformer blocks")
-    g.add_argument("--hidden-size", type=int, help="model width")
-    g.add_argument("--num-heads", type=int, help="attention heads (must divide hidden size)")
-    g.add_argument("--num-kv-heads", type=int, help="key/value heads for GQA (divides heads)")
-    g.add_argument("--ffn-hidden-size", type=int, help="MLP inner size")
-    g.add_argument("--vocab-size", type=int, help="vocabulary (0 = no embedding or LM head)")
+    for field, text in (("num_layers", "transformer blocks"), ("hidden_size", "model width"),
+                        ("num_heads", "attention heads (must divide hidden size)"),
+                        ("num_kv_heads", "key/value heads for GQA (divides heads)"),
+                        ("ffn_hidden_size", "MLP inner size"),
+                        ("vocab_size", "vocabulary (0 = no embedding or LM head)")):
+        bounds = DIMENSION_BOUNDS[field]
+        g.add_argument(_DIM_FLAGS[field], type=within(int, bounds), help=f"{text} in {bounds}")
     g.add_argument("--mlp", choices=MLP_TYPES, help="swiglu (gated) or gelu (plain) MLP")
     g.add_argument("--norm", choices=NORM_TYPES, help="rmsnorm or layernorm")
     g.add_argument(

@@ -28,8 +28,13 @@ import sys
 from components.build_image import build as b
 from components.build_image.component import build_image
 from components.common import cli
-from components.common.errors import USER_ERROR_EXIT_CODE, UserError, cli_errors
-from components.common.execution_context import TERMINATED_EXIT_CODE, Terminated
+from components.common.errors import (
+    AWS_UNREACHABLE_EXIT_CODE,
+    USER_ERROR_EXIT_CODE,
+    UserError,
+    cli_errors,
+)
+from components.common.execution_context import TERMINATED_EXIT_CODE, AwsUnreachable, Terminated
 
 # Old spellings, still accepted with a deprecation message.
 ALIASES = {"--context-path": "context_paths", "--build-arg": "build_args", "--tag": "tags",
@@ -58,9 +63,13 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return USER_ERROR_EXIT_CODE
-    except Terminated as exc:  # SIGTERM/SIGINT: the running build was stopped
+    except Terminated as exc:  # SIGTERM/SIGINT: the message says what became of the build
         print(f"error: {exc}", file=sys.stderr)
         return TERMINATED_EXIT_CODE
+    except AwsUnreachable as exc:  # the build may still run: a re-run re-attaches to it
+        print(f"error: {exc}. The build may still be running; re-run this command to "
+              "re-attach to it.", file=sys.stderr)
+        return AWS_UNREACHABLE_EXIT_CODE
     print(json.dumps({"image_uri": result.image_uri, "tag_uri": result.tag_uri,
                       "digest": result.digest, "outcome": result.outcome,
                       "message": result.message}, indent=2))

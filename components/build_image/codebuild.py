@@ -13,7 +13,10 @@ SIGTERM (KFP's Terminate) or SIGINT stops the build before the process exits
 (``components.common.execution_context``: the caller enters it before its first
 AWS call; the wait loop checks it between polls). A retried
 component re-attaches to a build of the same image that is still running
-instead of starting a second one.
+instead of starting a second one. The polls ride out an unreachable endpoint
+for ``max_outage_s``; a termination meanwhile still ends the step within
+``stop_timeout_s``, saying whether StopBuild was accepted or giving the
+``aws codebuild stop-build`` command (``execution_context.stop_within``).
 """
 
 from __future__ import annotations
@@ -26,12 +29,20 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from components.common import tags
+from components.common import aws, tags
 from components.common.aws import error_code
 from components.common.build_marks import RUN_ID_VARIABLE, build_log_location, log_group
 from components.common.cloudwatch import LogTail
 from components.common.errors import UserError
-from components.common.execution_context import ExecutionContext, Terminated
+from components.common.execution_context import (
+    DEFAULT_MAX_OUTAGE_S,
+    DEFAULT_STOP_TIMEOUT_S,
+    ExecutionContext,
+    Terminated,
+    TerminationRequested,
+    retry_within,
+    stop_within,
+)
 from components.common.naming import short_hash
 
 BUILD_ENVIRONMENT_IMAGE = "aws/codebuild/standard:7.0"  # Ubuntu 22.04, Docker, AWS CLI v2
@@ -200,6 +211,29 @@ def start_build(
     return dict(codebuild.start_build(**kwargs)["build"])
 
 
+def _like(made: Any, service: str, **config: Any) -> Any:
+    """A client of ``service`` for the region and endpoint of ``made``, with ``config``."""
+    return aws.client(service, made.meta.region_name, endpoint_url=made.meta.endpoint_url,
+                      **config)
+
+
+def stop_build(stopper: Any, build_id: str, *, budget_s: float) -> str:
+    """StopBuild within ``budget_s`` (``stopper``: a bounded client); the sentence to report."""
+    def stop(left: Callable[[], float]) -> str | None:
+        found = retry_within(left, lambda: stopper.batch_get_builds(ids=[build_id]))["builds"]
+        if not found:
+            return None
+        status = found[0].get("buildStatus")
+        if status != "IN_PROGRESS":
+            return f"it had already ended {status}"
+        made = retry_within(left, lambda: stopper.stop_build(id=build_id))["build"]
+        return f"StopBuild answered {made.get('buildStatus', '?')}"
+
+    return stop_within(f"CodeBuild build {build_id}", stop, budget_s=budget_s,
+                       stop_command=(f"aws codebuild stop-build --id {build_id} "
+                                     f"--region {stopper.meta.region_name}"))
+
+
 def wait_for_build(
     codebuild: Any,
     logs: Any,
@@ -210,47 +244,69 @@ def wait_for_build(
     log: Callable[[str], None],
     sleep: Callable[[float], None] = time.sleep,
     ctx: ExecutionContext | None = None,
+    max_outage_s: float = DEFAULT_MAX_OUTAGE_S,
+    stop_timeout_s: float = DEFAULT_STOP_TIMEOUT_S,
 ) -> dict[str, Any]:
     """Polls BatchGetBuilds until the build ends, copying its log lines to ``log``.
 
     ``ctx``: the ``ExecutionContext`` the caller entered before its first AWS call
     (so that no SIGTERM/SIGINT is missed); else one is entered here. When it
-    reports termination, the build is stopped and ``BuildStopped`` raised.
+    reports termination, the build is stopped within ``stop_timeout_s`` and
+    ``BuildStopped`` raised, saying whether StopBuild was accepted. The polls use
+    clients like ``codebuild`` and ``logs`` without botocore's retries and ride out
+    an unreachable endpoint for ``max_outage_s`` (then ``AwsUnreachable``).
     """
     build_id = str(build["id"])
+    follow = _like(codebuild, "codebuild", **aws.FOLLOW_CLIENT)
+    logs = _like(logs, "logs", **aws.FOLLOW_CLIENT)
     group, stream = build_log_location(build, project)
     tail = LogTail(logs, group, stream)
     phase = ""
-
-    def stop() -> None:
-        codebuild.stop_build(id=build_id)
+    logs_failing = False
 
     def check(request: ExecutionContext) -> None:
         if request.terminating:
-            final = codebuild.batch_get_builds(ids=[build_id])["builds"][0]
-            if final.get("buildStatus") == "IN_PROGRESS":
-                stop()
-            raise BuildStopped(
-                f"build {build_id} was stopped because this step was terminated "
-                f"({request.signal_name})")
+            why = f"terminated ({request.signal_name or 'requested'})"
+            log(f"[build_image] {why}: stopping CodeBuild build {build_id} "
+                f"(for up to {stop_timeout_s:g} s)")
+            stopper = _like(codebuild, "codebuild",
+                            **aws.bounded_client_config(stop_timeout_s))
+            raise BuildStopped(f"{why}; {stop_build(stopper, build_id, budget_s=stop_timeout_s)}")
+
+    def poll_log() -> None:
+        nonlocal logs_failing
+        try:
+            events = tail.poll()
+        except Exception as exc:  # the log is a convenience; the build's status is what counts
+            if not logs_failing:
+                log(f"[build_image] (could not read the build log: {exc})")
+            logs_failing = True
+            return
+        logs_failing = False
+        for event in events:
+            log(event.message.rstrip("\n"))
 
     with contextlib.ExitStack() as stack:
         request = ctx or stack.enter_context(ExecutionContext("build_image"))
         while True:
             check(request)
-            build = codebuild.batch_get_builds(ids=[build_id])["builds"][0]
+            try:
+                build = request.ride_out(
+                    f"BatchGetBuilds {build_id}",
+                    lambda: follow.batch_get_builds(ids=[build_id])["builds"][0],
+                    budget_s=max_outage_s, out=log, first_pause_s=min(1.0, poll_interval_s))
+            except TerminationRequested:
+                check(request)
             group, stream = build_log_location(build, project)
             if (group, stream) != (tail.group, tail.prefix):
                 tail = LogTail(logs, group, stream)
-            for event in tail.poll():
-                log(event.message.rstrip("\n"))
+            poll_log()
             check(request)
             if build.get("currentPhase") and build["currentPhase"] != phase:
                 phase = build["currentPhase"]
                 log(f"[build_image] CodeBuild phase: {phase}")
             if build.get("buildStatus") in TERMINAL:
-                for event in tail.poll():  # lines delivered after the status flipped
-                    log(event.message.rstrip("\n"))
+                poll_log()  # lines delivered after the status flipped
                 return dict(build)
             waited = 0.0
             while waited < poll_interval_s and not request.terminating:

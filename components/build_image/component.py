@@ -7,7 +7,7 @@ from kfp.dsl import OutputPath
 from components.common.component import component
 
 
-@component(aws=True)
+@component(aws=True, retries=2)  # a retry re-attaches to its build; skipped when the tag exists
 def build_image(
     run_id: str,
     aws_resources: OutputPath(str),  # type: ignore[valid-type]
@@ -99,12 +99,17 @@ def build_image(
     from components.build_image.build import BuildRequest
     from components.build_image.build import build_image as run_build
     from components.common import resources
+    from components.common.execution_context import TERMINATED_EXIT_CODE, Terminated
 
     resources.write(aws_resources, [])
-    result = run_build(
-        BuildRequest.from_parameters(params),
-        on_resources=lambda recorded: resources.write(aws_resources, recorded),
-    )
+    try:
+        result = run_build(
+            BuildRequest.from_parameters(params),
+            on_resources=lambda recorded: resources.write(aws_resources, recorded),
+        )
+    except Terminated as exc:  # the message says whether the build's stop was accepted
+        print(f"error: {exc}", flush=True)
+        raise SystemExit(TERMINATED_EXIT_CODE) from None
     resources.write(aws_resources, result.resources)
     Outputs = namedtuple("Outputs", ["image_uri", "built", "outcome"])
     return Outputs(result.image_uri, result.built, result.outcome)

@@ -21,7 +21,9 @@ codebuild_projects=keep|delete and iam_roles=keep|delete (only if the run create
 The flags and their defaults are the cleanup component's parameters.
 
 Exit status: 0 when everything planned succeeded, 1 when something failed (the
-report says what; the rest was still done; 0 with --no-fail-on-error), 2 for a bad argument (nothing listed).
+report says what; the rest was still done; 0 with --no-fail-on-error), 2 for a bad argument (nothing listed),
+143 when terminated (SIGTERM/SIGINT: the message says, per job and build, whether its stop
+was accepted, or the command that stops it).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from components.cleanup.component import cleanup as cleanup_component
 from components.cleanup.run import cleanup
 from components.common import cli
 from components.common.errors import USER_ERROR_EXIT_CODE, UserError, cli_errors
+from components.common.execution_context import TERMINATED_EXIT_CODE, Terminated
 
 # Old spellings, still accepted with a deprecation message.
 ALIASES = {"--s3-uri": "s3_uris", "--ecr-repository": "ecr_repositories",
@@ -70,6 +73,9 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return USER_ERROR_EXIT_CODE
+    except Terminated as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return TERMINATED_EXIT_CODE
     print(result.markdown)
     if args.report:
         with open(args.report, "w", encoding="utf-8") as f:

@@ -7,7 +7,7 @@ from kfp.dsl import Markdown, Output
 from components.common.component import component
 
 
-@component(aws=True)
+@component(aws=True, retries=2)  # idempotent
 def cleanup(
     run_id: str,
     report: Output[Markdown],
@@ -73,15 +73,20 @@ def cleanup(
     from collections import namedtuple
 
     from components.cleanup.run import cleanup as run_cleanup
+    from components.common.execution_context import TERMINATED_EXIT_CODE, Terminated
 
-    result = run_cleanup(
-        run_id, region, dry_run=dry_run,
-        policy={str(k): str(v) for k, v in (policy or {}).items()},
-        s3_uris=[str(u) for u in s3_uris or []],
-        ecr_repositories=[str(r) for r in ecr_repositories or []],
-        codebuild_projects=[str(p) for p in codebuild_projects or []],
-        max_objects=max_objects, stop_wait_s=stop_wait_seconds,
-    )
+    try:
+        result = run_cleanup(
+            run_id, region, dry_run=dry_run,
+            policy={str(k): str(v) for k, v in (policy or {}).items()},
+            s3_uris=[str(u) for u in s3_uris or []],
+            ecr_repositories=[str(r) for r in ecr_repositories or []],
+            codebuild_projects=[str(p) for p in codebuild_projects or []],
+            max_objects=max_objects, stop_wait_s=stop_wait_seconds,
+        )
+    except Terminated as exc:  # the message says, per job and build, whether its stop was accepted
+        print(f"error: {exc}", flush=True)
+        raise SystemExit(TERMINATED_EXIT_CODE) from None
     with open(report.path, "w", encoding="utf-8") as f:
         f.write(result.markdown)
     print(result.markdown)

@@ -6,21 +6,49 @@ outputs, checkpoints or logs waits until the job has actually stopped (SageMaker
 still uploads while Stopping). A dry run executes nothing and reports the same
 actions as "would ...". Running cleanup twice is harmless: a second run finds
 nothing left to stop or delete (what is already gone counts as done).
+
+SIGTERM/SIGINT (a KFP Terminate, Ctrl-C) are handled from the start
+(``ExecutionContext``): the actions stop at the next safe point, the stops not
+yet sent are tried within ``stop_timeout_s`` (``execution_context.stop_within``),
+and ``Terminated`` says, per job and build, whether its stop was accepted or
+gives the command that stops it, and that the deletions left must be run again.
+The waits poll without botocore's retries and ride out an unreachable endpoint
+until the wait's deadline.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+import functools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from components.cleanup.plan import Action, Plan, plan
-from components.common.aws import client, error_code, resolve_region
+from components.common.aws import (
+    FOLLOW_CLIENT,
+    bounded_client_config,
+    client,
+    error_code,
+    resolve_region,
+)
+from components.common.execution_context import (
+    DEFAULT_STOP_TIMEOUT_S,
+    AwsUnreachable,
+    ExecutionContext,
+    Terminated,
+    TerminationRequested,
+    retry_within,
+    stop_within,
+)
 from components.common.training_job import TERMINAL_STATUSES
 
 DEFAULT_STOP_WAIT_S = 900.0  # SageMaker gives a stopped job 120 s, then uploads
+# The actions' clients: few botocore attempts and short connects, so that a SIGTERM
+# during a call under an outage is looked at within seconds (the rest is run again).
+ACTION_CLIENT: dict[str, Any] = {"max_attempts": 3, "connect_timeout": 3, "read_timeout": 30}
 
 PAST = {"stop": "stopped", "delete": "deleted", "keep": "kept", "skip": "left alone"}
 FUTURE = {"stop": "would stop", "delete": "would delete", "keep": "would keep",
@@ -52,34 +80,94 @@ class CleanupResult:
 
 class _Executor:
     def __init__(self, region: str, log: Callable[[str], None], stop_wait_s: float,
-                 poll_s: float) -> None:
+                 poll_s: float, ctx: ExecutionContext | None = None,
+                 stop_timeout_s: float = DEFAULT_STOP_TIMEOUT_S) -> None:
         self.region = region
         self.log = log
         self.stop_wait_s = stop_wait_s
         self.poll_s = poll_s
-        self._clients: dict[str, Any] = {}
+        self.ctx = ctx or ExecutionContext("cleanup")
+        self.stop_timeout_s = stop_timeout_s
+        self._clients: dict[tuple[str, str], Any] = {}
         self.job_state: dict[str, str] = {}
 
-    def client(self, service: str) -> Any:
-        if service not in self._clients:
-            self._clients[service] = client(service, self.region)
-        return self._clients[service]
+    def client(self, service: str, mode: str = "action") -> Any:
+        """``mode``: action (ACTION_CLIENT), follow (FOLLOW_CLIENT) or stop (bounded)."""
+        if (service, mode) not in self._clients:
+            config = {"action": ACTION_CLIENT, "follow": FOLLOW_CLIENT,
+                      "stop": bounded_client_config(self.stop_timeout_s)}[mode]
+            self._clients[service, mode] = client(service, self.region, **config)
+        return self._clients[service, mode]
 
     def wait_for_jobs(self, names: set[str]) -> None:
-        """Waits (bounded) until the jobs have left InProgress/Stopping."""
-        sm = self.client("sagemaker")
+        """Waits (bounded) until the jobs have left InProgress/Stopping; raises
+        ``TerminationRequested`` as soon as termination is asked for."""
+        sm = self.client("sagemaker", "follow")
         deadline = time.monotonic() + self.stop_wait_s
         pending = set(names)
         while pending:
             for name in sorted(pending):
-                status = sm.describe_training_job(TrainingJobName=name)["TrainingJobStatus"]
-                self.job_state[name] = status
-                if status in TERMINAL_STATUSES:
+                try:
+                    job = self.ctx.ride_out(
+                        f"DescribeTrainingJob {name}",
+                        functools.partial(sm.describe_training_job, TrainingJobName=name),
+                        budget_s=max(1.0, deadline - time.monotonic()), out=self.log)
+                except AwsUnreachable as exc:
+                    self.log(f"[cleanup] {exc}: no longer waiting for the jobs to stop")
+                    return
+                self.job_state[name] = str(job["TrainingJobStatus"])
+                if self.job_state[name] in TERMINAL_STATUSES:
                     pending.discard(name)
             if not pending or time.monotonic() > deadline:
                 return
             self.log(f"[cleanup] waiting for {', '.join(sorted(pending))} to stop")
-            time.sleep(self.poll_s)
+            self.ctx.sleep(self.poll_s)
+            if self.ctx.terminating:
+                raise TerminationRequested()
+
+    # ---- termination ----
+    def terminated(self, the_plan: Plan, outcomes: list[Outcome]) -> str:
+        """What became of every stop, the stops not sent yet tried within the budget."""
+        why = f"terminated ({self.ctx.signal_name or 'requested'}) during cleanup"
+        done = {o.action.key for o in outcomes if o.status == "done"}
+        deadline = time.monotonic() + self.stop_timeout_s
+        parts = []
+        for action in the_plan.actions:
+            if action.verb != "stop":
+                continue
+            op, ident = action.op
+            what, command = ((f"training job {ident}",
+                              f"aws sagemaker stop-training-job --training-job-name {ident} "
+                              f"--region {self.region}") if op == "sagemaker_stop" else
+                             (f"CodeBuild build {ident}",
+                              f"aws codebuild stop-build --id {ident} --region {self.region}"))
+            if action.key in done:
+                state = self.job_state.get(ident, "")
+                parts.append(f"the stop of {what} was accepted"
+                             + (f" (last seen {state})" if state else ""))
+                continue
+            parts.append(stop_within(
+                what, functools.partial(self._bounded_stop, op, ident),
+                budget_s=max(0.5, deadline - time.monotonic()), stop_command=command))
+        undone = sum(1 for a in the_plan.actions if a.verb == "delete"
+                     and a.key not in {o.action.key for o in outcomes})
+        if undone:
+            parts.append(f"{undone} deletion(s) not done: run cleanup again once the jobs "
+                         "have stopped")
+        return f"{why}; " + "; ".join(parts or ["nothing was left to stop"])
+
+    def _bounded_stop(self, op: str, ident: str, left: Callable[[], float]) -> str:
+        if op == "sagemaker_stop":
+            sm = self.client("sagemaker", "stop")
+            status = retry_within(left, lambda: sm.describe_training_job(
+                TrainingJobName=ident))["TrainingJobStatus"]
+            if status != "InProgress":
+                return f"it is {status}"
+            retry_within(left, lambda: sm.stop_training_job(TrainingJobName=ident))
+            return "StopTrainingJob accepted"
+        build = retry_within(left, lambda: self.client("codebuild", "stop").stop_build(
+            id=ident))["build"]
+        return f"StopBuild answered {build.get('buildStatus', '?')}"
 
     def run(self, action: Action) -> str:
         """Executes one action; returns a message. Already-gone resources count as done."""
@@ -183,11 +271,32 @@ class _Executor:
 
 
 def execute(cleanup_plan: Plan, *, dry_run: bool, log: Callable[[str], None] = print,
-            stop_wait_s: float = DEFAULT_STOP_WAIT_S, poll_s: float = 5.0) -> list[Outcome]:
-    executor = _Executor(cleanup_plan.region, log, stop_wait_s, poll_s)
-    outcomes: list[Outcome] = []
+            stop_wait_s: float = DEFAULT_STOP_WAIT_S, poll_s: float = 5.0,
+            ctx: ExecutionContext | None = None,
+            stop_timeout_s: float = DEFAULT_STOP_TIMEOUT_S) -> list[Outcome]:
+    """Carries out the plan; ``Terminated`` on SIGTERM/SIGINT (see the module's doc)."""
+    with contextlib.ExitStack() as stack:
+        ctx = ctx or stack.enter_context(ExecutionContext("cleanup"))
+        executor = _Executor(cleanup_plan.region, log, stop_wait_s, poll_s, ctx, stop_timeout_s)
+        outcomes: list[Outcome] = []
+        try:
+            _execute(cleanup_plan, executor, outcomes, dry_run=dry_run, log=log)
+        except TerminationRequested:
+            pass
+        if ctx.terminating:
+            if dry_run:
+                raise Terminated(f"terminated ({ctx.signal_name}) during a dry run: nothing "
+                                 "was changed")
+            raise Terminated(executor.terminated(cleanup_plan, outcomes))
+        return outcomes
+
+
+def _execute(cleanup_plan: Plan, executor: _Executor, outcomes: list[Outcome], *,
+             dry_run: bool, log: Callable[[str], None]) -> None:
     waited = False
     for action in cleanup_plan.actions:
+        if executor.ctx.terminating:  # the safe point between two actions
+            raise TerminationRequested()
         if action.verb in ("keep", "skip"):
             outcomes.append(Outcome(action, "kept" if action.verb == "keep" else "skipped"))
             continue
@@ -207,7 +316,6 @@ def execute(cleanup_plan: Plan, *, dry_run: bool, log: Callable[[str], None] = p
             continue
         log(f"[cleanup] {PAST[action.verb]} {action.resource} ({message})")
         outcomes.append(Outcome(action, "done", message))
-    return outcomes
 
 
 def _cell(text: str) -> str:
@@ -269,8 +377,26 @@ def cleanup(
     stop_wait_s: float = DEFAULT_STOP_WAIT_S,
     poll_s: float = 5.0,
     log: Callable[[str], None] = print,
+    stop_timeout_s: float = DEFAULT_STOP_TIMEOUT_S,
 ) -> CleanupResult:
-    """Plans, then (unless ``dry_run``) carries out, the cleanup of one run."""
+    """Plans, then (unless ``dry_run``) carries out, the cleanup of one run.
+
+    SIGTERM/SIGINT are handled from the first line on: ``Terminated`` once the stops
+    were tried (see the module's doc)."""
+    with ExecutionContext("cleanup") as ctx:
+        return _cleanup(run_id, region, dry_run=dry_run, policy=policy, s3_uris=s3_uris,
+                        ecr_repositories=ecr_repositories,
+                        codebuild_projects=codebuild_projects, created_after=created_after,
+                        max_objects=max_objects, stop_wait_s=stop_wait_s, poll_s=poll_s,
+                        log=log, stop_timeout_s=stop_timeout_s, ctx=ctx)
+
+
+def _cleanup(run_id: str, region: str, *, dry_run: bool, policy: dict[str, str] | None,
+             s3_uris: list[str] | None, ecr_repositories: list[str] | None,
+             codebuild_projects: list[str] | None, created_after: dt.datetime | None,
+             max_objects: int | None, stop_wait_s: float, poll_s: float,
+             log: Callable[[str], None], stop_timeout_s: float,
+             ctx: ExecutionContext) -> CleanupResult:
     region = resolve_region(region or None)
     kwargs: dict[str, Any] = {}
     if max_objects is not None:
@@ -279,7 +405,7 @@ def cleanup(
                     ecr_repositories=ecr_repositories, codebuild_projects=codebuild_projects,
                     created_after=created_after, log=log, **kwargs)
     outcomes = execute(the_plan, dry_run=dry_run, log=log, stop_wait_s=stop_wait_s,
-                       poll_s=poll_s)
+                       poll_s=poll_s, ctx=ctx, stop_timeout_s=stop_timeout_s)
     result = CleanupResult(the_plan, outcomes, dry_run)
     result.markdown = report(result)
     return result

@@ -31,6 +31,17 @@ if TYPE_CHECKING:  # boto3 is an optional dependency (extra "aws"); the stubs: e
 
 DEFAULT_MAX_ATTEMPTS = 10
 DEFAULT_RETRY_MODE = "adaptive"  # client-side rate limiting on throttling, on top of "standard"
+# Clients that follow remote work (polls, log tails): no botocore retries (the loop rides
+# out an outage itself, looking at the termination flag between attempts; botocore's own
+# back-off, up to minutes, would hide it) and timeouts short enough that a SIGTERM
+# arriving during a call is looked at within seconds.
+FOLLOW_CLIENT: dict[str, Any] = {"max_attempts": 1, "connect_timeout": 3, "read_timeout": 15}
+# botocore's names for a request that never got an answer (connection refused, reset, timed out).
+TRANSIENT_ERRORS = frozenset({"EndpointConnectionError", "ConnectionClosedError",
+                              "ReadTimeoutError", "ConnectTimeoutError", "ConnectionError",
+                              "ProxyConnectionError", "HTTPClientError"})
+TRANSIENT_CODES = frozenset({"InternalFailure", "InternalServerError", "ServiceUnavailable",
+                             "InternalError"})
 
 
 def resolve_region(region: str | None = None) -> str:
@@ -157,6 +168,19 @@ def account_id(region: str | None = None) -> str:
 def is_throttling(exc: BaseException) -> bool:
     return error_code(exc) in {"ThrottlingException", "Throttling", "TooManyRequestsException",
                     "RequestLimitExceeded", "SlowDown"}
+
+
+def is_transient(exc: BaseException) -> bool:
+    """A failure worth retrying: a connection problem, throttling or a 5xx of the service."""
+    return (is_throttling(exc) or type(exc).__name__ in TRANSIENT_ERRORS
+            or error_code(exc) in TRANSIENT_CODES)
+
+
+def bounded_client_config(seconds: float) -> dict[str, Any]:
+    """``client()`` settings for one call that must end within ``seconds`` (the stop on
+    termination): no botocore retries, connect and read timeouts of half of it each."""
+    half = max(0.25, float(seconds) / 2)
+    return {"max_attempts": 1, "connect_timeout": half, "read_timeout": half}
 
 
 def error_code(exc: BaseException) -> str:

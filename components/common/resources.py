@@ -14,8 +14,11 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+from components.common.errors import UserError
 
 TRAINING_JOB = "SageMakerTrainingJob"
 ECR_IMAGE = "EcrImage"
@@ -60,6 +63,29 @@ def write(path: str, resources: list[AwsResource]) -> None:
     with open(tmp, "w", encoding="utf-8") as f:
         f.write(dumps(resources))
     os.replace(tmp, path)
+
+
+def check_writable(path: str, fld: str) -> None:
+    """A UserError naming ``fld`` unless a file can be written at ``path`` (its directory is
+    made, and a probe file written in it and removed): run before the first AWS call, so
+    that an output that cannot be written fails before anything exists, not after."""
+    problem = ""
+    if os.path.isdir(path):
+        problem = "is a directory"
+    else:
+        directory = os.path.dirname(os.path.abspath(path))
+        try:
+            os.makedirs(directory, exist_ok=True)
+            fd, probe = tempfile.mkstemp(dir=directory, prefix=".write-check-")
+            os.close(fd)
+            os.unlink(probe)
+            if os.path.exists(path) and not os.access(path, os.W_OK):
+                problem = "exists and is not writable"
+        except OSError as exc:
+            problem = f"cannot be written ({exc.strerror or exc})"
+    if problem:
+        raise UserError(fld, f"{path} {problem}; nothing was created.",
+                        "pass a file path in a writable directory.")
 
 
 def read(path: str) -> list[AwsResource]:

@@ -115,7 +115,7 @@ def load(paths: list[str], plan: Sequence[Mapping[str, Any]] = ()) -> list[Candi
             batch_size=batch,
             activation_checkpointing=ac,
             status=str(meta.get("status") or "unknown"),
-            tokens_per_s_per_gpu=_num(metrics.get("mean_tokens_per_s_per_gpu")),
+            tokens_per_s_per_gpu=_robust_tokens_per_s(metrics),
             peak_memory_gib=_num(metrics.get("peak_memory_gib")),
             emulated=bool(meta.get("emulated")),
             failure_reason=str(meta.get("failure_reason") or ""),
@@ -124,6 +124,13 @@ def load(paths: list[str], plan: Sequence[Mapping[str, Any]] = ()) -> list[Candi
             meta=meta,
         ))
     return out
+
+
+def _robust_tokens_per_s(metrics: dict[str, Any]) -> float | None:
+    """The median step's tokens/s per GPU (one slow step of a short trial cannot reorder the
+    ranking); the mean for series written before parse_logs carried the median."""
+    median = _num(metrics.get("median_tokens_per_s_per_gpu"))
+    return median if median is not None else _num(metrics.get("mean_tokens_per_s_per_gpu"))
 
 
 def _predict(meta: dict[str, Any], precision: str) -> float | None:

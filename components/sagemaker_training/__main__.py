@@ -9,7 +9,10 @@ calling AWS. Exit status: 0 Completed; 1 the job failed or was stopped (its
 FailureReason is printed); 2 a user error (nothing was created); 69 SageMaker
 was unreachable for longer than ``--max-outage-seconds`` while following the job
 (the job may still be running: the message names it); 143 terminated by SIGTERM
-or SIGINT (the job was stopped).
+or SIGINT (the message says whether the stop was accepted within
+``--stop-timeout-seconds`` and, when not, gives the command that stops the job).
+An output path that cannot be written is refused before the first AWS call; an
+unexpected error once the job exists stops it and exits 1, naming it.
 """
 
 from __future__ import annotations
@@ -48,7 +51,8 @@ DESCRIPTION = (
     "parameters the flags are. Against the local backend: start `python -m components.local "
     "serve` and export AWS_ENDPOINT_URL=<its URL>.\n\nExit status: 0 Completed, 1 failed or "
     "stopped, 2 bad parameters (nothing created), 69 SageMaker unreachable past "
-    "--max-outage-seconds, 143 terminated (SIGTERM/SIGINT; the job was stopped).\n\n"
+    "--max-outage-seconds, 143 terminated (SIGTERM/SIGINT; the job is stopped within "
+    "--stop-timeout-seconds, or the message says how to stop it).\n\n"
     "Examples::\n"
     "  python -m components.sagemaker_training --run-id exp-1 \\\n"
     "    --image-uri 123456789012.dkr.ecr.us-west-2.amazonaws.com/trainer:abc \\\n"
@@ -99,7 +103,20 @@ def launch_arguments(args: argparse.Namespace,
         "instance_hour_prices": values.get("instance_hour_prices") or {},
         "poll_interval_s": values["poll_interval_seconds"],
         "max_outage_s": values["max_outage_seconds"],
+        "stop_timeout_s": values["stop_timeout_seconds"],
     }
+
+
+# The output files of this command line, checked before the first AWS call.
+OUTPUT_FLAGS = (("aws_resources_path", "--aws-resources-path"), ("output_json", "--output-json"))
+
+
+def check_outputs(args: argparse.Namespace) -> None:
+    from components.common.resources import check_writable
+
+    for attr, flag in OUTPUT_FLAGS:
+        if getattr(args, attr):
+            check_writable(getattr(args, attr), flag)
 
 
 @cli_errors
@@ -114,15 +131,21 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main(args: argparse.Namespace, params: list[cli.Parameter], ctx: ExecutionContext) -> int:
     from components.sagemaker_training import launcher
-    from components.sagemaker_training.runner import AwsUnreachable, TrainingJobFailed
+    from components.sagemaker_training.runner import (
+        AwsUnreachable,
+        JobStoppedAfterError,
+        TrainingJobFailed,
+    )
 
     try:
         cfg, kwargs = launch_arguments(args, params)
+        check_outputs(args)
         if args.dry_run:
             resolved, request = launcher.prepare(cfg)
             for note in resolved.notes:
                 print(note, file=sys.stderr)
-            launcher.check_follow_settings(kwargs["poll_interval_s"], kwargs["max_outage_s"])
+            launcher.check_follow_settings(kwargs["poll_interval_s"], kwargs["max_outage_s"],
+                                           kwargs["stop_timeout_s"])
             book = launcher.pricing.PriceBook(resolved.region, kwargs["instance_hour_prices"],
                                               lookup=False)  # a dry run makes no AWS call
             launcher.cost_preview(resolved, book, say=lambda line: print(line, file=sys.stderr))
@@ -141,6 +164,9 @@ def _main(args: argparse.Namespace, params: list[cli.Parameter], ctx: ExecutionC
               "sagemaker describe-training-job, re-run this command to re-attach to it.",
               file=sys.stderr)
         return AWS_UNREACHABLE_EXIT_CODE
+    except JobStoppedAfterError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     record = dataclasses.asdict(result)
     if args.output_json:
         with open(args.output_json, "w", encoding="utf-8") as f:

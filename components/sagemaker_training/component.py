@@ -8,7 +8,7 @@ from kfp.dsl import Model, Output, OutputPath
 from components.common.component import component
 
 
-@component(aws=True)
+@component(aws=True, retries=2)  # a retry re-attaches to its job by its deterministic name
 def sagemaker_training(
     image_uri: str,
     role_arn: str,
@@ -34,6 +34,7 @@ def sagemaker_training(
     precision_hyperparameters: Optional[dict] = None,
     environment: Optional[dict] = None,
     checkpoint_s3_uri: str = "",
+    checkpoint_s3_prefix: str = "",
     input_channels: Optional[dict] = None,
     training_plan_arn: str = "",
     use_spot: bool = False,
@@ -56,6 +57,7 @@ def sagemaker_training(
     job_name: str = "",
     poll_interval_seconds: float = 5.0,
     max_outage_seconds: float = 300.0,
+    stop_timeout_seconds: float = 5.0,
     run_id: str = dsl.PIPELINE_JOB_ID_PLACEHOLDER,
     task: str = dsl.PIPELINE_TASK_NAME_PLACEHOLDER,
     pipeline: str = dsl.PIPELINE_JOB_NAME_PLACEHOLDER,
@@ -88,7 +90,10 @@ def sagemaker_training(
     - Terminating the run (SIGTERM, or SIGINT) at any instant stops the training job:
       the handler is installed before the first AWS call, a termination during
       CreateTrainingJob stops the job as soon as it exists, and the task waits until
-      SageMaker reports it Stopping, then exits 143.
+      SageMaker reports it Stopping (at most ``stop_timeout_seconds``, even while
+      SageMaker is unreachable), then exits 143 saying whether the stop was accepted.
+    - Any other error once the job exists (an output that cannot be written...)
+      stops the job the same way before the task fails.
     - A failed job fails this task with SageMaker's FailureReason (for example the
       trainer's CUDA out-of-memory message and the fix it suggests).
 
@@ -127,7 +132,10 @@ def sagemaker_training(
             this task's precision's entry applies, so a sweep passes one map to all.
         environment: Extra environment variables for the training container.
         checkpoint_s3_uri: S3 prefix the checkpoint directory is synced to and restored
-            from (required with ``use_spot``).
+            from (required with ``use_spot``, or ``checkpoint_s3_prefix``).
+        checkpoint_s3_prefix: Instead of ``checkpoint_s3_uri``: the job's checkpoints
+            are at ``<checkpoint_s3_prefix>/<job name>``, a prefix of its own (what a
+            pipeline with several jobs passes: its jobs never share checkpoints).
         input_channels: Channel name -> S3 prefix, downloaded to
             /opt/ml/input/data/<name> (e.g. {"train": "s3://bucket/tokens/"}); the
             trainer reads token files with ``hyperparameters={"data-dir": ...}``.
@@ -179,6 +187,10 @@ def sagemaker_training(
         max_outage_seconds: How long an unreachable SageMaker endpoint is ridden out
             while following the job (it keeps running meanwhile); past it the task
             fails (exit 69) naming the job, and a retry re-attaches to it.
+        stop_timeout_seconds: How long the stop on termination may take, whatever
+            ``max_outage_seconds`` (KFP kills a terminated pod 30 s after SIGTERM);
+            when SageMaker cannot be reached in that time, the task says so and
+            prints the ``aws sagemaker stop-training-job`` command that stops the job.
         run_id: Run id for naming and tags (default: the KFP run's id).
         task: Task name for naming (default: this task's name).
         pipeline: Pipeline name for tags (default: the KFP job name).
@@ -211,6 +223,7 @@ def sagemaker_training(
         result = launch(cfg, resources_path=aws_resources,
                         instance_hour_prices=instance_hour_prices or {},
                         poll_interval_s=poll_interval_seconds, max_outage_s=max_outage_seconds,
+                        stop_timeout_s=stop_timeout_seconds,
                         budget_jobs=len(budget_items or []) or 1)
     except Terminated as exc:
         print(f"error: {exc}", flush=True)

@@ -11,10 +11,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from components.common import aws, pricing
+from components.common import aws, pricing, resources
 from components.common.errors import UserError
-from components.common.execution_context import ExecutionContext
-from components.sagemaker_training import runner as runner_mod
+from components.common.execution_context import (
+    DEFAULT_STOP_TIMEOUT_S,
+    ExecutionContext,
+    check_stop_timeout,
+)
 from components.sagemaker_training.request import (
     ResolvedConfig,
     TrainingJobConfig,
@@ -28,7 +31,6 @@ from components.sagemaker_training.runner import (
 )
 
 USABLE_PLAN_STATUSES = ("Active", "Scheduled")
-FOLLOW_CLIENT: dict[str, Any] = {"max_attempts": 1, "connect_timeout": 10, "read_timeout": 30}
 
 
 @dataclass(frozen=True)
@@ -88,7 +90,9 @@ def check_training_plan(sagemaker: Any, resolved: ResolvedConfig) -> dict[str, A
     return dict(plan)
 
 
-def check_follow_settings(poll_interval_s: float, max_outage_s: float) -> None:
+def check_follow_settings(poll_interval_s: float, max_outage_s: float,
+                          stop_timeout_s: float = DEFAULT_STOP_TIMEOUT_S) -> None:
+    check_stop_timeout(stop_timeout_s)
     for fld, value, default in (("poll_interval_seconds", poll_interval_s, DEFAULT_POLL_INTERVAL_S),
                                 ("max_outage_seconds", max_outage_s, DEFAULT_MAX_OUTAGE_S)):
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
@@ -104,6 +108,7 @@ def launch(
     instance_hour_prices: Mapping[str, Any] | None = None,
     poll_interval_s: float = DEFAULT_POLL_INTERVAL_S,
     max_outage_s: float = DEFAULT_MAX_OUTAGE_S,
+    stop_timeout_s: float = DEFAULT_STOP_TIMEOUT_S,
     out: Callable[[str], None] | None = None,
     raise_on_failure: bool = True,
     ctx: ExecutionContext | None = None,
@@ -114,22 +119,27 @@ def launch(
     SIGTERM and SIGINT are handled from the first line on (an ``ExecutionContext``,
     or ``ctx`` when the caller holds one): the job is stopped and ``Terminated``
     raised. ``max_outage_s``: how long an unreachable SageMaker endpoint is ridden
-    out while following the job before ``AwsUnreachable``.
+    out while following the job before ``AwsUnreachable``; ``stop_timeout_s``: how
+    long the stop on termination (or after an unexpected error once the job exists)
+    may take, whatever ``max_outage_s``. ``resources_path`` is checked for
+    writability before any AWS call.
     """
     with contextlib.ExitStack() as stack:
         ctx = ctx or stack.enter_context(ExecutionContext("sagemaker_training"))
         return _launch(cfg, ctx, resources_path=resources_path,
                        instance_hour_prices=instance_hour_prices,
                        poll_interval_s=poll_interval_s, max_outage_s=max_outage_s,
-                       out=out or (lambda line: print(line, flush=True)),
+                       stop_timeout_s=stop_timeout_s, out=out or (lambda line: print(line, flush=True)),
                        raise_on_failure=raise_on_failure, budget_jobs=budget_jobs)
 
 
 def _launch(cfg: TrainingJobConfig, ctx: ExecutionContext, *, resources_path: str | None,
             instance_hour_prices: Mapping[str, Any] | None, poll_interval_s: float,
-            max_outage_s: float, out: Callable[[str], None],
+            max_outage_s: float, stop_timeout_s: float, out: Callable[[str], None],
             raise_on_failure: bool, budget_jobs: int) -> TrainingResult:
-    check_follow_settings(poll_interval_s, max_outage_s)
+    check_follow_settings(poll_interval_s, max_outage_s, stop_timeout_s)
+    if resources_path:
+        resources.check_writable(resources_path, "aws_resources")
     resolved, request = prepare(cfg)
     say = out
     # validated before any AWS call; the lookups it makes (GetProducts) only read
@@ -145,14 +155,16 @@ def _launch(cfg: TrainingJobConfig, ctx: ExecutionContext, *, resources_path: st
             "instance(s) available")
     worst = cost_preview(resolved, book, plan=plan, budget_jobs=budget_jobs, say=say)
     ctx.check("before CreateTrainingJob: nothing was created")
-    # Following the job: no botocore retries and short connect timeouts; the runner
-    # rides out outages itself, looking at the termination flag between attempts
-    # (botocore's own back-off, up to minutes, would hide it).
-    follow = aws.client("sagemaker", resolved.region, **FOLLOW_CLIENT)
-    logs = aws.client("logs", resolved.region, **FOLLOW_CLIENT)
+    # Following the job: the runner rides out outages itself, looking at the termination
+    # flag between attempts (aws.FOLLOW_CLIENT: no botocore retries, short timeouts);
+    # stopping it: timeouts within the stop budget.
+    follow = aws.client("sagemaker", resolved.region, **aws.FOLLOW_CLIENT)
+    logs = aws.client("logs", resolved.region, **aws.FOLLOW_CLIENT)
+    stopper = aws.client("sagemaker", resolved.region,
+                         **aws.bounded_client_config(stop_timeout_s))
     runner = TrainingJobRunner(sagemaker, logs, resolved.region, poll_interval_s=poll_interval_s,
-                               max_outage_s=max_outage_s, stop_wait_s=runner_mod.DEFAULT_STOP_WAIT_S,
-                               out=say, ctx=ctx, follow=follow)
+                               max_outage_s=max_outage_s, stop_timeout_s=stop_timeout_s,
+                               out=say, ctx=ctx, follow=follow, stopper=stopper)
     job = runner.run(request, run_id=cfg.run_id, resources_path=resources_path)
     billable = int(job.get("BillableTimeInSeconds") or 0)
     price = job_price(resolved, book, plan)

@@ -56,6 +56,13 @@ OWNED_HYPERPARAMETERS = {
     "activation-checkpointing",
     *MODEL_DIMENSIONS.values(),
 }
+# Environment keys the container contract or the execution role own: SM_* is how
+# SageMaker tells the container its paths, hosts and hyperparameters (SM_HP_<NAME>
+# would bypass the hyperparameter checks above); credentials in Environment travel in
+# clear in the request, show in DescribeTrainingJob and override the execution role.
+AWS_CREDENTIAL_VARIABLES = frozenset({"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
+                                      "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN"})
+SECRET_NAME_RE = re.compile(r"SECRET|PASSWORD|PASSWD|(^|_)TOKEN(_|$)|CREDENTIAL", re.IGNORECASE)
 
 
 @dataclass
@@ -86,6 +93,7 @@ class TrainingJobConfig:
     hyperparameters: dict[str, Any] = field(default_factory=dict)
     environment: dict[str, Any] = field(default_factory=dict)
     checkpoint_s3_uri: str = ""
+    checkpoint_s3_prefix: str = ""
     input_channels: dict[str, str] = field(default_factory=dict)
     training_plan_arn: str = ""
     use_spot: bool = False
@@ -180,6 +188,10 @@ def resolve(cfg: TrainingJobConfig, *, region: str | None = None) -> ResolvedCon
     _check_with_trainer(hps, env)
     merged_tags = _tags(cfg)
     job_name = cfg.job_name or derived_job_name(cfg, hps)
+    if cfg.checkpoint_s3_prefix:  # the job's own prefix, named after the job
+        cfg = dataclasses.replace(cfg, checkpoint_s3_prefix="", checkpoint_s3_uri=(
+            f"{cfg.checkpoint_s3_prefix.rstrip('/')}/{job_name}"))
+        _check_s3("checkpoint_s3_prefix", cfg.checkpoint_s3_uri, "CheckpointConfig.S3Uri")
     return ResolvedConfig(cfg, resolved_region, job_name, hps, env, merged_tags, batch_size,
                           checkpointing, tuple(notes))
 
@@ -381,8 +393,14 @@ def _capacity(cfg: TrainingJobConfig, region: str) -> None:
         raise UserError("max_runtime_seconds", f"{cfg.max_runtime_seconds}: must be 1-"
                         f"{MAX_RUNTIME_LIMIT_S} (SageMaker's 28 days).",
                         "pass the longest the job may train.")
+    if cfg.checkpoint_s3_uri and cfg.checkpoint_s3_prefix:
+        raise UserError("checkpoint_s3_prefix", "is given together with checkpoint_s3_uri.",
+                        "pass checkpoint_s3_prefix (the job's checkpoints at <prefix>/<job "
+                        "name>) or checkpoint_s3_uri (exactly that prefix), not both.")
+    if cfg.checkpoint_s3_prefix:
+        _check_s3("checkpoint_s3_prefix", cfg.checkpoint_s3_prefix, "CheckpointConfig.S3Uri")
     if cfg.use_spot:
-        if not cfg.checkpoint_s3_uri:
+        if not (cfg.checkpoint_s3_uri or cfg.checkpoint_s3_prefix):
             raise UserError("checkpoint_s3_uri", "is required with use_spot: an interrupted spot "
                             "job resumes from its checkpoints.",
                             "pass checkpoint_s3_uri=s3://<bucket>/<prefix>/checkpoints.")
@@ -465,8 +483,9 @@ def _check_with_trainer(hps: dict[str, str], env: dict[str, str]) -> None:
             "max-steps": "max_steps", "activation-checkpointing": "activation_checkpointing",
             "precision": "precision"}
         fld = owned.get(exc.name, "hyperparameters")
-        raise UserError(fld, f"the trainer would refuse it: {exc}.",
-                        "fix the value, or see python -m trainer --help for its flags.") from None
+        raise UserError(fld, f"the trainer would refuse it: {exc.problem.rstrip('.')}.",
+                        exc.fix or "fix the value, or see python -m trainer --help for its flags."
+                        ) from None
     except ValueError as exc:  # the trainer's own checks (precision names...)
         raise UserError("hyperparameters", f"the trainer would refuse it: {exc}.",
                         "see python -m trainer --help.") from None
@@ -544,6 +563,7 @@ def _hyperparameters(cfg: TrainingJobConfig, *, model_overrides: dict[str, int],
         "max-steps": str(cfg.max_steps),
         "activation-checkpointing": _as_str(checkpointing),
     })
+    _check_container_paths(cfg.hyperparameters)
     for key, value in (cfg.hyperparameters or {}).items():
         key = str(key)
         canonical = key.replace("_", "-")
@@ -563,9 +583,49 @@ def _hyperparameters(cfg: TrainingJobConfig, *, model_overrides: dict[str, int],
     return hps
 
 
+def container_paths() -> dict[str, str]:
+    """The trainer's hyperparameters that are container-contract paths, and the SM_*
+    variable each is read from (the trainer's declarations: ``sm_path_of``)."""
+    from trainer import config as trainer_config
+
+    return {f.name.replace("_", "-"): f.metadata["sm_path_of"]
+            for f in trainer_config.flag_fields() if f.metadata.get("sm_path_of")}
+
+
+def _check_container_paths(hyperparameters: dict[str, Any]) -> None:
+    """The launcher owns where the model, checkpoints and outputs go: SageMaker uploads
+    only /opt/ml/model and syncs only the checkpoint dir of CheckpointConfig."""
+    paths = container_paths()
+    for key in hyperparameters or {}:
+        canonical = str(key).replace("_", "-")
+        if canonical in paths:
+            raise UserError(
+                "hyperparameters", f"{key!r} is a path of the SageMaker container contract "
+                f"(${paths[canonical]}), owned by the launcher: elsewhere nothing uploads it "
+                "(the job would Complete with an empty model.tar.gz).",
+                f"drop hyperparameters[{key!r}]; use output_s3_uri for the model and "
+                "checkpoint_s3_uri for checkpoints.")
+
+
+def _check_environment_key(key: str) -> None:
+    if key.upper().startswith("SM_"):
+        raise UserError("environment", f"{key!r}: SM_* variables are SageMaker's container "
+                        "contract (paths, hosts, SM_HP_* hyperparameters), set by SageMaker.",
+                        "drop it; pass trainer settings as hyperparameters and outputs "
+                        "through output_s3_uri / checkpoint_s3_uri.")
+    if key.upper() in AWS_CREDENTIAL_VARIABLES or SECRET_NAME_RE.search(key):
+        raise UserError("environment", f"{key!r} looks like a credential or secret: "
+                        "Environment travels in clear in the CreateTrainingJob request and "
+                        "shows in DescribeTrainingJob (AWS keys also override the role).",
+                        "drop it; grant AWS access through the execution role (role_arn) "
+                        "and read other secrets from AWS Secrets Manager in the job.")
+
+
 def _environment(environment: dict[str, Any]) -> dict[str, str]:
     env = {str(k): _as_str(v) for k, v in (environment or {}).items()}
     limits.check("environment", "Environment", env, "pass fewer.")
+    for key in env:
+        _check_environment_key(key)
     for key, value in env.items():
         limits.check("environment", "Environment{key}", key,
                      "use letters, digits and _ (not starting with a digit).")

@@ -20,6 +20,11 @@ between polls. It then stops the job and raises ``Terminated``.
 An outage of the AWS endpoint while the job runs is ridden out for
 ``max_outage_s`` (the job keeps running on SageMaker meanwhile); after that the
 runner gives up with ``AwsUnreachable``, naming the job, which may still run.
+A termination is honoured during an outage too: the stop then gets
+``stop_timeout_s`` (a few seconds, whatever ``max_outage_s``), and the message
+says whether it was accepted or gives the command that stops the job by hand.
+Any other exception once this attempt owns the job (it created it, or
+re-attached to this run's job) stops the job the same way (``JobStoppedAfterError``).
 """
 
 from __future__ import annotations
@@ -30,24 +35,26 @@ from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
 from components.common import resources, tags
-from components.common.aws import error_code, is_throttling
+from components.common.aws import error_code, is_transient
 from components.common.cloudwatch import LogTail, training_job_tail
 from components.common.errors import UserError
-from components.common.execution_context import ExecutionContext, Terminated
+from components.common.execution_context import (
+    DEFAULT_MAX_OUTAGE_S,
+    DEFAULT_STOP_TIMEOUT_S,
+    RETRY_PAUSE_S,
+    AwsUnreachable,
+    ExecutionContext,
+    Terminated,
+    TerminationRequested,
+    retry_within,
+    stop_within,
+)
 from components.common.training_job import TERMINAL_STATUSES
 
 DEFAULT_POLL_INTERVAL_S = 5.0
-# KFP gives a terminated pod 30 s before SIGKILL: stop within that.
-DEFAULT_STOP_WAIT_S = 25.0
-DEFAULT_MAX_OUTAGE_S = 300.0
-MAX_RETRY_BACKOFF_S = 30.0
-TRANSIENT_ERRORS = frozenset({"EndpointConnectionError", "ConnectionClosedError",
-                              "ReadTimeoutError", "ConnectTimeoutError", "ConnectionError",
-                              "ProxyConnectionError", "HTTPClientError"})
-TRANSIENT_CODES = frozenset({"InternalFailure", "InternalServerError", "ServiceUnavailable",
-                             "InternalError"})
 
-__all__ = ["AwsUnreachable", "Terminated", "TrainingJobFailed", "TrainingJobRunner"]
+__all__ = ["AwsUnreachable", "JobStoppedAfterError", "Terminated", "TrainingJobFailed",
+           "TrainingJobRunner"]
 
 
 def _print(line: str) -> None:
@@ -66,18 +73,9 @@ class TrainingJobFailed(RuntimeError):
         super().__init__(text)
 
 
-class AwsUnreachable(RuntimeError):
-    """SageMaker could not be reached for longer than the outage budget."""
-
-
-class _Terminating(Exception):
-    """Internal: termination was requested while waiting out an outage."""
-
-
-def is_transient(exc: BaseException) -> bool:
-    """A failure worth retrying: a connection problem, throttling or a 5xx of the service."""
-    return (is_throttling(exc) or type(exc).__name__ in TRANSIENT_ERRORS
-            or error_code(exc) in TRANSIENT_CODES)
+class JobStoppedAfterError(RuntimeError):
+    """An unexpected error after CreateTrainingJob: the job was stopped (or could not be,
+    the message says which and how to stop it)."""
 
 
 def _is_not_found(exc: BaseException) -> bool:
@@ -95,68 +93,37 @@ class TrainingJobRunner:
     logs: Any
     region: str
     poll_interval_s: float = DEFAULT_POLL_INTERVAL_S
-    stop_wait_s: float = DEFAULT_STOP_WAIT_S
+    stop_timeout_s: float = DEFAULT_STOP_TIMEOUT_S
     max_outage_s: float = DEFAULT_MAX_OUTAGE_S
     out: Callable[[str], None] = _print
     ctx: ExecutionContext = field(default_factory=ExecutionContext)
-    follow: Any = None  # the SageMaker client for Describe/Stop (default: ``sagemaker``)
+    follow: Any = None  # the SageMaker client for Describe (default: ``sagemaker``)
+    # The SageMaker client of the stop path: timeouts within ``stop_timeout_s``
+    # (``aws.bounded_client_config``), no retries of its own (default: ``follow``).
+    stopper: Any = None
     created: bool = False  # whether this attempt created the job (False: re-attached)
     resources_path: str | None = None
+    owned: str = ""  # the job this attempt answers for (created, or this run's, re-attached)
     _transitions_seen: int = 0
     _tail: LogTail | None = None
     _logs_failing: bool = False
 
     # ---- AWS calls that ride out an outage ----
-    def describe(self, name: str) -> dict[str, Any] | None:
+    def describe(self, name: str, client: Any = None) -> dict[str, Any] | None:
         try:
-            return dict((self.follow or self.sagemaker).describe_training_job(
+            return dict((client or self.follow or self.sagemaker).describe_training_job(
                 TrainingJobName=name))
         except Exception as exc:
             if _is_not_found(exc):
                 return None
             raise
 
-    def _retrying(self, what: str, call: Callable[[], Any], *, budget_s: float,
-                  interruptible: bool = True) -> Any:
-        """``call()``, retried on transient failures for up to ``budget_s`` seconds.
-
-        Raises ``AwsUnreachable`` past the budget, and ``_Terminating`` when
-        ``interruptible`` and termination is requested during the outage.
-        """
-        started: float | None = None
-        delay = min(1.0, max(self.poll_interval_s, 0.05))
-        while True:
-            try:
-                result = call()
-            except Exception as exc:
-                if not is_transient(exc):
-                    raise
-                now = time.monotonic()
-                if started is None:
-                    started = now
-                    self.out(f"({what} failed: {exc}; retrying for up to {budget_s:.0f} s)")
-                if now - started >= budget_s:
-                    raise AwsUnreachable(
-                        f"{what}: SageMaker unreachable for {now - started:.0f} s ({exc})"
-                    ) from None
-                if interruptible and self.ctx.terminating:
-                    raise _Terminating() from None
-                pause = min(delay, budget_s - (now - started))
-                if interruptible:
-                    self.ctx.sleep(pause)
-                else:
-                    time.sleep(pause)
-                delay = min(MAX_RETRY_BACKOFF_S, delay * 2)
-                continue
-            if started is not None:
-                self.out(f"({what} succeeded again after {time.monotonic() - started:.0f} s)")
-            return result
-
     def _describe_following(self, name: str) -> dict[str, Any] | None:
         try:
-            return self._retrying(f"DescribeTrainingJob {name}", lambda: self.describe(name),
-                                  budget_s=self.max_outage_s)
-        except _Terminating:
+            return self.ctx.ride_out(f"DescribeTrainingJob {name}", lambda: self.describe(name),
+                                     budget_s=self.max_outage_s, out=self.out,
+                                     first_pause_s=min(1.0, self.poll_interval_s))
+        except TerminationRequested:
             self._terminate(name)
 
     # ---- create or attach ----
@@ -173,6 +140,7 @@ class TrainingJobRunner:
 
     def _attach(self, job: dict[str, Any], run_id: str) -> dict[str, Any]:
         self._check_owner(job, run_id)  # before anything could stop it
+        self.owned = job["TrainingJobName"]
         self._record(job["TrainingJobName"], job["TrainingJobArn"])
         self.out(f"re-attached to existing training job {job['TrainingJobName']} "
                  f"({job['TrainingJobStatus']}/{job.get('SecondaryStatus', '')})")
@@ -196,8 +164,11 @@ class TrainingJobRunner:
             # Another attempt won the race (ResourceInUse), or Create's response never
             # arrived: the job may exist under its deterministic name. Look it up.
             create_error = exc
+            if error_code(exc) != "ResourceInUse":
+                self.owned = name  # if it exists, this request made it
         else:
             self.created = True
+            self.owned = name
             self._record(name, arn)
             self.out(f"created training job {name}")
             if self.ctx.terminating:  # the safe point right after Create returns
@@ -211,6 +182,7 @@ class TrainingJobRunner:
         if self.created:
             return job
         self.out(f"CreateTrainingJob {name}: {create_error}; the job exists")
+        self.owned = ""  # owned once the tag check of _attach says it is this run's
         return self._attach(job, run_id)
 
     def _record(self, name: str, arn: str) -> None:
@@ -227,10 +199,29 @@ class TrainingJobRunner:
     # ---- following ----
     def run(self, request: dict[str, Any], *, run_id: str,
             resources_path: str | None = None) -> dict[str, Any]:
-        """Creates or re-attaches, then waits; returns the final DescribeTrainingJob."""
+        """Creates or re-attaches, then waits; returns the final DescribeTrainingJob.
+
+        Once the job is this attempt's, an exception other than a termination or an
+        outage past its budget (after which the job is left to a re-attaching retry)
+        stops it and raises ``JobStoppedAfterError``, which names the job.
+        """
         if resources_path:
             self.resources_path = resources_path
-        job = self.create_or_attach(request, run_id)
+        try:
+            return self._follow(self.create_or_attach(request, run_id))
+        except (Terminated, AwsUnreachable, UserError):
+            raise
+        except Exception as exc:
+            if not self.owned:
+                raise
+            name = self.owned
+            self.out(f"unexpected {type(exc).__name__} after CreateTrainingJob {name}: "
+                     f"stopping the job (for up to {self.stop_timeout_s:g} s)")
+            raise JobStoppedAfterError(
+                f"{type(exc).__name__} after CreateTrainingJob {name}: {exc}; "
+                f"{self._stop(name)}") from exc
+
+    def _follow(self, job: dict[str, Any]) -> dict[str, Any]:
         name = job["TrainingJobName"]
         self.out(f"console: {resources.training_job_console_uri(self.region, name)}")
         self._tail = training_job_tail(self.logs, name, sleep=self.ctx.sleep,
@@ -281,46 +272,48 @@ class TrainingJobRunner:
 
     # ---- termination ----
     def _terminate(self, name: str) -> NoReturn:
-        """Stops the job (if it exists and runs) within ``stop_wait_s``; raises Terminated."""
+        """Stops the job (if it exists and runs) within ``stop_timeout_s``; raises Terminated."""
         why = f"terminated ({self.ctx.signal_name or 'requested'})"
-        self.out(f"{why}: stopping training job {name}")
-        deadline = time.monotonic() + self.stop_wait_s
-        try:
-            status = self._stop_and_wait(name, deadline)
-        except AwsUnreachable as exc:
-            raise Terminated(
-                f"{why}; could not reach SageMaker to stop training job {name} ({exc}). Stop "
-                f"it yourself: aws sagemaker stop-training-job --training-job-name {name} "
-                f"--region {self.region}") from None
-        if status == "absent":
-            raise Terminated(f"{why}; no training job {name} exists (nothing was created)")
-        self.out(f"training job {name} is {status}")
-        raise Terminated(f"{why}; training job {name} is {status}")
+        self.out(f"{why}: stopping training job {name} (for up to {self.stop_timeout_s:g} s)")
+        raise Terminated(f"{why}; {self._stop(name)}")
 
-    def _stop_and_wait(self, name: str, deadline: float) -> str:
-        def left() -> float:
-            return max(0.0, deadline - time.monotonic())
+    def _stop(self, name: str) -> str:
+        return stop_within(
+            f"training job {name}", lambda left: self._stop_and_wait(name, left),
+            budget_s=self.stop_timeout_s,
+            stop_command=(f"aws sagemaker stop-training-job --training-job-name {name} "
+                          f"--region {self.region}"))
 
-        job = self._retrying("DescribeTrainingJob", lambda: self.describe(name),
-                             budget_s=left(), interruptible=False)
+    def _stop_and_wait(self, name: str, left: Callable[[], float]) -> str | None:
+        """StopTrainingJob if the job runs, then Describe until it leaves InProgress or the
+        budget ends; the state once the stop was accepted, None if there is no job."""
+        client = self.stopper or self.follow or self.sagemaker
+        job = retry_within(left, lambda: self.describe(name, client))
         if job is None:
-            return "absent"
+            return None
         status = str(job["TrainingJobStatus"])
-        if status == "InProgress":
-            try:
-                self._retrying("StopTrainingJob",
-                               lambda: (self.follow or self.sagemaker).stop_training_job(
-                                   TrainingJobName=name),
-                               budget_s=left(), interruptible=False)
-            except AwsUnreachable:
+        if status != "InProgress":
+            return f"it is {status}" if status == "Stopping" else (
+                f"it had already ended {status}")
+        try:
+            retry_within(left, lambda: client.stop_training_job(TrainingJobName=name))
+        except Exception as exc:
+            if is_transient(exc):
                 raise
-            except Exception as exc:  # e.g. it ended between the describe and the stop
-                self.out(f"StopTrainingJob {name}: {exc}")
-        while status == "InProgress" and left() > 0:
+            # e.g. it ended between the describe and the stop (ValidationException)
+            job = retry_within(left, lambda: self.describe(name, client))
+            status = str(job["TrainingJobStatus"]) if job else "gone"
+            if status == "InProgress":
+                raise
+            return f"it is {status} (StopTrainingJob: {exc})"
+        while status == "InProgress" and left() > RETRY_PAUSE_S:
             time.sleep(min(0.5, self.poll_interval_s, left()))
-            job = self._retrying("DescribeTrainingJob", lambda: self.describe(name),
-                                 budget_s=left(), interruptible=False)
-            status = str(job["TrainingJobStatus"]) if job else "absent"
+            try:
+                job = self.describe(name, client)
+            except Exception:  # the stop was accepted: a lost Describe changes nothing
+                break
+            status = str(job["TrainingJobStatus"]) if job else "gone"
         if status == "InProgress":
-            return f"still InProgress after {self.stop_wait_s:.0f} s (StopTrainingJob was sent)"
-        return status
+            return ("StopTrainingJob was accepted; SageMaker still reported it InProgress "
+                    f"after {self.stop_timeout_s:g} s (it moves to Stopping, then Stopped)")
+        return f"it is {status}"

@@ -1,0 +1,69 @@
+"""Valid ranges of numeric options, written once where the option is declared.
+
+Torch-free: the trainer's flags (trainer.config, trainer.spec) and the launcher's
+check of hyperparameters (through trainer.config) read the same declaration.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import re
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """A numeric option's valid values: an interval written as in mathematics, ``[0, 1)``
+    (0 included, 1 excluded), ``(0, inf)`` (any finite value above 0). A value that is not
+    finite (inf, nan) is never inside, whatever the bounds."""
+
+    text: str
+    low: float
+    high: float
+    low_closed: bool
+    high_closed: bool
+
+    @classmethod
+    def parse(cls, text: str) -> Bounds:
+        m = re.fullmatch(r"\s*([\[(])\s*([^,\s]+)\s*,\s*([^,\s]+)\s*([\])])\s*", text)
+        if not m:
+            raise ValueError(f"bounds {text!r}: write them as [low, high], (low, high)...")
+        low, high = _number(m.group(2)), _number(m.group(3))
+        if not low < high:
+            raise ValueError(f"bounds {text!r}: low must be below high")
+        return cls(text.strip(), low, high, m.group(1) == "[", m.group(4) == "]")
+
+    def __contains__(self, value: object) -> bool:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return False
+        if not math.isfinite(value):
+            return False
+        above = value >= self.low if self.low_closed else value > self.low
+        below = value <= self.high if self.high_closed else value < self.high
+        return above and below
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def _number(text: str) -> float:
+    """An int when it is one (so 2**63 - 1 stays exact), else a float (inf, 1e-3)."""
+    try:
+        return int(text)
+    except ValueError:
+        return float(text)
+
+
+def within(kind: type, bounds: Bounds) -> Any:
+    """An argparse ``type``: converts with ``kind``, then refuses a value outside ``bounds``."""
+
+    def convert(text: str) -> Any:
+        value = kind(text)  # ValueError: argparse says "invalid <kind> value"
+        if value not in bounds:
+            raise argparse.ArgumentTypeError(f"{text} is outside the valid range {bounds}")
+        return value
+
+    convert.__name__ = kind.__name__
+    return convert
