@@ -228,3 +228,9 @@ def test_batch_tuning_progress_lines_name_each_candidate(monkeypatch):
             1, 2.0, 1e-3, 1.0, 100.0, 100.0, 0.1, float("nan"), float("nan"), float("nan"),
             "fp8", True)))
     assert [o.split("]")[0] + "]" for o in out] == ["[fp8 batch 4 AC off]", "[fp8 batch 4 AC on]"]
+
+
+def test_a_count_passed_through_the_pipeline_json_reads_as_a_count(tmp_path):
+    r = rank(load([_series(tmp_path, "b2", batch=2, ac=False, tps=5.0, mem=None)]))
+    text = markdown(r, {"instance_type": "ml.p6-b200.48xlarge", "instance_count": 1.0})
+    assert "- instances: 1 x ml.p6-b200.48xlarge" in text

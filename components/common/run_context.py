@@ -26,6 +26,8 @@ def _distinct(values: Sequence[Any]) -> list[str]:
     for v in values:
         if v is None or v == "" or isinstance(v, dict):
             continue
+        if isinstance(v, float) and v.is_integer():
+            v = int(v)  # a count passed through a pipeline's JSON arrives as 1.0
         text = {True: "on", False: "off"}.get(v, str(v)) if isinstance(v, bool) else str(v)
         if text not in out:
             out.append(text)
