@@ -693,3 +693,15 @@ def test_the_writer_refuses_what_the_reader_refuses(tmp_path):
     with pytest.raises(SeriesFormatError, match="'status' is \"running\""):
         write_outputs(parsed, requested_precision="fp8", series_path=tmp_path / "s.csv")
     assert not (tmp_path / "s.csv").exists()
+
+
+def test_the_cli_puts_the_given_run_context_on_top(tmp_path, capsys):
+    from components.compare_convergence.__main__ import main
+
+    paths = [write_run(tmp_path, "bf16", curve()), write_run(tmp_path, "fp8", curve(offset=0.001))]
+    main([*map(str, paths), "--run-context", "run_id=r9", "--run-context", "pipeline=mine",
+          "--html", str(tmp_path / "r.html")])
+    out = capsys.readouterr().out
+    assert out.splitlines()[2:4] == ["- pipeline: mine", "- run id: r9"]
+    page = (tmp_path / "r.html").read_text()
+    assert page.index("r9") < page.index("<h2>Verdicts</h2>")

@@ -53,8 +53,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return USER_ERROR_EXIT_CODE
     write_outputs(cmp, html_path=args.html, markdown_path=args.markdown,
-                  verdicts_path=args.verdicts)
-    sys.stdout.write(verdicts_json(cmp) if args.json else markdown(cmp))
+                  verdicts_path=args.verdicts, context=values["run_context"])
+    sys.stdout.write(verdicts_json(cmp) if args.json else markdown(cmp, values["run_context"]))
     if values["require_complete"] and cmp.partial:
         print("error: the comparison is partial: " + "; ".join(cmp.problems), file=sys.stderr)
         return 1
