@@ -48,6 +48,8 @@ class TrainingResult:
     created: bool  # False when the job already existed (a retried or restarted component)
     training_seconds: int = 0  # TrainingTimeInSeconds (spot: 1 - billable/training is saved)
     price_source: str = ""  # where the price of estimated_cost_usd comes from
+    instance_type: str = ""  # what SageMaker ran (SelectedInstanceType with preferences)
+    instance_count: int = 0
 
 
 def prepare(cfg: TrainingJobConfig, *, region: str | None = None) -> tuple[ResolvedConfig,
@@ -184,6 +186,8 @@ def _launch(cfg: TrainingJobConfig, ctx: ExecutionContext, *, resources_path: st
         created=runner.created,
         training_seconds=int(job.get("TrainingTimeInSeconds") or 0),
         price_source=price.source if price else "",
+        instance_type=selected or cfg.instance_type,
+        instance_count=instances,
     )
     say(cost_report(resolved, job, cost, book))
     if raise_on_failure:
