@@ -34,7 +34,8 @@ def _text(description: str | None) -> str:
 
 def _type(spec: Any) -> str:
     match = _ARTIFACT.match(spec.type)
-    name = f"{match.group(1)} artifact" if match else spec.type
+    name = spec.type if not match else (
+        "Artifact" if match.group(1) == "Artifact" else f"{match.group(1)} artifact")
     return f"list of {name}s" if getattr(spec, "is_artifact_list", False) else name
 
 
@@ -42,7 +43,7 @@ def _default(spec: Any) -> str:
     if not spec.optional:
         return "required"
     if spec.default is None:
-        return "`None`"
+        return "optional"
     return "`" + json.dumps(spec.default) + "`"
 
 
