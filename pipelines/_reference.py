@@ -63,12 +63,8 @@ def render_component(name: str, comp: Any) -> str:
     return "\n".join(lines) + "\n"
 
 
-def render(components: dict[str, Any] | None = None) -> str:
-    """The whole generated section, markers included."""
-    if components is None:
-        from pipelines.compile import discover_components
-
-        components = discover_components()
+def render(components: dict[str, Any]) -> str:
+    """The whole generated section, markers included (``components``: name -> component)."""
     body = "\n".join(render_component(name, comp) for name, comp in components.items())
     return f"{BEGIN}\n\n{body}\n{END}"
 
@@ -111,16 +107,16 @@ def replace_section(readme: str, section: str, begin: str = BEGIN, end: str = EN
     return readme[:start] + section + readme[stop + len(end):]
 
 
-def regenerate(readme: str) -> str:
+def regenerate(readme: str, components: dict[str, Any]) -> str:
     """``readme`` with its component reference and then its table of contents rendered."""
-    readme = replace_section(readme, render())
+    readme = replace_section(readme, render(components))
     return replace_section(readme, render_toc(readme), TOC_BEGIN, TOC_END)
 
 
-def update(readme_path: Path) -> bool:
+def update(readme_path: Path, components: dict[str, Any]) -> bool:
     """Rewrites the README's generated parts; True when they changed."""
     old = readme_path.read_text(encoding="utf-8")
-    new = regenerate(old)
+    new = regenerate(old, components)
     if new != old:
         readme_path.write_text(new, encoding="utf-8")
     return new != old

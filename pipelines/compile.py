@@ -204,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.output_dir == COMPILED and readme.exists():  # a checkout: its README's reference
         from pipelines import _reference
 
-        if _reference.update(readme) and not args.quiet:
+        if _reference.update(readme, discover_components()) and not args.quiet:
             print(f"wrote {readme.name} (component reference)")
     return 0
 

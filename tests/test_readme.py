@@ -28,7 +28,7 @@ from components import __version__
 from components.common.component import DEFAULT_IMAGE_REPOSITORY
 from components.common.shipped import CHECKOUT
 from pipelines import _reference
-from pipelines.compile import COMPILED, compiled_image
+from pipelines.compile import COMPILED, compiled_image, discover_components
 
 README = CHECKOUT / "README.md"
 MARKER_RE = re.compile(r"^<!-- readme-test: (local|aws) -->$")
@@ -194,15 +194,13 @@ def test_readme_local_commands_run(where, cmds, tmp_path):
 
 def test_generated_parts_of_the_readme_are_fresh():
     text = README.read_text(encoding="utf-8")
-    assert text == _reference.regenerate(text), (
+    assert text == _reference.regenerate(text, discover_components()), (
         "the README's table of contents or component reference is stale: run "
         "`python -m pipelines.compile`")
 
 
 def test_component_reference_lists_every_input_with_type_and_default():
-    from pipelines.compile import discover_components
-
-    section = _reference.render()
+    section = _reference.render(discover_components())
     for name, comp in discover_components().items():
         assert f"### `{name}`" in section
         for key in comp.component_spec.inputs:
