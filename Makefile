@@ -27,6 +27,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 	$(PY) images/iam/lint.py
+	$(VENV)/bin/hadolint images/trainer/Dockerfile images/components/Dockerfile
 
 test: lint
 	$(PY) -m pytest

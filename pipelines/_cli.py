@@ -3,7 +3,10 @@
 Pipeline parameters become flags (``--model-preset small``, ``--precisions
 bf16,fp8``) derived by ``components.common.cli`` from the pipeline function: its
 signature gives the flags and defaults, its docstring's ``Args:`` the help, so
-``--help`` documents them without a second copy.
+``--help`` documents them without a second copy. Both modes check the values
+before anything happens, with one check (:func:`refuse`: the pipeline module's
+``check_arguments``, and no control characters): ``--run-local`` before it starts,
+``--compile`` before it writes the defaults a cluster run would use.
 """
 
 from __future__ import annotations
@@ -38,7 +41,8 @@ def build_parser(
     )
     mode = parser.add_mutually_exclusive_group(required=True)
     mode.add_argument("--compile", action="store_true",
-                      help=f"write compiled/{name}.yaml; parameter flags given become its defaults")
+                      help=f"write compiled/{name}.yaml; parameter flags given become its defaults "
+                      "(checked as --run-local checks them)")
     mode.add_argument(
         "--run-local",
         action="store_true",
@@ -98,6 +102,10 @@ def main(
     if args.compile:
         if args.runs_dir is not None:
             parser.error("--runs-dir goes with --run-local, not --compile")
+        # The defaults a run of the compiled pipeline uses get the checks a local run gets
+        # (role_arn and bucket, when not given, are a run's own: stand-ins are checked).
+        if refused := refuse(check, local_arguments(params, overrides), "Nothing was written."):
+            return refused
         from components.common.component import components_image
         from pipelines.compile import compile_one
 
@@ -112,22 +120,60 @@ def main(
     if args.output is not None:
         parser.error("--output goes with --compile, not --run-local")
     arguments = local_arguments(params, {**local_defaults, **overrides})
-    if check is not None:
-        from components.common.errors import USER_ERROR_EXIT_CODE, UserError
-
-        try:
-            check(arguments)
-        except UserError as exc:
-            print(f"error: {exc}\nNothing was started.", file=sys.stderr)
-            return USER_ERROR_EXIT_CODE
+    if refused := refuse(check, arguments, "Nothing was started."):
+        return refused
     return run_local(name=name, pipeline=build(args.parallelism or 1), arguments=arguments,
                      runs_dir=args.runs_dir or Path("runs"), report_task=report_task,
                      verbose=args.verbose)
 
 
+def refuse(check: Callable[[dict[str, Any]], None] | None, arguments: dict[str, Any],
+           nothing_done: str) -> int:
+    """Checks ``arguments`` (every pipeline parameter) as ``--compile`` and ``--run-local``
+    both do; prints the UserError and returns its exit code, or returns 0 when they pass."""
+    from components.common.errors import USER_ERROR_EXIT_CODE, UserError
+
+    try:
+        refuse_control_characters(arguments)
+        if check is not None:
+            check(arguments)
+    except UserError as exc:
+        print(f"error: {exc}\n{nothing_done}", file=sys.stderr)
+        return USER_ERROR_EXIT_CODE
+    return 0
+
+
+def refuse_control_characters(arguments: dict[str, Any]) -> None:
+    """No text value (in lists and dicts too) holds a control character or line break.
+
+    A newline in a default ends the compiled YAML's comment header and starts a
+    key of its own; in a job name, tag or S3 key it is an error at best.
+    """
+    import unicodedata
+
+    from components.common.errors import UserError
+
+    def walk(field: str, value: Any) -> None:
+        if isinstance(value, dict):
+            for key, item in value.items():
+                walk(field, key)
+                walk(field, item)
+        elif isinstance(value, list | tuple):
+            for item in value:
+                walk(field, item)
+        elif isinstance(value, str):
+            bad = next((c for c in value if unicodedata.category(c) in ("Cc", "Zl", "Zp")), "")
+            if bad:
+                raise UserError(field, f"{value!r} holds the control character {bad!r}.",
+                                "remove it (no newlines, tabs or other control characters).")
+
+    for name, value in arguments.items():
+        walk(name, value)
+
+
 def local_arguments(params: list[cli.Parameter], given: dict[str, Any]) -> dict[str, Any]:
-    """Every pipeline parameter's value for a local run: the pipeline's defaults, the
-    local role and bucket, then ``given``."""
+    """Every pipeline parameter's value: the pipeline's defaults, the local role and
+    bucket (a local run's; stand-ins for ``--compile``'s check), then ``given``."""
     from pipelines import local
 
     out = {p.name: p.default for p in params if not p.required}

@@ -19,13 +19,26 @@ def run_prefix(bucket: Any, s3_prefix: Any) -> str:
     return f"s3://{bucket}/{s3_prefix}/{RUN_ID}"
 
 
+def job_prefixes(prefix: str) -> dict[str, Any]:
+    """Where a training job of the run writes: prefixes of its own, named after the job.
+
+    SageMaker puts a job's output under ``<output_s3_uri>/<job name>/``, and the
+    training component its checkpoints under ``<checkpoint_s3_prefix>/<job name>``.
+    The job name is deterministic and covers what the job trains (run id, task, and
+    a digest of image, instances and hyperparameters: every loop-item value), so no
+    two jobs of a run share a checkpoint prefix (one would resume the other's) or an
+    output prefix, while a retried task re-attaches to its job and its checkpoints
+    (``tests/test_pipelines.py`` checks it for every pipeline).
+    """
+    return {"output_s3_uri": f"{prefix}/output", "checkpoint_s3_prefix": f"{prefix}/checkpoints"}
+
+
 def cleanup_step(*, region: Any, policy: Any, prefix: str, repository: Any) -> Any:
     """The exit task: removes what the run created, found by its tag."""
     task = cleanup(
         run_id=RUN_ID, region=region, policy=policy, s3_uris=[prefix],
         ecr_repositories=[repository],
     ).set_display_name("cleanup")
-    task.set_retry(2)  # idempotent
     return task
 
 
@@ -36,7 +49,6 @@ def trainer_image_step(*, region: Any, prefix: str, repository: Any, instance_ty
         instance_type=instance_type, codebuild_role_arn=codebuild_role_arn,
         pipeline=pipeline,
     ).set_display_name("build trainer image")
-    task.set_retry(2)  # re-attaches to its build; skipped when the tag exists
     return task
 
 
@@ -49,7 +61,7 @@ def model_arguments(**model: Any) -> dict[str, Any]:
     return model
 
 
-# ---- the pipelines' arguments, checked before anything starts (`--run-local`) ----
+# ---- the pipelines' arguments, checked before anything starts or is compiled ----
 
 MODEL_KEYS = ("model_preset", "num_layers", "hidden_size", "num_heads", "num_kv_heads",
               "ffn_hidden_size", "vocab_size")
@@ -77,14 +89,19 @@ def check_precision_names(field: str, names: list[Any]) -> list[str]:
 def check_training_arguments(arguments: dict[str, Any], *, precisions: list[str],
                              batch_size: int, activation_checkpointing: str,
                              require_all_runnable: bool) -> None:
-    """Runs the checks the memory plan and every training step would run, in-process.
+    """Runs the checks the memory plan and every training step would run, in-process
+    (``--run-local`` before it starts, ``--compile`` before it writes).
 
     The memory plan is pure Python (no AWS call), and so is the training step's
     validation (``launcher.prepare``), so a misspelled precision, model, hyperparameter
     or capacity setting fails here, with the step's own message, before the local
     backend starts or an image is built. ``arguments`` has every pipeline parameter.
     """
+    import re
+
     from components.cleanup.plan import resolve_policy
+    from components.common.errors import UserError
+    from components.common.s3 import BUCKET_PATTERN
     from components.memory_estimate.cli import with_defaults
     from components.memory_estimate.run import run_component
     from components.sagemaker_training import launcher
@@ -95,6 +112,10 @@ def check_training_arguments(arguments: dict[str, Any], *, precisions: list[str]
 
     model = {k: arguments[k] for k in MODEL_KEYS}
     a = arguments
+    if not re.fullmatch(BUCKET_PATTERN, str(a["bucket"])):
+        raise UserError("bucket", f"{a['bucket']!r} is not an S3 bucket name.",
+                        "use 3-63 lowercase letters, digits, dots or hyphens, starting and "
+                        "ending with a letter or digit (S3's bucket naming rules).")
     plan = run_component(**with_defaults(dict(
         instance_type=a["instance_type"], instance_count=a["instance_count"], **model,
         seq_length=a["seq_length"], batch_size=batch_size, precisions=precisions,
@@ -107,13 +128,12 @@ def check_training_arguments(arguments: dict[str, Any], *, precisions: list[str]
     prefix = f"s3://{a['bucket']}/{a['s3_prefix']}/argument-check"
     for precision in plan.runnable_precisions:
         launcher.prepare(TrainingJobConfig(
-            image_uri=image, role_arn=a["role_arn"], output_s3_uri=f"{prefix}/output",
+            image_uri=image, role_arn=a["role_arn"], **job_prefixes(prefix),
             run_id="argument-check", region=a["region"], instance_type=a["instance_type"],
             instance_count=a["instance_count"], precision=precision, **model,
             seq_length=a["seq_length"], max_steps=a["max_steps"],
             hyperparameters=merge_precision_hyperparameters(
                 a["hyperparameters"], a.get("precision_hyperparameters"), precision),
-            checkpoint_s3_uri=f"{prefix}/checkpoints/{precision}",
             training_plan_arn=a["training_plan_arn"], use_spot=a["use_spot"],
             max_wait_seconds=a["max_wait_seconds"], max_runtime_seconds=a["max_runtime_seconds"],
             memory_plan=plan.plan))

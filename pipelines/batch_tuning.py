@@ -145,7 +145,7 @@ def build_pipeline(parallelism: int = DEFAULT_PARALLELISM) -> Any:
                 train = sagemaker_training(
                     image_uri=image.outputs["image_uri"],
                     role_arn=role_arn,
-                    output_s3_uri=f"{prefix}/output",
+                    **_steps.job_prefixes(prefix),
                     region=region,
                     instance_type=instance_type,
                     instance_count=instance_count,
@@ -158,7 +158,6 @@ def build_pipeline(parallelism: int = DEFAULT_PARALLELISM) -> Any:
                     hyperparameters=hyperparameters,
                     training_plan_arn=training_plan_arn,
                     use_spot=use_spot,
-                    checkpoint_s3_uri=f"{prefix}/checkpoints",
                     max_wait_seconds=max_wait_seconds,
                     max_runtime_seconds=max_runtime_seconds,
                     max_cost_usd=max_cost_usd,
@@ -171,13 +170,11 @@ def build_pipeline(parallelism: int = DEFAULT_PARALLELISM) -> Any:
                     budget_items=plan.outputs["batch_candidates"],
                     pipeline=NAME,
                 ).set_display_name("train candidate")
-                train.set_retry(2)
                 logs = parse_logs(
                     job_name=train.outputs["job_name"],
                     region=region,
                     requested_precision=candidate.precision,
                 ).set_display_name("parse logs")
-                logs.set_retry(3)
             rank_throughput(series=dsl.Collected(logs.outputs["series"])).set_display_name(
                 "rank candidates"
             )
@@ -200,7 +197,8 @@ LOCAL_DEFAULTS: dict[str, Any] = {
 
 
 def check_arguments(arguments: dict[str, Any]) -> None:
-    """Checks a run's arguments before anything starts; raises UserError (``--run-local``)."""
+    """Checks a run's arguments (``--run-local``) or the compiled defaults (``--compile``)
+    before anything starts or is written; raises UserError."""
     from components.common.errors import UserError
 
     precisions = _steps.check_precision_names("precision", [arguments["precision"]])

@@ -162,8 +162,7 @@ def build_pipeline(parallelism: int = DEFAULT_PARALLELISM) -> Any:
                 train = sagemaker_training(
                     image_uri=image.outputs["image_uri"],
                     role_arn=role_arn,
-                    output_s3_uri=f"{prefix}/output",
-                    checkpoint_s3_uri=f"{prefix}/checkpoints/{precision}",
+                    **_steps.job_prefixes(prefix),
                     region=region,
                     instance_type=instance_type,
                     instance_count=instance_count,
@@ -188,13 +187,11 @@ def build_pipeline(parallelism: int = DEFAULT_PARALLELISM) -> Any:
                     memory_plan=plan.outputs["plan"],
                     pipeline=NAME,
                 ).set_display_name("train")
-                train.set_retry(2)  # a retry re-attaches to the same job, never a second one
                 logs = parse_logs(
                     job_name=train.outputs["job_name"],
                     region=region,
                     requested_precision=precision,
                 ).set_display_name("parse logs")
-                logs.set_retry(3)  # read-only
             compare_convergence(
                 series=dsl.Collected(logs.outputs["series"]),
                 baseline=baseline,
@@ -221,7 +218,8 @@ LOCAL_DEFAULTS: dict[str, Any] = {
 
 
 def check_arguments(arguments: dict[str, Any]) -> None:
-    """Checks a run's arguments before anything starts; raises UserError (``--run-local``)."""
+    """Checks a run's arguments (``--run-local``) or the compiled defaults (``--compile``)
+    before anything starts or is written; raises UserError."""
     from components.common.errors import UserError
 
     precisions = _steps.check_precision_names("precisions", arguments["precisions"])

@@ -59,12 +59,12 @@ def manifest(seed: str) -> str:
 
 
 def start_job(sm, name: str, code: str, run_id: str | None, checkpoint: str = "",
-              image: str = "local") -> None:
+              image: str = "local", output: str = f"s3://{BUCKET}/{PREFIX}/jobs") -> None:
     request = dict(
         TrainingJobName=name, RoleArn="arn:aws:iam::123456789012:role/kfp-sagemaker-exec",
         AlgorithmSpecification={"TrainingImage": image, "TrainingInputMode": "File",
                                 "ContainerEntrypoint": [sys.executable, "-c", code]},
-        OutputDataConfig={"S3OutputPath": f"s3://{BUCKET}/{PREFIX}/jobs"},
+        OutputDataConfig={"S3OutputPath": output},
         ResourceConfig={"InstanceType": "ml.p6-b200.48xlarge", "InstanceCount": 1,
                         "VolumeSizeInGB": 100},
         StoppingCondition={"MaxRuntimeInSeconds": 3600})
@@ -412,3 +412,46 @@ def test_an_image_another_runs_job_trains_from_is_only_untagged(shared_world):
     assert images == {"ctx-aaaaaaaaaaaa"}  # still there for run B's job; run A's marker gone
     (untag,) = [o.action for o in result.outcomes if o.action.op[:1] == ("ecr_untag_image",)]
     assert "used by job b-job-2 of run run-b-77aa" in untag.detail
+
+
+def test_a_delete_never_takes_another_runs_data_lying_under_this_runs_prefixes(monkeypatch):
+    """Run B's output paths lie under run A's job prefixes (its output prefix and its
+    checkpoint prefix), and an object run A tagged lies inside run B's output: cleanup
+    of run A with every delete policy leaves all of run B's data, and says why."""
+    from components.local import LocalBackend
+
+    with LocalBackend(max_concurrent_jobs=4, stop_grace_s=2, log_flush_s=0.1) as backend:
+        for key, value in backend.env().items():
+            monkeypatch.setenv(key, value)
+        s3, sm = backend.client("s3"), backend.client("sagemaker")
+        s3.create_bucket(Bucket=BUCKET,
+                         CreateBucketConfiguration={"LocationConstraint": backend.region})
+        jobs = f"s3://{BUCKET}/{PREFIX}/jobs"
+        start_job(sm, "a-job", FINISHING, RUN_A, f"{jobs}-ckpt/a-job")
+        s3.put_object(Bucket=BUCKET, Key=f"{PREFIX}/jobs-ckpt/a-job/step-1.pt", Body=b"a")
+        start_job(sm, "b-job", FINISHING, RUN_B, output=f"{jobs}/a-job/nested")
+        start_job(sm, "b-job-2", FINISHING, RUN_B, output=f"{jobs}-ckpt/a-job/b")
+        start_job(sm, "b-job-3", FINISHING, RUN_B, output=f"s3://{BUCKET}/{PREFIX}/b-out")
+        for name in ("a-job", "b-job", "b-job-2", "b-job-3"):
+            wait_for(lambda n=name: sm.describe_training_job(TrainingJobName=n)[
+                "TrainingJobStatus"] == "Completed", f"{name} to complete")
+        tagged = f"{PREFIX}/b-out/b-job-3/output/metrics-a.json"
+        s3.put_object(Bucket=BUCKET, Key=tagged, Body=b"{}",
+                      Tagging=urllib.parse.urlencode(run_tags(RUN_A, "parse_logs")))
+        before = sorted(o["Key"] for o in s3.list_objects_v2(Bucket=BUCKET)["Contents"])
+        b_models = [f"{PREFIX}/jobs/a-job/nested/b-job/output/model.tar.gz",
+                    f"{PREFIX}/jobs-ckpt/a-job/b/b-job-2/output/model.tar.gz"]
+        assert set(b_models) <= set(before), before
+
+        result = run_cleanup(policy=ALL_DELETE)
+
+        after = sorted(o["Key"] for o in s3.list_objects_v2(Bucket=BUCKET)["Contents"])
+        assert result.failures == []
+        assert after == before  # everything under those prefixes is also run B's
+        skipped = {o.action.resource: o.action.detail for o in result.outcomes
+                   if o.status == "skipped"}
+        assert "the output prefix of job b-job of run run-b-77aa" in skipped[
+            f"s3://{BUCKET}/{PREFIX}/jobs/a-job/"]
+        assert "the output prefix of job b-job-2 of run run-b-77aa" in skipped[
+            f"s3://{BUCKET}/{PREFIX}/jobs-ckpt/a-job/"]
+        assert "tagged by this run, but it overlaps" in skipped[f"s3://{BUCKET}/{tagged}"]

@@ -28,6 +28,7 @@ CLIS = {
                                                 "compare_convergence"),
     "components.sagemaker_training.__main__": ("components.sagemaker_training.component",
                                                "sagemaker_training"),
+    "components.plan_training.__main__": ("components.plan_training.component", "plan_training"),
 }
 # What is not yet converted: (test, source) -> why. Strict, so that a marker must go the
 # day its test passes.
@@ -35,7 +36,7 @@ NOT_YET: dict[tuple[str, str], str] = {}
 # Parameters that two declarations still spell two ways: name set -> why. The test fails
 # when one is fixed, so that it is struck here.
 SPLIT: dict[frozenset[str], str] = {}
-PIPELINES = ("pipelines.precision_sweep", "pipelines.batch_tuning")
+PIPELINES = ("pipelines.precision_sweep", "pipelines.batch_tuning", "pipelines.plan_and_train")
 # Names that mean the same parameter even though they differ by more than a unit suffix.
 SYNONYMS = [{"preset", "model_preset"}, {"pipeline", "pipeline_name"},
             {"poll_interval", "poll_interval_s", "poll_interval_seconds"}]

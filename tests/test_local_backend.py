@@ -575,7 +575,9 @@ def test_billable_time_is_per_instance_not_multiplied_by_the_instance_count(back
 
 def test_a_host_killed_by_sigkill_is_reported_as_host_memory_with_the_models_size(backend):
     sm = backend.client("sagemaker")
-    sm.create_training_job(**request("oom-killed", "echo loading; kill -KILL $$",
+    # The kernel's OOM killer ends the trainer, a process below the container's PID 1 (which
+    # cannot be SIGKILLed from inside its own PID namespace).
+    sm.create_training_job(**request("oom-killed", "echo loading; sh -c 'kill -KILL $$'; exit $?",
                                      HyperParameters={"model-preset": "8b"}))
     job = wait_status(sm, "oom-killed")
     reason = job["FailureReason"]

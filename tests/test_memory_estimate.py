@@ -360,7 +360,7 @@ def test_cli_flags_are_the_components_parameters_plus_the_model_and_training_ext
               "--rotary --batch-size --seq-length --precisions --activation-checkpointing "
               "--world-size --param-dtype --master-weights --no-master-weights "
               "--optimizer-state-dtype --fsdp-version --backend --gpu --instance-type --json "
-              "--optimizer --reduce-dtype --gradient-accumulation-steps").split()
+              "--optimizer --dropout --reduce-dtype --gradient-accumulation-steps").split()
     assert set(wanted) <= flags
 
 
@@ -520,3 +520,21 @@ def test_dropout_adds_two_byte_masks_per_hidden_element_and_is_validated():
         with pytest.raises(UserError) as e:
             estimate(_fsdp_py(dropout=bad), "H200")
         assert e.value.field == "dropout"
+
+
+def test_component_training_parameters_are_training_setup_fields_with_its_defaults():
+    # One declaration per training knob: the component's parameters that shape the step
+    # (optimizer and dropout among them, issue 25) are TrainingSetup's fields, same defaults.
+    import dataclasses
+
+    from components.common import cli as common_cli
+    from components.common.training_setup import TrainingSetup
+    from components.memory_estimate import run
+    from components.memory_estimate.component import memory_estimate
+
+    declared = common_cli.defaults(memory_estimate)
+    fields = {f.name: f.default for f in dataclasses.fields(TrainingSetup)}
+    fields["param_dtype"] = "fp32"  # None in TrainingSetup: fp32, its stored_param_dtype
+    assert {"optimizer", "dropout"} <= set(run.TRAINING_PARAMETERS)
+    assert {k: declared[k] for k in run.TRAINING_PARAMETERS} == {
+        k: fields[k] for k in run.TRAINING_PARAMETERS}

@@ -5,7 +5,8 @@
 - benchmarks/memory/spot_checks_h200.json: trainer runs (torch backend, bf16),
   including batches just below and above the out-of-memory boundary.
 
-Both record torch.cuda.max_memory_allocated. The issue's accuracy bar: median
+Both record torch.cuda.max_memory_allocated and max_memory_reserved (the reserve's fit,
+checked family by family, leave-one-family-out). The issue's accuracy bar: median
 absolute error <= 3%, worst <= 8% on the rows that ran; rows that ran out of memory
 predicted not to fit (or within the worst error of the limit).
 """
@@ -59,7 +60,15 @@ def test_estimate_is_within_3_percent_median_and_8_percent_worst_of_trainer_runs
     assert s["worst_abs_error"] <= 0.08, compare.markdown(rows)
 
 
+# The spot checks' out-of-memory boundaries (torch backend, bf16, no checkpointing, one
+# H200): the largest batch that ran, by (preset, sequence).
+BOUNDARIES = {("1b", 2048): 17, ("te-fsdp-example", 4096): 23}
+
+
 def test_runs_that_ran_out_of_memory_are_predicted_not_to_fit_and_runs_that_ran_are_predicted_to_fit():
+    # The fit decision is on the predicted peak reserved memory of a run with memory to
+    # spare; at the limit the allocator releases cached blocks and retries, so the largest
+    # batch that ran may be refused (one below), never a larger one allowed (issue 25 item 3).
     compare = _compare_module()
     rows = compare.compare(SPOT_CHECKS)
     oom = [r for r in rows if r.status == "oom"]
@@ -67,12 +76,13 @@ def test_runs_that_ran_out_of_memory_are_predicted_not_to_fit_and_runs_that_ran_
     assert len(oom) >= 4
     missed = [r.label for r in oom if r.fits_predicted]
     assert not missed, f"predicted to fit but ran out of memory: {missed}"
-    refused = [r.label for r in ok if not r.fits_predicted]
+    at_limit = {f"{p} bf16 torch b{b} s{s} no-ckpt w1" for (p, s), b in BOUNDARIES.items()}
+    refused = [r.label for r in ok if not r.fits_predicted and r.label not in at_limit]
     assert not refused, f"predicted not to fit but ran: {refused}"
 
 
-@pytest.mark.parametrize("preset,seq,largest_ok", [("1b", 2048, 17), ("te-fsdp-example", 4096, 23)])
-def test_largest_batch_at_zero_headroom_is_the_largest_the_trainer_ran(preset, seq, largest_ok):
+@pytest.mark.parametrize("preset,seq", sorted(BOUNDARIES))
+def test_largest_batch_at_zero_headroom_is_the_largest_the_trainer_ran_or_one_below(preset, seq):
     import dataclasses
 
     from components.memory_estimate import planner
@@ -85,7 +95,44 @@ def test_largest_batch_at_zero_headroom_is_the_largest_the_trainer_ran(preset, s
     # The spot checks ran before the trainer compiled its loss: the eager cross-entropy.
     req = planner.Request(get_preset(preset), seq, hw, ("bf16",), (0,), "off", 0.0,
                           {"backend": "torch", "loss_kernel": "eager"})
-    assert planner.largest_batch(req, "bf16", False) == largest_ok
+    largest_ok = BOUNDARIES[(preset, seq)]
+    assert planner.largest_batch(req, "bf16", False) in (largest_ok - 1, largest_ok)
+
+
+def test_peak_reserved_is_predicted_on_configuration_families_the_fit_never_saw():
+    # Issue 25 items 3 and 5: the allocator reserve is fitted on the peak reserved memory of
+    # every grid that records it; each family (preset x width x sequence x checkpointing) is
+    # predicted by a fit that left that whole family out.
+    compare = _compare_module()
+    rows = [r for p in compare.RESERVED_GRIDS for r in compare.compare(p)]
+    held = compare.reserved_summary(compare.held_out_reserved(rows))
+    assert held["rows"] >= 150 and held["families"] >= 30
+    assert held["median_abs_gib"] <= 2.0, compare.reserve_report()
+    assert -6.0 <= held["worst_under_gib"] and held["worst_over_gib"] <= 6.0, compare.reserve_report()
+    # The shipped constants are the fit on all of them, not tuned by hand.
+    from components.memory_estimate import estimator as est
+
+    fixed, fsdp2, of_loss, of_fsdp = compare.fit_reserve(rows)
+    assert est.ALLOCATOR_RESERVE_FIXED == pytest.approx(fixed, abs=0.01 * 2**30)
+    assert est.ALLOCATOR_RESERVE_FSDP2 == pytest.approx(fsdp2, abs=0.01 * 2**30)
+    assert est.ALLOCATOR_RESERVE_OF_LOSS == pytest.approx(of_loss, abs=0.005)
+    assert est.ALLOCATOR_RESERVE_OF_FSDP == pytest.approx(of_fsdp, abs=0.005)
+
+
+def test_reserved_peak_of_the_compiled_loss_run_is_not_under_predicted():
+    # Held out of the fit entirely: the one committed run with the compiled cross-entropy and
+    # a recorded reserve (1b, batch 4, seq 4096, TE, one H200: 44,612,749,824 allocated,
+    # 50,193,235,968 reserved; benchmarks/trainer/raw/like_for_like_h200.log). The old reserve
+    # took 0.85 x fp32 logits the compiled loss never makes.
+    from components.common.training_setup import TrainingSetup
+    from components.memory_estimate.estimator import estimate
+    from trainer.spec import preset
+
+    e = estimate(TrainingSetup(preset("1b"), 4, 4096, "bf16", loss_kernel="compiled"), "H200")
+    assert 50_193_235_968 <= e.peak_reserved_bytes <= 1.08 * 50_193_235_968
+    big = estimate(TrainingSetup(preset("1b"), 32, 2048, "bf16", loss_kernel="compiled"), "H200")
+    logits16 = 32 * 2048 * 128256 * 2
+    assert big.breakdown["allocator_reserve"] < 6 * 2**30 + 0.7 * logits16
 
 
 FSDP1_GRID = ROOT / "benchmarks" / "memory" / "fsdp1_h200_grid.json"
@@ -145,3 +192,57 @@ def test_estimate_matches_the_compiled_and_eager_loss_peaks_measured_on_an_h200(
         measured = runs[key]["trainer"]["peak_allocated_bytes"]
         e = estimate(TrainingSetup(preset("1b"), 4, 4096, precision, loss_kernel=kernel), "H200")
         assert e.peak_allocated_bytes == pytest.approx(measured, rel=0.01), (kernel, e.phase)
+
+
+def _fsdp_py_cli_flags(result: dict) -> list[str]:
+    """TE's fsdp.py as the CLI describes it (the flags ``benchmarks/memory/compare.py``'s
+    ``fsdp1_setup`` sets in Python): bf16 (or fp16) parameters, gradients and foreach Adam
+    moments, no master copy, FSDP1, hidden dropout 0.1."""
+    dtype = "fp16" if result["precision"] == "fp16" else "bf16"
+    return ["--model-preset", "te-fsdp-example", "--num-layers", str(result["layers"]),
+            "--gpu", "H200", "--world-size", "1", "--batch-size", str(result["batch_size"]),
+            "--seq-length", str(result["seq_length"]), "--precisions", result["precision"],
+            "--activation-checkpointing", "on" if result["ac"] == "ckpt" else "off",
+            "--param-dtype", dtype, "--no-master-weights", "--optimizer-state-dtype", "bf16",
+            "--fsdp-version", "1", "--optimizer", "adamw-foreach", "--dropout", "0.1",
+            "--headroom", "0", "--json"]
+
+
+def test_cli_describes_te_fsdp_py_and_matches_the_python_api_on_its_h200_grid(capsys):
+    # Issue 25 item 4: from the command line, --fsdp-version 1 alone under-predicted fsdp.py by
+    # ~10% (no dropout masks, fused AdamW); with --dropout and --optimizer the CLI gives the
+    # Python API's prediction, within the grid's accuracy bar (the 16 validation points).
+    import json
+    import statistics
+
+    from components.memory_estimate import cli
+    from components.memory_estimate.estimator import estimate
+
+    compare = _compare_module()
+    errors = []
+    for r in json.loads(FSDP1_GRID.read_text())["results"]:
+        if r["split"] != "validation" or r["status"] != "ok":
+            continue
+        assert cli.main(_fsdp_py_cli_flags(r)) == 0
+        doc = json.loads(capsys.readouterr().out)
+        assert doc["dropout"] == 0.1 and doc["optimizer"] == "adamw-foreach"
+        python_api = estimate(compare.fsdp1_setup(r), "H200").peak_allocated_bytes
+        assert doc["peak_allocated_bytes"] == python_api, r["name"]
+        errors.append(abs(doc["peak_allocated_bytes"] / r["peak_allocated_bytes"] - 1))
+    assert len(errors) >= 10
+    assert statistics.median(errors) <= 0.02 and max(errors) <= 0.05, errors
+
+
+def test_boundary_script_plans_six_configurations_and_judges_the_planner_by_the_issues_bar():
+    # benchmarks/memory/boundary.py runs on a GPU later; what it decides is checked here.
+    boundary = importlib.import_module("benchmarks.memory.boundary")
+    confs = boundary.CONFIGURATIONS
+    assert len(confs) >= 6 and {c[3] for c in confs} == {True, False}
+    assert len({c[0] for c in confs}) >= 4
+    runs = [{"batch_size": b, "status": "ok"} for b in (15, 16, 17)] + [
+        {"batch_size": 18, "status": "oom"}]
+    assert boundary.verdict(16, runs)["within_bar"] and boundary.verdict(17, runs)["within_bar"]
+    assert boundary.verdict(18, runs)["above"] and not boundary.verdict(18, runs)["within_bar"]
+    assert not boundary.verdict(15, runs)["within_bar"]  # two below: users lose a batch
+    assert not boundary.verdict(16, runs[:3])["boundary_found"]  # never ran out of memory
+    assert boundary.predicted_largest("1b", None, 2048, False, "bf16", 150_109_880_320) >= 16

@@ -28,7 +28,8 @@ def _all_tasks(doc):
 
 
 def test_both_pipelines_are_compiled():
-    assert {p.stem for p in _pipeline_files()} == {"precision_sweep", "batch_tuning"}
+    assert {p.stem for p in _pipeline_files()} == {"precision_sweep", "batch_tuning",
+                                                   "plan_and_train"}
 
 
 @pytest.mark.parametrize("path", _pipeline_files(), ids=lambda p: p.stem)
@@ -82,7 +83,8 @@ def test_every_component_yaml_loads_and_composes_into_a_new_pipeline(tmp_path):
         for p in sorted((COMPILED / "components").glob("*.yaml"))
     }
     assert set(loaded) == {"build_image", "cleanup", "compare_convergence", "memory_estimate",
-                           "parse_logs", "rank_throughput", "sagemaker_training"}
+                           "parse_logs", "plan_training", "rank_throughput",
+                           "sagemaker_training"}
 
     @dsl.pipeline(name="another-teams-pipeline")
     def theirs(role_arn: str, bucket: str):
@@ -99,6 +101,8 @@ def test_every_component_yaml_loads_and_composes_into_a_new_pipeline(tmp_path):
                 logs = loaded["parse_logs"](job_name=job.outputs["job_name"])
             loaded["compare_convergence"](series=dsl.Collected(logs.outputs["series"]))
             loaded["rank_throughput"](series=dsl.Collected(logs.outputs["series"]))
+            loaded["plan_training"](training_tokens=10**9,
+                                    probe_series=dsl.Collected(logs.outputs["series"]))
 
     out = tmp_path / "theirs.yaml"
     compiler.Compiler().compile(theirs, str(out))
@@ -277,8 +281,21 @@ BAD_RUN_LOCAL = [
 ]
 
 
-@pytest.mark.parametrize("module,argv,message", BAD_RUN_LOCAL,
-                         ids=[" ".join(a) for _, a, _ in BAD_RUN_LOCAL])
+# Refused alike by --run-local and --compile (one check, pipelines/_cli.refuse).
+BAD_ARGUMENTS = BAD_RUN_LOCAL + [
+    ("precision_sweep", ["--bucket", "b\ninjected: x"], "control character '\\n'"),
+    ("batch_tuning", ["--bucket", "b\ninjected: x"], "control character '\\n'"),
+    ("precision_sweep", ["--s3-prefix", "runs\u2028injected: x"], "s3_prefix"),
+    ("precision_sweep", ["--hyperparameters", "lr=3e-4\r\x1b[2J"], "hyperparameters"),
+    ("precision_sweep", ["--bucket", "Bad_Bucket"], "bucket: 'Bad_Bucket' is not an S3 bucket"),
+    ("batch_tuning", ["--bucket", "Bad_Bucket"], "bucket: 'Bad_Bucket' is not an S3 bucket"),
+    ("precision_sweep", ["--precisions", "bf16,fp4"], "did you mean 'nvfp4'"),
+    ("batch_tuning", ["--precision", "fp4"], "did you mean 'nvfp4'"),
+]
+
+
+@pytest.mark.parametrize("module,argv,message", BAD_ARGUMENTS,
+                         ids=[" ".join(a) for _, a, _ in BAD_ARGUMENTS])
 def test_run_local_refuses_bad_arguments_before_anything_starts(module, argv, message, tmp_path,
                                                                 capsys, monkeypatch):
     import importlib
@@ -299,10 +316,115 @@ def test_run_local_refuses_bad_arguments_before_anything_starts(module, argv, me
     assert not (tmp_path / "runs").exists()
 
 
+
+
+@pytest.mark.parametrize("module,argv,message", BAD_ARGUMENTS,
+                         ids=[" ".join(a) for _, a, _ in BAD_ARGUMENTS])
+def test_compile_refuses_every_default_run_local_refuses_and_control_characters(
+        module, argv, message, tmp_path, capsys):
+    """--compile runs the same check as --run-local, on the defaults it would write."""
+    import importlib
+
+    out = tmp_path / "p.yaml"
+    main = importlib.import_module(f"pipelines.{module}").main
+    try:
+        code = main(["--compile", "--output", str(out), *argv])
+    except SystemExit as exc:  # argparse's own errors (a malformed JSON list)
+        code = exc.code
+    err = capsys.readouterr().err
+    assert code == 2 and message in err, err
+    assert not out.exists()
+
+
+def test_compile_writes_good_defaults_and_imports_no_torch(tmp_path):
+    out = tmp_path / "p.yaml"
+    code = ("import sys, json; from pipelines.precision_sweep import main; "
+            f"rc = main(['--compile', '--output', {str(out)!r}, '--bucket', 'my-bucket', "
+            "'--precisions', 'bf16,fp8', '--hyperparameters', 'lr=3e-4']); "
+            "print(json.dumps([rc, [m for m in ('torch', 'transformer_engine') "
+            "if m in sys.modules]]))")
+    done = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
+                          text=True, cwd=ROOT)
+    assert json.loads(done.stdout.splitlines()[-1]) == [0, []]
+    doc = yaml.safe_load(out.read_text())
+    inputs = doc["root"]["inputDefinitions"]["parameters"]
+    assert inputs["bucket"]["defaultValue"] == "my-bucket"
+    assert inputs["precisions"]["defaultValue"] == ["bf16", "fp8"]
+
+
+def test_compile_all_refuses_a_components_image_with_a_newline(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "pipelines.compile", "--output-dir",
+                           str(tmp_path), "--components-image", "r.io/a/b:1\ninjected: x"],
+                          capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode == 2 and "is not an image reference" in done.stderr, done.stderr
+    assert not list(tmp_path.rglob("*.yaml"))
+
+
 def _readme_blocks(heading: str) -> list[str]:
     text = (ROOT / "README.md").read_text()
     section = text.split(heading, 1)[1].split("\n### ", 1)[0]
     return re.findall(r"```python\n(.*?)```", section, flags=re.S)
+
+
+def _task_settings(doc: dict) -> dict[str, tuple]:
+    """Task (numbered copies folded) -> (caching on?, retries), from a compiled pipeline."""
+    out = {}
+    for name, task in _all_tasks(doc):
+        if "componentRef" not in task or name.startswith(("for-loop", "exit-handler")):
+            continue
+        out[re.sub(r"-\d+$", "", name)] = (task.get("cachingOptions", {}).get("enableCache", False),
+                                            task.get("retryPolicy", {}).get("maxRetryCount", 0))
+    return out
+
+
+def test_the_readme_snippet_compiles_with_caching_off_and_retries_for_aws_steps(tmp_path):
+    """The README's "Using a component" snippet, compiled: its components come from the
+    compiled YAML, and its tasks have the settings the Python components give theirs."""
+    from kfp import compiler
+
+    define, _ = _readme_blocks("### Using a component in your own pipeline")
+    scope: dict = {}
+    exec(compile(define, "README:own-pipeline", "exec"), scope)
+    out = tmp_path / "my_pipeline.yaml"
+    compiler.Compiler().compile(scope["my_pipeline"], str(out))
+    settings = _task_settings(yaml.safe_load(out.read_text()))
+    assert settings == {"build-image": (False, 2), "sagemaker-training": (False, 2),
+                        "memory-estimate": (True, 0)}, settings
+
+
+def test_a_component_behaves_the_same_from_yaml_as_from_python(tmp_path):
+    """Every shipped component YAML, loaded with load_component (by name or path), gives
+    tasks the settings of the Python component; the pipelines' tasks have them too."""
+    from components.common.component import load_component, task_defaults
+    from pipelines.compile import discover_components
+
+    python = discover_components()
+    for name, comp in python.items():
+        by_name = load_component(name)
+        by_path = load_component(COMPILED / "components" / f"{name}.yaml")
+        assert task_defaults(by_name) == task_defaults(by_path) == task_defaults(comp), name
+    expected = {comp.component_spec.name: task_defaults(comp) for comp in python.values()}
+    for pipeline, doc in _compiled_fresh(tmp_path):
+        for task, (caching, retries) in _task_settings(doc).items():
+            want = expected[task]
+            assert (caching, retries) == (want.caching, want.retries), (pipeline, task)
+
+
+def test_load_component_refuses_a_yaml_this_package_does_not_define(tmp_path):
+    from kfp import compiler, dsl
+
+    from components.common.component import load_component
+
+    @dsl.component(base_image="python:3.11")
+    def someone_elses(x: int) -> int:
+        return x
+
+    path = tmp_path / "theirs.yaml"
+    compiler.Compiler().compile(someone_elses, str(path))
+    with pytest.raises(ValueError, match="does not define"):
+        load_component(path)
+    with pytest.raises(ValueError, match="neither a component name"):
+        load_component("Sagemaker Training")
 
 
 @pytest.mark.slow
@@ -356,3 +478,122 @@ def test_progress_prints_one_line_per_job_update_and_one_per_task():
     progress.feed("    [algo-1-1] " + lf.format_json("config", {"max_steps": 8}))
     progress.feed(lines[4])
     assert out[-1].startswith("\r\x1b[K[fp8] step 2/8") and "ETA" not in out[-1]
+
+
+def _compiled_fresh(tmp_path):
+    """Every pipeline module's PIPELINE, compiled now (not the checked-in files)."""
+    from kfp import compiler
+
+    from pipelines.compile import discover_pipelines
+
+    for name, pipeline in discover_pipelines().items():
+        out = tmp_path / f"{name}.yaml"
+        compiler.Compiler().compile(pipeline, str(out))
+        yield name, yaml.safe_load(out.read_text())
+
+
+def _placeholder(channel: str) -> str:
+    return "{{$.inputs.parameters['" + channel + "']}}"
+
+
+def _expression(spec: dict) -> str:
+    """A task input as one template: a constant with placeholders, or the channel it reads."""
+    if "componentInputParameter" in spec:
+        return _placeholder(spec["componentInputParameter"])
+    return json.dumps(spec.get("runtimeValue", {}).get("constant", ""))
+
+
+# Two values of each training input a loop may feed, to show the job name tells them apart.
+_LOOP_FED_VALUES = {"precision": ("bf16", "fp8"), "batch_size": (1, 2),
+                    "activation_checkpointing": (False, True), "seq_length": (64, 128),
+                    "max_steps": (10, 20), "model_preset": ("tiny", "small"),
+                    "instance_count": (1, 2),
+                    "instance_type": ("ml.p5.48xlarge", "ml.p6-b200.48xlarge")}
+
+
+def _job_name(**overrides):
+    from components.sagemaker_training.request import TrainingJobConfig, resolve
+
+    base = dict(image_uri="123456789012.dkr.ecr.us-west-2.amazonaws.com/t:ctx-1",
+                role_arn="arn:aws:iam::123456789012:role/r", output_s3_uri="s3://bucket/p/output",
+                run_id="run-1", region="us-west-2", model_preset="tiny", seq_length=64,
+                batch_size=1, precision="bf16", max_steps=10, override_memory_check=True)
+    return resolve(TrainingJobConfig(**{**base, **overrides})).job_name
+
+
+def test_no_two_training_jobs_of_a_pipeline_can_share_a_checkpoint_or_output_prefix(tmp_path):
+    """Structural, for every training task of every pipeline: its output and checkpoint
+    prefixes are under the run's (run id) and either end in the job's own name
+    (output_s3_uri: SageMaker's ``<uri>/<job>/``; checkpoint_s3_prefix) or hold every
+    loop-item value the task trains with; and the job name differs whenever one of those
+    loop-item values does. So no two loop items, or tasks, share a prefix."""
+    for pipeline, doc in _compiled_fresh(tmp_path):
+        templates = []
+        for name, task in _all_tasks(doc):
+            if not task["componentRef"]["name"].startswith("comp-sagemaker-training"):
+                continue
+            inputs = task["inputs"]["parameters"]
+            fed = {}  # task input -> the loop-item value it reads
+            for key, spec in inputs.items():
+                channel = spec.get("componentInputParameter", "")
+                if key.startswith("pipelinechannel--") or not channel.endswith("-loop-item"):
+                    continue
+                selector = re.search(r'\["(\w+)"\]', spec.get("parameterExpressionSelector", ""))
+                fed[key] = channel + (f"-subvar-{selector.group(1)}" if selector else "")
+            named_by_job = {"output_s3_uri"} | ({"checkpoint_s3_prefix"} & set(inputs))
+            checkpoint = "checkpoint_s3_prefix" if "checkpoint_s3_prefix" in inputs \
+                else "checkpoint_s3_uri"
+            assert checkpoint in inputs, f"{pipeline}/{name}: no checkpoint prefix"
+            for field in ("output_s3_uri", checkpoint):
+                template = _expression(inputs[field])
+                assert "{{$.pipeline_job_uuid}}" in template, (pipeline, name, field, template)
+                templates.append(template)
+                if field in named_by_job:
+                    continue  # <template>/<job name>
+                missing = sorted(v for v in fed.values()
+                                 if _placeholder(v) not in template)
+                assert not missing, (f"{pipeline}/{name}: {field} {template} does not hold "
+                                     f"the loop-item values {missing}: two items share it")
+            for key in fed:
+                assert key in _LOOP_FED_VALUES, f"add two values of {key} to _LOOP_FED_VALUES"
+                one, other = _LOOP_FED_VALUES[key]
+                assert _job_name(**{key: one}) != _job_name(**{key: other}), (
+                    f"{pipeline}/{name}: two loop items differing in {key} get one job name")
+        assert templates, f"{pipeline} has no training task"
+        assert len(templates) == len(set(templates)), f"{pipeline}: prefixes repeat {templates}"
+
+
+def test_checkpoint_s3_prefix_gives_the_job_checkpoints_named_after_it():
+    from components.common.errors import UserError
+    from components.sagemaker_training.request import TrainingJobConfig, build_request, resolve
+
+    cfg = TrainingJobConfig(
+        image_uri="123456789012.dkr.ecr.us-west-2.amazonaws.com/t:ctx-1",
+        role_arn="arn:aws:iam::123456789012:role/r", output_s3_uri="s3://bucket/p/output",
+        run_id="run-1", region="us-west-2", model_preset="tiny", seq_length=64, batch_size=1,
+        max_steps=10, override_memory_check=True, use_spot=True, max_wait_seconds=86400,
+        checkpoint_s3_prefix="s3://bucket/p/checkpoints/")
+    resolved = resolve(cfg)
+    assert build_request(resolved)["CheckpointConfig"]["S3Uri"] == (
+        f"s3://bucket/p/checkpoints/{resolved.job_name}")
+    with pytest.raises(UserError, match="checkpoint_s3_prefix: is given together"):
+        resolve(TrainingJobConfig(**{**cfg.__dict__, "checkpoint_s3_uri": "s3://bucket/c"}))
+
+
+def test_every_task_output_a_pipeline_reads_is_declared_by_its_producer(tmp_path):
+    """KFP 2.x leaks a dict loop item's sub-fields used in an f-string up through an
+    ExitHandler as outputs of the task that produced the list (kubeflow/pipelines#13273):
+    it compiles, and the driver fails at run time. No pipeline may read such an output."""
+    for pipeline, doc in _compiled_fresh(tmp_path):
+        dags = [doc["root"]["dag"]] + [c["dag"] for c in doc["components"].values() if "dag" in c]
+        for dag in dags:
+            for name, task in dag["tasks"].items():
+                for key, spec in task.get("inputs", {}).get("parameters", {}).items():
+                    source = spec.get("taskOutputParameter")
+                    if not source:
+                        continue
+                    producer = dag["tasks"][source["producerTask"]]["componentRef"]["name"]
+                    declared = doc["components"][producer].get("outputDefinitions", {}).get(
+                        "parameters", {})
+                    assert source["outputParameterKey"] in declared, (
+                        f"{pipeline}/{name}.{key} reads {source} that {producer} does not have")

@@ -23,6 +23,9 @@ KFP_DECORATORS = {"component", "pipeline", "container_component"}
 CROSS_COMPONENT: dict[tuple[str, str], str] = {
     ("sagemaker_training", "memory_estimate"): "the launcher's memory pre-flight "
     "(request.preflight) runs memory_estimate's planner before every launch",
+    ("plan_training", "memory_estimate"): "the training planner asks memory_estimate's "
+    "planner and estimator what fits (largest_batch, batch_cap, the peak) for every "
+    "configuration it searches: the same fit decision as the memory plan, not a copy",
 }
 STILL_LONG: dict[tuple[str, str], str] = {}
 

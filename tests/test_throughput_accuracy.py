@@ -1,10 +1,11 @@
 """The throughput model against the trainer's steady-state step times on an H200.
 
 benchmarks/throughput/h200_grid.json (the trainer, TE backend, one H200): a calibration
-split the model's H200 constants were fitted on, and a validation split outside it (other
-widths, depths, batches, sequences, recipes). The issue's bar, on the validation split:
-predicted tokens/s within 8% of measured, median within 4%, and the predicted speed-up of
-each low precision over bf16 within 0.05 of the measured one.
+split the model's H200 constants were fitted on, and a validation split outside it. That
+split is by row: 3 of its 14 configuration families (preset x width x sequence x
+checkpointing) have runs in the calibration split too. The held-out figures that count are
+leave-one-family-out (benchmarks/throughput/lofo_h200.json: one refit per family on every
+other family, issue 25 item 5), checked below and stated in benchmarks/throughput/README.md.
 """
 
 import importlib
@@ -87,3 +88,33 @@ def test_compiled_loss_runs_measured_after_the_grid_are_predicted_within_8_perce
         measured = runs[f"1b-b4/trainer-te/{precision}+compiled-loss"]["tokens_per_s"]
         predicted = throughput.predict(TrainingSetup(preset("1b"), 4, 4096, precision), "H200")
         assert abs(predicted.tokens_per_s_per_gpu / measured - 1) <= 0.08, precision
+
+
+LOFO = ROOT / "benchmarks" / "throughput" / "lofo_h200.json"
+
+
+def test_leave_one_family_out_predicts_families_the_fit_never_saw():
+    # Every family of the grid is held out once; its runs are predicted here, now, with the
+    # constants of the fold that never saw it (so a change to the model that the committed
+    # folds no longer describe fails: rerun model_accuracy.py --leave-one-family-out).
+    import json
+
+    acc = _accuracy()
+    doc = acc.load(GRID)
+    lofo = json.loads(LOFO.read_text())
+    families = {acc.family(r) for r in doc["results"] if r.get("status") == "ok"}
+    held = [tuple(f["family"]) for f in lofo["folds"]]
+    assert sorted(held, key=str) == sorted(families, key=str) and len(held) >= 20
+    rows = acc.held_out_rows(doc, lofo)
+    recorded = {r["name"]: r["predicted"] for f in lofo["folds"] for r in f["runs"]}
+    for r in rows:
+        assert abs(r.predicted / recorded[r.record["name"]] - 1) < 1e-6, r.label
+    s = acc.summary(rows)
+    assert s["rows"] == len(recorded) >= 60
+    # The honest held-out figures (README): median 1.7%, worst 22.9% (1b L16 fp8 b2 s4096, a
+    # host-bound step), speed-up worst 0.16. Issue 25's bar (worst 10%, speed-up 0.04) is
+    # not met; these bounds keep it from getting worse unnoticed.
+    assert s["median_abs_error"] <= 0.025, acc.held_out_markdown(doc, lofo)
+    assert s["worst_abs_error"] <= 0.25, acc.held_out_markdown(doc, lofo)
+    assert s["worst_speedup_error"] <= 0.17, acc.held_out_markdown(doc, lofo)
+    assert sum(abs(r.error) > 0.10 for r in rows) <= 3

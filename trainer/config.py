@@ -137,6 +137,11 @@ class TrainConfig:
         "eager (F.cross_entropy on an fp32 copy); on a CPU both run eager", choices=LOSS_KERNELS)
     # Beyond 2**32 even a loss of 1e-5 overflows fp16's 65504 at once.
     loss_scale: float = option(2.0**16, "fp16: initial dynamic loss scale", valid="(0, 4294967296]")
+    gc_every: int = option(
+        50, "steps between the trainer's own garbage collections (generation 1, as torchtitan's "
+        "gc_freq); Python's automatic collector is off during the steps, since its full "
+        "collections stalled a step by up to 2x on an H200 (0: leave Python's collector on)",
+        valid="[0, 1000000]")
     data_dir: str | None = option(
         None, "directory of token files (*.bin + meta.json, see trainer/README.md)", group=DATA,
         shown="$SM_CHANNEL_TRAIN, else synthetic data with a known entropy floor")

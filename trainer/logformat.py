@@ -4,13 +4,16 @@ Every line the trainer prints for machines starts with the tag ``[trainer]`` (it
 may be preceded by anything: torchrun's ``[default0]:`` prefix, a CloudWatch
 timestamp...) followed by a kind word and fields:
 
-    [trainer] step step=10 loss=2.301000 lr=3.000e-04 grad_norm=0.9812 tokens_per_s=12345.6 tokens_per_s_per_gpu=6172.8 tflops_per_gpu=1.23 mfu=0.0041 mem_alloc_gib=1.234 mem_reserved_gib=2.000 precision=fp8 emulated=1
+    [trainer] step step=10 loss=2.301000 lr=3.000e-04 grad_norm=0.9812 tokens_per_s=12345.6 tokens_per_s_per_gpu=6172.8 tflops_per_gpu=1.23 mfu=0.0041 mem_alloc_gib=1.234 mem_reserved_gib=2.000 precision=fp8 emulated=1 step_s=0.2654 step_s_median=0.2650 step_s_p90=0.2671 mfu_bf16_peak=0.0041 gc_s=0.0000
     [trainer] recipe precision=fp8 recipe=DelayedScaling backend=te emulated=0 | Using FP8 recipe: DelayedScaling
     [trainer] config {"json": ...}
     [trainer] summary {"json": ...}
 
 Step lines have a fixed field order so that one regular expression reads them
-(parse_logs reads millions of lines per second). Unknown numbers are ``nan``.
+(parse_logs reads millions of lines per second). Unknown numbers are ``nan``. The
+fields after ``emulated`` (``StepTiming``: step time mean, median and p90, MFU against
+the bf16 peak, garbage-collection seconds) came later: ``parse_step`` reads a line up to
+``emulated`` as before, ``parse_timing`` the rest; a line may end with ``skipped=1``.
 ``emulated=1`` marks numerics emulated on the PyTorch backend: such numbers are
 never a speed measurement. Torch-free.
 """
@@ -35,7 +38,9 @@ class StepRecord:
     tokens_per_s: float  # global, all ranks
     tokens_per_s_per_gpu: float
     tflops_per_gpu: float
-    mfu: float  # fraction of the GPU's dense peak for the precision (nan on CPU / emulated)
+    mfu: float  # fraction of the GPU's dense peak for the precision (nan on CPU / emulated);
+    # the bf16-peak figure, the one published tables quote for every precision, is
+    # StepTiming.mfu_bf16_peak
     mem_alloc_gib: float  # peak torch.cuda.max_memory_allocated since the last step line
     mem_reserved_gib: float
     precision: str
@@ -63,7 +68,7 @@ def _f(x: float, spec: str) -> str:
     return format(x, spec)
 
 
-def format_step(r: StepRecord) -> str:
+def format_step(r: StepRecord, timing: StepTiming | None = None) -> str:
     return (
         f"{TAG} step step={r.step} loss={_f(r.loss, '.6f')} lr={_f(r.lr, '.4e')} "
         f"grad_norm={_f(r.grad_norm, '.4f')} tokens_per_s={_f(r.tokens_per_s, '.1f')} "
@@ -72,7 +77,39 @@ def format_step(r: StepRecord) -> str:
         f"mem_alloc_gib={_f(r.mem_alloc_gib, '.3f')} "
         f"mem_reserved_gib={_f(r.mem_reserved_gib, '.3f')} "
         f"precision={r.precision} emulated={int(r.emulated)}"
-    )
+    ) + (format_timing(timing) if timing is not None else "")
+
+
+@dataclass(frozen=True)
+class StepTiming:
+    """Fields a step line carries after ``emulated`` (added in issue 26; older lines have none,
+    and a reader that stops at ``emulated`` reads newer lines as before). The times are of the
+    steps since the previous step line (one step with ``--log-every 1``)."""
+
+    step_s: float  # mean step time
+    step_s_median: float
+    step_s_p90: float
+    mfu_bf16_peak: float  # model FLOPs against the GPU's dense bf16 peak, whatever the precision
+    gc_s: float  # seconds Python's garbage collector ran in these steps
+
+
+TIMING_FIELDS = tuple(f.name for f in fields(StepTiming))
+TIMING_RE = re.compile("".join(f" {name}=" + _NUM for name in TIMING_FIELDS))  # after STEP_RE
+
+
+def format_timing(t: StepTiming) -> str:
+    return (f" step_s={_f(t.step_s, '.4f')} step_s_median={_f(t.step_s_median, '.4f')} "
+            f"step_s_p90={_f(t.step_s_p90, '.4f')} mfu_bf16_peak={_f(t.mfu_bf16_peak, '.4f')} "
+            f"gc_s={_f(t.gc_s, '.4f')}")
+
+
+def parse_timing(line: str) -> StepTiming | None:
+    """The timing fields of a step line, or None (an older line, or not a step line)."""
+    step = STEP_RE.search(line)
+    m = TIMING_RE.match(line, step.end()) if step else None
+    if not m:
+        return None
+    return StepTiming(*(float(x) for x in m.groups()))
 
 
 def parse_step(line: str) -> StepRecord | None:

@@ -1,8 +1,21 @@
-"""Throughput, FLOPs, MFU and memory: one place that turns timings into the step line."""
+"""Throughput, FLOPs, MFU and memory: one place that turns timings into the step line.
+
+Two MFUs, both labelled: ``mfu_bf16_peak`` divides the model FLOP/s by the GPU's dense bf16
+peak whatever the precision (as torchtitan and published tables do: an FP8 run that is 1.26x
+faster then shows 1.26x the MFU), ``mfu`` (also ``mfu_precision_peak`` in the summary) by the
+dense peak of the precision's own GEMM dtype (FP8's is twice bf16's on Hopper and Blackwell).
+
+The steady-state figures leave out the first ``timing_warmup_steps`` steps; beside their mean,
+the summary carries the median and p90 step time and the throughput at the median step
+(``tokens_per_s_per_gpu_median``): one slow step (a stall, a collection) moves the median by
+one place in the sorted times, i.e. by no more than the spread of the steady steps around it,
+where it moves a 6-step mean by a sixth of its excess.
+"""
 
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass, field
 
 import torch
@@ -16,6 +29,21 @@ def block_flops_per_token(spec: ModelSpec, seq_length: int) -> float:
     return 6.0 * spec.num_layers * spec.block_params() + 12.0 * spec.num_layers * spec.hidden_size * seq_length
 
 
+def percentile(values: list[float], q: float) -> float:
+    """The q-quantile (0..1) of values, linear between order statistics; nan when empty."""
+    if not values:
+        return math.nan
+    ordered = sorted(values)
+    pos = q * (len(ordered) - 1)
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+def _median(values: list[float]) -> float:
+    return statistics.median(values) if values else math.nan
+
+
 @dataclass
 class Meter:
     spec: ModelSpec
@@ -25,6 +53,7 @@ class Meter:
     peak_tflops: float | None  # per GPU for the precision; None on CPU / emulated
     timing_warmup_steps: int
     device_is_cuda: bool
+    bf16_peak_tflops: float | None = None  # per GPU, dense bf16; None on CPU / emulated
     steady_time: float = 0.0
     steady_steps: int = 0
     window_time: float = 0.0
@@ -32,6 +61,8 @@ class Meter:
     peak_alloc: int = 0
     peak_reserved: int = 0
     step_times: list[float] = field(default_factory=list)
+    steady_times: list[float] = field(default_factory=list)
+    window_times: list[float] = field(default_factory=list)
 
     @property
     def flops_per_token(self) -> float:
@@ -42,9 +73,11 @@ class Meter:
         self.window_time += seconds
         self.window_steps += 1
         self.step_times.append(seconds)
+        self.window_times.append(seconds)
         if step_in_run > self.timing_warmup_steps:
             self.steady_time += seconds
             self.steady_steps += 1
+            self.steady_times.append(seconds)
 
     def _memory(self) -> tuple[float, float]:
         if not self.device_is_cuda:
@@ -63,13 +96,26 @@ class Meter:
         mfu = tflops / self.peak_tflops if self.peak_tflops else math.nan
         return tps, per_gpu, tflops, mfu
 
+    def mfu_bf16(self, tflops: float, emulated: bool) -> float:
+        if emulated or not self.bf16_peak_tflops or not math.isfinite(tflops):
+            return math.nan
+        return tflops / self.bf16_peak_tflops
+
     def step_record(self, step: int, loss: float, lr: float, grad_norm: float, precision: str,
-                    emulated: bool) -> logformat.StepRecord:
+                    emulated: bool, gc_s: float = math.nan
+                    ) -> tuple[logformat.StepRecord, logformat.StepTiming]:
+        """The step line's record and timing fields, for the steps since the previous line."""
         tps, per_gpu, tflops, mfu = self.rates(self.window_time, self.window_steps)
         alloc, reserved = self._memory()
-        self.window_time, self.window_steps = 0.0, 0
-        return logformat.StepRecord(step, loss, lr, grad_norm, tps, per_gpu, tflops,
-                                    math.nan if emulated else mfu, alloc, reserved, precision, emulated)
+        times = self.window_times
+        timing = logformat.StepTiming(
+            self.window_time / self.window_steps if self.window_steps else math.nan,
+            _median(times), percentile(times, 0.9), self.mfu_bf16(tflops, emulated), gc_s)
+        self.window_time, self.window_steps, self.window_times = 0.0, 0, []
+        record = logformat.StepRecord(step, loss, lr, grad_norm, tps, per_gpu, tflops,
+                                      math.nan if emulated else mfu, alloc, reserved, precision,
+                                      emulated)
+        return record, timing
 
     def summary(self, emulated: bool) -> dict:
         self._memory()
@@ -79,15 +125,28 @@ class Meter:
         def num(x: float, digits: int) -> float | None:
             return None if not math.isfinite(x) else round(x, digits)
 
+        times = self.steady_times
+        median_s = _median(times)
+        m_tps, m_per_gpu, m_tflops, _ = self.rates(median_s, 1) if times else (math.nan,) * 4
         return {
             "tokens_per_s": num(tps, 1),
             "tokens_per_s_per_gpu": num(per_gpu, 1),
             "tflops_per_gpu": num(tflops, 3),
             "tflops_per_gpu_blocks": num(block_tflops, 3),
             "mfu": None if emulated else num(mfu, 4),
+            "mfu_precision_peak": None if emulated else num(mfu, 4),
+            "mfu_bf16_peak": num(self.mfu_bf16(tflops, emulated), 4),
             "mfu_blocks": None if emulated or not self.peak_tflops else num(block_tflops / self.peak_tflops, 4),
+            # The robust figures: the throughput of the median steady-state step.
+            "tokens_per_s_median": num(m_tps, 1),
+            "tokens_per_s_per_gpu_median": num(m_per_gpu, 1),
+            "mfu_bf16_peak_median": num(self.mfu_bf16(m_tflops, emulated), 4),
             "steady_state_steps": self.steady_steps,
             "steady_state_step_s": num(self.steady_time / self.steady_steps, 4) if self.steady_steps else None,
+            "steady_state_step_s_median": num(median_s, 4),
+            "steady_state_step_s_p90": num(percentile(times, 0.9), 4),
+            "steady_state_step_s_min": num(min(times), 4) if times else None,
+            "steady_state_step_s_max": num(max(times), 4) if times else None,
             "flops_per_token": self.flops_per_token,
             "flops_per_token_blocks": block_flops_per_token(self.spec, self.seq_length),
             "peak_allocated_bytes": self.peak_alloc if self.device_is_cuda else None,

@@ -22,6 +22,23 @@ from trainer import emulation
 from trainer.spec import ModelSpec
 
 
+def root_output(t: torch.Tensor) -> torch.Tensor:
+    """The model's output as FSDP2's root may return it: not a view.
+
+    FSDP2 registers its pre-backward hook (which gathers the root's parameters again and
+    reshards them after backward) on the root module's output. When that output is a view, an
+    in-place op on it would rebase its autograd history onto the base and silently drop the
+    hook (FSDP2 warns: "returned a view tensor"). The LM head's output is a view whenever its
+    GEMM runs on the flattened tokens and is reshaped back inside an autograd Function: the
+    emulated GEMMs here and TE's ``Linear`` both do. No path edits the logits in place (the
+    loss reads them out of place), so the fix costs nothing: the same storage is returned as a
+    non-view alias (``aten._unsafe_view``, which is how ``torch.matmul`` returns its reshaped
+    product for the same reason), and the warning is an error in the tests."""
+    if t._base is None:
+        return t
+    return torch.ops.aten._unsafe_view(t, t.shape)
+
+
 class Linear(nn.Module):
     """A linear layer whose GEMMs follow a :class:`Numerics` (weight may be borrowed, for tying)."""
 
@@ -166,10 +183,10 @@ class CausalLM(nn.Module):
             else:
                 h = block(h, rope)
         if not self.spec.vocab_size:
-            return h
+            return root_output(h)
         h = self.norm(h)
         weight = self.tok_embeddings.weight if self.spec.tie_embeddings else None
-        return self.lm_head(h, weight)
+        return root_output(self.lm_head(h, weight))
 
     def amax_states(self) -> list[torch.Tensor]:
         out: list[torch.Tensor] = []

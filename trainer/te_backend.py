@@ -24,7 +24,7 @@ import torch.nn.functional as F
 
 from trainer import parallel
 from trainer.config import TrainConfig
-from trainer.model import init_weights
+from trainer.model import init_weights, root_output
 from trainer.precision import Plan, high_precision_blocks, te_recipe
 
 # The residual stream's layout through the TE blocks: "bshd" (batch first, as the rest of the
@@ -103,13 +103,13 @@ class TECausalLM(nn.Module):
         if self.sequence_first:
             h = h.transpose(0, 1).contiguous()
         if not self.spec.vocab_size:
-            return h
+            return root_output(h)
         h = self.norm(h)
         if self.spec.tie_embeddings:
-            return F.linear(h, self.tok_embeddings.weight)
+            return root_output(F.linear(h, self.tok_embeddings.weight))
         ctx = te.autocast(enabled=False) if self.high_precision_head else contextlib.nullcontext()
         with ctx:
-            return self.lm_head(h)
+            return root_output(self.lm_head(h))  # te.Linear returns a view of its 2D GEMM
 
     def amax_states(self) -> list[torch.Tensor]:
         return []  # TE keeps its own scaling state

@@ -22,7 +22,16 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from trainer import checkpoint, data, emulation, logformat, metrics, parallel, precision
+from trainer import (
+    checkpoint,
+    data,
+    emulation,
+    gc_schedule,
+    logformat,
+    metrics,
+    parallel,
+    precision,
+)
 from trainer import config as config_mod
 from trainer import loss as loss_mod
 from trainer.config import ConfigError, TrainConfig
@@ -211,12 +220,6 @@ def _writable(path: str, log: _Log, what: str) -> str:
         return ""
 
 
-# FSDP2 warns when the root returns a view (our logits reshape); nothing here edits it in place.
-import warnings  # noqa: E402
-
-warnings.filterwarnings("ignore", message="FSDP2-wrapped module .* returned a view tensor")
-
-
 @dataclass
 class _RunState:
     """What a run knows as it goes: the summary reports it, a checkpoint saves part of it."""
@@ -233,6 +236,7 @@ class _RunState:
     optimizer: Any = None
     amax_states: list[Any] = field(default_factory=list)  # emulated delayed-scaling histories
     losses: list[tuple[int, float]] = field(default_factory=list)  # (step, loss): metrics.json
+    collector: gc_schedule.GcSchedule | None = None  # the garbage collector's schedule and record
 
 
 @dataclass(frozen=True)
@@ -284,6 +288,8 @@ def run(cfg: TrainConfig, log_out=None) -> dict[str, Any]:
         raise TrainingFailed(reason, summary, kind) from exc
     finally:
         stop.restore()
+        if state.collector is not None:
+            state.collector.stop()
         state.model = state.optimizer = None
         gc.collect()
         if device_type == "cuda":
@@ -314,6 +320,8 @@ def _summary(cfg, plan, world, state: _RunState, meter, t_start, status) -> dict
         "resumed_from_step": state.resumed_from,
         "checkpoint": state.last_checkpoint,
     }
+    if state.collector is not None:
+        out.update(state.collector.summary())
     if meter is not None:
         out.update(meter.summary(plan.emulated))
     else:
@@ -343,8 +351,11 @@ def _run(cfg, plan, world, log, stop, state: _RunState, t_start) -> dict[str, An
     start_step = _resume(cfg, world, log, state, outputs.checkpoints, fingerprint)
     tokens_per_step = world.world_size * cfg.batch_size * cfg.grad_accum_steps * cfg.seq_length
     peak = plan.gpu.peak_for(cfg.precision) if (plan.gpu and not plan.emulated) else None
+    bf16_peak = plan.gpu.peak_for("bf16") if (plan.gpu and not plan.emulated) else None
     meter = metrics.Meter(cfg.model, cfg.seq_length, tokens_per_step, world.world_size, peak,
-                          cfg.timing_warmup_steps, cuda)
+                          cfg.timing_warmup_steps, cuda, bf16_peak)
+    state.collector = gc_schedule.GcSchedule(cfg.gc_every)
+    state.collector.start()
     status = _train(cfg, plan, world, log, stop, state, meter, t_start,
                     start_step=start_step, checkpoints=outputs.checkpoints, fingerprint=fingerprint)
     return _finish(cfg, plan, world, log, state, meter, t_start, status, outputs)
@@ -370,7 +381,8 @@ def _start(cfg, plan, world, log, state: _RunState) -> None:
         props = torch.cuda.get_device_properties(world.device)
         world_info.update(gpu=props.name, gpu_memory_bytes=props.total_memory,
                           compute_capability=f"{props.major}.{props.minor}",
-                          peak_tflops=plan.gpu.peak_for(cfg.precision) if plan.gpu else None)
+                          peak_tflops=plan.gpu.peak_for(cfg.precision) if plan.gpu else None,
+                          peak_tflops_bf16=plan.gpu.peak_for("bf16") if plan.gpu else None)
     log.json("world", world_info)
     state.source = data.make_source(cfg)
     log.json("data", state.source.describe())
@@ -445,6 +457,8 @@ def _train(cfg, plan, world, log, stop, state: _RunState, meter, t_start, *, sta
     while step < cfg.max_steps:
         step += 1
         t0 = time.perf_counter()
+        if state.collector is not None:
+            state.collector.before_step(step)
         result = _step(cfg, plan, world, log, stop, state, step, params, autocast, flag)
         if not math.isfinite(result.loss):
             reason = f"non-finite loss ({result.loss}) at step {step}: lower lr or use a higher precision"
@@ -461,9 +475,10 @@ def _train(cfg, plan, world, log, stop, state: _RunState, meter, t_start, *, sta
         state.step, state.loss = step, result.loss
         state.losses.append((step, result.loss))
         if step % cfg.log_every == 0 or step == cfg.max_steps or step == start_step + 1 or result.stop:
-            rec = meter.step_record(step, result.loss, result.lr, result.grad_norm, cfg.precision,
-                                    plan.emulated)
-            log.line(logformat.format_step(rec) + (" skipped=1" if result.skipped else ""))
+            gc_s = state.collector.take() if state.collector is not None else math.nan
+            rec, timing = meter.step_record(step, result.loss, result.lr, result.grad_norm,
+                                            cfg.precision, plan.emulated, gc_s)
+            log.line(logformat.format_step(rec, timing) + (" skipped=1" if result.skipped else ""))
         if result.stop:
             log.event("sigterm", f"stop requested at step {step}: saving a checkpoint and exiting")
             if checkpoints:

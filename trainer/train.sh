@@ -10,9 +10,11 @@
 #   python          ${PYTHON:-python}
 #
 # SIGTERM (StopTrainingJob, spot interruption) is forwarded to the training workers only:
-# they save a checkpoint and exit 0. (torchrun itself would kill them 30 s after its own
-# SIGTERM and exit 1.) The exit status is torchrun's, except that a run the trainer reports as
-# "stopped" after a checkpoint exits 0.
+# they save a checkpoint and exit 0. (torchrun itself kills them TORCH_ELASTIC_SHUTDOWN_TIMEOUT
+# after its own SIGTERM, 30 s by default, hence 110 here, and exits 1.) SageMaker signals the
+# container's PID 1 only: the trainer image's entry point (images/trainer/entrypoint.py)
+# delivers it to this script, torchrun and the workers alike. The exit status is torchrun's,
+# except that a run the trainer reports as "stopped" after a checkpoint exits 0.
 set -uo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"

@@ -60,6 +60,9 @@ class Row:
     predicted_peak: int
     gpu_memory_bytes: int
     phase: str
+    predicted_reserved: int = 0
+    family: tuple = ()  # (preset, width, sequence, checkpointing): see ``family_of``
+    reserve_features: tuple[float, float, float] = (0.0, 0.0, 0.0)
 
     @property
     def error(self) -> float:
@@ -134,6 +137,13 @@ def fsdp1_setup(result: dict[str, Any]) -> training_setup.TrainingSetup:
     )
 
 
+def family_of(s: training_setup.TrainingSetup, preset: str) -> tuple:
+    """The configuration family a run belongs to: preset x width x sequence x checkpointing
+    (batch, depth, precision and world size vary inside a family). Held-out checks leave
+    whole families out, never single rows (issue 25 item 5)."""
+    return (preset, s.model.hidden_size, s.seq_length, s.activation_checkpointing)
+
+
 def compare(path: Path, split: str | None = None) -> list[Row]:
     """Rows of a grid file; ``split`` keeps only rows of that split (calibration/validation)."""
     doc = json.loads(Path(path).read_text())
@@ -153,12 +163,95 @@ def compare(path: Path, split: str | None = None) -> list[Row]:
             f"{s.backend} b{s.batch_size} s{s.seq_length} "
             f"{r['ac'] if fsdp_py else 'ckpt' if s.activation_checkpointing else 'no-ckpt'} w{s.world_size}"
         )
+        reserved = r.get("peak_reserved_bytes") or (r.get("child") or {}).get("max_reserved_bytes")
+        preset = "fsdp.py" if fsdp_py else (r.get("preset") or "custom").split(" (")[0]
         rows.append(
             Row(label, r["status"], int(r.get("peak_allocated_bytes") or 0),
-                int(r.get("peak_reserved_bytes") or 0), e.peak_allocated_bytes, e.peak_bytes,
-                gpu.memory_bytes, e.phase)
+                int(reserved or 0), e.peak_allocated_bytes, e.peak_bytes,
+                gpu.memory_bytes, e.phase, e.peak_reserved_bytes, family_of(s, preset),
+                estimator.reserve_features(s, gpu))
         )
     return rows
+
+
+# Every grid that records the peak reserved memory of runs that ran.
+RESERVED_GRIDS = (GRID, HERE / "spot_checks_h200.json", HERE / "fsdp1_h200_grid.json",
+                  ROOT / "benchmarks" / "throughput" / "h200_grid.json")
+
+
+def _reserved_rows(rows: list[Row]) -> list[Row]:
+    return [r for r in rows if r.status == "ok" and r.measured_reserved]
+
+
+def _design(r: Row) -> list[float]:
+    return [1.0, *r.reserve_features]
+
+
+def fit_reserve(rows: list[Row]) -> tuple[float, float, float, float]:
+    """Least squares of (measured reserved - predicted allocated) on the reserve's inputs:
+    (fixed, fixed_fsdp2, of_loss, of_fsdp), the constants of ``estimator.allocator_reserve``."""
+    import numpy as np
+
+    use = _reserved_rows(rows)
+    x = np.array([_design(r) for r in use])
+    y = np.array([r.measured_reserved - r.predicted_allocated for r in use], dtype=float)
+    coef, *_ = np.linalg.lstsq(x, y, rcond=None)
+    return tuple(float(c) for c in coef)  # type: ignore[return-value]
+
+
+def held_out_reserved(rows: list[Row]) -> list[tuple[Row, int]]:
+    """Each run's peak reserved memory predicted by a fit that never saw its family
+    (leave-one-family-out)."""
+    use = _reserved_rows(rows)
+    out = []
+    for fam in sorted({r.family for r in use}, key=str):
+        coef = fit_reserve([r for r in use if r.family != fam])
+        for r in use:
+            if r.family == fam:
+                extra = sum(c * v for c, v in zip(coef, _design(r), strict=True))
+                out.append((r, int(r.predicted_allocated + extra)))
+    return out
+
+
+def reserved_summary(pairs: list[tuple[Row, int]]) -> dict[str, Any]:
+    """Errors of predicted vs measured peak reserved memory (GiB and relative)."""
+    gib = 2**30
+    err = [(p - r.measured_reserved) / gib for r, p in pairs]
+    rel = [p / r.measured_reserved - 1 for r, p in pairs]
+    return {"rows": len(pairs), "families": len({r.family for r, _ in pairs}),
+            "median_abs_gib": statistics.median(abs(e) for e in err),
+            "worst_under_gib": min(err), "worst_over_gib": max(err),
+            "median_abs_rel": statistics.median(abs(e) for e in rel),
+            "worst_abs_rel": max(abs(e) for e in rel)}
+
+
+def reserve_report() -> str:
+    """``--fit-reserve``: the reserve's constants fitted on every grid, and the errors of
+    fits that leave each configuration family out."""
+    rows = [r for p in RESERVED_GRIDS for r in compare(p)]
+    gib = 2**30
+    fixed, fsdp2, of_loss, of_fsdp = fit_reserve(rows)
+    held = held_out_reserved(rows)
+    in_sample = [(r, r.predicted_reserved) for r in _reserved_rows(rows)]
+    out = [f"fit on {len(in_sample)} runs: fixed {fixed / gib:.2f} GiB, FSDP2 {fsdp2 / gib:.2f} GiB, "
+           f"{of_loss:.3f} x the loss's largest tensor, {of_fsdp:.3f} x one block's FSDP transients",
+           f"shipped constants (estimator): {_fmt_summary(reserved_summary(in_sample))}",
+           f"leave-one-family-out: {_fmt_summary(reserved_summary(held))}", "",
+           "| family (preset, width, seq, checkpointing) | runs | held-out median error GiB | worst GiB |",
+           "|---|---:|---:|---:|"]
+    by_fam: dict[tuple, list[float]] = {}
+    for r, p in held:
+        by_fam.setdefault(r.family, []).append((p - r.measured_reserved) / gib)
+    for fam, errs in sorted(by_fam.items(), key=lambda kv: str(kv[0])):
+        worst = max(errs, key=abs)
+        out.append(f"| {fam} | {len(errs)} | {statistics.median(errs):+.2f} | {worst:+.2f} |")
+    return "\n".join(out) + "\n"
+
+
+def _fmt_summary(s: dict[str, Any]) -> str:
+    return (f"{s['rows']} runs in {s['families']} families, median |error| {s['median_abs_gib']:.2f} GiB "
+            f"({s['median_abs_rel']:.1%}), worst under {s['worst_under_gib']:+.2f} GiB, worst over "
+            f"{s['worst_over_gib']:+.2f} GiB (worst {s['worst_abs_rel']:.1%})")
 
 
 def summary(rows: list[Row]) -> dict[str, Any]:
@@ -183,8 +276,9 @@ def markdown(rows: list[Row]) -> str:
     gib = 2**30
     out = [
         "| configuration | status | measured allocated GiB | predicted GiB | error | "
-        "predicted device peak GiB | predicted to fit | peak during |",
-        "|---|---|---|---|---|---|---|---|",
+        "measured reserved GiB | predicted reserved GiB | predicted device peak GiB | "
+        "predicted to fit | peak during |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         if r.status == "ok":
@@ -194,8 +288,10 @@ def markdown(rows: list[Row]) -> str:
             err = "-"
             meas = "out of memory"
         fit = "yes" if r.fits_predicted else "no"
+        res = f"{r.measured_reserved / gib:.2f}" if r.measured_reserved and r.status == "ok" else "-"
         out.append(
             f"| {r.label} | {r.status} | {meas} | {r.predicted_allocated / gib:.2f} | {err} | "
+            f"{res} | {r.predicted_reserved / gib:.2f} | "
             f"{r.predicted_peak / gib:.2f} of {r.gpu_memory_bytes / gib:.1f} | {fit} | {r.phase} |"
         )
     s = summary(rows)
@@ -214,7 +310,13 @@ def markdown(rows: list[Row]) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     ap.add_argument("grids", nargs="*", type=Path, help=f"grid files (default: {GRID.name})")
+    ap.add_argument("--fit-reserve", action="store_true",
+                    help="fit the allocator reserve on every grid recording peak reserved memory "
+                    "and print its leave-one-family-out errors")
     args = ap.parse_args(argv)
+    if args.fit_reserve:
+        print(reserve_report(), end="")
+        return 0
     paths = args.grids or [GRID]
     missing = [p for p in paths if not p.exists()]
     if missing:

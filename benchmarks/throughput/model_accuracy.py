@@ -4,6 +4,9 @@
     python benchmarks/throughput/model_accuracy.py --json       # the numbers
     python benchmarks/throughput/model_accuracy.py --fit        # refit the H200 constants on
                                                                 #   the calibration split
+    python benchmarks/throughput/model_accuracy.py --leave-one-family-out --out lofo_h200.json
+        # refit once per configuration family (preset x width x sequence x checkpointing) on
+        # every other family, predict the family left out (the held-out numbers of the README)
 
 Reads ``h200_grid.json`` beside this file (records with the configuration, ``status``,
 ``tokens_per_s_per_gpu`` and ``split``: ``calibration`` or ``validation``), predicts each
@@ -249,11 +252,93 @@ def fit(doc: dict[str, Any]) -> dict[str, float]:
     return dict(zip(FIT, [zi * si for zi, si in zip(res.x, scale, strict=True)], strict=True))
 
 
+LOFO = Path(__file__).with_name("lofo_h200.json")
+
+
+def family(r: dict[str, Any]) -> tuple:
+    """A run's configuration family: preset x width x sequence x checkpointing (depth, batch,
+    precision vary inside one). Held-out checks leave whole families out (issue 25 item 5)."""
+    return (r.get("preset") or "custom", r["model"]["hidden_size"], r["seq_length"],
+            bool(r["activation_checkpointing"]))
+
+
+def _residuals(doc: dict[str, Any], keep, x: list[float]) -> list[float]:
+    """The fit's residuals over the runs ``keep`` accepts: log(predicted / measured) per run
+    and (predicted - measured) speed-up over bf16 per pair, as ``fit`` weighs them."""
+    rs = [r for r in rows(doc, None, with_values(x)) if keep(r.record)]
+    return [math.log(1 + r.error) for r in rs] + [p - m for _, m, p in speedups(rs)]
+
+
+def fit_families(doc: dict[str, Any], keep) -> list[float]:
+    """The H200 constants fitted (bounded least squares, the loss of ``fit``) on the runs that
+    ``keep`` accepts, from the shipped values."""
+    from scipy.optimize import least_squares
+
+    x0 = current_values()
+    lo = [1e-6 * abs(v) for v in x0]
+    hi = [math.inf] * len(x0)
+    for i in (0, 1, 2, 3, 5):  # GEMM / attention / HBM efficiencies
+        hi[i] = 0.95
+    lo[-1] = 1.0  # the host-overlap exponent
+    res = least_squares(lambda x: _residuals(doc, keep, list(x)), x0, bounds=(lo, hi),
+                        x_scale=[abs(v) for v in x0], max_nfev=400)
+    return [float(v) for v in res.x]
+
+
+def leave_one_family_out(doc: dict[str, Any]) -> dict[str, Any]:
+    """One fit per family on every other family; the left-out family's runs predicted."""
+    fams = sorted({family(r) for r in doc["results"] if r.get("status") == "ok"}, key=str)
+    folds = []
+    for fam in fams:
+        x = fit_families(doc, lambda r, fam=fam: family(r) != fam)
+        held = [r for r in rows(doc, None, with_values(x)) if family(r.record) == fam]
+        folds.append({"family": list(fam), "constants": dict(zip(FIT, x, strict=True)),
+                      "runs": [{"name": r.record.get("name"), "measured": r.measured,
+                                "predicted": r.predicted} for r in held]})
+        print(f"{fam}: " + ", ".join(f"{r.error:+.1%}" for r in held), file=sys.stderr)
+    return {"what": "leave-one-family-out refits of the H200 constants (model_accuracy.py "
+                    "--leave-one-family-out); each fold never saw its family's runs",
+            "grid": GRID.name, "fit": list(FIT), "folds": folds}
+
+
+def held_out_rows(doc: dict[str, Any], lofo: dict[str, Any]) -> list[Row]:
+    """Every run predicted by its fold's constants (a fit that never saw its family)."""
+    out = []
+    for fold in lofo["folds"]:
+        c = with_values([fold["constants"][k] for k in FIT])
+        fam = tuple(fold["family"])
+        out += [r for r in rows(doc, None, c) if family(r.record) == fam]
+    return out
+
+
+def held_out_markdown(doc: dict[str, Any], lofo: dict[str, Any]) -> str:
+    rs = held_out_rows(doc, lofo)
+    s = summary(rs)
+    by: dict[tuple, list[Row]] = {}
+    for r in rs:
+        by.setdefault(family(r.record), []).append(r)
+    lines = [f"### Leave-one-family-out: {s['rows']} runs in {len(by)} families", "",
+             f"tokens/s per GPU: median |error| {s['median_abs_error']:.1%}, worst "
+             f"{s['worst_abs_error']:.1%}; speed-up over bf16 ({s['speedup_pairs']} pairs): median "
+             f"|error| {s['median_speedup_error']:.3f}, worst {s['worst_speedup_error']:.3f}.", "",
+             "| family (preset, width, seq, checkpointing) | runs | median error | worst |",
+             "|---|---:|---:|---:|"]
+    for fam, fr in sorted(by.items(), key=lambda kv: str(kv[0])):
+        errs = [r.error for r in fr]
+        lines.append(f"| {fam} | {len(fr)} | {statistics.median(errs):+.1%} | "
+                     f"{max(errs, key=abs):+.1%} |")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--grid", type=Path, default=GRID)
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--fit", action="store_true")
+    ap.add_argument("--leave-one-family-out", action="store_true",
+                    help="refit per family (slow: minutes) and write --out; without it the "
+                    "committed folds are read and their held-out table printed")
+    ap.add_argument("--out", type=Path, default=LOFO)
     ap.add_argument("--blackwell", action="store_true",
                     help="the B200 predictions for the Llama-3-8B shape vs the published ranges")
     args = ap.parse_args(argv)
@@ -261,6 +346,11 @@ def main(argv: list[str] | None = None) -> int:
         print(blackwell_markdown())
         return 0
     doc = load(args.grid)
+    if args.leave_one_family_out:
+        lofo = leave_one_family_out(doc)
+        args.out.write_text(json.dumps(lofo, indent=1) + "\n")
+        print(held_out_markdown(doc, lofo))
+        return 0
     if args.fit:
         values = fit(doc)
         print(json.dumps(values, indent=1))
@@ -271,6 +361,8 @@ def main(argv: list[str] | None = None) -> int:
                          indent=1))
     else:
         print(markdown(doc))
+        if LOFO.exists() and args.grid == GRID:
+            print(held_out_markdown(doc, json.loads(LOFO.read_text())))
     return 0
 
 

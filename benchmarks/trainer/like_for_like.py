@@ -3,9 +3,13 @@
     python3 benchmarks/trainer/like_for_like.py --time-budget 560 [--stages profile,table-b8,...]
 
 Every run is timed by the same wrapper, ``steady_timer.py`` (a global optimizer-step hook that
-synchronises CUDA and timestamps each iteration; 8 iterations, the first 2 left out), whatever
-the script: TE's fsdp.py, the plain PyTorch stack or the trainer. The baselines are run with
-dropout 0, like the trainer:
+synchronises CUDA and timestamps each iteration; 16 iterations, the first 4 left out), whatever
+the script: TE's fsdp.py, the plain PyTorch stack or the trainer. Each run's figure is its
+median iteration, beside the spread of its timed iterations ((max - min) / median); the
+ratios are of medians (issue 26: one slow iteration moved the 6-iteration means by up to 4%).
+The ``stall`` stage runs the trainer for 30 steps per preset, with Python's automatic garbage
+collection (``--gc-every 0``) and with the trainer's schedule (the default), and records every
+step's time and the collector's pauses. The baselines are run with dropout 0, like the trainer:
 
 - fsdp.py is TE's ``examples/pytorch/fsdp/fsdp.py`` with ``fsdp_dropout0.patch`` (beside this
   file) applied: ``hidden_dropout=0.0`` and ``attention_dropout=0.0`` for ``te.TransformerLayer``;
@@ -17,6 +21,7 @@ not as a flag) can be measured before it becomes an option.
 
 Results are merged into ``--state`` after every run (a later call resumes and skips what is done)
 and copied to ``--out``; the filtered output of every run is appended to ``--raw-log``.
+``--table RESULTS.json`` prints the Markdown tables (like for like, stalls) from a results file.
 """
 
 from __future__ import annotations
@@ -37,7 +42,8 @@ TIMER = HERE / "steady_timer.py"
 LEVERS = HERE / "levers.py"
 FSDP = Path(".baselines/fsdp_dropout0.py")
 TORCH_REF = Path(".baselines/torch_block_baseline.py")
-ITERS, WARMUP = 8, 2
+ITERS, WARMUP = 16, 4
+STALL_ITERS, STALL_WARMUP = 30, 3  # the issue's criterion: no step over 1.3x the median after warm-up
 SEQ = 8192
 FLOPS_TE_SHAPE = 10.875e9  # model FLOPs per token of the te-fsdp-example blocks (6N + attention)
 
@@ -57,31 +63,33 @@ class Run:
     env: dict[str, str] = field(default_factory=dict)
     profile: bool = False
     timeout: int = 150
+    iters: int = ITERS
+    warmup: int = WARMUP
 
     def tokens(self) -> int:
         return self.batch * self.seq
 
     def command(self) -> list[str]:
-        timer = [sys.executable, str(TIMER), "--warmup", str(WARMUP), "--tokens-per-iter", str(self.tokens())]
+        timer = [sys.executable, str(TIMER), "--warmup", str(self.warmup), "--tokens-per-iter", str(self.tokens())]
         if self.preset == "te-fsdp-example":
             timer += ["--flops-per-token", str(FLOPS_TE_SHAPE), "--peak-tflops", "989"]
         if self.profile:
-            timer += ["--profile-iters", "3:6"]
+            timer += ["--profile-iters", f"{self.warmup + 1}:{self.warmup + 5}"]
         torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "1"]
         if self.kind == "fsdp":
             prec = ["--dtype", "bf16", "--no-fp8"] if self.precision == "bf16" else ["--precision", self.precision]
             ac = ["--checkpoint-layer", "transformerlayer"] if self.ac else []
             return [*torchrun, *timer[1:], "--", str(FSDP), "-k", "24", "-b", str(self.batch), "-s", str(self.seq),
-                    "-n", "16", "-d", "128", "-i", str(ITERS), *ac, *prec]
+                    "-n", "16", "-d", "128", "-i", str(self.iters), *ac, *prec]
         if self.kind == "torch_ref":
             ac = ["--ac"] if self.ac else []
             return [*timer, "--", str(TORCH_REF), "-k", "24", "-b", str(self.batch), "-s", str(self.seq),
-                    "-i", str(ITERS), "--dropout", "0", *ac]
+                    "-i", str(self.iters), "--dropout", "0", *ac]
         ac = "--activation-checkpointing" if self.ac else "--no-activation-checkpointing"
         return [*torchrun, *timer[1:], str(LEVERS), "--", "--levers", self.levers, "--",
                 "--model-preset", self.preset, "--seq-length", str(self.seq), "--batch-size", str(self.batch), ac,
-                "--precision", self.precision, "--backend", self.backend, "--max-steps", str(ITERS),
-                "--timing-warmup-steps", str(WARMUP), "--log-every", "1", "--checkpoint-dir", "",
+                "--precision", self.precision, "--backend", self.backend, "--max-steps", str(self.iters),
+                "--timing-warmup-steps", str(self.warmup), "--log-every", "1", "--checkpoint-dir", "",
                 "--model-dir", "", "--output-data-dir", "", "--output-dir", "/tmp/lfl_out", *self.flags]
 
 
@@ -162,12 +170,35 @@ def stages(results: dict) -> dict[str, list[Run]]:
         ],
         "repeat": [Run(r.id + "#2", r.kind, r.batch, r.ac, r.precision, r.backend, timeout=r.timeout)
                    for r in table(8, False)],
+        "stall": stall_runs(),
     }
 
 
-TIMER_RE = re.compile(r"steady_timer script=\S+ iters=(\d+) warmup=\d+ s_per_iter=([\d.]+) min=([\d.]+) max=([\d.]+)")
-KEEP = re.compile(r"steady_timer|steady_profile|Peak Memory|torch_ref|\[trainer\] (summary|event|recipe)|\[levers\]|"
-                  r"Error|error|Traceback|Killed|OutOfMemory")
+def stall_runs() -> list[Run]:
+    """30-step runs with Python's automatic collector (gc-auto) and the trainer's schedule."""
+    out: list[Run] = []
+    shapes = (("te-fsdp-example", 4, 4096), ("1b", 4, 4096), ("small", 8, 1024))
+    for preset, batch, seq in shapes:
+        for prec in ("bf16", "fp8"):
+            for gc_flag, label in ((["--gc-every", "0"], "gc-auto"), ([], "gc-scheduled")):
+                if preset == "small" and label == "gc-auto":
+                    continue
+                out.append(Run(f"stall/{preset}-b{batch}-s{seq}/{prec}/{label}", "trainer", batch, False,
+                               prec, "te", preset=preset, seq=seq, flags=gc_flag, iters=STALL_ITERS,
+                               warmup=STALL_WARMUP, timeout=150))
+    return out
+
+
+TIMER_RE = re.compile(r"steady_timer script=\S+ iters=(\d+) warmup=\d+ s_per_iter=([\d.]+) min=([\d.]+) max=([\d.]+)"
+                      r"(?: median=([\d.]+) p90=([\d.]+) times=([\d.,]+))?")
+KEEP = re.compile(r"steady_timer|steady_profile|Peak Memory|torch_ref|\[trainer\] (step|summary|event|recipe)|\[levers\]|"
+                  r"Error|error|Traceback|Killed|OutOfMemory|returned a view tensor")
+
+
+TRAINER_KEYS = ("steady_state_step_s", "steady_state_step_s_median", "steady_state_step_s_p90",
+                "steady_state_step_s_max", "tokens_per_s_per_gpu_median", "final_loss", "flops_per_token",
+                "mfu", "mfu_bf16_peak", "mfu_bf16_peak_median", "peak_allocated_bytes", "recipe", "backend",
+                "status")
 
 
 def parse(out: str, run: Run) -> dict:
@@ -176,7 +207,13 @@ def parse(out: str, run: Run) -> dict:
     m = matches[-1] if matches else None
     if m:
         rec.update(iters=int(m.group(1)), s_per_iter=float(m.group(2)), min_s=float(m.group(3)),
-                   max_s=float(m.group(4)), tokens_per_s=round(run.tokens() / float(m.group(2)), 1))
+                   max_s=float(m.group(4)), tokens_per_s_mean=round(run.tokens() / float(m.group(2)), 1))
+        median = float(m.group(5)) if m.group(5) else float(m.group(2))
+        rec.update(median_s=median, tokens_per_s=round(run.tokens() / median, 1),
+                   spread=round((rec["max_s"] - rec["min_s"]) / median, 4),
+                   max_over_median=round(rec["max_s"] / median, 3))
+        if m.group(6):
+            rec.update(p90_s=float(m.group(6)), times=[float(t) for t in m.group(7).split(",") if t])
     for line in out.splitlines():
         if line.startswith("steady_profile "):
             rec["profile"] = json.loads(line.split(" ", 1)[1])
@@ -190,27 +227,86 @@ def parse(out: str, run: Run) -> dict:
                 rec["peak_gib"] = round(float(pk.group(1)) * 1e6 / 2**30, 2)
         elif line.startswith("[trainer] summary "):
             s = json.loads(line.split(" ", 2)[2])
-            rec["trainer"] = {k: s.get(k) for k in ("steady_state_step_s", "final_loss", "flops_per_token", "mfu",
-                                                    "peak_allocated_bytes", "recipe", "backend", "status")}
+            rec["trainer"] = {k: v for k, v in s.items() if k in TRAINER_KEYS or k.startswith("gc_")}
             if s.get("peak_allocated_bytes"):
                 rec["peak_gib"] = round(s["peak_allocated_bytes"] / 2**30, 2)
             if rec.get("s_per_iter") and s.get("flops_per_token"):
                 rec["mfu_bf16_peak"] = round(rec["tokens_per_s"] * s["flops_per_token"] / 989e12, 4)
+        elif line.startswith("[trainer] step ") and " gc_s=" in line:
+            step, gc_s = re.search(r"step=(\d+)", line), re.search(r" gc_s=([\d.e+-]+|nan)", line)
+            if step and gc_s:
+                rec.setdefault("gc_s_per_step", {})[step.group(1)] = float(gc_s.group(1))
     if "mfu_bf16_peak" not in rec and rec.get("tokens_per_s") and run.preset == "te-fsdp-example":
         rec["mfu_bf16_peak"] = round(rec["tokens_per_s"] * FLOPS_TE_SHAPE / 989e12, 4)
     return rec
 
 
+PAIRS = (("fsdp.py/bf16", "trainer-te/bf16", 1.02), ("fsdp.py/fp8", "trainer-te/fp8", 1.05),
+         ("torch-stack/bf16", "trainer-torch/bf16", 1.05))
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{100 * x:.1f}%"
+
+
+def _tps(rec: dict | None) -> str:
+    if not rec or not rec.get("tokens_per_s"):
+        return "n/a"
+    return f"{rec['tokens_per_s']:,.0f} (spread {_pct(rec.get('spread'))})"
+
+
+def _pause(tr: dict) -> str:
+    pause = tr.get("gc_max_pause_s")
+    return "n/a" if pause is None else f"{pause:.3f} s ({tr.get('gc_max_pause_step')})"
+
+
+def tables(results: dict) -> str:
+    """The Markdown tables of a results file: like for like (medians, spreads, ratios of
+    medians) and the 30-step stall runs."""
+    out = ["| configuration | reference: median tokens/s (spread) | trainer: median tokens/s (spread) "
+           "| ratio of medians | goal |", "|---|---|---|---|---|"]
+    for shape, label in (("b8-noac", "batch 8, no checkpointing"), ("b16-ac", "batch 16, checkpointing")):
+        for ref, mine, goal in PAIRS:
+            r, t = results.get(f"{shape}/{ref}"), results.get(f"{shape}/{mine}")
+            if not r and not t:
+                continue
+            ratio = (f"**{t['tokens_per_s'] / r['tokens_per_s']:.3f}**"
+                     if r and t and r.get("tokens_per_s") and t.get("tokens_per_s") else "n/a")
+            out.append(f"| {label}, {mine.split('/')[1]} | {ref.split('/')[0]} {_tps(r)} | "
+                       f"{mine.split('/')[0]} {_tps(t)} | {ratio} | {goal:.2f} |")
+    out += ["", "| 30-step run | median step s | slowest after warm-up / median | slowest step | "
+            "automatic full collections | longest collection (step) | median tokens/s | MFU (bf16 peak) |",
+            "|---|---|---|---|---|---|---|---|"]
+    for rid, rec in results.items():
+        if not rid.startswith("stall/") or not rec.get("times"):
+            continue
+        times = rec["times"]
+        slowest = max(range(len(times)), key=times.__getitem__)
+        tr = rec.get("trainer") or {}
+        out.append(
+            f"| {rid[6:]} | {rec['median_s']:.4f} | {rec['max_over_median']:.2f}x | "
+            f"{slowest + 1 + rec['run']['warmup']} | {tr.get('gc_automatic_full', 'n/a')} | "
+            f"{_pause(tr)} | "
+            f"{rec['tokens_per_s']:,.0f} | {_pct(rec.get('mfu_bf16_peak'))} |")
+    return "\n".join(out)
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--time-budget", type=float, required=True, help="seconds this call may spend")
-    p.add_argument("--stages", default="profile,table-b8,levers-b8,1b,table-b16ac,best,repeat")
+    p.add_argument("--time-budget", type=float, default=0.0, help="seconds this call may spend")
+    p.add_argument("--table", default="", metavar="RESULTS_JSON", help="print the Markdown tables and exit")
+    p.add_argument("--stages", default="stall,table-b8,1b,table-b16ac,profile,levers-b8,best,repeat")
     p.add_argument("--state", default="/root/lfl_state.json")
     p.add_argument("--out", default=os.path.join(os.environ.get("OUT", "/tmp"), "like_for_like.json"))
     p.add_argument("--raw-log", default=os.path.join(os.environ.get("OUT", "/tmp"), "like_for_like_raw.log"))
     p.add_argument("--only", default="", help="run ids separated by ; : run only these (of the stages given)")
     p.add_argument("--dry-run", action="store_true", help="print the commands only")
     a = p.parse_args()
+    if a.table:
+        print(tables(json.loads(Path(a.table).read_text())))
+        return 0
+    if a.time_budget <= 0:
+        p.error("--time-budget SECONDS is required (or --table RESULTS_JSON)")
     end = time.time() + a.time_budget
     state = Path(a.state)
     results: dict = json.loads(state.read_text()) if state.exists() else {}
@@ -248,7 +344,7 @@ def main() -> int:
             kept = [ln[:2000] for ln in out.splitlines() if KEEP.search(ln)]
             with open(a.raw_log, "a") as fh:
                 fh.write(f"### {run.id} rc={rc} wall={rec['wall_s']}s env={run.env}\n$ {shlex.join(cmd)}\n")
-                fh.write("\n".join(kept[-40:]) + "\n")
+                fh.write("\n".join(kept[-60:]) + "\n")
             print(f"[lfl] {run.id}: rc={rc} s/iter={rec.get('s_per_iter')} tokens/s={rec.get('tokens_per_s')} "
                   f"peak={rec.get('peak_gib')} GiB wall={rec['wall_s']} s", flush=True)
     return 0

@@ -6,8 +6,9 @@ cancel the warm-up (the second process reuses the kernel caches the first one fi
 wrapper times each iteration inside the one process instead: it registers a global
 optimizer-step post-hook (``torch.optim.optimizer.register_optimizer_step_post_hook``) that
 synchronises CUDA and records the time after every ``optimizer.step()``, runs the script with
-``runpy`` as ``__main__``, and at exit prints the mean of the iterations after ``--warmup`` (the
-trainer's own timer likewise synchronises once per step and skips its warm-up steps).
+``runpy`` as ``__main__``, and at exit prints the mean, median, p90 and every time of the
+iterations after ``--warmup`` (the trainer's own timer likewise synchronises once per step and
+skips its warm-up steps); tokens/s, TFLOP/s and MFU are of the median iteration.
 
     python3 -m torch.distributed.run --standalone --nproc-per-node 1 steady_timer.py \\
         --warmup 2 --tokens-per-iter 131072 --flops-per-token 10.875e9 --peak-tflops 989 \\
@@ -22,7 +23,7 @@ busy fraction of the wall time, and the top kernels; ``--profile-out F`` writes 
 
 One line per rank 0 process:
     steady_timer script=fsdp.py iters=8 warmup=2 s_per_iter=2.9011 min=2.8990 max=2.9050
-    tokens_per_s_per_gpu=45180 tflops_per_gpu=491.3 mfu=0.4968
+    median=2.9008 p90=2.9041 times=2.9010,... tokens_per_s_per_gpu=45180 tflops_per_gpu=491.3 mfu=0.4968
 """
 
 from __future__ import annotations
@@ -91,10 +92,12 @@ def main() -> None:
                   f"(fewer iterations than warm-up + 1)", flush=True)
             return
         mean = statistics.fmean(times)
+        median = statistics.median(times)
         line = (f"steady_timer script={name} iters={len(stamps)} warmup={a.warmup} s_per_iter={mean:.4f} "
-                f"min={min(times):.4f} max={max(times):.4f}")
+                f"min={min(times):.4f} max={max(times):.4f} median={median:.4f} p90={_p90(times):.4f} "
+                f"times={','.join(f'{t:.4f}' for t in times)}")
         if a.tokens_per_iter:
-            tps = a.tokens_per_iter / mean
+            tps = a.tokens_per_iter / median  # the median iteration: one stall does not move it
             line += f" tokens_per_s_per_gpu={tps:.0f}"
             if a.flops_per_token:
                 tflops = tps * a.flops_per_token / 1e12
@@ -118,6 +121,14 @@ def main() -> None:
     sys.path.insert(0, os.path.dirname(os.path.abspath(a.script)))
     start[0] = time.perf_counter()
     runpy.run_path(a.script, run_name="__main__")
+
+
+def _p90(times: list[float]) -> float:
+    ordered = sorted(times)
+    pos = 0.9 * (len(ordered) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
 
 
 def _window(text: str) -> tuple[int, int] | None:

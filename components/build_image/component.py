@@ -7,7 +7,7 @@ from kfp.dsl import OutputPath
 from components.common.component import component
 
 
-@component(aws=True)
+@component(aws=True, retries=2)  # a retry re-attaches to its build; skipped when the tag exists
 def build_image(
     run_id: str,
     aws_resources: OutputPath(str),  # type: ignore[valid-type]

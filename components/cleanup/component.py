@@ -7,7 +7,7 @@ from kfp.dsl import Markdown, Output
 from components.common.component import component
 
 
-@component(aws=True)
+@component(aws=True, retries=2)  # idempotent
 def cleanup(
     run_id: str,
     report: Output[Markdown],

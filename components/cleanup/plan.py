@@ -5,10 +5,9 @@ ever acted on, and things derived from them:
 
 - training jobs tagged with the run (ListTrainingJobs + ListTags): stopped when
   still running; their output prefix ``{S3OutputPath}/{job}/`` (SageMaker's
-  layout, so unique to the job), their checkpoint prefix when it is unique to the
-  job (the job name is one of its path segments) and no job of another run uses
-  an overlapping prefix (one resumed from the other), and their log streams
-  ``{job}/...`` in /aws/sagemaker/TrainingJobs (the group itself never);
+  layout), their checkpoint prefix when it is unique to the job (the job name is
+  one of its path segments), and their log streams ``{job}/...`` in
+  /aws/sagemaker/TrainingJobs (the group itself never);
 - CodeBuild builds of the run (builds cannot be tagged: build_image marks them
   with the environment variable KFP_SAGEMAKER_RUN_ID) in the project's projects
   (named ``kfp-sagemaker-*`` and tagged by any run, plus the ones named): stopped
@@ -23,6 +22,11 @@ ever acted on, and things derived from them:
   (``kfp-sagemaker:created-by-run``) and nothing else is left in it;
 - CodeBuild projects and IAM roles (names containing ``kfp-sagemaker-``) only when
   this run created them.
+
+No S3 delete (a job's prefix or a tagged object) takes a key that overlaps the
+output or checkpoint prefix of a job of another run or of no run (one lies under
+the other): another run may have written its model under this run's job prefix,
+or resumed from this run's checkpoints (``Planner.overlap``).
 
 Everything is decided here, before anything is changed, so a dry run lists
 exactly the actions a real run takes.
@@ -159,6 +163,7 @@ class Planner:
         self.claimed_prefixes: list[tuple[str, str]] = []  # (bucket, prefix) already planned
         self.other_jobs: list[tuple[str, str]] = []  # (job name, run id) of jobs not this run's
         self._other_jobs_described: list[tuple[str, DescribeTrainingJobResponseTypeDef]] | None = None
+        self._others_prefixes: list[tuple[str, str, str]] | None = None
 
     def add(self, kind: str, wanted: str, resource: str, detail: str = "",
             op: tuple[Any, ...] = (), after_jobs: tuple[str, ...] = ()) -> None:
@@ -202,9 +207,10 @@ class Planner:
     def other_jobs_described(self) -> list[tuple[str, DescribeTrainingJobResponseTypeDef]]:
         """(run id, DescribeTrainingJob) of every job not this run's, read once, when needed.
 
-        Needed only to delete checkpoints or images: another run's job may have
-        resumed from this run's checkpoint prefix (or this run's from its), or train
-        from this run's image, and then that run still needs them.
+        Needed only to delete S3 data or images: another run's job may write under
+        this run's prefixes (its output path lies under them), have resumed from this
+        run's checkpoint prefix (or this run's from its), or train from this run's
+        image, and then that run still needs them.
         """
         if self._other_jobs_described is None:
             sm = client("sagemaker", self.region)
@@ -217,20 +223,45 @@ class Planner:
     def _owner(run_id: str) -> str:
         return f"run {run_id}" if run_id else "no run (untagged)"
 
-    def shared_checkpoints(self, bucket: str, prefix: str) -> str:
-        """Why ``prefix`` must stay (another job uses an overlapping prefix), or ""."""
-        if self.policy["checkpoints"] != "delete":
-            return ""
-        for run_id, job in self.other_jobs_described():
-            uri = job.get("CheckpointConfig", {}).get("S3Uri", "")
-            if not uri:
-                continue
-            other_bucket, other = split_s3_uri(uri, "s3_uris")
-            other = other.rstrip("/") + "/"
-            if other_bucket == bucket and (other.startswith(prefix) or prefix.startswith(other)):
-                return (f"also the checkpoint prefix of job {job['TrainingJobName']} of "
-                        f"{self._owner(run_id)} (it resumed from it, or this job from its): "
-                        "never deleted by this run's cleanup")
+    def others_prefixes(self) -> list[tuple[str, str, str]]:
+        """(bucket, prefix, whose) of every output and checkpoint prefix of jobs not this run's.
+
+        A job's output prefix is ``{S3OutputPath}/{job}/`` (where SageMaker writes its
+        model and output), its checkpoint prefix ``CheckpointConfig.S3Uri``. Read once,
+        when a delete needs it.
+        """
+        if self._others_prefixes is None:
+            found: list[tuple[str, str, str]] = []
+            for run_id, job in self.other_jobs_described():
+                name = job["TrainingJobName"]
+                whose = f"job {name} of {self._owner(run_id)}"
+                out = job.get("OutputDataConfig", {}).get("S3OutputPath", "")
+                if out:
+                    bucket, prefix = split_s3_uri(out, "s3_uris")
+                    found.append((bucket, f"{prefix.rstrip('/')}/{name}/".lstrip("/"),
+                                  f"the output prefix of {whose}"))
+                ckpt = job.get("CheckpointConfig", {}).get("S3Uri", "")
+                if ckpt:
+                    bucket, prefix = split_s3_uri(ckpt, "s3_uris")
+                    found.append((bucket, prefix.rstrip("/") + "/",
+                                  f"the checkpoint prefix of {whose}"))
+            self._others_prefixes = found
+        return self._others_prefixes
+
+    def overlap(self, bucket: str, key_or_prefix: str) -> str:
+        """Why ``key_or_prefix`` must stay (it overlaps another job's output or checkpoint
+        prefix: one lies under the other), or "".
+
+        Every delete of S3 data asks this, so a prefix of this run that holds another
+        run's model (that run's S3OutputPath lies under this run's job prefix), or
+        checkpoints another run resumed from, is never deleted by this run's cleanup.
+        """
+        for other_bucket, other, whose in self.others_prefixes():
+            if other_bucket == bucket and (other.startswith(key_or_prefix)
+                                           or key_or_prefix.startswith(other)):
+                return (f"overlaps {whose} (s3://{other_bucket}/{other}; one lies under the "
+                        "other, or one job resumed from the other's checkpoints): never "
+                        "deleted by this run's cleanup")
         return ""
 
     def image_users(self, repository_uri: str, digest: str, image_tags: list[str]) -> list[str]:
@@ -262,14 +293,11 @@ class Planner:
         if ckpt:
             bucket, prefix = split_s3_uri(ckpt, "s3_uris")
             prefix = prefix.rstrip("/") + "/"
-            shared = self.shared_checkpoints(bucket, prefix)
-            if shared:
-                self.claimed_prefixes.append((bucket, prefix))
-                self.add("checkpoints", "skip", ckpt, f"checkpoints of {name}: {shared}")
-            elif name in prefix.strip("/").split("/"):
+            if name in prefix.strip("/").split("/"):
                 self.prefix("checkpoints", bucket, prefix, f"checkpoints of {name}", after,
                             blocked)
             else:
+                self.claimed_prefixes.append((bucket, prefix))
                 self.add("checkpoints", "skip", ckpt,
                          f"checkpoint prefix of {name} is not unique to the job (its name "
                          "is not a path segment): never deleted by cleanup")
@@ -289,6 +317,10 @@ class Planner:
             return  # a job still running may still write here: planned even when empty
         detail = f"{what}: {count} objects, {_size(size)}" + (
             " so far (the job is still running)" if after else "")
+        shared = self.overlap(bucket, prefix) if self.policy[kind] == "delete" else ""
+        if shared:
+            self.add(kind, "skip", _s3_uri(bucket, prefix), f"{detail}; {shared}")
+            return
         if blocked:
             self.add(kind, "skip", _s3_uri(bucket, prefix), detail + "; the job is still "
                      "running (training_jobs=keep)")
@@ -389,6 +421,11 @@ class Planner:
                         continue
                     kind = ("build_contexts" if object_tags.get(tags.COMPONENT_KEY) ==
                             "build_image" else "artifacts")
+                    shared = self.overlap(bucket, key) if self.policy[kind] == "delete" else ""
+                    if shared:
+                        self.add(kind, "skip", _s3_uri(bucket, key),
+                                 f"tagged by this run, but it {shared}")
+                        continue
                     self.add(kind, "policy", _s3_uri(bucket, key),
                              f"tagged by {object_tags.get(tags.COMPONENT_KEY, '?')}, "
                              f"{_size(int(obj.get('Size', 0)))}",

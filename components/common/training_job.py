@@ -6,3 +6,5 @@ from __future__ import annotations
 TERMINAL_STATUSES = frozenset({"Completed", "Failed", "Stopped"})
 # The longest FailureReason DescribeTrainingJob returns (and the failure file SageMaker reads).
 MAX_FAILURE_REASON = 1024
+# The longest MaxRuntimeInSeconds SageMaker accepts: 28 days (documented; botocore has min 1 only).
+MAX_RUNTIME_LIMIT_S = 28 * 24 * 3600

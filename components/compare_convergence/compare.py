@@ -46,15 +46,12 @@ import numpy as np
 from components.common import throughput
 from components.common.errors import UserError
 from components.common.losses import FINAL_WINDOW, final_loss
+from components.common.risk import RISK  # the risk order, shared with plan_training
 from components.common.step_series import FAILED_STATUSES, Series
 from components.common.training_setup import TrainingSetup
 from trainer import hardware
 from trainer.spec import ModelSpec
 
-# How much numerical risk a precision carries, lowest first (the and the article's
-# order: start with FP8; block formats need newer kernels; NVFP4 needs real engineering).
-RISK: dict[str, int] = {"fp32": 0, "bf16": 0, "fp16": 1, "fp8": 1, "fp8-current": 2,
-                        "fp8-block": 2, "mxfp8": 3, "nvfp4": 4}
 NOT_COMPARED = "not compared"
 
 

@@ -2,9 +2,15 @@
 
 moto's training jobs are "Completed" at creation and cannot be stopped. Here
 ``CreateTrainingJob`` really runs the training image's entry point from this
-checkout (``bash <repo>/trainer/train.sh``, or the request's
-``AlgorithmSpecification.ContainerEntrypoint``) as one process group per host,
-under the container contract of ``components.local.container``, and goes
+checkout as SageMaker starts a container, one per host (``components.local.container``):
+PID 1 of its own PID namespace is the image's entry point (images/trainer/entrypoint.py,
+or the DLC's bash for the stock DLC image), which runs the sagemaker-training toolkit's
+``train``, which runs train.sh with the hyperparameters as arguments; or the request's
+``AlgorithmSpecification.ContainerEntrypoint`` (a program the image has: ``IMAGE_PROGRAMS``).
+StopTrainingJob, a spot interruption and the limits send SIGTERM to PID 1 alone, then
+SIGKILL after ``stop_grace_s``; /opt/ml/checkpoints is synced to CheckpointConfig.S3Uri
+every ``CHECKPOINT_SYNC_S`` while the job runs and once more when its processes have
+ended (however they ended), and restored from it at every start. The job goes
 through SageMaker's life cycle::
 
     InProgress: Starting -> Downloading -> Training -> Uploading
@@ -30,8 +36,9 @@ peers), then uploads and finishes. Everything else is plumbing kept elsewhere:
 S3 and CloudWatch are reached through the backend's own endpoint (moto), exactly
 as a container would, with clients from the ``ClientFactory`` the backend gives.
 
-What is not emulated: the training image itself (the checkout's trainer runs
-with this Python), VPC, network isolation, inter-container traffic encryption and
+What is not emulated: the training image itself (the checkout's trainer and the toolkit
+run with this Python; the DLC's SAGEMAKER_TRAINING_MODULE, the PyTorch toolkit, is not
+used: the base toolkit runs SAGEMAKER_PROGRAM itself), VPC, network isolation, inter-container traffic encryption and
 KMS encryption (all validated and echoed by Describe, none enforced), instance
 types (everything runs on this machine), FastFile/Pipe input modes (channels are
 always downloaded), RetryStrategy (nothing here fails with InternalServerError),
@@ -42,6 +49,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import re
 import signal
 import sys
 import threading
@@ -51,7 +59,7 @@ from typing import Any
 
 from components.common.naming import SAGEMAKER_NAME_RE
 from components.common.training_job import MAX_FAILURE_REASON, TERMINAL_STATUSES
-from components.local import plans, processes, storage
+from components.local import container, plans, processes, storage
 from components.local.api import ApiError, not_found, validation
 from components.local.container import HostLayout, free_port, local_gpu_count
 from components.local.jobs import (
@@ -74,6 +82,19 @@ from components.local.validation import (
     page,
     validate_list_request,
 )
+
+# What a request may make a job run (issue 28: the executor runs only what a training image
+# would run). Without ContainerEntrypoint: the image's entry point (container.image_entry_point),
+# which runs the sagemaker-training toolkit's `train`, which runs the code dir's train.sh. With
+# one: a program the trainer image has (the DLC's shells and Python, the toolkit's `train`,
+# torchrun), named bare or by its path in the image's system directories, or this Python; any
+# other program (a host path such as /usr/bin/curl or ~/bin/x) is refused at Create. What an
+# allowed program then does is the request's own (`bash -c ...` runs anything, as it would in the
+# image), as the backend's user, in the job's namespaces and its /opt/ml tree: that is why only
+# holders of the backend's own credentials may send requests. The backend's ``command`` (set by
+# whoever starts the backend in-process) is not checked: it is not a request's.
+IMAGE_PROGRAMS = frozenset({"bash", "sh", "python", "python3", "train", "torchrun"})
+IMAGE_BIN_DIRS = frozenset({"/bin", "/usr/bin", "/usr/local/bin", "/opt/conda/bin"})
 
 POLL_S = 0.1
 CHECKPOINT_SYNC_S = 1.0
@@ -135,6 +156,7 @@ class TrainingJobExecutor:
     # ---------------------------------------------------------------- API
     def create_training_job(self, region: str, req: dict[str, Any]) -> dict[str, Any]:
         req = normalize_create_request(req)
+        check_entry_point(req)
         name = req["TrainingJobName"]
         with self._lock:
             self._check_unique(region, name)
@@ -509,15 +531,24 @@ class TrainingJobExecutor:
         return [HostLayout(f"algo-{i + 1}", root / f"algo-{i + 1}")
                 for i in range(job.instance_count)]
 
-    def _command(self, job: Job) -> list[str]:
+    def _command(self, job: Job) -> tuple[list[str], bool]:
+        """(argv of the container's PID 1, whether it is the image's own entry point).
+
+        What runs is what a training image would run (``check_entry_point``): the image's
+        entry point (``container.image_entry_point``: this project's init, or the DLC's bash
+        for the stock DLC image) running the toolkit's ``train``, which runs train.sh; or the
+        request's ContainerEntrypoint, whose program must be one the trainer image has; or
+        the in-process backend's ``command`` (its owner's own choice, not a request's)."""
         spec = job.request.get("AlgorithmSpecification") or {}
         entry = spec.get("ContainerEntrypoint")
-        if entry:
-            return [str(a) for a in entry] + [str(a) for a in spec.get("ContainerArguments") or []]
         args = [str(a) for a in spec.get("ContainerArguments") or []]
+        if entry:
+            return [str(a) for a in entry] + args, False
         if self.settings.command:
-            return list(self.settings.command) + args
-        return ["bash", str(self.settings.repo_root / "trainer" / "train.sh")] + args
+            return list(self.settings.command) + args, False
+        image = container.image_entry_point(str(spec.get("TrainingImage") or ""),
+                                            self.settings.repo_root)
+        return image + args, True
 
     def _attempt(self, job: Job, max_runtime: float, max_wait: float) -> tuple[str, str]:
         """One start of the job on fresh instances: ('completed'|'failed'|...,  failure)."""
@@ -542,9 +573,13 @@ class TrainingJobExecutor:
             return "stopped", ""
 
         self._transition(job, "Training")
-        command = self._command(job)
+        command, image = self._command(job)
+        missing = container.toolkit_missing() if image else ""
+        if missing:
+            job.billable_s += time.monotonic() - started
+            return "failed", f"ClientError: cannot start the training image: {missing}"
         try:
-            procs = self._start_hosts(job, layouts, command)
+            procs = self._start_hosts(job, layouts, command, image)
         except OSError as exc:
             job.billable_s += time.monotonic() - started
             return "failed", f"ClientError: cannot start {command[0]}: {exc}"
@@ -579,25 +614,40 @@ class TrainingJobExecutor:
         for lay in layouts:
             lay.create()
             lay.write_config(job.request, hosts)
+            lay.write_hosts(hosts)
+            lay.stage_code(self.settings.repo_root)
             for channel in job.request.get("InputDataConfig") or []:
                 self._download_channel(s3, channel, lay)
             if checkpoint_uri:
                 storage.download_prefix(s3, checkpoint_uri, lay.checkpoint_dir)
 
-    def _start_hosts(self, job: Job, layouts: list[HostLayout],
-                     command: list[str]) -> list[HostProcess]:
+    def _start_hosts(self, job: Job, layouts: list[HostLayout], command: list[str],
+                     image: bool) -> list[HostProcess]:
         self._ensure_log_group(job.region)
         epoch = max(int(time.time()), job.last_stream_epoch + 1)
         job.last_stream_epoch = epoch
         hosts = [lay.host for lay in layouts]
         master_port = free_port()
         base_env = self._base_env(job)
-        envs = [lay.environment(job.request, hosts, repo_root=self.settings.repo_root,
-                                master_port=master_port, num_gpus=self.num_gpus,
-                                base_env=base_env) for lay in layouts]
-        return processes.start_hosts(job.name, command, layouts, envs,
+        commands, envs = [], []
+        for lay in layouts:
+            argv, namespaced = container.container_command(command, lay)
+            # Outside a namespace, the DLC's bash gets the PID-1 treatment of SIGTERM by hand.
+            ignore = not namespaced and command[:len(container.DLC_ENTRY_POINT)] == \
+                container.DLC_ENTRY_POINT
+            commands.append((argv, namespaced, ignore))
+            if image:
+                envs.append(container.platform_environment(
+                    job.request, lay, master_port=master_port, num_gpus=self.num_gpus,
+                    base_env=base_env, namespaced=namespaced))
+            else:
+                envs.append(lay.environment(
+                    job.request, hosts, repo_root=self.settings.repo_root,
+                    master_port=master_port, num_gpus=self.num_gpus, base_env=base_env))
+        # The trainer image's WORKDIR is /opt/ml/code.
+        return processes.start_hosts(job.name, commands, layouts, envs,
                                      self.client("logs", job.region), epoch,
-                                     self.settings.log_flush_s)
+                                     self.settings.log_flush_s, cwd="code" if image else "")
 
     def _supervise(self, job: Job, procs: list[HostProcess], checkpoint_uri: str,
                    started: float, max_runtime: float, max_wait: float) -> tuple[str, int]:
@@ -697,3 +747,21 @@ class TrainingJobExecutor:
             host.signal(signal.SIGKILL)
 
 
+
+
+def check_entry_point(req: dict[str, Any]) -> None:
+    """Refuses a ContainerEntrypoint whose program the trainer image does not have
+    (``IMAGE_PROGRAMS``)."""
+    entry = (req.get("AlgorithmSpecification") or {}).get("ContainerEntrypoint")
+    if not entry:
+        return
+    program = str(entry[0])
+    folder, _, base = program.rpartition("/")
+    known = re.sub(r"^python3\.\d+$", "python3", base) in IMAGE_PROGRAMS
+    if known and (not folder or folder in IMAGE_BIN_DIRS) or program == sys.executable:
+        return
+    raise validation(
+        f"AlgorithmSpecification.ContainerEntrypoint: {program!r} is not a program of the "
+        f"training image; the local backend runs only {', '.join(sorted(IMAGE_PROGRAMS))} "
+        f"(bare or in {', '.join(sorted(IMAGE_BIN_DIRS))}). Leave ContainerEntrypoint out to "
+        "run the image's own entry point (train.sh under the training toolkit).")

@@ -1,18 +1,28 @@
 """A training job's hosts as local processes: start, signal, read output, reap, explain.
 
 Each host is one process group (``start_new_session``) running the job's entry
-point under its ``HostLayout``; its merged stdout/stderr goes line by line to a
-``LogShipper`` and into a short tail kept for the FailureReason.
+point under its ``HostLayout``, as PID 1 of its own PID namespace where the machine
+allows (``container.container_command``); its merged stdout/stderr goes line by line
+to a ``LogShipper`` and into a short tail kept for the FailureReason.
+
+The jobs die with the backend: the process the executor starts gets SIGKILL when the
+backend's job thread (and so the backend, killed -9 or not) goes away
+(PR_SET_PDEATHSIG, set between fork and exec); in a namespace that process is
+``unshare --kill-child``, whose death kills the namespace's PID 1 and so, by the
+kernel, every process of the container. Without a namespace only the entry point
+itself is killed that way: its descendants outlive a backend killed -9.
 """
 
 from __future__ import annotations
 
 import collections
+import ctypes
 import os
 import re
 import signal
 import subprocess
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,6 +44,7 @@ class HostProcess:
         default_factory=lambda: collections.deque(maxlen=TAIL_LINES))
     reader: threading.Thread | None = None
     peak_rss_bytes: int = 0  # the host's processes together, sampled by the supervisor
+    namespaced: bool = False  # proc is ``unshare``; the container's PID 1 is its child
 
     def sample_memory(self) -> None:
         self.peak_rss_bytes = max(self.peak_rss_bytes, session_rss_bytes(self.proc.pid))
@@ -45,13 +56,29 @@ class HostProcess:
         except (ProcessLookupError, PermissionError):
             pass
 
+    def init_pid(self) -> int:
+        """This machine's pid of the container's PID 1 (the entry point); 0 if it is gone."""
+        if not self.namespaced:
+            return self.proc.pid if self.proc.poll() is None else 0
+        deadline = time.monotonic() + 5
+        while self.proc.poll() is None:
+            kids = child_pids(self.proc.pid)
+            if kids:
+                return kids[0]
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.01)
+        return 0
+
     def terminate(self) -> None:
-        """SIGTERM to the entry point only, as ``docker stop`` signals a container's PID 1;
-        the entry point forwards it (train.sh asks its workers to checkpoint and stop)."""
-        try:
-            self.proc.send_signal(signal.SIGTERM)
-        except (ProcessLookupError, PermissionError):
-            pass
+        """SIGTERM to the container's PID 1 only, as SageMaker (``docker stop``) sends it;
+        whether anything below PID 1 learns of it is the entry point's business."""
+        pid = self.init_pid()
+        if pid:
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except (ProcessLookupError, PermissionError):
+                pass
 
     def read_output(self) -> None:
         assert self.proc.stdout is not None
@@ -61,25 +88,55 @@ class HostProcess:
             self.shipper.add(line)
 
 
-def start_hosts(job_name: str, command: list[str], layouts: list[HostLayout],
-                envs: list[dict[str, str]], logs: Any, epoch: int,
-                flush_s: float) -> list[HostProcess]:
-    """Starts one process group per host; on a failure to start, kills those already started
-    and raises ``OSError``."""
+def child_pids(pid: int) -> list[int]:
+    try:
+        text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
+    except OSError:
+        return []
+    return [int(p) for p in text.split()]
+
+
+PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent(ignore_sigterm: bool) -> Any:
+    """Between fork and exec: SIGKILL when the parent (thread) goes away; optionally the
+    SIGTERM-ignoring disposition the kernel gives a PID 1 without a handler."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    parent = os.getpid()
+
+    def setup() -> None:
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:  # the parent died before prctl: nobody would kill us
+            os._exit(137)
+        if ignore_sigterm:
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+    return setup
+
+
+def start_hosts(job_name: str, commands: list[tuple[list[str], bool, bool]],
+                layouts: list[HostLayout], envs: list[dict[str, str]], logs: Any, epoch: int,
+                flush_s: float, cwd: str = "") -> list[HostProcess]:
+    """Starts one process group per host: ``commands[i]`` is (argv, namespaced,
+    ignore_sigterm) for host i. On a failure to start, kills those already started and raises
+    ``OSError``."""
     procs: list[HostProcess] = []
-    for lay, env in zip(layouts, envs, strict=True):
+    for lay, env, (command, namespaced, ignore_sigterm) in zip(layouts, envs, commands,
+                                                                strict=True):
         shipper = LogShipper(logs, f"{job_name}/{lay.host}-{epoch}", flush_s)
         try:
             proc = subprocess.Popen(
-                command, cwd=str(lay.root), env=env, stdin=subprocess.DEVNULL,
+                command, cwd=str(lay.root / cwd), env=env, stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+                preexec_fn=_die_with_parent(ignore_sigterm),  # noqa: PLW1509 (no threads run there)
             )
         except OSError:
             shipper.close()
             for p in procs:
                 p.signal(signal.SIGKILL)
             raise
-        host = HostProcess(lay, proc, shipper)
+        host = HostProcess(lay, proc, shipper, namespaced=namespaced)
         host.reader = threading.Thread(target=host.read_output, daemon=True,
                                        name=f"out-{job_name}-{lay.host}")
         host.reader.start()
@@ -90,7 +147,7 @@ def start_hosts(job_name: str, command: list[str], layouts: list[HostLayout],
 def reap(procs: list[HostProcess]) -> None:
     """Kills what is left of each host's group (a trainer's children) and flushes its logs."""
     for p in procs:
-        p.signal(signal.SIGKILL)
+        p.signal(signal.SIGKILL)  # in a namespace, unshare --kill-child ends the rest
         if p.reader is not None:
             p.reader.join(timeout=10)
         p.shipper.close()

@@ -17,11 +17,12 @@ Examples::
     python -m components.memory_estimate --model-preset 14b --gpu H200 --world-size 8 \\
         --batch-size 4 --seq-length 4096 --precisions fp8 --activation-checkpointing off --json
 
-    # TransformerEngine's examples/pytorch/fsdp/fsdp.py (bf16 params, bf16 Adam, FSDP1)
+    # TransformerEngine's examples/pytorch/fsdp/fsdp.py (bf16 params, bf16 foreach Adam, FSDP1,
+    # hidden dropout 0.1)
     python -m components.memory_estimate --model-preset te-fsdp-example --gpu B200 --world-size 8 \\
         --batch-size 16 --seq-length 8192 --precisions mxfp8 --activation-checkpointing on \\
         --param-dtype bf16 --no-master-weights --optimizer-state-dtype bf16 \\
-        --fsdp-version 1 --optimizer adamw-foreach
+        --fsdp-version 1 --optimizer adamw-foreach --dropout 0.1
 """
 
 from __future__ import annotations
@@ -58,9 +59,6 @@ def build_parser() -> tuple[argparse.ArgumentParser, list[cli.Parameter]]:
         model.add_argument(cli.flag_name(name), action=argparse.BooleanOptionalAction,
                            default=None, help=text)
     tr = parser.add_argument_group("training (not parameters of the component)")
-    tr.add_argument("--optimizer", choices=training_setup.OPTIMIZERS, default="adamw-fused",
-                    help="adamw-fused (in place) or adamw-foreach (one state-sized temporary) "
-                    "(default: adamw-fused)")
     tr.add_argument("--reduce-dtype", choices=training_setup.REDUCE_DTYPES, default="fp32",
                     help="gradient reduce-scatter dtype (default: fp32)")
     tr.add_argument("--gradient-accumulation-steps", type=int, default=1,
@@ -107,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
         values = component_values(args, params)
         model = {name: getattr(args, name) for name in ("norm", *MODEL_SWITCHES)}
         result = planner.plan(run.request(values, model=model, training={
-            "optimizer": args.optimizer, "reduce_dtype": args.reduce_dtype,
+            "reduce_dtype": args.reduce_dtype,
             "gradient_accumulation_steps": args.gradient_accumulation_steps}))
         planner.check_single_precision_supported(result)
         run.check_runnable(result, values)

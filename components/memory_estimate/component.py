@@ -34,6 +34,8 @@ def memory_estimate(
     optimizer_state_dtype: str = "fp32",
     fsdp_version: int = 2,
     quantized_model_init: bool = False,
+    optimizer: str = "adamw-fused",
+    dropout: float = 0.0,
     require_all_runnable: bool = False,
     max_candidate_batch_size: int = 0,
     instance_hour_prices: Optional[dict] = None,
@@ -87,6 +89,11 @@ def memory_estimate(
         optimizer_state_dtype: AdamW moment dtype (fp32 or bf16).
         fsdp_version: 2 (fully_shard) or 1 (FullyShardedDataParallel).
         quantized_model_init: TE quantized_model_init (weights stored quantised).
+        optimizer: adamw-fused (AdamW(fused=True), in place: this project's trainer) or
+            adamw-foreach (torch.optim.Adam's default on CUDA, one state-sized temporary:
+            TE's examples/pytorch/fsdp/fsdp.py).
+        dropout: Hidden dropout probability of the blocks (0: this trainer; 0.1: TE's
+            fsdp.py, te.TransformerLayer's default); each block keeps its masks.
         require_all_runnable: Fail when any requested precision is unsupported or
             predicted not to fit, instead of reporting it in the plan.
         max_candidate_batch_size: Cap on the batch sizes in ``batch_candidates``

@@ -32,7 +32,8 @@ median 0.3%, worst 2.0% over 16 validation points outside the 40 it was calibrat
 What the numbers mean: ``peak_allocated_bytes`` predicts
 ``torch.cuda.max_memory_allocated()`` after a few steps; ``peak_bytes`` adds what
 the process holds outside live tensors (CUDA context and NCCL buffers, the caching
-allocator's reserve), i.e. what must fit in the GPU.
+allocator's reserve), i.e. what must fit in the GPU; ``peak_reserved_bytes`` (allocated plus
+the reserve) predicts ``torch.cuda.max_memory_reserved()``, the fit decision's boundary.
 """
 
 from __future__ import annotations
@@ -151,19 +152,38 @@ _TE_CUBLAS_WORKSPACE = 32 * MiB + 1024
 CUDA_CONTEXT_BYTES = 801_964_032
 NCCL_BUFFER_BYTES = {1: 1_387_069_440 - 801_964_032, 2: 1_684_930_560 - 801_964_032}
 
-# The caching allocator's reserve: memory it holds beyond live tensors that it
-# cannot hand back when a large request fails (free pieces of segments that still
-# hold live blocks). It scales with the largest single allocation, not with the
-# total. Measured on an H200 with the trainer (spot_checks_h200.json): 1b at seq
-# 2048 ran at batch 16 and 17 with 13.6 GB and 15.0 GB reserved-but-unallocated
-# (0.81 and 0.84 x the 16.8 / 17.9 GB fp32 logits, the largest tensor) and ran out
-# of memory at batch 18 requesting 17.6 GiB with 16 GB of such free pieces;
-# te-fsdp-example at seq 4096 (largest tensor ~1.2 GB) ran at batch 23 and failed
-# at 24, where allocated + context alone exceed the GPU. 0.85 x the largest
-# allocation reproduces all these outcomes.
-ALLOCATOR_RESERVE_OF_LARGEST = 0.85
-# Floor for workloads made of many small tensors: 1% of the allocated peak.
-ALLOCATOR_RESERVE_MIN_FRACTION = 0.01
+# The caching allocator's reserve: what torch.cuda.max_memory_reserved() holds beyond the
+# allocated peak (cached free blocks: split segments, and blocks freed on FSDP's all-gather /
+# reduce-scatter streams, which the caching allocator keeps per stream). Modelled as
+#   fixed + fixed_fsdp2 + of_loss x (the loss's largest tensor) + of_fsdp x (one block's
+#   gathered weights + unsharded gradient + reduce-scatter input),
+# least squares over the 186 runs that record peak_reserved_bytes (36 configuration
+# families: benchmarks/memory/h200_grid.json 50, spot_checks_h200.json 10 ran,
+# fsdp1_h200_grid.json 56 (child max_reserved_bytes), benchmarks/throughput/h200_grid.json 70);
+# ``python benchmarks/memory/compare.py --fit-reserve`` refits and prints the
+# leave-one-family-out errors (held-out median 1.7 GiB, worst 5.7 GiB under).
+#  - fixed 2.33 GiB: every run, with nothing large (fsdp.py 1-2 layers: 0.3-0.5 GiB above
+#    allocated; the trainer's small runs 3.3-6 GiB);
+#  - fixed_fsdp2 2.47 GiB: this trainer (FSDP2) above fsdp.py (FSDP1, NO_SHARD at world
+#    size 1);
+#  - of_loss 0.67: the eager loss's fp32 logits copy (1b torch b16/b17 at seq 2048: 12.7 /
+#    14.0 GiB above allocated with 15.7 / 16.6 GiB fp32 logits); the compiled loss's
+#    largest tensor is its 16-bit logits gradient, given the same fraction (its one measured
+#    run, 1b b4 s4096, benchmarks/trainer/raw/like_for_like_h200.log: predicted 7% high);
+#  - of_fsdp 2.58: the FSDP transients of ~2.5 blocks stay cached on the communication
+#    streams (widths 2048 / 4096 / 8192 at 8,192 tokens: 5.7 / 14.8 / 21.8 GiB above
+#    allocated, benchmarks/throughput/h200_grid.json).
+# The old reserve (0.85 x the largest single allocation, fp32 logits even for the compiled
+# loss) was tens of GiB too large at large batch and 5-7 GiB too small at small ones.
+# At the out-of-memory boundary the allocator frees its cached blocks and retries, so a run
+# can finish with less reserved than this (te-fsdp-example torch b23 at seq 4096 ran with
+# 2.6 GiB above allocated): fitting on what runs with ample memory hold keeps the
+# largest-batch answer at or below the measured boundary (spot checks: 1b 17 -> 16,
+# te-fsdp-example 23 -> 22).
+ALLOCATOR_RESERVE_FIXED = int(2.33 * GiB)
+ALLOCATOR_RESERVE_FSDP2 = int(2.47 * GiB)
+ALLOCATOR_RESERVE_OF_LOSS = 0.67
+ALLOCATOR_RESERVE_OF_FSDP = 2.58
 
 # ---------------------------------------------------------------------------
 # The estimate
@@ -176,16 +196,22 @@ class Estimate:
     gpu: str
     gpu_memory_bytes: int
     peak_allocated_bytes: int  # predicts torch.cuda.max_memory_allocated()
-    peak_bytes: int  # device memory needed at the peak (allocated + overheads)
+    peak_bytes: int  # device memory needed at the peak (reserved + CUDA context)
     phase: str  # where the peak happens
     breakdown: dict[str, int] = field(default_factory=dict)  # sums to peak_bytes
     parameters: int = 0
+
+    @property
+    def peak_reserved_bytes(self) -> int:
+        """Predicts ``torch.cuda.max_memory_reserved()``: allocated plus the allocator's reserve."""
+        return self.peak_allocated_bytes + self.breakdown.get("allocator_reserve", 0)
 
     def to_dict(self) -> dict[str, Any]:
         s = self.setup
         return {
             "peak_bytes": self.peak_bytes,
             "peak_allocated_bytes": self.peak_allocated_bytes,
+            "peak_reserved_bytes": self.peak_reserved_bytes,
             "peak_phase": self.phase,
             "breakdown": dict(self.breakdown),
             "gpu": self.gpu,
@@ -210,14 +236,7 @@ def estimate(setup: TrainingSetup, gpu: hardware.GPU | str) -> Estimate:
     allocated = int(round(sum(parts.values())))
     breakdown = {k: int(round(parts.get(k, 0.0))) for k in ALLOCATED_PARTS}
     breakdown["cuda_context"] = CUDA_CONTEXT_BYTES + NCCL_BUFFER_BYTES[min(s.world_size, 2)]
-    breakdown["allocator_reserve"] = int(
-        round(
-            max(
-                ALLOCATOR_RESERVE_OF_LARGEST * terms.largest_allocation(),
-                ALLOCATOR_RESERVE_MIN_FRACTION * allocated,
-            )
-        )
-    )
+    breakdown["allocator_reserve"] = int(round(allocator_reserve(*_reserve_features(terms))))
     # Rounding each part can move the sum by a byte or two: make the parts add up.
     allocated = sum(breakdown[k] for k in ALLOCATED_PARTS)
     return Estimate(
@@ -230,6 +249,24 @@ def estimate(setup: TrainingSetup, gpu: hardware.GPU | str) -> Estimate:
         breakdown=breakdown,
         parameters=s.model.total_params(),
     )
+
+
+def reserve_features(setup: TrainingSetup, gpu: hardware.GPU | str) -> tuple[float, float, float]:
+    """(FSDP2 or not, the loss's largest tensor, one block's FSDP transients), in bytes:
+    what the allocator reserve is modelled from (``allocator_reserve``)."""
+    g = hardware.gpu(gpu) if isinstance(gpu, str) else gpu
+    return _reserve_features(_Terms(setup.validate(), g))
+
+
+def _reserve_features(terms: _Terms) -> tuple[float, float, float]:
+    return (float(terms.s.fsdp_version == 2), terms.largest_loss_tensor(),
+            terms.block_gathered + terms.block_grad_unsharded + terms.block_rs_buffer)
+
+
+def allocator_reserve(fsdp2: float, loss_tensor: float, fsdp_transients: float) -> float:
+    """Bytes the caching allocator holds above the allocated peak (see the constants)."""
+    return (ALLOCATOR_RESERVE_FIXED + ALLOCATOR_RESERVE_FSDP2 * fsdp2
+            + ALLOCATOR_RESERVE_OF_LOSS * loss_tensor + ALLOCATOR_RESERVE_OF_FSDP * fsdp_transients)
 
 
 def phases(setup: TrainingSetup, gpu: hardware.GPU | str) -> list[tuple[str, dict[str, float]]]:
@@ -474,19 +511,11 @@ class _Terms:
             ),
         ]
 
-    def largest_allocation(self) -> float:
-        """The largest single tensor of the step: fp32 logits, a gathered FSDP unit
-        (FSDP2 gathers a unit into one buffer) or its reduce-scatter input, the widest
-        activation, or the fp32 copies of the emulated GEMMs."""
-        s, m = self.s, self.s.model
-        fc1 = 2 * m.ffn_hidden_size if m.mlp == "swiglu" else m.ffn_hidden_size
-        widest = max(fc1, m.hidden_size + 2 * m.kv_dim)
-        act = self.tokens * widest * (4 if _emulated_linears(s) else self.c)
-        logits = self.tokens * m.vocab_size * 4.0
-        return max(
-            logits, act, self.block_gathered, self.block_rs_buffer, self.root_gathered,
-            self.root_rs_buffer,
-        )
+    def largest_loss_tensor(self) -> float:
+        """The cross-entropy's largest tensor: the eager loss's fp32 copy of the logits, or
+        the compiled loss's logits gradient (16-bit)."""
+        n = float(self.tokens) * self.s.model.vocab_size
+        return n * (self.c if self.s.loss_kernel == "compiled" else 4.0)
 
     def _head_share(self) -> float:
         """Fraction of the root's unsharded gradient present during block backward:

@@ -16,8 +16,10 @@ from components.common.errors import UserError
 from components.memory_estimate import planner, report
 
 # The component's parameters that shape the training step, passed on as ``Request.training``.
+# Each is a TrainingSetup field of the same name and default
+# (tests/test_memory_estimate.py checks the defaults agree).
 TRAINING_PARAMETERS = ("backend", "param_dtype", "master_weights", "optimizer_state_dtype",
-                       "fsdp_version", "quantized_model_init")
+                       "fsdp_version", "quantized_model_init", "optimizer", "dropout")
 PARAMETERS = frozenset((
     "instance_type", "instance_count", "world_size", "gpu", "model_preset", "num_layers",
     "hidden_size", "num_heads", "num_kv_heads", "ffn_hidden_size", "vocab_size", "mlp",

@@ -8,11 +8,13 @@ precision and recipe, warnings, the headline metrics and the events.
 from __future__ import annotations
 
 import math
+import statistics
 from typing import Any
 
 from components.common.losses import final_loss
 from components.common.step_series import FAILED_STATUSES
 from components.parse_logs.parser import ParsedLog
+from trainer import hardware
 from trainer.hardware import LOW_PRECISIONS, PRECISIONS
 
 EVENTS_SCHEMA = "kfp-sagemaker/log-events/v1"
@@ -34,6 +36,26 @@ def steady_state(values: list[float]) -> list[float]:
 
 def _mean(values: list[float]) -> float | None:
     return sum(values) / len(values) if values else None
+
+
+def _median(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def _first(*values: float | None) -> float | None:
+    return next((v for v in values if v is not None), None)
+
+
+def _bf16_mfu(tflops: float | None, parsed: ParsedLog) -> float | None:
+    """MFU against the GPU's dense bf16 peak, for logs older than the trainer's own figure."""
+    gpu = parsed.records.get("world", {}).get("gpu") or parsed.summary.get("gpu")
+    if tflops is None or not gpu or parsed.summary.get("emulated"):
+        return None
+    try:
+        peak = hardware.gpu(str(gpu)).peak_for("bf16")
+    except (KeyError, ValueError):
+        return None
+    return tflops / peak if peak else None
 
 
 def _num(x: Any) -> float | None:
@@ -147,6 +169,14 @@ def metrics(parsed: ParsedLog) -> dict[str, float]:
         mean = _mean(steady_state(s[name]))
         out[f"mean_{name}" if name != "mfu" else "mfu"] = (
             mean if mean is not None else _num(summary.get(name)))
+    # The robust figures (one slow step cannot move them): the trainer's median steady-state
+    # step when its summary says it, else the median of the logged values after warm-up.
+    for name in ("tokens_per_s", "tokens_per_s_per_gpu"):
+        out[f"median_{name}"] = _first(_num(summary.get(f"{name}_median")),
+                                       _median(steady_state(s[name])))
+    out["mfu_bf16_peak"] = _first(_num(summary.get("mfu_bf16_peak_median")),
+                                  _num(summary.get("mfu_bf16_peak")),
+                                  _bf16_mfu(_median(steady_state(s["tflops_per_gpu"])), parsed))
     peaks = _finite(s["mem_alloc_gib"])
     candidates = [max(peaks)] if peaks else []
     if _num(summary.get("peak_allocated_bytes")):

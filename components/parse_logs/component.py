@@ -7,7 +7,7 @@ from kfp.dsl import Artifact, Dataset, Input, Markdown, Metrics, Output
 from components.common.component import component
 
 
-@component(aws=True)
+@component(aws=True, retries=3)  # read-only
 def parse_logs(
     metrics: Output[Metrics],
     series: Output[Dataset],

@@ -15,7 +15,8 @@ from components.parse_logs.series import write_series
 
 # The KFP Metrics parse_logs logs (a subset of analysis.metrics; finite values only).
 KFP_METRICS = ("final_loss", "last_loss", "mean_tokens_per_s", "mean_tokens_per_s_per_gpu",
-               "mean_tflops_per_gpu", "mfu", "peak_memory_gib", "peak_reserved_gib",
+               "median_tokens_per_s", "median_tokens_per_s_per_gpu",
+               "mean_tflops_per_gpu", "mfu", "mfu_bf16_peak", "peak_memory_gib", "peak_reserved_gib",
                "avg_iter_time_s", "steps", "oom_events", "nan_loss_events", "loss_spike_events",
                "restart_events", "nccl_error_events", "log_lines", "unparsed_trainer_lines")
 
@@ -24,6 +25,10 @@ def _fmt(x: Any, spec: str = ",.4g", unit: str = "") -> str:
     if x is None or (isinstance(x, float) and not math.isfinite(x)):
         return "n/a"
     return f"{format(x, spec)}{unit}"
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None else _fmt(x * 100, ".1f", "%")
 
 
 def _md(text: Any) -> str:
@@ -59,8 +64,12 @@ def markdown(report: dict[str, Any]) -> str:
         lines.append(f"| data entropy floor | {floor:.5g} nats (gap {_fmt(gap, '.4g')}) |")
     lines.append(f"| mean tokens/s (after warm-up) | {_fmt(m.get('mean_tokens_per_s'), ',.1f')} |")
     lines.append(f"| tokens/s per GPU | {_fmt(m.get('mean_tokens_per_s_per_gpu'), ',.1f')} |")
+    lines.append(f"| median tokens/s per GPU (the median step after warm-up: one slow step "
+                 f"does not move it) | {_fmt(m.get('median_tokens_per_s_per_gpu'), ',.1f')} |")
     lines.append(f"| TFLOP/s per GPU | {_fmt(m.get('mean_tflops_per_gpu'), ',.1f')} |")
-    lines.append(f"| MFU | {_fmt(m['mfu'] * 100, '.1f', '%') if 'mfu' in m else 'n/a'} |")
+    lines.append(f"| MFU (against the GPU's dense bf16 peak, for every precision) | "
+                 f"{_pct(m.get('mfu_bf16_peak'))} |")
+    lines.append(f"| MFU (against the precision's own dense peak) | {_pct(m.get('mfu'))} |")
     lines.append(f"| peak memory | {_fmt(m.get('peak_memory_gib'), '.2f', ' GiB')} allocated, "
                  f"{_fmt(m.get('peak_reserved_gib'), '.2f', ' GiB')} reserved |")
     if "avg_iter_time_s" in m:

@@ -96,13 +96,20 @@ def load(paths: list[str]) -> list[Candidate]:
             batch_size=int(batch) if isinstance(batch, int) else None,
             activation_checkpointing=bool(ac) if isinstance(ac, bool) else None,
             status=str(meta.get("status") or "unknown"),
-            tokens_per_s_per_gpu=_num(metrics.get("mean_tokens_per_s_per_gpu")),
+            tokens_per_s_per_gpu=_robust_tokens_per_s(metrics),
             peak_memory_gib=_num(metrics.get("peak_memory_gib")),
             emulated=bool(meta.get("emulated")),
             failure_reason=str(meta.get("failure_reason") or ""),
             predicted_tokens_per_s_per_gpu=_predict(meta, s.precision),
         ))
     return out
+
+
+def _robust_tokens_per_s(metrics: dict[str, Any]) -> float | None:
+    """The median step's tokens/s per GPU (one slow step of a short trial cannot reorder the
+    ranking); the mean for series written before parse_logs carried the median."""
+    median = _num(metrics.get("median_tokens_per_s_per_gpu"))
+    return median if median is not None else _num(metrics.get("mean_tokens_per_s_per_gpu"))
 
 
 def _predict(meta: dict[str, Any], precision: str) -> float | None:

@@ -8,7 +8,7 @@ from kfp.dsl import Model, Output, OutputPath
 from components.common.component import component
 
 
-@component(aws=True)
+@component(aws=True, retries=2)  # a retry re-attaches to its job by its deterministic name
 def sagemaker_training(
     image_uri: str,
     role_arn: str,
@@ -34,6 +34,7 @@ def sagemaker_training(
     precision_hyperparameters: Optional[dict] = None,
     environment: Optional[dict] = None,
     checkpoint_s3_uri: str = "",
+    checkpoint_s3_prefix: str = "",
     input_channels: Optional[dict] = None,
     training_plan_arn: str = "",
     use_spot: bool = False,
@@ -131,7 +132,10 @@ def sagemaker_training(
             this task's precision's entry applies, so a sweep passes one map to all.
         environment: Extra environment variables for the training container.
         checkpoint_s3_uri: S3 prefix the checkpoint directory is synced to and restored
-            from (required with ``use_spot``).
+            from (required with ``use_spot``, or ``checkpoint_s3_prefix``).
+        checkpoint_s3_prefix: Instead of ``checkpoint_s3_uri``: the job's checkpoints
+            are at ``<checkpoint_s3_prefix>/<job name>``, a prefix of its own (what a
+            pipeline with several jobs passes: its jobs never share checkpoints).
         input_channels: Channel name -> S3 prefix, downloaded to
             /opt/ml/input/data/<name> (e.g. {"train": "s3://bucket/tokens/"}); the
             trainer reads token files with ``hyperparameters={"data-dir": ...}``.

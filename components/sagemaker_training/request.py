@@ -17,11 +17,11 @@ from typing import Any
 from components.common import naming, tags
 from components.common.errors import UserError
 from components.common.s3 import split_s3_uri
+from components.common.training_job import MAX_RUNTIME_LIMIT_S
 from components.sagemaker_training import limits
 
 DEFAULT_INSTANCE_TYPE = "ml.p6-b200.48xlarge"
 DEFAULT_MAX_RUNTIME_S = 24 * 3600
-MAX_RUNTIME_LIMIT_S = 28 * 24 * 3600  # SageMaker's ceiling (documented; botocore has min 1 only)
 MAX_VOLUME_SIZE_GB = 16384  # EBS gp2/gp3 ceiling (botocore has min 0 only)
 CHECKPOINT_LOCAL_PATH = "/opt/ml/checkpoints"
 
@@ -93,6 +93,7 @@ class TrainingJobConfig:
     hyperparameters: dict[str, Any] = field(default_factory=dict)
     environment: dict[str, Any] = field(default_factory=dict)
     checkpoint_s3_uri: str = ""
+    checkpoint_s3_prefix: str = ""
     input_channels: dict[str, str] = field(default_factory=dict)
     training_plan_arn: str = ""
     use_spot: bool = False
@@ -187,6 +188,10 @@ def resolve(cfg: TrainingJobConfig, *, region: str | None = None) -> ResolvedCon
     _check_with_trainer(hps, env)
     merged_tags = _tags(cfg)
     job_name = cfg.job_name or derived_job_name(cfg, hps)
+    if cfg.checkpoint_s3_prefix:  # the job's own prefix, named after the job
+        cfg = dataclasses.replace(cfg, checkpoint_s3_prefix="", checkpoint_s3_uri=(
+            f"{cfg.checkpoint_s3_prefix.rstrip('/')}/{job_name}"))
+        _check_s3("checkpoint_s3_prefix", cfg.checkpoint_s3_uri, "CheckpointConfig.S3Uri")
     return ResolvedConfig(cfg, resolved_region, job_name, hps, env, merged_tags, batch_size,
                           checkpointing, tuple(notes))
 
@@ -388,8 +393,14 @@ def _capacity(cfg: TrainingJobConfig, region: str) -> None:
         raise UserError("max_runtime_seconds", f"{cfg.max_runtime_seconds}: must be 1-"
                         f"{MAX_RUNTIME_LIMIT_S} (SageMaker's 28 days).",
                         "pass the longest the job may train.")
+    if cfg.checkpoint_s3_uri and cfg.checkpoint_s3_prefix:
+        raise UserError("checkpoint_s3_prefix", "is given together with checkpoint_s3_uri.",
+                        "pass checkpoint_s3_prefix (the job's checkpoints at <prefix>/<job "
+                        "name>) or checkpoint_s3_uri (exactly that prefix), not both.")
+    if cfg.checkpoint_s3_prefix:
+        _check_s3("checkpoint_s3_prefix", cfg.checkpoint_s3_prefix, "CheckpointConfig.S3Uri")
     if cfg.use_spot:
-        if not cfg.checkpoint_s3_uri:
+        if not (cfg.checkpoint_s3_uri or cfg.checkpoint_s3_prefix):
             raise UserError("checkpoint_s3_uri", "is required with use_spot: an interrupted spot "
                             "job resumes from its checkpoints.",
                             "pass checkpoint_s3_uri=s3://<bucket>/<prefix>/checkpoints.")

@@ -1,0 +1,164 @@
+"""KFP definition of the training planner (the work is in ``search`` / ``report``)."""
+
+from typing import NamedTuple, Optional
+
+from kfp.dsl import Artifact, Dataset, Input, Markdown, Output
+
+from components.common.component import component
+
+
+@component(aws=True, retries=2)  # reads prices and offerings only
+def plan_training(
+    training_tokens: int,
+    summary: Output[Markdown],
+    candidates: Output[Artifact],
+    choice: Output[Artifact],
+    convergence_verdicts: Input[Artifact] = None,
+    probe_series: Input[list[Dataset]] = None,
+    model_preset: str = "8b",
+    num_layers: int = 0,
+    hidden_size: int = 0,
+    num_heads: int = 0,
+    num_kv_heads: int = 0,
+    ffn_hidden_size: int = 0,
+    vocab_size: int = -1,
+    seq_length: int = 2048,
+    max_batch_size: int = 0,
+    deadline_hours: float = 0.0,
+    max_cost_usd: float = 0.0,
+    instance_types: Optional[list] = None,
+    max_instance_count: int = 16,
+    precisions: Optional[list] = None,
+    capacity_modes: list = ["on-demand", "spot", "training-plan"],  # noqa: B006 (KFP default)
+    region: str = "",
+    instance_hour_prices: Optional[dict] = None,
+    headroom: float = 0.05,
+    runtime_margin: float = 0.2,
+    startup_seconds: int = 600,
+    rank_by: str = "cost",
+    probes: Optional[list] = None,
+    show_top: int = 10,
+    probe_count: int = 3,
+) -> NamedTuple(  # type: ignore[valid-type]
+    "Outputs",
+    [("instance_type", str), ("instance_count", int), ("precision", str), ("batch_size", int),
+     ("activation_checkpointing", bool), ("max_steps", int), ("max_runtime_seconds", int),
+     ("use_spot", bool), ("max_wait_seconds", int), ("max_cost_usd", float),
+     ("top_candidates", list)],
+):
+    """Plans a training run: the cheapest (or fastest) configuration that trains this model
+    on this many tokens, within a deadline and a budget, before any money is spent.
+
+    Searches instance type x instance count x precision x micro-batch x activation
+    checkpointing x capacity mode (on-demand, spot, a training plan) with the project's
+    models, nothing new: the memory estimate (memory_estimate's planner: what fits, and
+    the headroom) and the throughput model (components/common/throughput.py: tokens/s
+    per GPU, corrected by ``probes`` when given), priced by the price book
+    (components/common/pricing.py: your ``instance_hour_prices``, the AWS Price List
+    API, the shipped table) through the one cost function. Configurations that do not fit
+    in memory, miss the deadline, run longer than one SageMaker job may (28 days) or
+    whose worst case (what sagemaker_training's spend guard checks) exceeds
+    ``max_cost_usd`` are dropped with their reason; an instance type without a price is
+    listed as unpriced, never ranked. For training plans, SearchTrainingPlanOfferings
+    gives the exact up-front fee and window for the run's hours (nothing is bought).
+
+    The table's every figure names its source (predicted, probed or measured, and by
+    what; the price's source; the precision's risk and whether the convergence sweep
+    validated it). Pure Python; seconds on a CPU for the default search. Without a
+    ``region`` no AWS call is made (the shipped price table; no training plans).
+
+    Args:
+        training_tokens: Tokens to train on (e.g. 100000000000 for 100B).
+        convergence_verdicts: The ``verdicts`` output of compare_convergence: only the
+            precisions it passed are planned (default: every precision each GPU runs).
+        model_preset: Model preset (tiny, small, 1b, 3b, 8b, 14b, 32b, 64b,
+            te-fsdp-example); the dimensions below override it.
+        num_layers: Transformer blocks (0: the preset's).
+        hidden_size: Model width (0: the preset's).
+        num_heads: Attention heads (0: the preset's).
+        num_kv_heads: Key/value heads for grouped-query attention (0: the preset's).
+        ffn_hidden_size: MLP inner size (0: the preset's).
+        vocab_size: Vocabulary size (-1: the preset's; 0: a bare block stack).
+        seq_length: Sequence length in tokens.
+        max_batch_size: Largest micro-batch per GPU to consider (0 = the largest that
+            fits, capped at 65,536 tokens per GPU and 4M tokens per step as the memory
+            estimate caps it).
+        deadline_hours: The run must finish within this many hours (predicted time;
+            0: no deadline).
+        max_cost_usd: Budget: a configuration whose worst case exceeds it is never
+            chosen, and it is the chosen configuration's spend guard (0: none; the
+            guard is then the planned worst case).
+        instance_types: Candidate SageMaker instance types (default: every GPU type in
+            the catalog with a price; every one when training plans are searched).
+        max_instance_count: The most instances per job (counts tried: powers of two up
+            to it, and it).
+        precisions: Allowed precisions (default: those the convergence sweep passed when
+            ``convergence_verdicts`` is given, else every precision each GPU runs).
+        capacity_modes: on-demand, spot (priced at most the on-demand rate; its worst
+            case is max_wait_seconds) and training-plan (needs ``region``).
+        region: AWS region the prices and training-plan offerings are for (the AWS Price
+            List API, SearchTrainingPlanOfferings); empty: no AWS call.
+        instance_hour_prices: Instance type -> USD per instance-hour (e.g. a Savings
+            Plans rate), before the Price List API and the shipped table.
+        headroom: Fraction of GPU memory to keep free (0.05 = 5%).
+        runtime_margin: max_runtime_seconds = the steps' predicted time x (1 + this) +
+            ``startup_seconds``: room for the throughput model's error (the worst case
+            is costed with it).
+        startup_seconds: Billed time before the first step (image download, torchrun and
+            model initialisation, compilation), added to every job's predicted time.
+        rank_by: cost (cheapest first, then fastest) or time (fastest first).
+        probes: Measured speeds that correct the prediction: a list of
+            {instance_type, precision, batch_size, activation_checkpointing,
+            tokens_per_s_per_gpu, world_size, peak_memory_bytes, source, kind
+            (probed or measured)}.
+        show_top: Rows of the ranked table in the report.
+        probe_count: How many of the best distinct configurations ``top_candidates``
+            lists (the plan_and_train pipeline probes them).
+
+    Returns:
+        summary: Markdown: the ranked table with every figure's source, and what was not
+            ranked and why (unpriced types, deadline, budget, memory).
+        candidates: JSON (kfp-sagemaker/training-candidates/v1): every ranked and
+            dropped candidate with its figures and their sources.
+        choice: JSON (kfp-sagemaker/training-choice/v1): the chosen configuration as
+            sagemaker_training's parameters, its predicted figures, and what it still
+            needs (checkpoint_s3_uri for spot, training_plan_arn for a plan).
+        instance_type: The chosen instance type (sagemaker_training's parameter).
+        instance_count: The chosen instance count.
+        precision: The chosen precision.
+        batch_size: The chosen micro-batch per GPU.
+        activation_checkpointing: Whether to checkpoint activations.
+        max_steps: Optimizer steps for training_tokens.
+        max_runtime_seconds: The predicted time with runtime_margin.
+        use_spot: True when spot was chosen.
+        max_wait_seconds: Spot only: max_runtime_seconds x 2 (0 otherwise).
+        max_cost_usd: The spend guard to launch with (the budget, else the worst case).
+        top_candidates: The best ``probe_count`` distinct configurations, best first.
+    """
+    params = dict(locals())  # this signature's parameters: their one declaration
+    from collections import namedtuple
+
+    from components.common.errors import UserError
+    from components.plan_training.run import run_component
+
+    verdicts = convergence_verdicts.path if convergence_verdicts is not None else ""
+    series = [s.path for s in probe_series] if probe_series is not None else []
+    out = run_component(verdicts=verdicts, probe_series=series, **{
+        k: v for k, v in params.items()
+        if k not in ("summary", "candidates", "choice", "convergence_verdicts", "probe_series")})
+    for artifact, text in ((summary, out.markdown), (candidates, out.candidates),
+                           (choice, out.choice)):
+        with open(artifact.path, "w", encoding="utf-8") as f:
+            f.write(text)
+    print(out.markdown)
+    if out.parameters is None:
+        raise out.result.problem() or UserError("instance_types", "nothing was chosen.", "")
+    p = out.parameters
+    outputs = namedtuple(  # type: ignore[name-match]
+        "Outputs", ["instance_type", "instance_count", "precision", "batch_size",
+                    "activation_checkpointing", "max_steps", "max_runtime_seconds", "use_spot",
+                    "max_wait_seconds", "max_cost_usd", "top_candidates"])
+    return outputs(p["instance_type"], p["instance_count"], p["precision"], p["batch_size"],
+                   p["activation_checkpointing"], p["max_steps"], p["max_runtime_seconds"],
+                   p["use_spot"], p["max_wait_seconds"], p["max_cost_usd"],
+                   out.top_candidates)

@@ -1,0 +1,238 @@
+"""What the KFP component does, as a plain function (tested without KFP).
+
+``params`` are the component's parameters by name: its signature
+(``components/plan_training/component.py``) is their one declaration, whose defaults
+the CLI fills in. Everything is validated before the first AWS call (the Price List
+API and SearchTrainingPlanOfferings, only when ``region`` is given).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from components.common import pricing
+from components.common.errors import UserError
+from components.memory_estimate import planner
+from components.plan_training import probes, report, search
+from trainer import hardware
+
+VERDICTS_SCHEMA = "kfp-sagemaker/convergence-verdicts/v1"
+PARAMETERS = frozenset((
+    "training_tokens", "model_preset", "num_layers", "hidden_size", "num_heads",
+    "num_kv_heads", "ffn_hidden_size", "vocab_size", "seq_length", "deadline_hours",
+    "max_cost_usd", "instance_types", "max_instance_count", "precisions", "capacity_modes",
+    "region", "instance_hour_prices", "headroom", "runtime_margin", "rank_by", "probes",
+    "startup_seconds", "max_batch_size", "show_top", "probe_count",
+))
+
+
+@dataclass(frozen=True)
+class PlanOutputs:
+    result: search.SearchResult
+    markdown: str
+    candidates: str  # JSON
+    choice: str  # JSON
+    parameters: dict[str, Any] | None  # sagemaker_training's, None when nothing was chosen
+    top_candidates: list[dict[str, Any]]
+
+
+def _positive(name: str, value: Any, *, integer: bool = False, zero: bool = False) -> None:
+    kinds = (int,) if integer else (int, float)
+    ok = isinstance(value, kinds) and not isinstance(value, bool) and math.isfinite(value) \
+        and (value >= 0 if zero else value > 0)
+    if not ok:
+        what = "an integer" if integer else "a number"
+        raise UserError(name, f"={value!r} must be {what} {'>= 0' if zero else '> 0'}.",
+                        "pass e.g. 100000000000 for training_tokens, 72 for deadline_hours "
+                        "(0: none)." if not integer or name == "training_tokens" else "")
+
+
+def _choices(name: str, values: Any, valid: tuple[str, ...]) -> tuple[str, ...]:
+    out = tuple(planner.parse_precisions(values or []))  # "a,b" or ["a", "b"], lowered
+    bad = [v for v in out if v not in valid]
+    if bad:
+        raise UserError(name, f"{', '.join(map(repr, bad))} not one of {', '.join(valid)}.", "")
+    return out
+
+
+def instance_counts(max_instance_count: int) -> tuple[int, ...]:
+    """Powers of two up to ``max_instance_count``, and that count."""
+    return tuple(sorted({1 << k for k in range(max_instance_count.bit_length())}
+                        | {max_instance_count}))
+
+
+def _instance_types(given: Any, book: pricing.PriceBook,
+                    plans: bool) -> tuple[tuple[str, ...], list[str]]:
+    """The candidate types and notes: as given (each known to the catalog), else every
+    catalog type with a price (every one, when training plans are searched)."""
+    if given:
+        types = tuple(str(t).strip() for t in given if str(t).strip())
+        unknown = [t for t in types if t not in hardware.INSTANCE_TYPES]
+        if unknown:
+            raise UserError("instance_types", f"{', '.join(unknown)}: not in the catalog.",
+                            f"choose from {', '.join(hardware.INSTANCE_TYPES)}.")
+        return tuple(dict.fromkeys(types)), []
+    if plans:
+        return tuple(hardware.INSTANCE_TYPES), []
+    priced = tuple(t for t in hardware.INSTANCE_TYPES if book.price(t) is not None)
+    left = [t for t in hardware.INSTANCE_TYPES if t not in priced]
+    notes = [f"not searched (no price; pass instance_hour_prices or list them in "
+             f"instance_types to see them): {', '.join(left)}"] if left else []
+    return priced, notes
+
+
+def read_verdicts(text_or_path: str) -> tuple[dict[str, str], list[str]]:
+    """The convergence sweep's verdicts (compare_convergence's ``verdicts`` output, a path
+    or its JSON): precision -> where its pass comes from, and notes on the others."""
+    text = text_or_path
+    if not text.lstrip().startswith("{"):
+        try:
+            text = Path(text_or_path).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise UserError("convergence_verdicts", f"cannot be read ({exc}).",
+                            "pass the verdicts output of compare_convergence.") from None
+    try:
+        doc = json.loads(text)
+    except ValueError as exc:
+        raise UserError("convergence_verdicts", f"is not JSON ({exc}).",
+                        "pass the verdicts output of compare_convergence.") from None
+    if not isinstance(doc, dict) or doc.get("schema") != VERDICTS_SCHEMA:
+        raise UserError("convergence_verdicts", f"is not a {VERDICTS_SCHEMA} document.",
+                        "pass the verdicts output of compare_convergence.")
+    passed: dict[str, str] = {}
+    notes = []
+    for p in doc.get("precisions") or []:
+        name = p.get("precision", "")
+        if p.get("converges"):
+            passed[name] = (f"validated: the convergence sweep passed it (converges like "
+                            f"{doc.get('baseline', 'the baseline')}; compare_convergence verdicts)")
+        else:
+            why = "; ".join(p.get("reasons") or []) or p.get("verdict", "not compared")
+            notes.append(f"{name} excluded: the convergence sweep did not pass it ({why})")
+    if not passed:
+        raise UserError("convergence_verdicts", "pass no precision.", "fix the sweep's runs, "
+                        "or leave convergence_verdicts out to plan every precision.")
+    return passed, notes
+
+
+def goal_and_book(params: Mapping[str, Any], verdicts: str = ""
+                  ) -> tuple[search.Goal, pricing.PriceBook, list[str]]:
+    """The validated search goal, the price book and notes (no AWS call but the Price
+    List API's, when a region is given)."""
+    missing, unknown = PARAMETERS - set(params), set(params) - PARAMETERS
+    if missing or unknown:
+        raise TypeError(f"plan_training parameters: missing {sorted(missing)}, "
+                        f"unknown {sorted(unknown)}")
+    _positive("training_tokens", params["training_tokens"], integer=True)
+    _positive("seq_length", params["seq_length"], integer=True)
+    _positive("max_instance_count", params["max_instance_count"], integer=True)
+    for name in ("deadline_hours", "max_cost_usd", "runtime_margin"):
+        _positive(name, params[name], zero=True)
+    for name in ("show_top", "probe_count", "startup_seconds", "max_batch_size"):
+        _positive(name, params[name], integer=True, zero=True)
+    if not 0 <= params["headroom"] < 1:
+        raise UserError("headroom", f"={params['headroom']!r} must be in [0, 1).", "e.g. 0.05.")
+    if params["rank_by"] not in search.RANK_BY:
+        raise UserError("rank_by", f"={params['rank_by']!r}.", "use cost or time.")
+    modes = _choices("capacity_modes", params["capacity_modes"], search.CAPACITY_MODES)
+    if not modes:
+        raise UserError("capacity_modes", "is empty.", f"list some of {search.CAPACITY_MODES}.")
+    precisions = _choices("precisions", params["precisions"], hardware.PRECISIONS)
+    probes = tuple(search.Probe.from_dict(p) for p in params["probes"] or [])
+    model = _model(params)
+    validated, notes = read_verdicts(verdicts) if verdicts else ({}, [])
+    book = pricing.PriceBook(params["region"], params["instance_hour_prices"])
+    plans = "training-plan" in modes and bool(params["region"])
+    types, more = _instance_types(params["instance_types"], book, plans)
+    goal = search.Goal(
+        model=model, training_tokens=params["training_tokens"], seq_length=params["seq_length"],
+        instance_types=types, instance_counts=instance_counts(params["max_instance_count"]),
+        capacity_modes=modes, precisions=precisions, deadline_hours=float(params["deadline_hours"]),
+        max_cost_usd=float(params["max_cost_usd"]), headroom=params["headroom"],
+        runtime_margin=float(params["runtime_margin"]), rank_by=params["rank_by"],
+        startup_seconds=params["startup_seconds"], max_batch_size=params["max_batch_size"],
+        validated=validated, probes=probes)
+    return goal, book, notes + more
+
+
+def _model(params: Mapping[str, Any]) -> Any:
+    dims: dict[str, Any] = {name: params[name] or None for name in (
+        "num_layers", "hidden_size", "num_heads", "num_kv_heads", "ffn_hidden_size")}
+    dims["vocab_size"] = None if params["vocab_size"] == -1 else params["vocab_size"]
+    return planner.model_from_values(params["model_preset"] or None, **dims)
+
+
+def top_candidates(result: search.SearchResult, count: int) -> list[dict[str, Any]]:
+    """The ``count`` best distinct configurations (a capacity mode does not change what a
+    probe measures), as training parameters plus the predicted tokens/s per GPU."""
+    out: list[dict[str, Any]] = []
+    seen = set()
+    for cand in result.ranked:
+        c = cand.config
+        key = (c.instance_type, c.instance_count, c.precision, c.batch_size,
+               c.activation_checkpointing)
+        if key in seen:
+            continue
+        seen.add(key)
+        out.append({"label": probes.label(*key),
+                    "instance_type": c.instance_type, "instance_count": c.instance_count,
+                    "precision": c.precision, "batch_size": c.batch_size,
+                    "activation_checkpointing": c.activation_checkpointing,
+                    "capacity": cand.capacity, "rank": len(out) + 1,
+                    "predicted_tokens_per_s_per_gpu": round(c.tokens_per_s_per_gpu, 1),
+                    "throughput_kind": c.throughput_kind})
+        if len(out) == count:
+            break
+    return out
+
+
+def with_probes(goal: search.Goal, paths: list[str]
+                ) -> tuple[search.Goal, list[probes.ProbeRun], list[str]]:
+    """The goal re-ranking the probed candidates: only those whose probe completed, each
+    corrected by its probe when it ran on the candidate's GPU."""
+    runs = probes.read(paths)
+    done = frozenset(r.candidate for r in runs if r.status == "completed")
+    if not done:
+        raise UserError("probe_series", "no probe completed: " + "; ".join(
+            f"{probes.label(*r.candidate)}: {r.why_not}" for r in runs) + ".",
+            "fix the probe jobs (their logs say why), or plan without probes.")
+    used = [p for r in runs if (p := r.probe()) is not None]
+    notes = [f"probe {probes.label(*r.candidate)} not chosen: {r.why_not}"
+             for r in runs if r.candidate not in done]
+    if not used:
+        notes.append("no probe ran on a candidate's GPU: the probed candidates are ranked on "
+                     "their predictions")
+    return replace(goal, only=done, probes=goal.probes + tuple(used)), runs, notes
+
+
+def run_component(verdicts: str = "", probe_series: Sequence[str] = (),
+                  **params: Any) -> PlanOutputs:
+    """The component's outputs for its parameters (``verdicts``: the convergence sweep's
+    verdicts, a path or JSON text, "" when not given; ``probe_series``: the probes' series
+    files, to re-rank the probed candidates on their measured speed)."""
+    goal, book, notes = goal_and_book(params, verdicts)
+    runs: list[probes.ProbeRun] = []
+    if probe_series:
+        goal, runs, more = with_probes(goal, list(probe_series))
+        notes += more
+    offer = None
+    if "training-plan" in goal.capacity_modes and params["region"]:
+        from components.plan_training import offerings
+
+        offer = offerings.searcher(params["region"])
+    result = search.search(goal, book, offer)
+    result.notes[:0] = notes + book.notes
+    model = {k: params[k] for k in report.MODEL_PARAMETERS}
+    chosen = result.chosen
+    return PlanOutputs(
+        result=result,
+        markdown=report.markdown(result, params["show_top"]) + report.probe_markdown(result, runs),
+        candidates=report.candidates_json(result), choice=report.choice_json(result, model),
+        parameters=(report.training_parameters(chosen, model, goal.seq_length,
+                                               goal.max_cost_usd) if chosen else None),
+        top_candidates=top_candidates(result, params["probe_count"]))

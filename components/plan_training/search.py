@@ -1,0 +1,512 @@
+"""The search: which instances, precision, micro-batch, checkpointing and capacity train
+this model on this many tokens cheapest (or fastest), within a deadline and a budget.
+
+Every configuration (instance type x count x precision x micro-batch x activation
+checkpointing) is asked of the project's two models, nothing new is modelled here:
+
+- **fits?** ``components.memory_estimate.planner`` (the memory estimate's largest batch
+  per precision and checkpointing mode, and its per-GPU peak) at the given headroom;
+- **how fast?** ``components.common.throughput.predict`` (tokens/s per GPU), corrected
+  by a probe of the same precision, micro-batch and checkpointing on the same GPU when
+  one is given (``Probe``: the measured / predicted ratio at the probe's world size,
+  applied to the prediction for the full run: "probe, then extrapolate");
+- **what does it cost?** ``components.common.pricing``: a ``PriceBook`` price (yours,
+  the AWS Price List API, or the shipped table, each with its source) through the one
+  cost function ``pricing.cost``; a training plan's cost is the offering's
+  ``UpfrontFee`` (``offerings``).
+
+Capacity modes: ``on-demand``; ``spot`` (billed at a discount SageMaker reports only
+after the job, so its cost here is the on-demand rate: an upper bound, and its worst
+case is ``max_wait_seconds`` as SageMaker bills it); ``training-plan`` (paid up front:
+the cheapest offering SearchTrainingPlanOfferings has for the run's hours).
+
+A candidate is dropped, with its reason, when it misses the deadline, runs past what
+one SageMaker job may run (28 days), or when its worst case (the training component's
+spend guard: instances x ``max_runtime_seconds``, spot ``max_wait_seconds``, x the
+price; a plan's fee) exceeds ``max_cost_usd``. An instance type without a price is
+listed as unpriced, never ranked. Of the candidates that share instance type, count,
+capacity and precision, only the best (by the ranking) is kept: the other micro-batch
+and checkpointing choices of the same hardware are worse on every ranked figure.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from components.common import pricing, throughput
+from components.common.errors import UserError
+from components.common.risk import RISK_WORDS, risk
+from components.common.training_job import MAX_RUNTIME_LIMIT_S
+from components.memory_estimate import estimator, planner
+from trainer import hardware
+from trainer.spec import ModelSpec
+
+CAPACITY_MODES = ("on-demand", "spot", "training-plan")
+RANK_BY = ("cost", "time")
+KINDS = ("predicted", "probed", "measured")
+# A spot job may wait for capacity and be interrupted: max_wait_seconds leaves as much
+# time again as the run's max_runtime_seconds (SageMaker requires max_wait >= max_runtime).
+SPOT_WAIT_FACTOR = 2.0
+MEMORY_SOURCE = ("predicted by the memory estimate (components/memory_estimate: "
+                 "calibrated on H200 runs, median 0.1% on held-out runs)")
+SPOT_PRICE_NOTE = ("spot at the on-demand rate: an upper bound (SageMaker reports the spot "
+                   "saving after the job)")
+
+
+@dataclass(frozen=True)
+class Probe:
+    """A measured speed of one configuration: a short probe job or a full run, on
+    ``world_size`` GPUs of ``instance_type`` (or of ``gpu``, when only that is known)."""
+
+    precision: str
+    batch_size: int
+    activation_checkpointing: bool
+    tokens_per_s_per_gpu: float
+    instance_type: str = ""
+    gpu: str = ""  # a GPU name (H200, "NVIDIA H200"); default: the instance type's
+    world_size: int = 1  # GPUs the probe ran on
+    peak_memory_bytes: int = 0  # 0: not measured
+    source: str = ""  # e.g. the probe's training job name
+    kind: str = "probed"  # probed (a short job) or measured (a full run)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Probe:
+        known = set(cls.__dataclass_fields__)
+        unknown = set(data) - known if isinstance(data, dict) else set()
+        if unknown or not isinstance(data, dict):
+            raise UserError("probes", f"{data!r}: unknown keys {sorted(unknown)}.",
+                            f"give each probe as {{{', '.join(sorted(known))}}}.")
+        try:
+            probe = cls(**data)
+            ok = probe.tokens_per_s_per_gpu > 0 and probe.world_size >= 1 and \
+                probe.batch_size >= 1 and probe.kind in ("probed", "measured")
+            probe.gpu_name()
+        except (TypeError, ValueError, KeyError) as exc:
+            raise UserError("probes", f"{data!r}: {exc}.", "give precision, batch_size, "
+                            "activation_checkpointing, tokens_per_s_per_gpu and a known "
+                            "instance_type or gpu.") from None
+        if not ok:
+            raise UserError("probes", f"{data!r} is not a measurement.", "give tokens_per_s_"
+                            "per_gpu > 0, batch_size and world_size >= 1, kind probed or "
+                            "measured.")
+        return probe
+
+    def gpu_name(self) -> str:
+        """The GPU it ran on (a KeyError/ValueError when neither field names one)."""
+        if self.gpu:
+            return hardware.gpu(self.gpu).name
+        return hardware.INSTANCE_TYPES[self.instance_type].gpu
+
+
+@dataclass(frozen=True)
+class Goal:
+    """What the user asks (validated by ``components.plan_training.run``)."""
+
+    model: ModelSpec
+    training_tokens: int
+    seq_length: int
+    instance_types: tuple[str, ...]
+    instance_counts: tuple[int, ...]
+    capacity_modes: tuple[str, ...] = ("on-demand", "spot")
+    precisions: tuple[str, ...] = ()  # (): every precision each GPU runs
+    deadline_hours: float = 0.0  # 0: none
+    max_cost_usd: float = 0.0  # 0: none
+    headroom: float = planner.DEFAULT_HEADROOM
+    runtime_margin: float = 0.2
+    startup_seconds: int = 600  # billed before the first step (download, initialisation)
+    max_batch_size: int = 0  # the largest micro-batch to consider (0: the largest that fits)
+    rank_by: str = "cost"
+    # precision -> where its risk verdict comes from (the convergence sweep's verdicts)
+    validated: dict[str, str] = field(default_factory=dict)
+    probes: tuple[Probe, ...] = ()
+    # Only these configurations (instance type, count, precision, micro-batch,
+    # checkpointing) are ranked: the probed candidates, when re-ranking (empty: all).
+    only: frozenset[tuple[str, int, str, int, bool]] = frozenset()
+
+
+@dataclass(frozen=True)
+class Config:
+    """One configuration on one instance type and count, before capacity and price."""
+
+    instance_type: str
+    instance_count: int
+    gpu: str
+    world_size: int
+    precision: str
+    batch_size: int
+    activation_checkpointing: bool
+    peak_bytes: int
+    usable_bytes: int
+    memory_kind: str
+    memory_source: str
+    tokens_per_s_per_gpu: float
+    throughput_kind: str
+    throughput_source: str
+    tokens_per_step: int  # over all GPUs
+
+    @property
+    def gpu_memory_bytes(self) -> int:
+        return hardware.GPUS[self.gpu].memory_bytes
+
+    @property
+    def headroom_bytes(self) -> int:
+        """GPU memory the peak leaves free (at least ``Goal.headroom`` of it)."""
+        return self.gpu_memory_bytes - self.peak_bytes
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens_per_s_per_gpu * self.world_size
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A configuration with a capacity mode: its time, cost, worst case and risk."""
+
+    config: Config
+    capacity: str
+    steps: int
+    seconds: float
+    max_runtime_seconds: int
+    max_wait_seconds: int
+    price: pricing.Price | None
+    cost: float | None  # what the run is predicted to cost (spot: at most)
+    worst_cost: float | None  # what the spend guard checks
+    risk: int
+    risk_source: str  # starts with "validated" when the convergence sweep passed it
+    offering: dict[str, Any] | None = None
+    dropped: str = ""  # why it is not ranked ("" when it is)
+
+    @property
+    def hours(self) -> float:
+        return self.seconds / 3600.0
+
+    @property
+    def currency(self) -> str:
+        return self.price.currency if self.price else "USD"
+
+
+@dataclass(frozen=True)
+class Misfit:
+    """A precision that does not fit on an instance type and count, even at batch 1."""
+
+    instance_type: str
+    instance_count: int
+    precision: str
+    peak_bytes: int
+    usable_bytes: int
+
+
+@dataclass(frozen=True)
+class Unpriced:
+    instance_type: str
+    capacity: tuple[str, ...]
+    why: str
+    fastest_hours: float | None  # the fastest fitting configuration's predicted time
+
+
+@dataclass
+class SearchResult:
+    goal: Goal
+    ranked: list[Candidate]
+    dropped: list[Candidate]
+    misfits: list[Misfit]
+    unpriced: list[Unpriced]
+    notes: list[str]
+    configurations: int = 0  # how many were asked of the models
+    seconds: float = 0.0  # how long the search took
+
+    @property
+    def chosen(self) -> Candidate | None:
+        return self.ranked[0] if self.ranked else None
+
+    def problem(self) -> UserError | None:
+        """Why nothing can be chosen (None when something is): the field and the fix."""
+        return None if self.ranked else why_nothing(self)
+
+
+# Offerings: (instance type, count, hours, deadline hours) -> SearchTrainingPlanOfferings'
+# offerings (see components.plan_training.offerings).
+OfferingSearch = Callable[[str, int, int, float], list[dict[str, Any]]]
+
+
+def search(goal: Goal, book: pricing.PriceBook,
+           offerings: OfferingSearch | None = None) -> SearchResult:
+    """Every configuration of ``goal``, ranked (see the module docstring). ``offerings``:
+    how training plans are searched (None: they are not; a note says so)."""
+    start = time.perf_counter()
+    result = SearchResult(goal, [], [], [], [], [])
+    plan_configs: list[Config] = []
+    for it in goal.instance_types:
+        configs = _configurations(goal, it, result)
+        result.configurations += len(configs)
+        hourly = [c for c in goal.capacity_modes if c != "training-plan"]
+        price = book.price(it)
+        if hourly and price is None:
+            fastest = min((_seconds(goal, c) for c in configs), default=None)
+            result.unpriced.append(Unpriced(it, tuple(hourly), book.missing(it),
+                                            fastest / 3600 if fastest is not None else None))
+        elif hourly:
+            for c in configs:
+                for mode in hourly:
+                    _keep(result, _hourly(goal, c, mode, price))  # type: ignore[arg-type]
+        plan_configs += configs
+    if "training-plan" in goal.capacity_modes:
+        if offerings is None:
+            result.notes.append("training-plan: not searched (no region: give region to search "
+                                "SearchTrainingPlanOfferings)")
+        else:
+            for cand in _plan_candidates(goal, plan_configs, offerings, result.notes):
+                _keep(result, cand)
+    result.ranked = _best_per_group(result.ranked, goal.rank_by)
+    result.dropped = _best_per_group(result.dropped, goal.rank_by)
+    result.seconds = time.perf_counter() - start
+    return result
+
+
+def _precisions(goal: Goal, gpu: hardware.GPU) -> list[str]:
+    wanted = goal.precisions or tuple(gpu.supported_precisions())
+    if goal.validated:
+        wanted = tuple(p for p in wanted if p in goal.validated)
+    return [p for p in wanted if gpu.supports(p)]
+
+
+def _batches(top: int, cap: int) -> list[int]:
+    """Powers of two up to the largest batch that fits (capped), and that batch."""
+    top = min(top, cap)
+    return sorted({1 << k for k in range(top.bit_length())} | {top}) if top else []
+
+
+def _configurations(goal: Goal, instance_type: str, result: SearchResult) -> list[Config]:
+    """Every fitting configuration of ``instance_type``; misfits recorded in ``result``."""
+    gpu = hardware.GPUS[hardware.INSTANCE_TYPES[instance_type].gpu]
+    skipped = [p for p in goal.precisions if not gpu.supports(p)]
+    if skipped:
+        result.notes.append(f"{instance_type} ({gpu.name}) does not run {', '.join(skipped)}")
+    out: list[Config] = []
+    for count in goal.instance_counts:
+        hw = planner.resolve_hardware(instance_type=instance_type, instance_count=count)
+        for p in _precisions(goal, gpu):
+            request = planner.Request(goal.model, goal.seq_length, hw, precisions=(p,),
+                                      headroom=goal.headroom).validate()
+            cap, _ = planner.batch_cap(request)
+            cap = min(cap, goal.max_batch_size or cap)
+            found = []
+            for ac in (False, True):
+                for b in _batches(planner.largest_batch(request, p, ac), cap):
+                    if not goal.only or (instance_type, count, p, b, ac) in goal.only:
+                        found.append(_config(goal, request, p, b, ac))
+            if not found and not goal.only:
+                e = estimator.estimate(request.setup(p, 1, True), gpu)
+                result.misfits.append(Misfit(instance_type, count, p, e.peak_bytes,
+                                             request.usable_bytes))
+            out += found
+    return out
+
+
+def _config(goal: Goal, request: planner.Request, precision: str, batch: int,
+            checkpointing: bool) -> Config:
+    hw = request.hardware
+    setup = request.setup(precision, batch, checkpointing)
+    peak = estimator.estimate(setup, hw.gpu).peak_bytes
+    tps = throughput.predict(setup, hw.gpu, instance_type=hw.instance_type).tokens_per_s_per_gpu
+    kind, source = "predicted", throughput.source_for(hw.gpu)
+    memory_kind, memory_source = "predicted", MEMORY_SOURCE
+    if precision in ("mxfp8", "nvfp4"):
+        memory_source += f"; {precision}: {planner.UNMEASURED_NOTE}"
+    probe = _probe_for(goal, hw, precision, batch, checkpointing)
+    if probe is not None:
+        at = replace(setup, world_size=probe.world_size)
+        predicted_at_probe = throughput.predict(
+            at, hw.gpu, instance_type=hw.instance_type).tokens_per_s_per_gpu
+        factor = probe.tokens_per_s_per_gpu / predicted_at_probe
+        tps *= factor
+        kind = probe.kind
+        source = (f"{probe.kind}: {probe.source or 'a probe'} on {probe.world_size} "
+                  f"{probe.gpu_name()} GPU(s), x{factor:.3f} the throughput model's prediction "
+                  "there")
+        if probe.peak_memory_bytes and probe.world_size == hw.world_size:
+            peak, memory_kind = probe.peak_memory_bytes, probe.kind
+            memory_source = f"{probe.kind}: peak memory of {probe.source or 'a probe'}"
+    return Config(hw.instance_type, max(1, hw.world_size // hw.gpus_per_node), hw.gpu.name,
+                  hw.world_size, precision, batch, checkpointing, peak, request.usable_bytes,
+                  memory_kind, memory_source, tps, kind, source,
+                  batch * goal.seq_length * hw.world_size)
+
+
+def _probe_for(goal: Goal, hw: planner.Hardware, precision: str, batch: int,
+               checkpointing: bool) -> Probe | None:
+    """The probe of this precision, micro-batch and checkpointing on this GPU (of this
+    instance type and world size first, else the largest below it, when there are several)."""
+    match = [p for p in goal.probes
+             if p.precision == precision and p.batch_size == batch
+             and p.activation_checkpointing == checkpointing and p.gpu_name() == hw.gpu.name]
+    return max(match, key=lambda p: (p.instance_type == hw.instance_type,
+                                     p.world_size == hw.world_size,
+                                     p.world_size <= hw.world_size, p.world_size),
+               default=None)
+
+
+def predicted_at(goal: Goal, instance_type: str, precision: str, batch: int,
+                 checkpointing: bool, world_size: int) -> float:
+    """The throughput model's tokens/s per GPU for a configuration on ``world_size`` GPUs
+    of ``instance_type`` (what a probe there is compared with)."""
+    hw = planner.resolve_hardware(instance_type=instance_type)
+    setup = planner.Request(goal.model, goal.seq_length, hw).setup(precision, batch,
+                                                                    checkpointing)
+    return throughput.predict(replace(setup, world_size=world_size), hw.gpu,
+                              instance_type=instance_type).tokens_per_s_per_gpu
+
+
+def _seconds(goal: Goal, c: Config) -> float:
+    """The job's predicted billable time: start-up, then every step."""
+    return goal.startup_seconds + _steps(goal, c) * c.tokens_per_step / c.tokens_per_s
+
+
+def _runtime(goal: Goal, seconds: float) -> int:
+    """max_runtime_seconds: the steps' predicted time x (1 + runtime_margin), and start-up."""
+    return math.ceil(goal.startup_seconds + (seconds - goal.startup_seconds)
+                     * (1 + goal.runtime_margin))
+
+
+def _steps(goal: Goal, c: Config) -> int:
+    return math.ceil(goal.training_tokens / c.tokens_per_step)
+
+
+def _risk(goal: Goal, precision: str) -> tuple[int, str]:
+    level = risk(precision)
+    if precision in goal.validated:
+        return level, goal.validated[precision]
+    return level, "not validated: no convergence sweep given (risk order of components/common/risk.py)"
+
+
+def _hourly(goal: Goal, c: Config, mode: str, price: pricing.Price) -> Candidate:
+    seconds = _seconds(goal, c)
+    runtime = _runtime(goal, seconds)
+    wait = math.ceil(runtime * SPOT_WAIT_FACTOR) if mode == "spot" else 0
+    cost = pricing.cost(price, c.instance_count, seconds).amount
+    worst = pricing.cost(price, c.instance_count, wait or runtime).amount
+    if mode == "spot":
+        price = replace(price, source=f"{price.source}; {SPOT_PRICE_NOTE}")
+    level, why = _risk(goal, c.precision)
+    cand = Candidate(c, mode, _steps(goal, c), seconds, runtime, wait, price, cost, worst,
+                     level, why)
+    return replace(cand, dropped=_limits(goal, cand))
+
+
+def _limits(goal: Goal, cand: Candidate) -> str:
+    """Why the candidate cannot be chosen ("" when it can)."""
+    if goal.deadline_hours and cand.hours > goal.deadline_hours:
+        return f"misses the deadline: {cand.hours:,.1f} h > {goal.deadline_hours:g} h"
+    if cand.max_runtime_seconds > MAX_RUNTIME_LIMIT_S:
+        return (f"longer than one SageMaker job may run: max_runtime_seconds "
+                f"{cand.max_runtime_seconds:,} > {MAX_RUNTIME_LIMIT_S:,} (28 days)")
+    if cand.worst_cost is not None and cand.currency != "USD" and goal.max_cost_usd:
+        return f"priced in {cand.currency}: max_cost_usd cannot be checked"
+    if goal.max_cost_usd and cand.worst_cost is not None and cand.worst_cost > goal.max_cost_usd:
+        return (f"over the budget: worst case {pricing.money(cand.worst_cost)} (predicted "
+                f"{pricing.money(cand.cost or 0)}) > max_cost_usd "
+                f"{pricing.money(goal.max_cost_usd)}")
+    return ""
+
+
+def _keep(result: SearchResult, cand: Candidate) -> None:
+    (result.dropped if cand.dropped else result.ranked).append(cand)
+
+
+def _plan_candidates(goal: Goal, configs: Sequence[Config], offerings: OfferingSearch,
+                     notes: list[str]) -> Iterable[Candidate]:
+    """Per instance type and count, the fastest configuration on the cheapest offering
+    for its hours (a plan's fee grows with its hours: a slower configuration of the same
+    instances needs a longer, dearer plan)."""
+    fastest: dict[tuple[str, int], Config] = {}
+    for c in configs:
+        key = (c.instance_type, c.instance_count)
+        best = fastest.get(key)
+        if best is None or (_seconds(goal, c), risk(c.precision)) < \
+                (_seconds(goal, best), risk(best.precision)):
+            fastest[key] = c
+    for (it, count), c in sorted(fastest.items()):
+        seconds = _seconds(goal, c)
+        runtime = _runtime(goal, seconds)
+        if goal.deadline_hours and seconds / 3600 > goal.deadline_hours:
+            continue  # the fastest misses the deadline: no plan to search for
+        hours = math.ceil(runtime / 3600)
+        found = offerings(it, count, hours, goal.deadline_hours)
+        level, why = _risk(goal, c.precision)
+        base = Candidate(c, "training-plan", _steps(goal, c), seconds, runtime, 0, None, None,
+                         None, level, why)
+        if not found:
+            notes.append(f"training-plan: no offering of {count} x {it} for {hours} h"
+                         + (f" ending within {goal.deadline_hours:g} h" if goal.deadline_hours
+                            else ""))
+            continue
+        offer = min(found, key=lambda o: float(o.get("UpfrontFee") or 0))
+        fee = float(offer.get("UpfrontFee") or 0)
+        price = pricing.plan_price({**offer, "TotalInstanceCount": count,
+                                    "TrainingPlanName": offer.get("TrainingPlanOfferingId")})
+        cand = replace(base, price=price, cost=fee, worst_cost=fee, offering=offer)
+        yield replace(cand, dropped=_limits(goal, cand))
+
+
+def rank_key(cand: Candidate, by: str = "cost") -> tuple[float, ...]:
+    cost = cand.cost if cand.cost is not None else math.inf
+    mode = CAPACITY_MODES.index(cand.capacity)
+    if by == "time":
+        return (cand.seconds, cost, cand.risk, mode)
+    return (cost, cand.seconds, cand.risk, mode)
+
+
+def _best_per_group(cands: list[Candidate], by: str) -> list[Candidate]:
+    best: dict[tuple[str, int, str, str], Candidate] = {}
+    for cand in sorted(cands, key=lambda c: rank_key(c, by)):
+        c = cand.config
+        best.setdefault((c.instance_type, c.instance_count, cand.capacity, c.precision), cand)
+    return list(best.values())
+
+
+def risk_words(level: int) -> str:
+    return RISK_WORDS.get(level, "unknown")
+
+
+def why_nothing(result: SearchResult) -> UserError:
+    """The UserError for a search that ranked nothing: what stopped it, and the fix."""
+    goal = result.goal
+    if not result.dropped and not result.unpriced:
+        closest = min(result.misfits, key=lambda m: m.peak_bytes / m.usable_bytes, default=None)
+        detail = (f" (closest: {closest.precision} on {closest.instance_count} x "
+                  f"{closest.instance_type}, batch 1 with checkpointing needs "
+                  f"{closest.peak_bytes / estimator.GiB:.1f} GiB of "
+                  f"{closest.usable_bytes / estimator.GiB:.1f} usable)") if closest else ""
+        return UserError("instance_types", f"no configuration fits in GPU memory{detail}.",
+                         "add instance types with more GPU memory, raise max_instance_count, "
+                         "shorten seq_length or choose a smaller model.")
+    if not result.dropped:
+        names = ", ".join(u.instance_type for u in result.unpriced)
+        return UserError("instance_hour_prices", f"only unpriced instance types fit ({names}).",
+                         "pass instance_hour_prices for them, or add priced instance types.")
+    reasons = [c.dropped for c in result.dropped]
+    fastest = min(result.dropped, key=lambda c: c.seconds)
+    if all(r.startswith("misses the deadline") for r in reasons):
+        return UserError("deadline_hours", f"no configuration finishes within "
+                         f"{goal.deadline_hours:g} h: the fastest, {_short(fastest)}, takes "
+                         f"{fastest.hours:,.1f} h.", "raise deadline_hours or "
+                         "max_instance_count, or add faster instance types.")
+    cheapest = min((c for c in result.dropped if c.dropped.startswith("over the budget")),
+                   key=lambda c: c.worst_cost or math.inf, default=None)
+    if cheapest is not None:
+        return UserError("max_cost_usd", f"no configuration's worst case fits "
+                         f"{pricing.money(goal.max_cost_usd)}: the cheapest, {_short(cheapest)}, "
+                         f"{cheapest.dropped.split(': ', 1)[1]}.", "raise max_cost_usd or "
+                         "deadline_hours, or lower runtime_margin.")
+    return UserError("deadline_hours", "no configuration can run: " + reasons[0] + ".",
+                     "raise max_instance_count or deadline_hours.")
+
+
+def _short(cand: Candidate) -> str:
+    c = cand.config
+    return (f"{c.precision} on {c.instance_count} x {c.instance_type} ({cand.capacity}, "
+            f"batch {c.batch_size}{', checkpointing' if c.activation_checkpointing else ''})")

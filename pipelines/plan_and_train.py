@@ -1,0 +1,259 @@
+"""Plan and train: verify the plan before committing the money.
+
+The planner (``plan_training``) ranks every instance type x count x precision x
+micro-batch x checkpointing x capacity for the model and the token budget; the best
+``probe_count`` distinct candidates each train for ``probe_steps`` steps (short
+SageMaker jobs, on-demand, the candidate's own instances); their logs are parsed;
+the planner re-ranks those candidates on their measured speed (the report shows
+predicted against probed for each); the winner trains on all the tokens with the
+training component's spend guard (``max_cost_usd``: yours, else the planned worst
+case). All inside an exit handler whose exit task is ``cleanup``.
+
+    python pipelines/plan_and_train.py --compile           # compiled/plan_and_train.yaml
+    python pipelines/plan_and_train.py --run-local         # on this machine
+"""
+
+import sys
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):  # `python pipelines/plan_and_train.py`
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from kfp import dsl
+
+from components.parse_logs.component import parse_logs
+from components.plan_training.component import plan_training
+from components.sagemaker_training.component import sagemaker_training
+from pipelines import _steps
+
+NAME = "plan-and-train"
+DEFAULT_PARALLELISM = 3
+# What the pipeline launches: a training plan is bought by you (CreateTrainingPlan), so
+# the pipeline plans on-demand and spot capacity only.
+CAPACITY_MODES = ("on-demand", "spot")
+
+
+def build_pipeline(parallelism: int = DEFAULT_PARALLELISM) -> Any:
+    """The pipeline with ``parallelism`` probe jobs at a time (a compile-time setting)."""
+
+    @dsl.pipeline(
+        name=NAME,
+        description="Plan the cheapest (or fastest) configuration for a model and a token "
+        "budget, probe the best candidates with short jobs, re-rank them on measured speed, "
+        "and train the winner within the spend guard.",
+    )
+    def plan_and_train(
+        role_arn: str,
+        bucket: str,
+        training_tokens: int = 100_000_000_000,
+        region: str = "us-west-2",
+        s3_prefix: str = "kfp-sagemaker-blackwell",
+        model_preset: str = "8b",
+        num_layers: int = 0,
+        hidden_size: int = 0,
+        num_heads: int = 0,
+        num_kv_heads: int = 0,
+        ffn_hidden_size: int = 0,
+        vocab_size: int = -1,
+        seq_length: int = 2048,
+        max_batch_size: int = 0,
+        deadline_hours: float = 0.0,
+        max_cost_usd: float = 0.0,
+        instance_types: list = [],  # noqa: B006 (KFP default)
+        max_instance_count: int = 16,
+        precisions: list = [],  # noqa: B006 (KFP default)
+        capacity_modes: list = ["on-demand"],  # noqa: B006 (KFP default)
+        instance_hour_prices: dict = {},  # noqa: B006 (KFP default)
+        headroom: float = 0.05,
+        runtime_margin: float = 0.2,
+        startup_seconds: int = 600,
+        rank_by: str = "cost",
+        probe_count: int = 3,
+        probe_steps: int = 30,
+        probe_max_runtime_seconds: int = 3600,
+        probe_max_cost_usd: float = 0.0,
+        hyperparameters: dict = {},  # noqa: B006 (KFP default)
+        trainer_repository: str = "kfp-sagemaker-blackwell/trainer",
+        codebuild_role_arn: str = "",
+        cleanup_policy: dict = {},  # noqa: B006 (KFP default)
+    ) -> None:
+        """Plan, probe, re-rank, train.
+
+        Args:
+            role_arn: SageMaker execution role ARN the training jobs run as.
+            bucket: S3 bucket for build contexts, checkpoints and model artifacts.
+            training_tokens: Tokens to train the winner on (e.g. 100000000000 for 100B).
+            region: AWS region of every resource, its prices (the AWS Price List API)
+                and capacity.
+            s3_prefix: Prefix in the bucket; the run writes under <prefix>/<run id>/.
+            model_preset: Model preset (tiny, small, 1b, 3b, 8b, 14b, 32b, 64b, te-fsdp-example).
+            num_layers: Override of the preset's transformer blocks (0 = the preset's).
+            hidden_size: Override of the model width (0 = the preset's).
+            num_heads: Override of the attention heads (0 = the preset's).
+            num_kv_heads: Override of the key/value heads (0 = the preset's).
+            ffn_hidden_size: Override of the MLP inner size (0 = the preset's).
+            vocab_size: Override of the vocabulary (-1 = the preset's, 0 = none).
+            seq_length: Tokens per sequence.
+            max_batch_size: Largest micro-batch per GPU to consider (0 = the largest that
+                fits).
+            deadline_hours: The training run must finish within this many hours
+                (predicted; 0: no deadline).
+            max_cost_usd: Budget of the training run: no configuration whose worst case
+                exceeds it is chosen, and it is the run's spend guard (0: the planned
+                worst case is).
+            instance_types: Candidate instance types (empty: every GPU type the catalog
+                prices).
+            max_instance_count: The most instances per job.
+            precisions: Allowed precisions (empty: every precision each GPU runs).
+            capacity_modes: on-demand and/or spot (training plans are bought by you:
+                plan them with the plan_training component and pass training_plan_arn
+                to sagemaker_training).
+            instance_hour_prices: Instance type -> USD per instance-hour (e.g. a Savings
+                Plans rate), before the AWS Price List API and the shipped table.
+            headroom: Fraction of GPU memory to keep free (0.05 = 5%).
+            runtime_margin: The run's max_runtime_seconds = the steps' predicted time x
+                (1 + this) + startup_seconds.
+            startup_seconds: Billed time before a job's first step (image download,
+                initialisation), added to every predicted time.
+            rank_by: cost (cheapest first) or time (fastest first).
+            probe_count: How many of the best distinct candidates are probed.
+            probe_steps: Optimizer steps per probe (enough to pass warm-up).
+            probe_max_runtime_seconds: The longest a probe job may run.
+            probe_max_cost_usd: Budget for all probe jobs together (their worst cases
+                summed; 0: no limit).
+            hyperparameters: Extra trainer hyperparameters for every job.
+            trainer_repository: ECR repository of the trainer image.
+            codebuild_role_arn: CodeBuild service role (empty: the project's default).
+            cleanup_policy: Per-kind cleanup policy overrides, e.g. {"logs": "delete"}.
+        """
+        prefix = _steps.run_prefix(bucket, s3_prefix)
+        model = _steps.model_arguments(
+            model_preset=model_preset, num_layers=num_layers, hidden_size=hidden_size,
+            num_heads=num_heads, num_kv_heads=num_kv_heads, ffn_hidden_size=ffn_hidden_size,
+            vocab_size=vocab_size,
+        )
+        planning = dict(
+            training_tokens=training_tokens, **model, seq_length=seq_length,
+            max_batch_size=max_batch_size, deadline_hours=deadline_hours, max_cost_usd=max_cost_usd,
+            instance_types=instance_types, max_instance_count=max_instance_count,
+            precisions=precisions, capacity_modes=capacity_modes, region=region,
+            instance_hour_prices=instance_hour_prices, headroom=headroom,
+            runtime_margin=runtime_margin, startup_seconds=startup_seconds, rank_by=rank_by,
+            probe_count=probe_count,
+        )
+        clean = _steps.cleanup_step(
+            region=region, policy=cleanup_policy, prefix=prefix, repository=trainer_repository
+        )
+        with dsl.ExitHandler(clean, name="plan-and-train"):
+            plan = plan_training(**planning).set_display_name("plan")
+            image = _steps.trainer_image_step(
+                region=region, prefix=prefix, repository=trainer_repository,
+                instance_type=plan.outputs["instance_type"],
+                codebuild_role_arn=codebuild_role_arn, pipeline=NAME,
+            )
+            with dsl.ParallelFor(plan.outputs["top_candidates"],
+                                 parallelism=parallelism) as candidate:
+                probe = sagemaker_training(
+                    image_uri=image.outputs["image_uri"], role_arn=role_arn,
+                    **_steps.job_prefixes(f"{prefix}/probes"), region=region,
+                    instance_type=candidate.instance_type,
+                    instance_count=candidate.instance_count, precision=candidate.precision,
+                    batch_size=candidate.batch_size,
+                    activation_checkpointing=candidate.activation_checkpointing,
+                    **model, seq_length=seq_length, max_steps=probe_steps,
+                    hyperparameters=hyperparameters,
+                    max_runtime_seconds=probe_max_runtime_seconds,
+                    max_cost_usd=probe_max_cost_usd,
+                    instance_hour_prices=instance_hour_prices,
+                    budget_items=plan.outputs["top_candidates"], pipeline=NAME,
+                ).set_display_name("probe")
+                probed = parse_logs(
+                    job_name=probe.outputs["job_name"], region=region,
+                    requested_precision=candidate.precision, run_label=candidate.label,
+                ).set_display_name("parse probe")
+            chosen = plan_training(
+                **planning, probe_series=dsl.Collected(probed.outputs["series"]),
+            ).set_display_name("re-rank on probes")
+            train = sagemaker_training(
+                image_uri=image.outputs["image_uri"], role_arn=role_arn,
+                **_steps.job_prefixes(prefix), region=region,
+                instance_type=chosen.outputs["instance_type"],
+                instance_count=chosen.outputs["instance_count"],
+                precision=chosen.outputs["precision"],
+                batch_size=chosen.outputs["batch_size"],
+                activation_checkpointing=chosen.outputs["activation_checkpointing"],
+                **model, seq_length=seq_length, max_steps=chosen.outputs["max_steps"],
+                hyperparameters=hyperparameters,
+                max_runtime_seconds=chosen.outputs["max_runtime_seconds"],
+                use_spot=chosen.outputs["use_spot"],
+                max_wait_seconds=chosen.outputs["max_wait_seconds"],
+                max_cost_usd=chosen.outputs["max_cost_usd"],
+                instance_hour_prices=instance_hour_prices, pipeline=NAME,
+            ).set_display_name("train")
+            parse_logs(job_name=train.outputs["job_name"], region=region,
+                       requested_precision=chosen.outputs["precision"],
+                       ).set_display_name("parse training")
+
+    return plan_and_train
+
+
+PIPELINE = build_pipeline()
+
+# What `--run-local` runs: a tiny model on this machine's CPU, one 1-GPU instance type,
+# micro-batches of 8 x 128 tokens, 12 steps.
+LOCAL_DEFAULTS: dict[str, Any] = {
+    "model_preset": "tiny",
+    "training_tokens": 12 * 8 * 128,
+    "seq_length": 128,
+    "max_batch_size": 8,
+    "instance_types": ["ml.g5.xlarge"],
+    "max_instance_count": 1,
+    "precisions": ["bf16", "fp32"],
+    "probe_count": 2,
+    "probe_steps": 4,
+    "hyperparameters": {"log-every": "1", "checkpoint-every": "0"},
+}
+
+
+def check_arguments(arguments: dict[str, Any]) -> None:
+    """Checks a run's arguments before anything starts (``--run-local``): the planner runs
+    in-process (no AWS call without a region) and must choose something; raises UserError."""
+    from components.common.errors import UserError
+    from components.plan_training.run import run_component
+
+    modes = [str(m) for m in arguments["capacity_modes"] or []]
+    if not modes or any(m not in CAPACITY_MODES for m in modes):
+        raise UserError("capacity_modes", f"{modes!r}: the pipeline launches "
+                        f"{' or '.join(CAPACITY_MODES)}.", "plan training plans with the "
+                        "plan_training component and pass training_plan_arn to "
+                        "sagemaker_training.")
+    planning = {k: arguments[k] for k in (
+        "training_tokens", *_steps.MODEL_KEYS, "seq_length", "max_batch_size", "deadline_hours",
+        "max_cost_usd",
+        "instance_types", "max_instance_count", "precisions", "capacity_modes",
+        "instance_hour_prices", "headroom", "runtime_margin", "startup_seconds", "rank_by",
+        "probe_count")}
+    out = run_component(**planning, region="", probes=None, show_top=10)
+    problem = out.result.problem()
+    if problem is not None:
+        raise problem
+
+
+def main(argv: list[str] | None = None) -> int:
+    from pipelines import _cli
+
+    return _cli.main(
+        argv,
+        name="plan_and_train",
+        doc=__doc__ or "",
+        build=build_pipeline,
+        default_parallelism=DEFAULT_PARALLELISM,
+        local_defaults=LOCAL_DEFAULTS,
+        report_task="plan-training-2",
+        check=check_arguments,
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())

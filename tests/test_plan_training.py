@@ -1,0 +1,483 @@
+"""The training planner: the search's edges (nothing fits, nothing meets the deadline,
+an unpriced type, the budget), what it never chooses (a predicted OOM, a worst case over
+the budget), probes and convergence verdicts, training-plan offerings on the local
+backend, and the README's worked example reproduced by its own command."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import local_backend_with_bucket
+
+from components.common import cli, pricing
+from components.common.errors import USER_ERROR_EXIT_CODE, UserError
+from components.common.step_series import COLUMN_NAMES, SERIES_SCHEMA
+from components.local.settings import OfferingTemplate
+from components.memory_estimate import estimator, planner
+from components.plan_training import report, run, search
+from components.plan_training.component import plan_training
+from trainer import hardware
+from trainer.spec import preset
+
+ROOT = Path(__file__).resolve().parent.parent
+P5, P5EN, P6 = "ml.p5.48xlarge", "ml.p5en.48xlarge", "ml.p6-b200.48xlarge"
+TOKENS = 100_000_000_000
+
+
+def plan(**given):
+    """The component's work with the signature's defaults for what is not given."""
+    verdicts = given.pop("verdicts", "")
+    series = given.pop("probe_series", ())
+    return run.run_component(verdicts=verdicts, probe_series=series,
+                             **{**cli.defaults(plan_training),
+                                                   "training_tokens": TOKENS, **given})
+
+
+def test_the_default_search_takes_seconds_on_a_cpu():
+    start = time.perf_counter()
+    out = plan(seq_length=8192)
+    wall = time.perf_counter() - start
+    assert out.result.configurations > 500  # 8 priced types x 5 counts x precisions x ...
+    assert len({c.config.instance_type for c in out.result.ranked}) >= 5
+    assert wall < 15, f"the default search took {wall:.1f} s"
+
+
+def test_nothing_fits_names_the_instance_types_and_the_fix():
+    out = plan(instance_types=["ml.g5.xlarge"], max_instance_count=2, seq_length=8192)
+    assert out.result.ranked == [] and out.parameters is None
+    problem = out.result.problem()
+    assert problem is not None and problem.field == "instance_types"
+    assert "no configuration fits in GPU memory" in problem.problem
+    assert "1 x ml.g5.xlarge" in problem.problem or "2 x ml.g5.xlarge" in problem.problem
+    assert "does not fit in GPU memory" in out.markdown
+    assert json.loads(out.choice) == {"schema": report.CHOICE_SCHEMA, "chosen": False,
+                                      "problem": str(problem)}
+
+
+def test_nothing_meets_the_deadline_says_how_long_the_fastest_takes():
+    out = plan(instance_types=[P5], max_instance_count=2, seq_length=8192, deadline_hours=10)
+    problem = out.result.problem()
+    assert problem is not None and problem.field == "deadline_hours"
+    fastest = min(out.result.dropped, key=lambda c: c.seconds)
+    assert f"takes {fastest.hours:,.1f} h" in problem.problem
+    assert fastest.config.instance_count == 2 and fastest.hours > 10
+    assert all(c.dropped.startswith("misses the deadline") for c in out.result.dropped)
+
+
+def test_the_deadline_keeps_only_what_finishes_in_time():
+    out = plan(instance_types=[P5, P6], seq_length=8192, deadline_hours=48,
+               capacity_modes=["on-demand"])
+    assert out.result.ranked and all(c.hours <= 48 for c in out.result.ranked)
+    cheapest_without = plan(instance_types=[P5, P6], seq_length=8192,
+                            capacity_modes=["on-demand"]).result.chosen
+    assert cheapest_without is not None and cheapest_without.hours > 48  # the deadline bites
+
+
+def test_an_unpriced_type_is_listed_as_unpriced_not_dropped_nor_ranked():
+    out = plan(instance_types=[P5, "ml.g6e.48xlarge"], max_instance_count=4, seq_length=4096,
+               capacity_modes=["on-demand", "spot"])
+    types = {c.config.instance_type for c in out.result.ranked + out.result.dropped}
+    assert types == {P5}
+    [unpriced] = out.result.unpriced
+    assert unpriced.instance_type == "ml.g6e.48xlarge"
+    assert "instance_hour_prices" in unpriced.why and unpriced.fastest_hours is not None
+    assert re.search(r"unpriced, not ranked: ml\.g6e\.48xlarge \(on-demand, spot\): no price",
+                     out.markdown)
+    assert json.loads(out.candidates)["unpriced"][0]["instance_type"] == "ml.g6e.48xlarge"
+    # priced, it is ranked, its price's source says whose it is
+    priced = plan(instance_types=[P5, "ml.g6e.48xlarge"], max_instance_count=4,
+                  seq_length=4096, instance_hour_prices={"ml.g6e.48xlarge": 30.0})
+    g6e = [c for c in priced.result.ranked if c.config.instance_type == "ml.g6e.48xlarge"]
+    assert g6e and g6e[0].price.source == "instance_hour_prices (yours)"
+    assert priced.result.unpriced == []
+
+
+def test_by_default_every_priced_catalog_type_is_searched_and_the_others_are_named():
+    out = plan(seq_length=2048, max_instance_count=1, capacity_modes=["on-demand"])
+    book = pricing.PriceBook()
+    priced = {t for t in hardware.INSTANCE_TYPES if book.price(t) is not None}
+    assert set(out.result.goal.instance_types) == priced
+    unpriced = sorted(set(hardware.INSTANCE_TYPES) - priced)
+    [note] = [n for n in out.result.notes if n.startswith("not searched (no price")]
+    assert all(t in note for t in unpriced)
+
+
+def _fits(cand) -> bool:
+    c = cand.config
+    hw = planner.resolve_hardware(instance_type=c.instance_type, instance_count=c.instance_count)
+    request = planner.Request(preset("8b"), 8192, hw, (c.precision,), headroom=0.05)
+    peak = estimator.estimate(request.setup(c.precision, c.batch_size,
+                                            c.activation_checkpointing), hw.gpu).peak_bytes
+    return peak <= request.usable_bytes
+
+
+def test_a_configuration_predicted_to_run_out_of_memory_is_never_ranked():
+    out = plan(instance_types=[P5, P6], max_instance_count=2, seq_length=8192)
+    assert out.result.ranked and all(_fits(c) for c in out.result.ranked + out.result.dropped)
+    # the largest batch that fits is searched, one more is not
+    for cand in out.result.ranked:
+        c = cand.config
+        hw = planner.resolve_hardware(instance_type=c.instance_type,
+                                      instance_count=c.instance_count)
+        request = planner.Request(preset("8b"), 8192, hw, (c.precision,))
+        assert c.batch_size <= planner.largest_batch(request, c.precision,
+                                                     c.activation_checkpointing)
+
+
+def test_a_worst_case_over_the_budget_is_never_chosen():
+    free = plan(instance_types=[P5], max_instance_count=1, seq_length=8192,
+                capacity_modes=["on-demand"], precisions=["bf16", "fp8"])
+    best = free.result.chosen
+    assert best is not None and best.cost < best.worst_cost
+    # a budget between the cheapest's predicted cost and its worst case: not that one
+    budget = (best.cost + best.worst_cost) / 2
+    out = plan(instance_types=[P5], max_instance_count=1, seq_length=8192,
+               capacity_modes=["on-demand"], precisions=["bf16", "fp8"], max_cost_usd=budget)
+    assert all(c.worst_cost <= budget for c in out.result.ranked)
+    assert out.result.chosen is None or out.result.chosen.config != best.config
+    over = [c for c in out.result.dropped if c.config == best.config]
+    assert over and over[0].dropped.startswith("over the budget: worst case")
+    problem = out.result.problem()
+    if out.result.chosen is None:
+        assert problem is not None and problem.field == "max_cost_usd"
+
+
+def test_a_budget_below_everything_names_max_cost_usd():
+    out = plan(instance_types=[P5, P6], max_instance_count=2, seq_length=8192, max_cost_usd=100)
+    problem = out.result.problem()
+    assert problem is not None and problem.field == "max_cost_usd"
+    assert "no configuration's worst case fits $100.00" in problem.problem
+
+
+def test_spot_is_costed_at_most_on_demand_and_its_worst_case_is_max_wait():
+    out = plan(instance_types=[P5], max_instance_count=1, seq_length=8192,
+               capacity_modes=["spot"], precisions=["fp8"])
+    spot = out.result.chosen
+    assert spot is not None and spot.capacity == "spot"
+    assert spot.max_wait_seconds == pytest.approx(2 * spot.max_runtime_seconds, abs=1)
+    price = pricing.PriceBook().price(P5)
+    assert spot.worst_cost == pytest.approx(
+        pricing.cost(price, 1, spot.max_wait_seconds).amount)
+    assert "upper bound" in spot.price.source and out.parameters["use_spot"] is True
+    assert any("checkpoint_s3_uri" in n for n in json.loads(out.choice)["needs"])
+
+
+def test_the_choice_is_what_sagemaker_training_launches_within_its_spend_guard():
+    from components.sagemaker_training import launcher
+    from components.sagemaker_training.component import sagemaker_training
+    from components.sagemaker_training.request import TrainingJobConfig
+
+    out = plan(instance_types=[P5, P6], max_instance_count=2, seq_length=8192,
+               capacity_modes=["on-demand"])
+    choice = json.loads(out.choice)
+    params = choice["sagemaker_training"]
+    assert set(params) <= {p.name for p in cli.parameters(sagemaker_training)}
+    assert params == out.parameters
+    cfg = TrainingJobConfig.from_values({
+        **cli.defaults(sagemaker_training), **params,
+        "image_uri": "123456789012.dkr.ecr.us-west-2.amazonaws.com/t:1",
+        "role_arn": "arn:aws:iam::123456789012:role/R", "output_s3_uri": "s3://bucket/out",
+        "run_id": "plan", "task": "train", "pipeline": "tests", "region": "us-west-2"})
+    resolved, _ = launcher.prepare(cfg)  # the launcher's memory pre-flight accepts it
+    lines: list[str] = []
+    worst = launcher.cost_preview(resolved, pricing.PriceBook(), say=lines.append)
+    assert worst is not None and worst.amount <= params["max_cost_usd"]
+    assert worst.amount == pytest.approx(out.result.chosen.worst_cost)
+    assert resolved.batch_size == params["batch_size"]
+    tokens = params["max_steps"] * params["batch_size"] * 8192 * 8 * params["instance_count"]
+    assert TOKENS <= tokens < TOKENS * 1.01
+
+
+def test_a_probe_corrects_the_prediction_and_says_so():
+    kw = dict(instance_types=[P5], max_instance_count=1, seq_length=8192,
+              capacity_modes=["on-demand"], precisions=["bf16", "fp8"])
+    top = plan(**kw).result.chosen.config
+    probe = {"instance_type": P5, "precision": top.precision, "batch_size": top.batch_size,
+             "activation_checkpointing": top.activation_checkpointing, "world_size": 1,
+             "tokens_per_s_per_gpu": 1000.0, "source": "probe-job-1"}
+    # the probe ran on 1 GPU: its ratio to the prediction there scales the 8-GPU prediction
+    from components.common import throughput
+
+    hw = planner.resolve_hardware(instance_type=P5)
+    setup = planner.Request(preset("8b"), 8192, hw).setup(
+        top.precision, top.batch_size, top.activation_checkpointing)
+    one = throughput.predict(dataclasses.replace(setup, world_size=1), hw.gpu,
+                             instance_type=P5).tokens_per_s_per_gpu
+    fast = plan(**kw, probes=[{**probe, "tokens_per_s_per_gpu": 2 * one}]).result.chosen.config
+    assert (fast.precision, fast.batch_size) == (top.precision, top.batch_size)
+    assert fast.throughput_kind == "probed"
+    assert fast.tokens_per_s_per_gpu == pytest.approx(2 * top.tokens_per_s_per_gpu)
+    assert "probe-job-1 on 1 H100 GPU(s), x2.000" in fast.throughput_source
+    slow = plan(**kw, probes=[probe])
+    assert slow.result.chosen.config.batch_size != top.batch_size or \
+        slow.result.chosen.config.precision != top.precision  # re-ranked: it is slow now
+    assert "] probed: probed: probe-job-1" not in plan(**kw).markdown
+    with pytest.raises(UserError, match="probes"):
+        plan(probes=[{**probe, "tokens_per_s_per_gpu": 0}])
+
+
+def _verdicts(tmp_path: Path, passed: list[str], failed: list[str]) -> str:
+    rows = [{"precision": p, "verdict": "pass", "converges": True, "reasons": []} for p in passed]
+    rows += [{"precision": p, "verdict": "fail", "converges": False,
+              "reasons": ["final loss 3% above bf16"]} for p in failed]
+    path = tmp_path / "verdicts.json"
+    path.write_text(json.dumps({"schema": run.VERDICTS_SCHEMA, "baseline": "bf16",
+                                "precisions": rows}))
+    return str(path)
+
+
+def test_only_precisions_the_convergence_sweep_passed_are_planned(tmp_path):
+    out = plan(instance_types=[P6], max_instance_count=1, seq_length=8192,
+               verdicts=_verdicts(tmp_path, ["bf16", "fp8"], ["nvfp4"]))
+    assert {c.config.precision for c in out.result.ranked} == {"bf16", "fp8"}
+    assert any(n.startswith("nvfp4 excluded: the convergence sweep did not pass it")
+               for n in out.result.notes)
+    assert "risk order, validated: the convergence sweep passed it" in out.markdown
+    with pytest.raises(UserError, match="convergence_verdicts"):
+        plan(verdicts=_verdicts(tmp_path, [], ["fp8"]))
+
+
+@pytest.mark.parametrize("bad, field", [
+    ({"training_tokens": 0}, "training_tokens"), ({"deadline_hours": -1}, "deadline_hours"),
+    ({"capacity_modes": ["reserved"]}, "capacity_modes"), ({"precisions": ["fp6"]}, "precisions"),
+    ({"instance_types": ["ml.p9.huge"]}, "instance_types"), ({"rank_by": "risk"}, "rank_by"),
+    ({"max_cost_usd": float("nan")}, "max_cost_usd"), ({"headroom": 1.0}, "headroom"),
+])
+def test_bad_inputs_fail_naming_the_field(bad, field):
+    with pytest.raises(UserError) as info:
+        plan(**bad)
+    assert info.value.field == field
+
+
+def test_rank_by_time_puts_the_fastest_first():
+    out = plan(instance_types=[P5, P6], max_instance_count=4, seq_length=8192, rank_by="time",
+               capacity_modes=["on-demand"])
+    hours = [c.hours for c in out.result.ranked]
+    assert hours == sorted(hours)
+
+
+# ---- training plans: SearchTrainingPlanOfferings on the local backend ----------------------
+
+PLAN_FEE = 70.0  # USD per instance-hour of the local backend's offering
+
+
+@pytest.fixture(scope="module")
+def backend():
+    yield from local_backend_with_bucket(
+        "kfp-sagemaker-plans", offerings=(
+            OfferingTemplate(P6, max_instance_count=2, upfront_fee_per_instance_hour=PLAN_FEE),
+            OfferingTemplate(P5, max_instance_count=1, lead_time_hours=500)))
+
+
+def test_a_plan_candidate_costs_the_offerings_upfront_fee_for_the_runs_hours(backend):
+    from components.common import aws
+
+    with aws.record_calls() as recording:
+        out = plan(instance_types=[P5, P6], max_instance_count=2, seq_length=8192,
+                   capacity_modes=["training-plan"], region=backend.region,
+                   precisions=["bf16", "fp8"])
+    searches = [c for c in recording.calls() if c.operation == "SearchTrainingPlanOfferings"]
+    assert {(c.params["InstanceType"], c.params["InstanceCount"]) for c in searches} == {
+        (P5, 1), (P5, 2), (P6, 1), (P6, 2)}
+    plans = out.result.ranked
+    assert {(c.config.instance_type, c.config.instance_count) for c in plans} == {
+        (P5, 1), (P6, 1), (P6, 2)}  # no offering of 2 x p5 (the template offers 1)
+    assert any("no offering of 2 x ml.p5.48xlarge" in n for n in out.result.notes)
+    for cand in plans:
+        hours = -(-cand.max_runtime_seconds // 3600)
+        assert cand.offering["DurationHours"] == hours
+        assert cand.cost == pytest.approx(PLAN_FEE * cand.config.instance_count * hours
+                                          if cand.config.instance_type == P6 else 0.0)
+        assert cand.worst_cost == cand.cost  # paid up front: no more, no less
+    p6 = next(c for c in plans if c.config.instance_type == P6)
+    assert "SearchTrainingPlanOfferings tpo-" in out.markdown and "paid up front" in out.markdown
+    choice = json.loads(out.choice)
+    assert choice["sagemaker_training"]["use_spot"] is False
+    assert any(n.startswith("training_plan_arn: aws sagemaker create-training-plan")
+               for n in choice["needs"])
+    start, end = report.offerings.window(p6.offering)
+    assert start < end
+
+
+def test_a_deadline_asks_for_offerings_that_end_in_time(backend):
+    # the p5 offering starts 500 h from now: it cannot end within 400 h
+    out = plan(instance_types=[P5], max_instance_count=1, seq_length=8192,
+               capacity_modes=["training-plan"], region=backend.region, deadline_hours=400,
+               precisions=["fp8"])
+    assert out.result.ranked == []
+    assert any(n.startswith("training-plan: no offering of 1 x ml.p5.48xlarge for")
+               and n.endswith("ending within 400 h") for n in out.result.notes)
+    later = plan(instance_types=[P5], max_instance_count=1, seq_length=8192,
+                 capacity_modes=["training-plan"], region=backend.region, precisions=["fp8"])
+    [cand] = later.result.ranked
+    assert cand.offering is not None
+
+
+# ---- the CLI and the README's worked example -----------------------------------------------
+
+
+def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "components.plan_training", *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})})
+
+
+def test_the_cli_exits_2_naming_the_field_when_nothing_can_be_chosen(tmp_path):
+    done = _cli("--training-tokens", "1000000000", "--instance-types", "ml.g5.xlarge",
+                "--max-instance-count", "1", "--choice-out", str(tmp_path / "choice.json"))
+    assert done.returncode == USER_ERROR_EXIT_CODE, done.stderr
+    assert "plan_training: error: instance_types: no configuration fits" in done.stderr
+    assert json.loads((tmp_path / "choice.json").read_text())["chosen"] is False
+
+
+def _readme_example() -> tuple[list[str], list[str]]:
+    """The README's worked example: its command (argv) and its table's lines."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = text.split("## Plan a training run", 1)[1].split("\n## ", 1)[0]
+    command = re.search(r"```(?:bash|sh)?\n(python -m components\.plan_training.*?)\n```",
+                        section, re.S)
+    assert command, "the README's planner section has no python -m components.plan_training"
+    argv = command.group(1).replace("\\\n", " ").split()[3:]
+    table = [ln for ln in section.splitlines() if ln.startswith("|")]
+    return argv, table
+
+
+def test_the_readme_worked_example_is_what_its_command_prints():
+    argv, table = _readme_example()
+    assert "--training-tokens" in argv and argv[argv.index("--training-tokens") + 1] == \
+        str(TOKENS) and argv[argv.index("--model-preset") + 1] == "8b"
+    done = _cli(*argv)
+    assert done.returncode == 0, done.stderr
+    printed = [ln for ln in done.stdout.splitlines() if ln.startswith("|")]
+    assert printed == table
+
+
+# ---- the plan_and_train pipeline ------------------------------------------------------------
+
+
+def _tasks(spec):
+    return {name: t for comp in list(spec.components.values()) + [spec.root]
+            for name, t in comp.dag.tasks.items()}
+
+
+def test_the_pipeline_trains_what_the_re_ranking_chose_within_its_spend_guard():
+    from pipelines import plan_and_train
+
+    tasks = _tasks(plan_and_train.PIPELINE.pipeline_spec)
+    train = tasks["sagemaker-training-2"].inputs.parameters
+    for name in ("instance_type", "instance_count", "precision", "batch_size",
+                 "activation_checkpointing", "max_steps", "max_runtime_seconds", "use_spot",
+                 "max_wait_seconds", "max_cost_usd"):
+        source = train[name].task_output_parameter
+        assert (source.producer_task, source.output_parameter_key) == ("plan-training-2", name)
+    rerank = tasks["plan-training-2"].inputs.artifacts["probe_series"]
+    assert rerank.task_output_artifact.producer_task == "for-loop-2"  # Collected probe series
+    probe = tasks["sagemaker-training"].inputs.parameters
+    assert "top_candidates" in probe["budget_items"].component_input_parameter
+    assert probe["max_cost_usd"].component_input_parameter == \
+        "pipelinechannel--probe_max_cost_usd"
+    label = tasks["parse-logs"].inputs.parameters["run_label"]  # the candidate's label
+    assert label.component_input_parameter.endswith("top_candidates-loop-item")
+    assert label.parameter_expression_selector == 'parseJson(string_value)["label"]'
+
+
+def test_run_local_refuses_a_capacity_the_pipeline_cannot_launch():
+    from pipelines import plan_and_train
+
+    with pytest.raises(UserError, match="capacity_modes"):
+        plan_and_train.check_arguments({**cli.defaults(plan_and_train.PIPELINE.pipeline_func),
+                                        **plan_and_train.LOCAL_DEFAULTS,
+                                        "capacity_modes": ["training-plan"]})
+    with pytest.raises(UserError, match="deadline_hours"):
+        plan_and_train.check_arguments({**cli.defaults(plan_and_train.PIPELINE.pipeline_func),
+                                        **plan_and_train.LOCAL_DEFAULTS,
+                                        "deadline_hours": 0.01})
+
+
+@pytest.mark.slow
+def test_plan_probe_re_rank_and_train_run_end_to_end_on_the_local_backend(tmp_path):
+    from components.common import aws, iam_policy
+    from pipelines import local as _local
+    from pipelines import plan_and_train
+
+    args = {**cli.defaults(plan_and_train.PIPELINE.pipeline_func), **plan_and_train.LOCAL_DEFAULTS}
+    with _local.local_aws() as backend, aws.record_calls() as recording:
+        args = {"role_arn": _local.LOCAL_ROLE_ARN, "bucket": _local.LOCAL_BUCKET, **args}
+        run = _local.run_local(plan_and_train.build_pipeline(2), args, runs_dir=tmp_path)
+        jobs = _local.training_jobs(backend)
+    assert run.state == "SUCCEEDED", run.error
+    chosen = run.parameters("plan-training-2")
+    top = run.parameters("plan-training")["top_candidates"]
+    assert len(top) == 2 and {c["precision"] for c in top} == {"bf16", "fp32"}
+    assert all(j["TrainingJobStatus"] == "Completed" for j in jobs) and len(jobs) == 3
+    *probes, final = jobs  # the probes first, then the winner's run
+    assert sorted(j["HyperParameters"]["max-steps"] for j in probes) == ["4", "4"]
+    hp = final["HyperParameters"]
+    assert (hp["precision"], hp["batch-size"], hp["max-steps"]) == (
+        chosen["precision"], str(chosen["batch_size"]), str(chosen["max_steps"]))
+    assert final["StoppingCondition"]["MaxRuntimeInSeconds"] == chosen["max_runtime_seconds"]
+    summary = run.output("plan-training-2", "summary").read_text()
+    assert "#### Predicted against probed" in summary
+    for c in top:
+        assert f"| {c['label']} | 1 x CPU | completed |" in summary  # probed on this CPU
+    assert "no probe ran on a candidate's GPU" in summary
+    assert run.output("cleanup", "report") is not None
+    assert iam_policy.check_calls(iam_policy.pod_policy(), recording.calls()) == []
+
+
+def _probe_series(tmp_path: Path, candidate: dict, *, gpu: str, tokens_per_s: float,
+                  status: str = "completed") -> str:
+    meta = {"run": candidate["label"], "status": status, "gpu": gpu, "world_size": 1,
+            "emulated": False, "precision": candidate["precision"],
+            "training": {"batch_size": candidate["batch_size"],
+                         "activation_checkpointing": candidate["activation_checkpointing"]},
+            "metrics": {"mean_tokens_per_s_per_gpu": tokens_per_s, "peak_reserved_gib": 60.0}}
+    path = tmp_path / f"{candidate['rank']}.csv"
+    # the metadata carries what the planner reads; rows are not needed (the series
+    # contract refuses a header that is not its own columns)
+    path.write_text(f"# {SERIES_SCHEMA} {json.dumps(meta)}\n" + ",".join(COLUMN_NAMES) + "\n")
+    return str(path)
+
+
+def test_probes_on_the_candidates_gpu_re_rank_the_probed_candidates_on_measured_speed(tmp_path):
+    kw = dict(instance_types=[P5EN, P5], max_instance_count=2, seq_length=8192,
+              capacity_modes=["on-demand"], precisions=["bf16", "fp8"], probe_count=3)
+    first = plan(**kw)
+    top = first.top_candidates
+    assert [c["rank"] for c in top] == [1, 2, 3]
+    # the first candidate measures at half its prediction on one of its GPUs: it drops
+    one = search.predicted_at(first.result.goal, top[0]["instance_type"], top[0]["precision"],
+                              top[0]["batch_size"], top[0]["activation_checkpointing"], 1)
+    gpu = hardware.INSTANCE_TYPES[top[0]["instance_type"]].gpu
+    series = [_probe_series(tmp_path, top[0], gpu=f"NVIDIA {gpu}", tokens_per_s=one / 2)]
+    series += [_probe_series(tmp_path, c, gpu="", tokens_per_s=3000.0) for c in top[1:]]
+    out = plan(**kw, probe_series=series)
+    ranked = {(c.config.instance_type, c.config.instance_count, c.config.precision,
+               c.config.batch_size, c.config.activation_checkpointing) for c in out.result.ranked}
+    assert ranked == {tuple(c[k] for k in ("instance_type", "instance_count", "precision",
+                                           "batch_size", "activation_checkpointing"))
+                      for c in top}  # only the probed candidates
+    c = out.result.chosen.config  # the second candidate wins now
+    assert (c.instance_type, c.instance_count, c.precision, c.batch_size) == tuple(
+        top[1][k] for k in ("instance_type", "instance_count", "precision", "batch_size"))
+    slowed = next(c for c in out.result.ranked if c.config.throughput_kind == "probed")
+    assert slowed.config.tokens_per_s_per_gpu == pytest.approx(
+        top[0]["predicted_tokens_per_s_per_gpu"] / 2, rel=1e-3)
+    assert f"| {top[0]['label']} | 1 x {gpu} | completed |" in out.markdown
+    assert "| 0.500 |" in out.markdown  # probed / predicted
+    assert "no: ran on a CPU" in out.markdown
+    # a probe that ran out of memory takes its candidate out
+    oom = [_probe_series(tmp_path, top[0], gpu=f"NVIDIA {gpu}", tokens_per_s=1.0,
+                         status="oom")] + series[1:]
+    out = plan(**kw, probe_series=oom)
+    assert len(out.result.ranked) == 2
+    assert any(n.startswith(f"probe {top[0]['label']} not chosen: the probe did not complete")
+               for n in out.result.notes)
