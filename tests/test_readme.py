@@ -50,6 +50,8 @@ NOT_RUN = {
         "minutes of training; tests/test_pipelines.py runs the sweep locally",
     "python pipelines/batch_tuning.py --run-local":
         "minutes of training; tests/test_pipelines.py runs batch tuning locally",
+    "python pipelines/plan_and_train.py --run-local":
+        "minutes of training; tests/test_plan_training.py runs plan_and_train locally",
     "python -m pipelines.compile":
         "rewrites compiled/ and the README in place; tests/test_compiled.py and "
         "test_generated_parts_of_the_readme_are_fresh check what it would write",
