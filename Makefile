@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 TORCH_INDEX ?=
 TORCH_INDEX_ARGS := $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX))
 
-.PHONY: demo test lint compile install clean
+.PHONY: demo test test-rendered lint compile install clean
 
 $(STAMP): setup.cfg pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -31,6 +31,12 @@ lint: $(STAMP)
 
 test: lint
 	$(PY) -m pytest
+
+# Both HTML reports as a browser renders them: needs Debian's chromium (installed here if
+# missing); `make test` runs the same file and skips it, saying why, where chromium is absent.
+test-rendered: $(STAMP)
+	command -v chromium >/dev/null || apt-get install -y chromium
+	$(PY) -m pytest tests/test_reports_rendered.py
 
 demo: compile
 	$(PY) pipelines/precision_sweep.py --run-local

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from components.common import cli
+from components.common.errors import cli_errors
 from components.common.shipped import CHECKOUT
 
 
@@ -75,6 +76,7 @@ def build_parser(
     return parser, params
 
 
+@cli_errors
 def main(
     argv: list[str] | None,
     *,
@@ -85,6 +87,7 @@ def main(
     local_defaults: dict[str, Any],
     report_task: str,
     check: Callable[[dict[str, Any]], None] | None = None,
+    progress_label_keys: tuple[str, ...] = (),
 ) -> int:
     """``--compile`` or ``--run-local`` for the pipeline ``build`` makes.
 
@@ -124,7 +127,7 @@ def main(
         return refused
     return run_local(name=name, pipeline=build(args.parallelism or 1), arguments=arguments,
                      runs_dir=args.runs_dir or Path("runs"), report_task=report_task,
-                     verbose=args.verbose)
+                     verbose=args.verbose, progress_label_keys=progress_label_keys)
 
 
 def refuse(check: Callable[[dict[str, Any]], None] | None, arguments: dict[str, Any],
@@ -190,6 +193,7 @@ def run_local(
     runs_dir: Path,
     report_task: str,
     verbose: bool = False,
+    progress_label_keys: tuple[str, ...] = (),
 ) -> int:
     from pipelines import _progress, local
 
@@ -206,7 +210,8 @@ def run_local(
         terminal.write(text)
         terminal.flush()
 
-    progress = _progress.Progress(show, tty=sys.stdout.isatty())
+    progress = _progress.Progress(show, tty=sys.stdout.isatty(),
+                                  label_keys=progress_label_keys)
     run = local.run_pipeline(pipeline, arguments, runs_dir=runs_dir,
                              region=arguments.get("region", "us-west-2"), log_file=log_file,
                              echo=verbose, on_line=None if verbose else progress.feed)

@@ -36,10 +36,17 @@ def clock(seconds: float) -> str:
     return (f"{hours}:" if hours else "") + f"{rest // 60:{'02' if hours else ''}}:{rest % 60:02}"
 
 
+# How a configuration key reads in a progress label (``Progress(label_keys=...)``).
+LABELS = {"batch_size": lambda v: f"batch {v}",
+          "activation_checkpointing": lambda v: f"AC {'on' if v else 'off'}",
+          "seq_length": lambda v: f"seq {v}"}
+
+
 @dataclass
 class JobProgress:
     label: str
     started: float
+    setting: str = ""  # what tells this job from its siblings (batch tuning: batch, AC)
     max_steps: int = 0
     step: int = 0
     loss: float = float("nan")
@@ -51,7 +58,8 @@ class JobProgress:
     def line(self, now: float) -> str:
         elapsed = now - self.started
         total = f"/{self.max_steps}" if self.max_steps else ""
-        parts = [f"[{self.label}] step {self.step}{total}"]
+        name = f"{self.label} {self.setting}" if self.setting else self.label
+        parts = [f"[{name}] step {self.step}{total}"]
         if self.step:
             parts.append(f"loss {self.loss:.3f}")
         if self.recent_tps:
@@ -70,8 +78,12 @@ class Progress:
     """Turns a local run's output lines into short progress lines (see the module docstring)."""
 
     def __init__(self, write: Callable[[str], None], *, tty: bool, interval_s: float = 60.0,
-                 now: Callable[[], float] = time.monotonic) -> None:
+                 now: Callable[[], float] = time.monotonic,
+                 label_keys: tuple[str, ...] = ()) -> None:
+        """``label_keys``: trainer configuration keys named in each job's label besides its
+        precision (batch tuning's candidates differ by batch size and checkpointing)."""
         self.write, self.tty, self.interval_s, self.now = write, tty, interval_s, now
+        self.label_keys = label_keys
         self.job: JobProgress | None = None
         self.task, self.task_started = "", 0.0
         self.last_print = 0.0
@@ -95,6 +107,10 @@ class Progress:
         parsed = logformat.parse_json(line)
         if parsed and parsed[0] == "config":
             job.max_steps = int(parsed[1].get("max_steps") or 0)
+            job.setting = " ".join(LABELS.get(k, lambda v, k=k: f"{k} {v}")(parsed[1][k])
+                                   for k in self.label_keys if k in parsed[1])
+            if parsed[1].get("precision"):
+                job.label = str(parsed[1]["precision"])
             return
         step = logformat.parse_step(line)
         if step is None:

@@ -61,6 +61,13 @@ def model_arguments(**model: Any) -> dict[str, Any]:
     return model
 
 
+def report_context(*, pipeline: str, instance_type: Any, instance_count: Any, region: Any,
+                   model_preset: Any) -> dict[str, Any]:
+    """What a report step is told about its run (``components.common.run_context``)."""
+    return {"pipeline": pipeline, "run_id": RUN_ID, "instance_type": instance_type,
+            "instance_count": instance_count, "region": region, "model_preset": model_preset}
+
+
 # ---- the pipelines' arguments, checked before anything starts or is compiled ----
 
 MODEL_KEYS = ("model_preset", "num_layers", "hidden_size", "num_heads", "num_kv_heads",

@@ -175,9 +175,13 @@ def build_pipeline(parallelism: int = DEFAULT_PARALLELISM) -> Any:
                     region=region,
                     requested_precision=candidate.precision,
                 ).set_display_name("parse logs")
-            rank_throughput(series=dsl.Collected(logs.outputs["series"])).set_display_name(
-                "rank candidates"
-            )
+            rank_throughput(
+                series=dsl.Collected(logs.outputs["series"]),
+                plan=plan.outputs["batch_candidates"],
+                run_context=_steps.report_context(
+                    pipeline=NAME, instance_type=instance_type, instance_count=instance_count,
+                    region=region, model_preset=model_preset),
+            ).set_display_name("rank candidates")
 
     return batch_tuning
 
@@ -223,6 +227,7 @@ def main(argv: list[str] | None = None) -> int:
         local_defaults=LOCAL_DEFAULTS,
         report_task="rank-throughput",
         check=check_arguments,
+        progress_label_keys=("batch_size", "activation_checkpointing"),  # one per candidate
     )
 
 

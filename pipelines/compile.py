@@ -34,6 +34,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from components.common.errors import cli_errors
 from components.common.shipped import CHECKOUT
 
 COMPILED = CHECKOUT / "compiled"
@@ -180,6 +181,7 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+@cli_errors
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     image = args.components_image

@@ -33,6 +33,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import sys
 import time
 import warnings
@@ -55,8 +56,10 @@ class LocalRun:
     root: Path  # this run's pipeline_root directory
     run_dir: Path | None  # <root>/<pipeline>-<timestamp> (None when nothing ran)
     seconds: float
-    error: str = ""  # kfp.local's message naming the failed task chain
+    error: str = ""  # kfp.local's message naming the failed task chain (plain text)
     jobs: list[dict[str, Any]] = field(default_factory=list)  # DescribeTrainingJob, oldest first
+    # failed task -> the last lines of its log that say why (``failure_causes``)
+    causes: dict[str, list[str]] = field(default_factory=dict)
 
     def task_dirs(self, task: str) -> list[Path]:
         """All directories of a task (ParallelFor iterations included), sorted."""
@@ -79,6 +82,39 @@ class LocalRun:
                 data = json.loads(path.read_text())
                 return dict(data.get("parameterValues", {}))
         return {}
+
+
+ANSI_RE = re.compile(r"\x1b\[[0-9;]*m")
+# The lines of a failed task's log that say why: the exception ending a traceback
+# (``components.common.errors.UserError: field: problem Fix: ...`` included), a CLI's
+# ``error: ...`` line.
+CAUSE_RE = re.compile(r"^(error: |[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)\b:?)")
+
+
+def plain(text: str) -> str:
+    """``text`` without ANSI colour codes (kfp.local colours task names)."""
+    return ANSI_RE.sub("", text)
+
+
+def failure_causes(log_text: str, limit: int = 4) -> dict[str, list[str]]:
+    """Per task that finished with FAILURE, the last ``limit`` lines of its log that say why
+    (the traceback's exception line, ``error:`` lines), else its last lines."""
+    from pipelines._progress import EXECUTING_RE, FINISHED_RE
+
+    out: dict[str, list[str]] = {}
+    task, lines = "", list[str]()
+    for raw in plain(log_text).splitlines():
+        if m := EXECUTING_RE.search(raw):
+            task, lines = m.group(1), []
+        elif m := FINISHED_RE.search(raw):
+            if m.group(2) == "FAILURE":
+                said = [ln.strip() for ln in lines if ln.strip()]
+                causes = [ln for ln in said if CAUSE_RE.match(ln)]
+                out[m.group(1)] = (causes or said)[-limit:]
+            task, lines = "", []
+        elif task:
+            lines.append(raw)
+    return out
 
 
 @contextmanager
@@ -177,6 +213,8 @@ def run_pipeline(
             run = run_local(pipeline, arguments,
                             runs_dir=Path(runs_dir) if runs_dir else Path.cwd() / "runs")
         run.jobs = training_jobs(backend)
+    if run.state == "FAILED" and log_file and Path(log_file).exists():
+        run.causes = failure_causes(Path(log_file).read_text(encoding="utf-8", errors="replace"))
     return run
 
 
@@ -204,7 +242,7 @@ def run_local(pipeline: Callable[..., Any], arguments: dict[str, Any], *,
     try:
         pipeline(**arguments)
     except RuntimeError as exc:
-        state, error = "FAILED", str(exc)
+        state, error = "FAILED", plain(str(exc))
     seconds = time.monotonic() - started
     run_dirs = sorted(p for p in root.iterdir() if p.is_dir())
     return LocalRun(state, root, run_dirs[-1] if run_dirs else None, seconds, error)
@@ -231,7 +269,10 @@ class Summary:
 def summarise(run: LocalRun, jobs: list[dict[str, Any]], *, report_task: str) -> Summary:
     lines = [f"\n== {run.state} in {run.seconds:.0f} s: outputs under {run.run_dir or run.root}"]
     if run.error:
-        lines.append(f"   {run.error}")
+        lines.append(f"   {plain(run.error)}")
+    for task, causes in run.causes.items():
+        lines.append(f"   {task} failed; its log ends:")
+        lines += [f"     {line[:300]}" for line in causes]
     lines += ["", "| training job | precision | status | billable s | failure reason |",
               "|---|---|---|---:|---|"]
     failed: list[str] = []

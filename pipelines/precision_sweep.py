@@ -198,6 +198,9 @@ def build_pipeline(parallelism: int = DEFAULT_PARALLELISM) -> Any:
                 loss_tolerance_rel=loss_tolerance_rel,
                 divergence_tolerance_rel=divergence_tolerance_rel,
                 target_gpu=target_gpu,
+                run_context=_steps.report_context(
+                    pipeline=NAME, instance_type=instance_type, instance_count=instance_count,
+                    region=region, model_preset=model_preset),
             ).set_display_name("compare convergence")
 
     return precision_sweep

@@ -366,18 +366,23 @@ class _Page(HTMLParser):
     def __init__(self):
         super().__init__()
         self.headings, self.images, self.rows, self.refs = [], [], [], []
-        self.scripts, self._cell, self._tag = 0, None, ""
+        self.context, self.captions = [], []  # the run-context table's rows; figure captions
+        self.scripts, self._cell, self._tag, self._table = 0, None, "", ""
 
     def handle_starttag(self, tag, attrs):
         a = dict(attrs)
         self._tag = tag
         if tag == "img":
             self.images.append(a)
+        elif tag == "table":
+            self._table = a.get("class", "")
         elif tag == "tr":
-            self.rows.append([])
+            (self.context if self._table == "run-context" else self.rows).append([])
         elif tag in ("td", "th"):
             self._cell = [tag, a.get("class", ""), ""]
-            self.rows[-1].append(self._cell)
+            (self.context if self._table == "run-context" else self.rows)[-1].append(self._cell)
+        elif tag == "figcaption":
+            self.captions.append("")
         elif tag == "script":
             self.scripts += 1
         for key in ("href", "src"):
@@ -391,6 +396,8 @@ class _Page(HTMLParser):
     def handle_data(self, data):
         if self._cell is not None:
             self._cell[2] += data
+        elif self._tag == "figcaption":
+            self.captions[-1] += data
         elif self._tag == "h2" and data.strip():
             self.headings.append(data.strip())
 
@@ -410,8 +417,17 @@ def test_html_report_structure_what_a_browser_would_show(tmp_path):
              write_run(tmp_path, "mxfp8", curve(offset=0.003), emulated=True, mem=float("nan"))]
     cmp = run_compare(paths, target_gpu="H100")  # Hopper: mxfp8 converges but cannot run
     page = _Page()
-    page.feed(html_report(cmp))
+    page.feed(html_report(cmp, context={"pipeline": "precision-sweep", "run_id": "run-42",
+                                        "instance_type": "ml.p5.48xlarge"}))
     assert page.scripts == 0 and page.refs == []  # renders offline, in the KFP UI too
+    context = {row[0][2]: row[1][2] for row in page.context}
+    assert context["pipeline"] == "precision-sweep" and context["run id"] == "run-42"
+    assert context["instances"] == "ml.p5.48xlarge" and "report written" in context
+    assert set(context["training jobs"].split(", ")) == {"bf16-1", "fp8-1", "mxfp8-1"}
+    assert context["sequence length"] == "64" and context["batch size per GPU"] == "8"
+    # every figure says where its numbers come from: losses measured, emulated speed predicted
+    assert len(page.captions) == 3 and page.captions[0].startswith("Measured")
+    assert page.captions[2].startswith("Predicted for H100 by the throughput model")
     assert page.headings[:4] == ["Verdicts", "Loss curves", "Difference to the baseline",
                                  "Throughput"]
     assert "Memory" not in page.headings  # nothing measured: no empty box
@@ -677,3 +693,15 @@ def test_the_writer_refuses_what_the_reader_refuses(tmp_path):
     with pytest.raises(SeriesFormatError, match="'status' is \"running\""):
         write_outputs(parsed, requested_precision="fp8", series_path=tmp_path / "s.csv")
     assert not (tmp_path / "s.csv").exists()
+
+
+def test_the_cli_puts_the_given_run_context_on_top(tmp_path, capsys):
+    from components.compare_convergence.__main__ import main
+
+    paths = [write_run(tmp_path, "bf16", curve()), write_run(tmp_path, "fp8", curve(offset=0.001))]
+    main([*map(str, paths), "--run-context", "run_id=r9", "--run-context", "pipeline=mine",
+          "--html", str(tmp_path / "r.html")])
+    out = capsys.readouterr().out
+    assert out.splitlines()[2:4] == ["- pipeline: mine", "- run id: r9"]
+    page = (tmp_path / "r.html").read_text()
+    assert page.index("r9") < page.index("<h2>Verdicts</h2>")

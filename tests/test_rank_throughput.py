@@ -57,7 +57,7 @@ def test_empty_input_is_a_user_error():
         load([])
 
 
-def test_html_report_embeds_a_png_chart(tmp_path):
+def test_html_report_embeds_a_png_per_chart_and_no_empty_memory_chart(tmp_path):
     r = rank(load([_series(tmp_path, "b2", batch=2, ac=False, tps=500.0, mem=3.0),
                    _series(tmp_path, "b4", batch=4, ac=False, tps=900.0, mem=5.0)]))
     srcs: list[str] = []
@@ -68,11 +68,18 @@ def test_html_report_embeds_a_png_chart(tmp_path):
                 srcs.append(dict(attrs)["src"])
 
     Imgs().feed(html_report(r))
-    assert len(srcs) == 1 and srcs[0].startswith("data:image/png;base64,")
+    assert len(srcs) == 2 and all(s.startswith("data:image/png;base64,") for s in srcs)
     import base64
 
     png = base64.b64decode(srcs[0].split(",", 1)[1])
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 2000
+    # no run measured memory (CPU): the throughput chart only, and a sentence saying so
+    srcs.clear()
+    cpu = rank(load([_series(tmp_path, "c2", batch=2, ac=False, tps=500.0, mem=None,
+                             emulated=True)]))
+    page = html_report(cpu)
+    Imgs().feed(page)
+    assert len(srcs) == 1 and "No memory chart: no run measured GPU memory" in page
 
 
 def test_the_models_prediction_stands_beside_each_measured_run(tmp_path):
@@ -96,12 +103,62 @@ def test_the_models_prediction_stands_beside_each_measured_run(tmp_path):
     assert r.best.predicted_tokens_per_s_per_gpu == pytest.approx(expect)
     assert r.best.measured_over_predicted == pytest.approx(60000.0 / expect)
     text = markdown(r)
-    assert "tokens/s/GPU (predicted)" in text and "measured / predicted" in text
+    assert "tokens/s/GPU (predicted on the run's GPU)" in text and "measured / predicted" in text
     assert f"{expect:,.0f}" in text
     # CPU (emulated) runs get no prediction: n/a, not a number for another machine
     cpu = rank(load([_series(tmp_path, "cpu", batch=2, ac=False, tps=10.0, mem=0.0,
                              emulated=True)]))
     assert cpu.best.predicted_tokens_per_s_per_gpu is None
+    assert "predicted" not in markdown(cpu) and "n/a" not in markdown(cpu)  # no empty column
+
+
+def test_the_plans_prediction_fills_the_predicted_column(tmp_path):
+    """Issue 29.6: emulated runs have no prediction of their own; the plan's stands beside."""
+    paths = [_series(tmp_path, "b2", batch=2, ac=False, tps=500.0, mem=None, emulated=True),
+             _series(tmp_path, "b4", batch=4, ac=True, tps=800.0, mem=None, emulated=True)]
+    plan = [{"precision": "fp8", "batch_size": 4, "activation_checkpointing": True,
+             "predicted_tokens_per_s_per_gpu": 23456.7},
+            {"precision": "fp8", "batch_size": 2, "activation_checkpointing": False,
+             "predicted_tokens_per_s_per_gpu": 12345.6},
+            {"precision": "fp8", "batch_size": 4, "activation_checkpointing": False,
+             "predicted_tokens_per_s_per_gpu": 99999.0}]
+    r = rank(load(paths, plan))
+    assert [c.planned_tokens_per_s_per_gpu for c in r.candidates] == [23456.7, 12345.6]
+    context = {"instance_type": "ml.p6-b200.48xlarge", "pipeline": "batch-tuning"}
+    text = markdown(r, context)
+    assert "tokens/s/GPU (predicted for ml.p6-b200.48xlarge by the plan)" in text
+    assert "| 23,457 |" in text and "| 12,346 |" in text and "n/a" not in text
+    assert "measured / predicted" not in text  # a CPU rate over a B200 prediction means nothing
+    assert "rank this machine, not the target GPU" in text and "- pipeline: batch-tuning" in text
+    page = html_report(r, context)
+    assert "predicted for ml.p6-b200.48xlarge by the plan" in page
+    assert "ranks this machine, not the target GPU" in page
+
+
+def test_chart_labels_name_each_candidate_and_do_not_overlap(tmp_path, monkeypatch):
+    from components.rank_throughput import rank as module
+
+    paths = [_series(tmp_path, f"b{b}-{ac}", batch=b, ac=ac, tps=100.0 * b, mem=b + 1.0)
+             for b in (1, 2, 4, 8) for ac in (False, True)]
+    r = rank(load(paths))
+    drawn = []
+    import matplotlib.pyplot as plt
+
+    real_close = plt.close
+    monkeypatch.setattr(plt, "close", lambda fig: drawn.append(fig))
+    html_report(r)
+    assert len(drawn) == 2  # throughput and memory
+    for fig in drawn:
+        fig.canvas.draw()
+        (ax,) = fig.axes
+        labels = [t for t in ax.get_xticklabels() if t.get_text()]
+        assert sorted(t.get_text() for t in labels) == sorted(
+            module.candidate_label(c) for c in r.candidates)
+        boxes = [t.get_window_extent() for t in labels]
+        for i, a in enumerate(boxes):
+            for b in boxes[i + 1:]:
+                assert not a.overlaps(b), "x tick labels overlap"
+        real_close(fig)
 
 
 # ---- issue 28.10: the series contract, checked on read ------------------------------------
@@ -142,3 +199,38 @@ def test_rows_that_contradict_the_metadata_are_a_user_error_naming_the_row(tmp_p
     with pytest.raises(UserError, match=r"step 1 says precision 'bf16' but the metadata says "
                                         r"'fp8'.*bad.csv:3"):
         load([path])
+
+
+def test_batch_tuning_progress_lines_name_each_candidate(monkeypatch):
+    """Issue 29.6: eight candidates read as eight settings, not eight times ``[fp8]``."""
+    from pipelines import batch_tuning
+    from pipelines._progress import Progress
+    from trainer import logformat as lf
+
+    keys = ()
+    import pipelines._cli as cli
+
+    def capture(argv, **kwargs):
+        nonlocal keys
+        keys = kwargs["progress_label_keys"]
+        return 0
+
+    monkeypatch.setattr(cli, "main", capture)
+    batch_tuning.main([])
+    out: list[str] = []
+    progress = Progress(out.append, tty=False, label_keys=keys)
+    for batch, ac in ((4, False), (4, True)):
+        progress.feed(f"    created training job fp8-sagemaker-training-b{batch}{ac}")
+        progress.feed("    [algo-1-1] " + lf.format_json("config", {
+            "max_steps": 2, "batch_size": batch, "activation_checkpointing": ac,
+            "precision": "fp8"}))
+        progress.feed("    [algo-1-1] " + lf.format_step(lf.StepRecord(
+            1, 2.0, 1e-3, 1.0, 100.0, 100.0, 0.1, float("nan"), float("nan"), float("nan"),
+            "fp8", True)))
+    assert [o.split("]")[0] + "]" for o in out] == ["[fp8 batch 4 AC off]", "[fp8 batch 4 AC on]"]
+
+
+def test_a_count_passed_through_the_pipeline_json_reads_as_a_count(tmp_path):
+    r = rank(load([_series(tmp_path, "b2", batch=2, ac=False, tps=5.0, mem=None)]))
+    text = markdown(r, {"instance_type": "ml.p6-b200.48xlarge", "instance_count": 1.0})
+    assert "- instances: 1 x ml.p6-b200.48xlarge" in text

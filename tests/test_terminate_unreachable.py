@@ -31,6 +31,7 @@ from typing import Any
 import pytest
 
 from components.build_image import build as b
+from components.cleanup import run as cleanup_run
 from components.common import aws, resources
 from components.common.execution_context import TERMINATED_EXIT_CODE
 from components.sagemaker_training import __main__ as training_cli
@@ -144,6 +145,8 @@ def hooks(monkeypatch) -> list[tuple[str, Callable[..., Any]]]:
 
     monkeypatch.setattr(aws, "client", client)
     monkeypatch.setattr(b, "client", client)
+    # cleanup's runner binds ``client`` at its import, which an earlier test may have done
+    monkeypatch.setattr(cleanup_run, "client", client)
     return registered
 
 

@@ -28,7 +28,12 @@ import sys
 from components.build_image import build as b
 from components.build_image.component import build_image
 from components.common import cli
-from components.common.errors import AWS_UNREACHABLE_EXIT_CODE, USER_ERROR_EXIT_CODE, UserError
+from components.common.errors import (
+    AWS_UNREACHABLE_EXIT_CODE,
+    USER_ERROR_EXIT_CODE,
+    UserError,
+    cli_errors,
+)
 from components.common.execution_context import TERMINATED_EXIT_CODE, AwsUnreachable, Terminated
 
 # Old spellings, still accepted with a deprecation message.
@@ -44,6 +49,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, list[cli.Parameter]]:
     return p, params
 
 
+@cli_errors
 def main(argv: list[str] | None = None) -> int:
     args, values = cli.parse(build_parser(), argv)
     try:

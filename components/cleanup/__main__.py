@@ -35,7 +35,7 @@ import sys
 from components.cleanup.component import cleanup as cleanup_component
 from components.cleanup.run import cleanup
 from components.common import cli
-from components.common.errors import USER_ERROR_EXIT_CODE, UserError
+from components.common.errors import USER_ERROR_EXIT_CODE, UserError, cli_errors
 from components.common.execution_context import TERMINATED_EXIT_CODE, Terminated
 
 # Old spellings, still accepted with a deprecation message.
@@ -52,6 +52,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, list[cli.Parameter]]:
     return p, params
 
 
+@cli_errors
 def main(argv: list[str] | None = None) -> int:
     args, values = cli.parse(build_parser(), argv)
     try:

@@ -23,7 +23,7 @@ import dataclasses
 import sys
 
 from components.common import cli
-from components.common.errors import USER_ERROR_EXIT_CODE, UserError
+from components.common.errors import USER_ERROR_EXIT_CODE, UserError, cli_errors
 from components.compare_convergence.component import compare_convergence
 
 
@@ -38,6 +38,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, list[cli.Parameter]]:
     return p, params
 
 
+@cli_errors
 def main(argv: list[str] | None = None) -> int:
     args, values = cli.parse(build_parser(), argv)
     from components.compare_convergence.compare import Settings
@@ -52,8 +53,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return USER_ERROR_EXIT_CODE
     write_outputs(cmp, html_path=args.html, markdown_path=args.markdown,
-                  verdicts_path=args.verdicts)
-    sys.stdout.write(verdicts_json(cmp) if args.json else markdown(cmp))
+                  verdicts_path=args.verdicts, context=values["run_context"])
+    sys.stdout.write(verdicts_json(cmp) if args.json else markdown(cmp, values["run_context"]))
     if values["require_complete"] and cmp.partial:
         print("error: the comparison is partial: " + "; ".join(cmp.problems), file=sys.stderr)
         return 1

@@ -26,6 +26,7 @@ def compare_convergence(
     target_gpu: str = "B200",
     min_speedup_gain: float = 0.05,
     require_complete: bool = False,
+    run_context: dict = {},  # noqa: B006 (KFP default)
 ) -> NamedTuple("Outputs", [("recommended_precision", str), ("passed", bool)]):  # type: ignore[valid-type]
     """Compares the loss curves of a precision sweep with its baseline and recommends one.
 
@@ -74,6 +75,10 @@ def compare_convergence(
             one to be recommended (0.05 = 5%).
         require_complete: fail the step (after writing the outputs' messages to the log)
             when the report is partial.
+        run_context: what the pipeline knows about the run, shown on top of the report
+            beside what the series say (model, sequence, batch, steps, job names): e.g.
+            {"pipeline": ..., "run_id": ..., "instance_type": ..., "instance_count": ...,
+            "region": ..., "model_preset": ...}.
 
     Returns:
         report: HTML with the loss curves (all precisions, second half zoomed), the
@@ -106,7 +111,7 @@ def compare_convergence(
         min_speedup_gain=min_speedup_gain)
     cmp = compare_files([s.path for s in series], settings)
     write_outputs(cmp, html_path=report.path, markdown_path=summary.path,
-                  verdicts_path=verdicts.path)
+                  verdicts_path=verdicts.path, context=run_context)
     for name, value in comparison_metrics(cmp).items():
         metrics.log_metric(name, value)
     print(open(summary.path, encoding="utf-8").read())

@@ -8,9 +8,11 @@ import html
 import io
 import json
 import math
+from collections.abc import Mapping
 from typing import Any
 
 from components.common import markdown as md
+from components.common import report_page, run_context
 from components.common.losses import DEFINITION as FINAL_LOSS_DEFINITION
 from components.common.losses import window_size
 from components.compare_convergence.compare import (
@@ -378,18 +380,39 @@ def _headers(cmp: Comparison) -> dict[str, str]:
             "runs": f"runs on {cmp.settings.target_gpu}"}
 
 
-CSS = """body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px;
-color:#222;max-width:1100px}table{border-collapse:collapse;margin:12px 0;font-size:14px}
-td,th{border:1px solid #ccc;padding:4px 8px;text-align:left;vertical-align:top}
-th{background:#f4f4f4}.pass{background:#e6f4ea;color:#137333;font-weight:600}
-.fail{background:#fce8e6;color:#a50e0e;font-weight:600}.note{color:#555;font-size:13px}
-.no{background:#fff4e5;color:#8a4b00;font-weight:600}
-.partial{background:#fff4e5;border:1px solid #f0a020;padding:8px 12px;margin:12px 0}
-.recommendation{font-size:17px;padding:8px 12px;background:#eef3fd;border-left:4px solid #1a73e8}
-img{max-width:100%;display:block;margin:8px 0 20px}"""
+CSS = report_page.CSS
 
 TITLES = {"loss_curves": "Loss curves", "difference": "Difference to the baseline",
           "speedup": "Throughput", "memory": "Memory"}
+
+
+def figure_source(cmp: Comparison, name: str) -> str:
+    """What a figure shows: measured (by what) or predicted (by what)."""
+    if name == "speedup":
+        predicted = [p for p, r in cmp.results.items() if r.speedup_predicted]
+        if predicted:
+            measured = [p for p in cmp.results if p not in predicted]
+            return (f"Predicted for {cmp.settings.target_gpu} by the throughput model "
+                    "(components/common/throughput.py) for " + ", ".join(predicted)
+                    + " (hatched bars)" + ("; measured steady-state tokens/s for "
+                                           + ", ".join(measured) if measured else "") + ".")
+        return ("Measured: steady-state tokens/s per GPU after warm-up, from the trainer's "
+                "step lines.")
+    return {
+        "loss_curves": "Measured: the training loss each job's trainer logged (parse_logs "
+                       "series), smoothed as in the settings below.",
+        "difference": "Measured: each run's smoothed loss minus the baseline run's of the "
+                      "same seed, from the logged losses.",
+        "memory": "Measured: peak memory allocated per GPU, reported by the trainer.",
+    }.get(name, "")
+
+
+def context_rows(cmp: Comparison, given: Mapping[str, Any] | None,
+                 now: Any = None) -> list[tuple[str, str]]:
+    """The report's run context: what the pipeline passed and what the runs say."""
+    metas = [{"run": r.label, "gpu": r.gpu, "world_size": r.world_size, "training": r.training}
+             for group in cmp.runs.values() for r in group]
+    return run_context.rows(given, metas, now=now)
 
 
 def _summary_html(cmp: Comparison) -> list[str]:
@@ -429,18 +452,23 @@ def _settings_html(cmp: Comparison) -> str:
             "baseline run with the same seed.</p>")
 
 
-def html_report(cmp: Comparison, figs: dict[str, str] | None = None) -> str:
+def html_report(cmp: Comparison, figs: dict[str, str] | None = None,
+                context: Mapping[str, Any] | None = None, now: Any = None) -> str:
+    """The page: run context on top, the verdicts, then each figure with its source."""
     figs = figures(cmp) if figs is None else figs
     e = html.escape
     parts = ["<!DOCTYPE html><html><head><meta charset='utf-8'>",
              "<title>Convergence comparison</title>", f"<style>{CSS}</style></head><body>",
-             f"<h1>Convergence comparison: baseline {e(cmp.baseline)}</h1>"]
+             f"<h1>Convergence comparison: baseline {e(cmp.baseline)}</h1>",
+             run_context.to_html(context_rows(cmp, context, now))]
     parts += _summary_html(cmp)
     parts += ["<h2>Verdicts</h2>", verdict_table_html(cmp)]
     for name, data in figs.items():
-        parts.append(f"<h2>{TITLES.get(name, name)}</h2>")
-        parts.append(f"<img alt='{e(TITLES.get(name, name))}' "
-                     f"src='data:image/png;base64,{data}'>")
+        title = TITLES.get(name, name)
+        parts.append(f"<figure id='figure-{e(name)}'><h2>{e(title)}</h2>"
+                     f"<img alt='{e(title)}' src='data:image/png;base64,{data}'>"
+                     f"<figcaption class='source'>{e(figure_source(cmp, name))}</figcaption>"
+                     "</figure>")
     if "memory" not in figs:
         parts.append("<p class='note'>No memory figure: no run measured GPU memory (CPU or "
                      "emulated runs).</p>")
@@ -473,10 +501,11 @@ MARKDOWN_COLUMNS = ("precision", "converges", "runs", "final loss", "diff vs bas
                     "tolerance", "seed", "speed-up", "memory ratio", "reason")
 
 
-def markdown(cmp: Comparison) -> str:
+def markdown(cmp: Comparison, context: Mapping[str, Any] | None = None) -> str:
     """The summary the KFP UI renders: every value from a run, a file or a parameter is
     escaped (``components.common.markdown``), so it shows as text and stays in its cell."""
     lines = [f"## Convergence comparison (baseline {md.inline(cmp.baseline)})", ""]
+    lines += run_context.to_markdown(context_rows(cmp, context))
     if cmp.partial:
         lines += ["**PARTIAL REPORT - no recommendation:**", ""]
         lines += [f"- {md.line(p)}" for p in cmp.problems] + [""]

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import csv
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import Any
 
 from components.common.step_series import Series, SeriesFormatError, read_series
 from components.compare_convergence.compare import Comparison, Settings, compare
@@ -29,10 +30,13 @@ def compare_files(paths: Iterable[str | Path], settings: Settings | None = None)
 
 def write_outputs(cmp: Comparison, *, html_path: str | Path | None = None,
                   markdown_path: str | Path | None = None,
-                  verdicts_path: str | Path | None = None) -> None:
+                  verdicts_path: str | Path | None = None,
+                  context: Mapping[str, Any] | None = None) -> None:
+    """Writes the reports; ``context`` is what the pipeline knows about the run (pipeline,
+    run id, instance type...: ``components.common.run_context``), shown on top."""
     if html_path:
-        Path(html_path).write_text(html_report(cmp), encoding="utf-8")
+        Path(html_path).write_text(html_report(cmp, context=context), encoding="utf-8")
     if markdown_path:
-        Path(markdown_path).write_text(markdown(cmp), encoding="utf-8")
+        Path(markdown_path).write_text(markdown(cmp, context), encoding="utf-8")
     if verdicts_path:
         Path(verdicts_path).write_text(verdicts_json(cmp), encoding="utf-8")

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from components.common import cli, training_setup
-from components.common.errors import USER_ERROR_EXIT_CODE, UserError
+from components.common.errors import USER_ERROR_EXIT_CODE, UserError, cli_errors
 from components.memory_estimate import estimator, planner, report, run
 from components.memory_estimate.component import memory_estimate
 from trainer.spec import NORM_TYPES as MODEL_NORMS
@@ -98,6 +98,7 @@ def component_values(args: argparse.Namespace, params: list[cli.Parameter]) -> d
     return with_defaults(cli.given(args, params))
 
 
+@cli_errors
 def main(argv: list[str] | None = None) -> int:
     parser, params = build_parser()
     args = parser.parse_args(argv)

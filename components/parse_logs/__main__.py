@@ -23,7 +23,7 @@ import argparse
 import sys
 
 from components.common import cli
-from components.common.errors import USER_ERROR_EXIT_CODE, UserError
+from components.common.errors import USER_ERROR_EXIT_CODE, UserError, cli_errors
 from components.parse_logs.component import parse_logs
 
 # Old spellings, still accepted with a deprecation message.
@@ -42,6 +42,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, list[cli.Parameter]]:
     return p, params
 
 
+@cli_errors
 def main(argv: list[str] | None = None) -> int:
     p, params = build_parser()
     args = p.parse_args(argv)

@@ -13,6 +13,8 @@ def rank_throughput(
     report: Output[HTML],
     summary: Output[Markdown],
     metrics: Output[Metrics],
+    plan: list = [],  # noqa: B006 (KFP default)
+    run_context: dict = {},  # noqa: B006 (KFP default)
 ) -> NamedTuple(  # type: ignore[valid-type]
     "Outputs", [("best_batch_size", int), ("best_activation_checkpointing", bool),
                 ("found", bool)]
@@ -31,11 +33,17 @@ def rank_throughput(
 
     Args:
         series: The parse_logs ``series`` Datasets of the candidate runs.
+        plan: memory_estimate's ``batch_candidates``: their predicted tokens/s per GPU
+            (for the target instance) stand beside the measured ones.
+        run_context: What the pipeline knows about the run, shown on top of the report
+            beside what the series say (model, sequence, batch sizes, steps, job names):
+            e.g. {"pipeline": ..., "run_id": ..., "instance_type": ..., "region": ...}.
 
     Returns:
-        report: HTML with throughput and memory bars per candidate and the table.
-        summary: Markdown table (rank, setting, status, tokens/s per GPU measured and
-            predicted by the throughput model, peak GiB).
+        report: HTML: the run context, throughput and (when measured) memory bars per
+            candidate, each labelled measured, and the table.
+        summary: Markdown table (rank, setting, status, tokens/s per GPU measured and,
+            where a prediction exists, predicted by the plan or on the run's GPU, peak GiB).
         metrics: best_tokens_per_s_per_gpu, best_batch_size, candidates, completed.
         best_batch_size: The fastest completed candidate's batch size (0 when none).
         best_activation_checkpointing: Whether that candidate used checkpointing.
@@ -45,10 +53,10 @@ def rank_throughput(
 
     from components.rank_throughput.rank import html_report, load, markdown, rank
 
-    ranking = rank(load([s.path for s in series]))
+    ranking = rank(load([s.path for s in series], plan))
     with open(report.path, "w", encoding="utf-8") as f:
-        f.write(html_report(ranking))
-    text = markdown(ranking)
+        f.write(html_report(ranking, run_context))
+    text = markdown(ranking, run_context)
     with open(summary.path, "w", encoding="utf-8") as f:
         f.write(text)
     print(text)

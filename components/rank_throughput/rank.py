@@ -7,9 +7,11 @@ ranks the candidates by steady-state tokens/s per GPU, shows their peak memory,
 and names the best one that completed. Emulated runs (CPU) are ranked too but
 labelled: their speed is not the precision's speed on a GPU.
 
-Beside each measured figure stands the throughput model's prediction for the same
-configuration on the GPU the run used (``components.common.throughput``),
-so that every real run also checks the model; runs on a CPU get no prediction.
+Beside each measured figure stand the predictions that exist for it: the plan's
+(``memory_estimate``'s ``batch_candidates``: the throughput model for the target
+instance's GPU, passed as ``plan``) and, for a run timed on a GPU, the throughput
+model's for the GPU the run used (``components.common.throughput``), so that every real
+run also checks the model. A column no candidate has a value for is left out.
 """
 
 from __future__ import annotations
@@ -20,11 +22,12 @@ import html
 import io
 import json
 import math
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from components.common import markdown as md
-from components.common import throughput
+from components.common import report_page, run_context, throughput
 from components.common.errors import UserError
 from components.common.step_series import SeriesFormatError, read_series
 from components.common.training_setup import TrainingSetup
@@ -46,6 +49,9 @@ class Candidate:
     # The throughput model's prediction on the GPU the run used (None on a CPU or when
     # the series does not say the model).
     predicted_tokens_per_s_per_gpu: float | None = None
+    # The plan's prediction for the target instance's GPU (memory_estimate's candidates).
+    planned_tokens_per_s_per_gpu: float | None = None
+    meta: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def ok(self) -> bool:
@@ -72,8 +78,19 @@ def _num(x: Any) -> float | None:
     return float(x) if isinstance(x, (int, float)) and math.isfinite(float(x)) else None
 
 
-def load(paths: list[str]) -> list[Candidate]:
-    """The candidates' series (a file that is not a series is a UserError naming it)."""
+def _planned(plan: Sequence[Mapping[str, Any]], precision: str, batch: int | None,
+             ac: bool | None) -> float | None:
+    """The plan's predicted tokens/s per GPU for this configuration, or None."""
+    for entry in plan:
+        if (entry.get("precision"), entry.get("batch_size"),
+                entry.get("activation_checkpointing")) == (precision, batch, ac):
+            return _num(entry.get("predicted_tokens_per_s_per_gpu"))
+    return None
+
+
+def load(paths: list[str], plan: Sequence[Mapping[str, Any]] = ()) -> list[Candidate]:
+    """The candidates' series (a file that is not a series is a UserError naming it);
+    ``plan``: memory_estimate's ``batch_candidates``, whose predictions stand beside."""
     if not paths:
         raise UserError("series", "no runs to rank.", "pass the collected parse_logs series.")
     out: list[Candidate] = []
@@ -90,17 +107,21 @@ def load(paths: list[str]) -> list[Candidate]:
         training = meta.get("training") or {}
         batch = training.get("batch_size")
         ac = training.get("activation_checkpointing")
+        batch = int(batch) if isinstance(batch, int) else None
+        ac = bool(ac) if isinstance(ac, bool) else None
         out.append(Candidate(
             run=str(meta.get("run") or path),
             precision=s.precision,
-            batch_size=int(batch) if isinstance(batch, int) else None,
-            activation_checkpointing=bool(ac) if isinstance(ac, bool) else None,
+            batch_size=batch,
+            activation_checkpointing=ac,
             status=str(meta.get("status") or "unknown"),
             tokens_per_s_per_gpu=_robust_tokens_per_s(metrics),
             peak_memory_gib=_num(metrics.get("peak_memory_gib")),
             emulated=bool(meta.get("emulated")),
             failure_reason=str(meta.get("failure_reason") or ""),
             predicted_tokens_per_s_per_gpu=_predict(meta, s.precision),
+            planned_tokens_per_s_per_gpu=_planned(plan, s.precision, batch, ac),
+            meta=meta,
         ))
     return out
 
@@ -146,79 +167,180 @@ def _setting(c: Candidate) -> str:
     return f"batch {c.batch_size if c.batch_size is not None else '?'}, checkpointing {ac}"
 
 
-def markdown(r: Ranking) -> str:
+def candidate_label(c: Candidate) -> str:
+    """A candidate in a chart's tick: short, and one per candidate (precision, batch, AC)."""
+    ac = {True: "AC on", False: "AC off", None: "AC ?"}[c.activation_checkpointing]
+    return f"{c.precision} b{c.batch_size if c.batch_size is not None else '?'} {ac}"
+
+
+EMULATED_CAVEAT = ("Some runs used EMULATED numerics (PyTorch backend on a CPU): their "
+                   "tokens/s rank this machine, not the target GPU.")
+
+
+def _target(context: Mapping[str, Any] | None) -> str:
+    return str((context or {}).get("instance_type") or "the target instance")
+
+
+def columns(r: Ranking, context: Mapping[str, Any] | None = None) -> list[tuple[str, str]]:
+    """(key, header) of the table's columns; a prediction column only where a prediction
+    exists (never a column of n/a)."""
+    out = [("rank", "rank"), ("run", "run"), ("precision", "precision"),
+           ("setting", "setting"), ("status", "status"),
+           ("measured", "tokens/s/GPU (measured)")]
+    if any(c.planned_tokens_per_s_per_gpu for c in r.candidates):
+        out.append(("planned", f"tokens/s/GPU (predicted for {_target(context)} by the plan)"))
+    if any(c.predicted_tokens_per_s_per_gpu for c in r.candidates):
+        out += [("predicted", "tokens/s/GPU (predicted on the run's GPU)"),
+                ("ratio", "measured / predicted")]
+    if any(c.peak_memory_gib for c in r.candidates):
+        out.append(("memory", "peak GiB (measured)"))
+    return out
+
+
+def _cells(i: int, c: Candidate) -> dict[str, str]:
+    status = c.status + (f": {c.failure_reason[:80]}" if c.failure_reason else "")
+    return {"rank": str(i) if c.ok else "-", "run": c.run,
+            "precision": c.precision + (" (emulated)" if c.emulated else ""),
+            "setting": _setting(c), "status": status,
+            "measured": _fmt(c.tokens_per_s_per_gpu, ",.0f"),
+            "planned": _fmt(c.planned_tokens_per_s_per_gpu, ",.0f"),
+            "predicted": _fmt(c.predicted_tokens_per_s_per_gpu, ",.0f"),
+            "ratio": _fmt(c.measured_over_predicted, ".2f"),
+            "memory": _fmt(c.peak_memory_gib, ".2f")}
+
+
+def _notes(r: Ranking, context: Mapping[str, Any] | None) -> list[str]:
+    notes = []
+    if any(c.planned_tokens_per_s_per_gpu for c in r.candidates):
+        notes.append(f"Predicted by the plan: memory_estimate's throughput model "
+                     f"(components/common/throughput.py) for each configuration on "
+                     f"{_target(context)}, before anything ran.")
+    if any(c.predicted_tokens_per_s_per_gpu for c in r.candidates):
+        notes.append("Predicted on the run's GPU: the throughput model "
+                     "(components/common/throughput.py) for each run's configuration on the "
+                     "GPU it ran on.")
+    return notes
+
+
+def _best_text(r: Ranking) -> str:
+    b = r.best
+    if b is None:
+        return ""
+    peak = "" if b.peak_memory_gib is None else f", peak {b.peak_memory_gib:.2f} GiB"
+    return (f"{_setting(b)} ({b.precision}, {_fmt(b.tokens_per_s_per_gpu, ',.0f')} tokens/s "
+            f"per GPU measured{peak})")
+
+
+def markdown(r: Ranking, context: Mapping[str, Any] | None = None) -> str:
     """The summary the KFP UI renders; every value from a series is escaped
     (``components.common.markdown``): it shows as text and stays in its cell."""
     lines = ["# Batch-size tuning", ""]
+    lines += run_context.to_markdown(run_context.rows(context, [c.meta for c in r.candidates]))
     if r.best:
-        lines.append(f"**Best: {md.inline(_setting(r.best))}** ({md.inline(r.best.precision)}, "
-                     f"{_fmt(r.best.tokens_per_s_per_gpu, ',.0f')} tokens/s per GPU, peak "
-                     f"{_fmt(r.best.peak_memory_gib, '.2f')} GiB).")
+        best = _best_text(r).split(" (", 1)
+        lines.append(f"**Best: {md.inline(best[0])}** ({md.inline(best[1])}.")
     else:
         lines.append("**No candidate completed**: nothing to recommend.")
     if r.emulated:
-        lines += ["", "Some runs used EMULATED numerics (PyTorch backend on a CPU): their "
-                  "tokens/s rank this machine, not the target GPU."]
-    lines += ["", "| rank | run | precision | setting | status | tokens/s/GPU (measured) | "
-              "tokens/s/GPU (predicted) | measured / predicted | peak GiB |",
-              "|---:|---|---|---|---|---:|---:|---:|---:|"]
+        lines += ["", EMULATED_CAVEAT]
+    cols = columns(r, context)
+    lines += ["", "| " + " | ".join(md.inline(h) for _, h in cols) + " |",
+              "|" + "|".join("---:" if k in ("rank", "measured", "planned", "predicted",
+                                             "ratio", "memory") else "---" for k, _ in cols)
+              + "|"]
     for i, c in enumerate(r.candidates, 1):
-        status = c.status + (f": {c.failure_reason[:80]}" if c.failure_reason else "")
-        lines.append(f"| {i if c.ok else '-'} | {md.inline(c.run)} | {md.inline(c.precision)}"
-                     f"{' (emulated)' if c.emulated else ''} | {md.inline(_setting(c))} | "
-                     f"{md.inline(status)} | "
-                     f"{_fmt(c.tokens_per_s_per_gpu, ',.0f')} | "
-                     f"{_fmt(c.predicted_tokens_per_s_per_gpu, ',.0f')} | "
-                     f"{_fmt(c.measured_over_predicted, '.2f')} | "
-                     f"{_fmt(c.peak_memory_gib, '.2f')} |")
-    if any(c.predicted_tokens_per_s_per_gpu for c in r.candidates):
-        lines += ["", "Predicted: the throughput model (components/common/throughput.py) "
-                  "for each run's configuration on the GPU it ran on."]
+        cells = _cells(i, c)
+        lines.append("| " + " | ".join(md.inline(cells[k]) for k, _ in cols) + " |")
+    for note in _notes(r, context):
+        lines += ["", md.line(note)]
     return "\n".join(lines) + "\n"
 
 
-def html_report(r: Ranking) -> str:
-    """Markdown table plus a bar chart of tokens/s and memory, the image embedded."""
+def _bars(ok: list[Candidate], values: list[float], *, color: str, ylabel: str, title: str,
+          text: str) -> str:
+    """One bar per candidate, tick labels rotated so that they never overlap."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.9 * len(ok) + 2), 4.2))
+    bars = ax.bar([candidate_label(c) for c in ok], values, color=color)
+    for bar, v in zip(bars, values, strict=True):
+        ax.text(bar.get_x() + bar.get_width() / 2, bar.get_height(), format(v, text),
+                ha="center", va="bottom", fontsize=8)
+    ax.set(ylabel=ylabel, title=title)
+    ax.margins(y=0.15)
+    ax.grid(axis="y", alpha=0.3)
+    plt.setp(ax.get_xticklabels(), rotation=35, ha="right", rotation_mode="anchor", fontsize=8)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def figures(r: Ranking) -> dict[str, tuple[str, str]]:
+    """name -> (base64 PNG, source caption); memory only when some run measured it."""
     ok = [c for c in r.candidates if c.ok]
-    img = ""
-    if ok:
-        fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.5))
-        labels = [_setting(c).replace(", ", "\n") for c in ok]
-        a.bar(labels, [c.tokens_per_s_per_gpu or 0 for c in ok], color="#4477aa")
-        a.set_title("tokens/s per GPU" + (" (emulated)" if r.emulated else ""))
-        b.bar(labels, [c.peak_memory_gib or 0 for c in ok], color="#cc6677")
-        b.set_title("peak memory (GiB)")
-        for ax in (a, b):
-            ax.tick_params(axis="x", labelsize=8)
-        fig.tight_layout()
-        buf = io.BytesIO()
-        fig.savefig(buf, format="png", dpi=100)
-        plt.close(fig)
-        data = base64.b64encode(buf.getvalue()).decode("ascii")
-        img = f'<img alt="throughput and memory per candidate" src="data:image/png;base64,{data}">'
+    if not ok:
+        return {}
+    where = ("this machine (EMULATED numerics: ranks this machine, not the target GPU)"
+             if r.emulated else "the GPUs the runs used")
+    out = {"throughput": (_bars(
+        ok, [c.tokens_per_s_per_gpu or 0.0 for c in ok], color="#4477aa",
+        ylabel="tokens/s per GPU", title="Throughput per candidate (measured)", text=",.0f"),
+        f"Measured: steady-state tokens/s per GPU after warm-up, from each run's trainer "
+        f"log, on {where}.")}
+    mem = [c.peak_memory_gib for c in ok]
+    if any(m for m in mem):
+        out["memory"] = (_bars(ok, [m or 0.0 for m in mem], color="#cc6677",
+                               ylabel="GiB per GPU", title="Peak memory per candidate (measured)",
+                               text=".1f"),
+                         "Measured: peak memory allocated per GPU, reported by the trainer.")
+    return out
+
+
+TITLES = {"throughput": "Throughput", "memory": "Memory"}
+
+
+def html_report(r: Ranking, context: Mapping[str, Any] | None = None,
+                figs: dict[str, tuple[str, str]] | None = None) -> str:
+    """The page: run context on top, the best candidate, the caveat, the figures (each
+    labelled measured), the table; styled like the precision sweep's report."""
+    e = html.escape
+    figs = figures(r) if figs is None else figs
+    parts = [report_page.head("Batch-size tuning"), "<h1>Batch-size tuning</h1>",
+             run_context.to_html(run_context.rows(context, [c.meta for c in r.candidates]))]
+    parts.append(f"<p class='recommendation'><b>Best: {e(_best_text(r))}</b></p>" if r.best
+                 else "<p class='recommendation'><b>No candidate completed</b>: nothing to "
+                 "recommend.</p>")
+    if r.emulated:
+        parts.append(f"<p class='caveat'>{e(EMULATED_CAVEAT)}</p>")
+    for name, (data, source) in figs.items():
+        title = TITLES.get(name, name)
+        parts.append(f"<figure id='figure-{e(name)}'><h2>{e(title)}</h2>"
+                     f"<img alt='{e(title)} per candidate' src='data:image/png;base64,{data}'>"
+                     f"<figcaption class='source'>{e(source)}</figcaption></figure>")
+    if r.candidates and "memory" not in figs:
+        parts.append("<p class='note'>No memory chart: no run measured GPU memory (CPU or "
+                     "emulated runs).</p>")
+    cols = columns(r, context)
+    numeric = {"rank", "measured", "planned", "predicted", "ratio", "memory"}
     rows = "".join(
-        f"<tr><td>{html.escape(c.run)}</td><td>{html.escape(_setting(c))}</td>"
-        f"<td>{html.escape(c.status)}</td><td>{_fmt(c.tokens_per_s_per_gpu, ',.0f')}</td>"
-        f"<td>{_fmt(c.predicted_tokens_per_s_per_gpu, ',.0f')}</td>"
-        f"<td>{_fmt(c.peak_memory_gib, '.2f')}</td></tr>"
-        for c in r.candidates
-    )
-    best = html.escape(_setting(r.best)) if r.best else "none (no candidate completed)"
-    return (
-        "<!doctype html><html><head><meta charset='utf-8'><title>Batch-size tuning</title>"
-        "</head><body><h1>Batch-size tuning</h1>"
-        f"<p><b>Best:</b> {best}</p>{img}<table border='1'><tr><th>run</th><th>setting</th>"
-        f"<th>status</th><th>tokens/s/GPU (measured)</th><th>tokens/s/GPU (predicted by the "
-        f"throughput model)</th><th>peak GiB</th></tr>{rows}</table>"
-        "</body></html>"
-    )
+        "<tr>" + "".join(f"<td class='num'>{e(cells[k])}</td>" if k in numeric
+                         else f"<td>{e(cells[k])}</td>" for k, _ in cols) + "</tr>"
+        for cells in (_cells(i, c) for i, c in enumerate(r.candidates, 1)))
+    parts += ["<h2>Candidates</h2>", "<table class='candidates'><tr>"
+              + "".join(f"<th>{e(h)}</th>" for _, h in cols) + f"</tr>{rows}</table>"]
+    parts += [f"<p class='note'>{e(n)}</p>" for n in _notes(r, context)]
+    return "\n".join(parts + ["</body></html>"])
 
 
 def to_json(r: Ranking) -> str:
-    return json.dumps({"best": asdict(r.best) if r.best else None,
-                       "candidates": [asdict(c) for c in r.candidates]}, sort_keys=True)
+    def plain(c: Candidate) -> dict[str, Any]:
+        d = asdict(c)
+        d.pop("meta")
+        return d
+
+    return json.dumps({"best": plain(r.best) if r.best else None,
+                       "candidates": [plain(c) for c in r.candidates]}, sort_keys=True)

@@ -24,7 +24,12 @@ import sys
 from typing import Any
 
 from components.common import cli
-from components.common.errors import AWS_UNREACHABLE_EXIT_CODE, USER_ERROR_EXIT_CODE, UserError
+from components.common.errors import (
+    AWS_UNREACHABLE_EXIT_CODE,
+    USER_ERROR_EXIT_CODE,
+    UserError,
+    cli_errors,
+)
 from components.common.execution_context import (
     TERMINATED_EXIT_CODE,
     ExecutionContext,
@@ -114,6 +119,7 @@ def check_outputs(args: argparse.Namespace) -> None:
             check_writable(getattr(args, attr), flag)
 
 
+@cli_errors
 def main(argv: list[str] | None = None) -> int:
     # SIGTERM/SIGINT are handled from here on, before the heavier imports and long
     # before the first AWS call (a signal during interpreter start-up finds nothing

@@ -1,0 +1,104 @@
+"""Issue 29.5: what AWS refuses reaches the user as one line naming the field and the fix,
+with an exit code that means one thing (components/common/errors.py), never a traceback."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+from botocore import exceptions as bx
+from conftest import serve
+
+from components.common import errors
+from components.common.shipped import CHECKOUT
+
+
+def _client_error(code, message, operation, **extra):
+    return bx.ClientError({"Error": {"Code": code, "Message": message, **extra}}, operation)
+
+
+def _no_aws_env():
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env.update(AWS_CONFIG_FILE="/nonexistent", AWS_SHARED_CREDENTIALS_FILE="/nonexistent",
+               AWS_EC2_METADATA_DISABLED="true", PYTHONPATH=str(CHECKOUT))
+    return env
+
+
+def test_a_missing_bucket_against_serve_is_one_line_naming_the_field():
+    """The bucket check is the server's (SageMaker's validation, as the local backend
+    serves it): its ValidationException is one line naming the request field."""
+    proc, _, env = serve()
+    try:
+        out = subprocess.run(
+            [sys.executable, "-m", "components.sagemaker_training", "--run-id", "e29",
+             "--task", "train", "--image-uri",
+             "123456789012.dkr.ecr.us-west-2.amazonaws.com/kfp-sagemaker-trainer:test",
+             "--role-arn", "arn:aws:iam::123456789012:role/SageMakerTraining", "--region",
+             "us-west-2", "--output-s3-uri", "s3://no-such-bucket-29/out", "--model-preset",
+             "tiny", "--batch-size", "2", "--seq-length", "32", "--max-steps", "2"],
+            capture_output=True, text=True, cwd=CHECKOUT,
+            env={**env, "PYTHONPATH": str(CHECKOUT)}, timeout=120)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    assert out.returncode == errors.USER_ERROR_EXIT_CODE, out.stderr[-2000:]
+    assert "Traceback" not in out.stderr
+    (line,) = [ln for ln in out.stderr.splitlines() if ln.startswith("error:")]
+    assert line.startswith("error: OutputDataConfig.S3OutputPath: AWS refused CreateTrainingJob")
+    assert "no-such-bucket-29" in line and "Fix: " in line
+
+
+def test_no_credentials_for_build_components_image_is_one_line_and_exit_77(tmp_path):
+    out = subprocess.run(
+        [sys.executable, "-m", "pipelines.compile", "--build-components-image", "--s3-uri",
+         "s3://some-bucket/p", "--region", "us-west-2", "--output-dir", str(tmp_path)],
+        capture_output=True, text=True, cwd=CHECKOUT, env=_no_aws_env(), timeout=120)
+    assert out.returncode == errors.AWS_CREDENTIALS_EXIT_CODE, out.stderr[-2000:]
+    assert "Traceback" not in out.stderr
+    (line,) = [ln for ln in out.stderr.splitlines() if ln.startswith("error:")]
+    assert line.startswith("error: AWS credentials: none found") and "AWS_PROFILE" in line
+
+
+def test_a_server_side_validation_error_names_the_field_aws_names():
+    exc = _client_error("ValidationException", "1 validation error detected: Value 'a_b' at "
+                        "'trainingJobName' failed to satisfy constraint: Member must satisfy "
+                        "regular expression pattern", "CreateTrainingJob")
+    code, line = errors.explain(exc)
+    assert code == errors.USER_ERROR_EXIT_CODE
+    assert line.startswith("trainingJobName: AWS refused CreateTrainingJob (ValidationException")
+    assert "Fix: change the value" in line
+
+
+@pytest.mark.parametrize("exc, code, start", [
+    (bx.EndpointConnectionError(endpoint_url="http://127.0.0.1:1/"),
+     errors.AWS_UNREACHABLE_EXIT_CODE, "endpoint: Could not connect"),
+    (_client_error("AccessDenied", "not allowed", "PutObject"),
+     errors.AWS_CREDENTIALS_EXIT_CODE, "AWS credentials: AWS refused PutObject (AccessDenied"),
+    (_client_error("ExpiredTokenException", "expired", "CreateTrainingJob"),
+     errors.AWS_CREDENTIALS_EXIT_CODE, "AWS credentials: AWS refused CreateTrainingJob"),
+    (_client_error("NoSuchBucket", "The specified bucket does not exist", "PutObject",
+                   BucketName="b1"), errors.USER_ERROR_EXIT_CODE, "bucket: s3://b1 does not"),
+    (_client_error("ThrottlingException", "slow down", "ListTrainingJobs"),
+     errors.AWS_REFUSED_EXIT_CODE, "ListTrainingJobs: AWS refused ListTrainingJobs"),
+    (bx.NoRegionError(), errors.USER_ERROR_EXIT_CODE, "region: no AWS region given"),
+])
+def test_each_aws_error_gets_its_exit_code_and_one_line(exc, code, start):
+    got_code, line = errors.explain(exc)
+    assert (got_code, line[:len(start)]) == (code, start)
+    assert "\n" not in line and "Fix: " in line
+
+
+def test_cli_errors_prints_one_line_and_lets_a_bug_keep_its_traceback(capsys):
+    @errors.cli_errors
+    def refused() -> int:
+        raise bx.NoCredentialsError()
+
+    @errors.cli_errors
+    def bug() -> int:
+        raise KeyError("a bug, not the user's")
+
+    assert refused() == errors.AWS_CREDENTIALS_EXIT_CODE
+    err = capsys.readouterr().err
+    assert err.startswith("error: AWS credentials: none found") and err.count("\n") == 1
+    with pytest.raises(KeyError):
+        bug()
