@@ -273,3 +273,21 @@ def test_changelog_keeps_unreleased_changes_above_the_latest_release():
     headings = re.findall(r"^## (.+)$", text, re.MULTILINE)
     if "Unreleased" in headings:
         assert headings.index("Unreleased") == 0, headings
+
+
+def test_the_extras_a_local_run_needs_are_extras_make_installs():
+    text = README.read_text(encoding="utf-8")
+    (listed,) = set(re.findall(r"A \*\*local run\*\*.*?-e\s+'\.\[([a-z,]+)\]'", text, re.S))
+    cfg = configparser.ConfigParser()
+    cfg.read(CHECKOUT / "setup.cfg")
+    extras = set(cfg["options.extras_require"])
+    make_extras = re.search(r"^EXTRAS := (.+)$", (CHECKOUT / "Makefile").read_text(),
+                            re.MULTILINE)
+    assert make_extras and set(listed.split(",")) <= extras & set(make_extras.group(1).split(","))
+    # what a local run needs beyond kfp (the backend, the executor's toolkit, the trainer, the
+    # reports, build_image's DLC lookup), and the extra that must provide it
+    for requirement, extra in (("moto", "local"), ("sagemaker-training", "local"),
+                               ("torch", "trainer"), ("matplotlib", "report"),
+                               ("sagemaker-core", "sagemaker")):
+        assert extra in listed.split(","), (requirement, extra)
+        assert requirement in cfg["options.extras_require"][extra], (requirement, extra)
