@@ -291,3 +291,16 @@ def test_the_extras_a_local_run_needs_are_extras_make_installs():
                                ("sagemaker-core", "sagemaker")):
         assert extra in listed.split(","), (requirement, extra)
         assert requirement in cfg["options.extras_require"][extra], (requirement, extra)
+
+
+def test_update_rewrites_a_stale_reference_once(tmp_path):
+    readme = tmp_path / "README.md"
+    fresh = README.read_text(encoding="utf-8")
+    readme.write_text(fresh.replace("| `image_uri` | String | required |",
+                                    "| `image_uri` | String | `\"stale\"` |"), encoding="utf-8")
+    comps = discover_components()
+    assert _reference.update(readme, comps) is True
+    assert readme.read_text(encoding="utf-8") == _reference.regenerate(fresh, comps)
+    assert _reference.update(readme, comps) is False
+    with pytest.raises(ValueError, match="no markers"):
+        _reference.replace_section("# no markers here\n", "x")
