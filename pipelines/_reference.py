@@ -27,9 +27,13 @@ _ARTIFACT = re.compile(r"^system\.(\w+)@[\d.]+$")
 
 
 def _text(description: str | None) -> str:
-    """One Markdown table cell: reST literals as code, one line, pipes escaped."""
-    text = " ".join((description or "").split())
-    return _REST_LITERAL.sub(r"`\1`", text).replace("|", "\\|")
+    """One Markdown table cell: reST literals as code, one line, pipes escaped, and outside
+    code spans ``<``, ``>`` and ``*`` escaped (GitHub would take ``<name>`` for an HTML tag)."""
+    text = _REST_LITERAL.sub(r"`\1`", " ".join((description or "").split()))
+    parts = text.split("`")
+    for i in range(0, len(parts), 2):  # the even parts are outside code spans
+        parts[i] = parts[i].replace("<", "&lt;").replace(">", "&gt;").replace("*", "\\*")
+    return "`".join(parts).replace("|", "\\|")
 
 
 def _type(spec: Any) -> str:

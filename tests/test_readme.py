@@ -304,3 +304,8 @@ def test_update_rewrites_a_stale_reference_once(tmp_path):
     assert _reference.update(readme, comps) is False
     with pytest.raises(ValueError, match="no markers"):
         _reference.replace_section("# no markers here\n", "x")
+
+
+def test_reference_cells_escape_what_markdown_would_eat():
+    cell = _reference._text("to /opt/ml/input/data/<name>, the\n``<x>|y`` tags kfp:* a|b")
+    assert cell == "to /opt/ml/input/data/&lt;name&gt;, the `<x>\\|y` tags kfp:\\* a\\|b"
