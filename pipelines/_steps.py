@@ -143,5 +143,8 @@ def check_training_arguments(arguments: dict[str, Any], *, precisions: list[str]
                 a["hyperparameters"], a.get("precision_hyperparameters"), precision),
             training_plan_arn=a["training_plan_arn"], use_spot=a["use_spot"],
             max_wait_seconds=a["max_wait_seconds"], max_runtime_seconds=a["max_runtime_seconds"],
+            fallback_instances=list(a.get("fallback_instances") or []),
+            max_pending_seconds=a.get("max_pending_seconds", 0),
+            keep_alive_seconds=a.get("keep_alive_seconds", 0),
             memory_plan=plan.plan))
     resolve_policy(a["cleanup_policy"])

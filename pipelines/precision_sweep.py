@@ -50,6 +50,9 @@ def build_pipeline(parallelism: int = DEFAULT_PARALLELISM) -> Any:
         training_plan_arn: str = "",
         use_spot: bool = False,
         max_wait_seconds: int = 0,
+        fallback_instances: list = [],  # noqa: B006 (KFP default)
+        max_pending_seconds: int = 0,
+        keep_alive_seconds: int = 0,
         max_runtime_seconds: int = 86400,
         model_preset: str = "8b",
         num_layers: int = 0,
@@ -92,6 +95,13 @@ def build_pipeline(parallelism: int = DEFAULT_PARALLELISM) -> Any:
             training_plan_arn: A SageMaker Flexible Training Plan to run in (reserved capacity).
             use_spot: Managed Spot Training (checkpoints in S3, resumed after interruption).
             max_wait_seconds: Spot only: the longest a job may wait plus run (>= max runtime).
+            fallback_instances: Instance types to fall back to when SageMaker has no capacity
+                for the first (ResourceConfig.InstancePreferences), e.g. [{"InstanceType":
+                "ml.p5.48xlarge", "InstanceCount": 2}]; on-demand only.
+            max_pending_seconds: How long a job may wait for capacity (1800-2419200 s;
+                0: SageMaker's default).
+            keep_alive_seconds: Warm pool: keep a job's instances this long for the next
+                job (up to 21600 s; the retained time is billed and in the worst case).
             max_runtime_seconds: The longest a job may run.
             model_preset: Model preset (tiny, small, 1b, 3b, 8b, 14b, 32b, 64b, te-fsdp-example).
             num_layers: Override of the preset's transformer blocks (0 = the preset's).
@@ -175,6 +185,9 @@ def build_pipeline(parallelism: int = DEFAULT_PARALLELISM) -> Any:
                     training_plan_arn=training_plan_arn,
                     use_spot=use_spot,
                     max_wait_seconds=max_wait_seconds,
+                    fallback_instances=fallback_instances,
+                    max_pending_seconds=max_pending_seconds,
+                    keep_alive_seconds=keep_alive_seconds,
                     max_runtime_seconds=max_runtime_seconds,
                     max_cost_usd=max_cost_usd,
                     instance_hour_prices=instance_hour_prices,

@@ -117,6 +117,20 @@ def cost(price: Price, instances: int, seconds: float) -> Cost:
     return Cost(amount, price.currency, instances, float(seconds), price)
 
 
+def billed(job: Mapping[str, Any]) -> tuple[str, int, int]:
+    """(instance type, instances, seconds per instance) SageMaker bills for a finished job,
+    from its DescribeTrainingJob: the type and count it selected from InstancePreferences
+    (``ResourceConfig.SelectedInstanceType``/``SelectedInstanceCount``, else the requested
+    ones), ``BillableTimeInSeconds`` plus the warm pool's retained time
+    (``WarmPoolStatus.ResourceRetainedBillableTimeInSeconds``, billed x InstanceCount too)."""
+    rc = job.get("ResourceConfig") or {}
+    itype = str(rc.get("SelectedInstanceType") or rc.get("InstanceType") or "")
+    count = int(rc.get("SelectedInstanceCount") or rc.get("InstanceCount") or 1)
+    retained = int((job.get("WarmPoolStatus") or {}).get("ResourceRetainedBillableTimeInSeconds")
+                   or 0)
+    return itype, count, int(job.get("BillableTimeInSeconds") or 0) + retained
+
+
 def money(amount: float, currency: str = "USD") -> str:
     return f"${amount:,.2f}" if currency == "USD" else f"{amount:,.2f} {currency}"
 

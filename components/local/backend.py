@@ -298,6 +298,8 @@ class LocalBackend:
         quotas: per-instance-type quota of instances in use at once (ResourceLimitExceeded
             beyond it); none by default.
         offerings: what SearchTrainingPlanOfferings offers (``OfferingTemplate``s).
+        capacity_time_scale: local seconds per SageMaker second of MaxPendingTimeInSeconds
+            and KeepAlivePeriodInSeconds (1: real time; tests pass e.g. 0.001).
     """
 
     def __init__(
@@ -317,6 +319,7 @@ class LocalBackend:
         strict_resources: bool = False,
         quotas: dict[str, int] | None = None,
         offerings: tuple[OfferingTemplate, ...] | list[OfferingTemplate] = DEFAULT_OFFERINGS,
+        capacity_time_scale: float = 1.0,
     ) -> None:
         self.port = port
         self.region = region
@@ -339,6 +342,9 @@ class LocalBackend:
         self.strict_resources = strict_resources
         self.quotas = dict(quotas or {})
         self.offerings = tuple(offerings)
+        if not 0.0 < capacity_time_scale <= 1.0:
+            raise ValueError(f"capacity_time_scale={capacity_time_scale}: a fraction in (0, 1]")
+        self.capacity_time_scale = capacity_time_scale
         self.moto_lock = threading.RLock()
         self._server: Any = None
         self._thread: threading.Thread | None = None
@@ -400,6 +406,7 @@ class LocalBackend:
             stop_grace_s=self.stop_grace_s, log_flush_s=self.log_flush_s, command=self.command,
             latency=self.latency, spot_savings=self.spot_savings,
             strict_resources=self.strict_resources, quotas=self.quotas, offerings=self.offerings,
+            capacity_time_scale=self.capacity_time_scale,
         )
         self.executor = TrainingJobExecutor(
             settings, self.client, moto_state.MotoMirror(self.moto_lock))

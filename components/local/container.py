@@ -155,7 +155,7 @@ class HostLayout:
         (self.config_dir / "hyperparameters.json").write_text(json.dumps(hps, indent=1))
         (self.config_dir / "resourceconfig.json").write_text(json.dumps(
             {"current_host": self.host, "current_instance_type":
-             request.get("ResourceConfig", {}).get("InstanceType", ""),
+             _instance_type(request),
              "hosts": hosts, "network_interface_name": "lo"}, indent=1))
         channels = {c["ChannelName"]: {k: v for k, v in c.items() if k != "ChannelName"}
                     for c in request.get("InputDataConfig") or []}
@@ -186,7 +186,7 @@ class HostLayout:
             "SM_CHANNELS": json.dumps(sorted(channels)),
             "SM_HOSTS": json.dumps(hosts),
             "SM_CURRENT_HOST": self.host,
-            "SM_CURRENT_INSTANCE_TYPE": request.get("ResourceConfig", {}).get("InstanceType", ""),
+            "SM_CURRENT_INSTANCE_TYPE": _instance_type(request),
             "SM_NUM_GPUS": str(num_gpus),
             "SM_NUM_CPUS": str(os.cpu_count() or 1),
             "SM_HPS": json.dumps({k: json.loads(v) if _is_json(v) else v
@@ -353,3 +353,9 @@ def platform_environment(
         env["SM_STUDIO_LOCAL_MODE"] = "true"
     env.update({str(k): str(v) for k, v in (request.get("Environment") or {}).items()})
     return env
+
+
+def _instance_type(request: dict[str, Any]) -> str:
+    """The type the job runs on: SelectedInstanceType when the request has InstancePreferences."""
+    rc = request.get("ResourceConfig", {})
+    return str(rc.get("SelectedInstanceType") or rc.get("InstanceType") or "")

@@ -42,7 +42,10 @@ used: the base toolkit runs SAGEMAKER_PROGRAM itself), VPC, network isolation, i
 KMS encryption (all validated and echoed by Describe, none enforced), instance
 types (everything runs on this machine), FastFile/Pipe input modes (channels are
 always downloaded), RetryStrategy (nothing here fails with InternalServerError),
-warm pools, heterogeneous clusters (InstanceGroups), debugger/profiler rules.
+heterogeneous clusters (InstanceGroups), debugger/profiler rules. Capacity is modelled by
+per-type quotas: InstancePreferences select the first type within its quota, a job with
+MaxPendingTimeInSeconds waits Pending for quota (then ends Stopped), and warm pools
+(KeepAlivePeriodInSeconds) stay Available for a matching job (no Starting latency).
 """
 
 from __future__ import annotations
@@ -67,6 +70,7 @@ from components.local.jobs import (
     PLAN_STATUSES,
     Job,
     TrainingPlan,
+    WarmPool,
     now,
     training_job_arn,
     training_plan_arn,
@@ -77,6 +81,7 @@ from components.local.processes import HostProcess
 from components.local.settings import ClientFactory, ExecutorSettings, OfferingTemplate
 from components.local.validation import (
     check_resources,
+    instance_types,
     matches,
     normalize_create_request,
     page,
@@ -104,6 +109,21 @@ SHUTDOWN_GRACE_S = 5.0  # a job stopped because the server is going away
 
 class _Stopped(Exception):
     """The job was stopped before its processes started."""
+
+
+class _PendingTimeout(Exception):
+    """The job waited for capacity longer than its MaxPendingTimeInSeconds."""
+
+
+PENDING_TIMEOUT_MESSAGE = ("Training job exceeded MaxPendingTimeInSeconds while waiting for "
+                           "capacity for {types}")
+CAPACITY_MESSAGE = "Waiting for capacity: {types} (MaxPendingTimeInSeconds {limit})"
+# What SageMaker compares to reuse a warm pool: the same role, image, instance type and
+# count, volume, KMS key and network (a job with another configuration starts afresh).
+WARM_POOL_MATCH = (("RoleArn",), ("AlgorithmSpecification", "TrainingImage"),
+                   ("ResourceConfig", "VolumeSizeInGB"), ("ResourceConfig", "VolumeKmsKeyId"),
+                   ("VpcConfig",), ("EnableNetworkIsolation",),
+                   ("EnableInterContainerTrafficEncryption",))
 
 
 class TrainingJobExecutor:
@@ -164,9 +184,11 @@ class TrainingJobExecutor:
         with self._lock:
             self._check_unique(region, name)
             plan = self._check_plan(region, req)
-            self._check_quota(region, req)
+            wait = not self._select(region, req)
             job = Job(name, training_job_arn(region, name), region, req, now(),
-                      spot_savings=self.settings.spot_savings)
+                      spot_savings=self.settings.spot_savings, capacity_wait=wait)
+            if not wait:
+                self._reuse_warm_pool(job)
             job.last_modified_time = job.creation_time
             self._transition(job, "Starting")
             self._jobs[(region, name)] = job
@@ -186,24 +208,63 @@ class TrainingJobExecutor:
                 f"a training job with this name already exists ({existing.arn})",
             )
 
-    def _check_quota(self, region: str, req: dict[str, Any]) -> None:
-        """SageMaker's per-instance-type quota ("<type> for training job usage")."""
+    def _in_use(self, region: str, itype: str) -> int:
+        return sum(j.instance_count for (r, _), j in self._jobs.items()
+                   if r == region and j.status not in TERMINAL_STATUSES
+                   and not j.capacity_wait and j.instance_type == itype)
+
+    def _select(self, region: str, req: dict[str, Any]) -> bool:
+        """SageMaker's per-instance-type quota ("<type> for training job usage"): the first of
+        the request's instance types (InstancePreferences, in order) within its quota is
+        selected (ResourceConfig.SelectedInstanceType/Count); returns False when none is and
+        the job may wait (MaxPendingTimeInSeconds), else raises ResourceLimitExceeded."""
         rc = req["ResourceConfig"]
-        itype, count = rc["InstanceType"], int(rc["InstanceCount"])
-        limit = self.quotas.get(itype)
-        if limit is None:
+        for itype, count in instance_types(rc):
+            limit = self.quotas.get(itype)
+            if limit is None or self._in_use(region, itype) + count <= limit:
+                if rc.get("InstancePreferences"):
+                    rc["SelectedInstanceType"], rc["SelectedInstanceCount"] = itype, count
+                return True
+        if (req.get("StoppingCondition") or {}).get("MaxPendingTimeInSeconds"):
+            return False
+        itype, count = instance_types(rc)[-1]
+        limit, in_use = self.quotas[itype], self._in_use(region, itype)
+        raise ApiError(
+            "ResourceLimitExceeded",
+            f"The account-level service limit '{itype} for training job usage' is {limit} "
+            f"Instances, with current utilization of {in_use} Instances and a request delta "
+            f"of {count} Instances. Please use AWS Service Quotas to request an increase "
+            "for this quota. If AWS Service Quotas is not available, contact AWS support "
+            "to request an increase for this quota.")
+
+    def _reuse_warm_pool(self, job: Job) -> None:
+        """A job matching an Available warm pool (same instance type and count and the
+        WARM_POOL_MATCH members) takes it over: the pool is Reused, its retained time ends."""
+        def key(j: Job) -> list[Any]:
+            values: list[Any] = [j.region, j.instance_type, j.instance_count]
+            for path in WARM_POOL_MATCH:
+                value: Any = j.request
+                for part in path:
+                    value = (value or {}).get(part)
+                values.append(value)
+            return values
+
+        if not job.keep_alive_s:  # only a job that asks for a warm pool gets one
             return
-        in_use = sum(j.instance_count for (r, _), j in self._jobs.items()
-                     if r == region and j.status not in TERMINAL_STATUSES
-                     and j.request["ResourceConfig"]["InstanceType"] == itype)
-        if in_use + count > limit:
-            raise ApiError(
-                "ResourceLimitExceeded",
-                f"The account-level service limit '{itype} for training job usage' is {limit} "
-                f"Instances, with current utilization of {in_use} Instances and a request delta "
-                f"of {count} Instances. Please use AWS Service Quotas to request an increase "
-                "for this quota. If AWS Service Quotas is not available, contact AWS support "
-                "to request an increase for this quota.")
+        job.warm_pool = WarmPool()
+        for other in self._jobs.values():
+            pool = other.warm_pool
+            if pool is not None and pool.status == "Available" and key(other) == key(job):
+                pool.status, pool.reused_by = "Reused", job.name
+                pool.retained_s = (time.monotonic() - pool.released_at) / self._scale
+                pool.done.set()
+                job.warm_pool.reused_from = other.name
+                self.mirror.update(other)
+                return
+
+    @property
+    def _scale(self) -> float:
+        return self.settings.capacity_time_scale
 
     def describe_training_job(self, region: str, req: dict[str, Any]) -> dict[str, Any]:
         with self._lock:
@@ -408,12 +469,13 @@ class TrainingJobExecutor:
             job.last_modified_time = t
         self.mirror.update(job)
 
-    def _finish(self, job: Job, status: str, secondary: str, failure: str = "") -> None:
+    def _finish(self, job: Job, status: str, secondary: str, failure: str = "",
+                message: str | None = None) -> None:
         with self._lock:
             job.status = status
             if failure:
                 job.failure_reason = failure[:MAX_FAILURE_REASON]
-            self._transition(job, secondary)
+            self._transition(job, secondary, message)
             job.transitions[-1]["EndTime"] = job.transitions[-1]["StartTime"]
             job.training_end_time = job.last_modified_time
             if job.training_start_time is None:
@@ -452,6 +514,13 @@ class TrainingJobExecutor:
         except _Stopped:
             self._finish(job, "Stopped", "Stopped")
             return
+        except _PendingTimeout:
+            # AWS Batch's guide to SageMaker jobs: a job that times out waiting for
+            # capacity ends Stopped, its secondary status saying it timed out in Pending.
+            self._finish(job, "Stopped", "Stopped", message=PENDING_TIMEOUT_MESSAGE.format(
+                types=", ".join(f"{n} x {t}" for t, n in instance_types(
+                    job.request["ResourceConfig"]))))
+            return
         try:
             self._life_cycle(job)
         except Exception as exc:  # a bug here must still end the job
@@ -463,10 +532,33 @@ class TrainingJobExecutor:
                 if plan is not None:
                     plan.in_use -= job.instance_count
                 self._capacity.notify_all()
+            self._retain_warm_pool(job)
+
+    def _retain_warm_pool(self, job: Job) -> None:
+        """After the job, its instances stay Available for KeepAlivePeriodInSeconds (billed as
+        ResourceRetainedBillableTimeInSeconds), unless a matching job reuses them first."""
+        pool = job.warm_pool
+        if pool is None or not job.keep_alive_s:
+            return
+        with self._lock:
+            pool.status, pool.released_at = "Available", time.monotonic()
+        self.mirror.update(job)
+
+        def expire() -> None:
+            if pool.done.wait(job.keep_alive_s * self._scale):
+                return  # reused
+            with self._lock:
+                if pool.status == "Available":
+                    pool.status, pool.retained_s = "Terminated", float(job.keep_alive_s)
+            self.mirror.update(job)
+
+        threading.Thread(target=expire, name=f"warm-pool-{job.name}", daemon=True).start()
 
     def _wait_for_capacity(self, job: Job, plan: TrainingPlan | None) -> None:
         with self._lock:
             pending_shown = False
+            if job.capacity_wait:
+                self._wait_for_quota(job)
             while True:
                 if job.stop_event.is_set():
                     raise _Stopped
@@ -480,6 +572,26 @@ class TrainingJobExecutor:
                     self._transition(job, "Pending")
                     pending_shown = True
                 self._capacity.wait(timeout=0.5)
+
+    def _wait_for_quota(self, job: Job) -> None:
+        """Pending until one of the job's instance types is within its quota (then selected),
+        for at most MaxPendingTimeInSeconds (scaled by ``capacity_time_scale``)."""
+        limit = int(job.request["StoppingCondition"]["MaxPendingTimeInSeconds"])
+        deadline = time.monotonic() + limit * self._scale
+        types = ", ".join(f"{n} x {t}" for t, n in instance_types(job.request["ResourceConfig"]))
+        self._transition(job, "Pending", CAPACITY_MESSAGE.format(types=types, limit=limit))
+        while True:
+            if job.stop_event.is_set():
+                raise _Stopped
+            if self._select(job.region, job.request):
+                job.capacity_wait = False
+                self._reuse_warm_pool(job)
+                self._transition(job, "Starting")
+                return
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise _PendingTimeout
+            self._capacity.wait(timeout=min(0.5, left))
 
     def _life_cycle(self, job: Job) -> None:
         sc = job.request.get("StoppingCondition") or {}
@@ -552,7 +664,9 @@ class TrainingJobExecutor:
 
     def _attempt(self, job: Job, max_runtime: float, max_wait: float) -> tuple[str, str]:
         """One start of the job on fresh instances: ('completed'|'failed'|...,  failure)."""
-        if self._linger(job, self.settings.latency.starting_s):
+        reused = job.attempt == 0 and job.warm_pool is not None and job.warm_pool.reused_from
+        # a warm pool's instances are provisioned already: no Starting latency
+        if self._linger(job, 0.0 if reused else self.settings.latency.starting_s):
             return "stopped", ""
         self._transition(job, "Downloading")
         with self._lock:

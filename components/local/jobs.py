@@ -57,7 +57,7 @@ _STATE_MEMBERS = frozenset({
     "TrainingJobName", "TrainingJobArn", "ModelArtifacts", "TrainingJobStatus",
     "SecondaryStatus", "FailureReason", "CreationTime", "TrainingStartTime", "TrainingEndTime",
     "LastModifiedTime", "SecondaryStatusTransitions", "TrainingTimeInSeconds",
-    "BillableTimeInSeconds", "ProfilingStatus",
+    "BillableTimeInSeconds", "ProfilingStatus", "WarmPoolStatus",
 })
 
 
@@ -115,6 +115,29 @@ class TrainingPlan:
 
 
 @dataclass
+class WarmPool:
+    """A job's warm pool (ResourceConfig.KeepAlivePeriodInSeconds): InUse while the job runs,
+    Available for the keep-alive period after it, then Reused (by ``reused_by``) or
+    Terminated; ``retained_s`` (SageMaker seconds, billed x InstanceCount) is known once
+    it is Reused or Terminated, as botocore's model says."""
+
+    status: str = "InUse"
+    released_at: float = 0.0  # time.monotonic() when the job ended
+    retained_s: float | None = None
+    reused_by: str = ""
+    reused_from: str = ""  # the job whose warm pool this job took over
+    done: threading.Event = field(default_factory=threading.Event)
+
+    def describe(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"Status": self.status}
+        if self.retained_s is not None:
+            out["ResourceRetainedBillableTimeInSeconds"] = int(math.ceil(self.retained_s))
+        if self.reused_by:
+            out["ReusedByJob"] = self.reused_by
+        return out
+
+
+@dataclass
 class Job:
     name: str
     arn: str
@@ -137,10 +160,23 @@ class Job:
     thread: threading.Thread | None = None
     hosts: list[HostProcess] = field(default_factory=list)
     spot_savings: float = 0.0
+    capacity_wait: bool = False  # Pending for quota (MaxPendingTimeInSeconds), none held
+    warm_pool: WarmPool | None = None
+
+    @property
+    def instance_type(self) -> str:
+        """What runs (and is billed): SelectedInstanceType with InstancePreferences."""
+        rc = self.request.get("ResourceConfig", {})
+        return str(rc.get("SelectedInstanceType") or rc.get("InstanceType") or "")
 
     @property
     def instance_count(self) -> int:
-        return int(self.request.get("ResourceConfig", {}).get("InstanceCount", 1) or 1)
+        rc = self.request.get("ResourceConfig", {})
+        return int(rc.get("SelectedInstanceCount") or rc.get("InstanceCount", 1) or 1)
+
+    @property
+    def keep_alive_s(self) -> int:
+        return int(self.request.get("ResourceConfig", {}).get("KeepAlivePeriodInSeconds") or 0)
 
     @property
     def plan_arn(self) -> str:
@@ -183,6 +219,8 @@ class Job:
         })
         if self.failure_reason:
             out["FailureReason"] = self.failure_reason
+        if self.warm_pool is not None:
+            out["WarmPoolStatus"] = self.warm_pool.describe()
         if self.training_start_time:
             out["TrainingStartTime"] = self.training_start_time
         if self.training_end_time:

@@ -99,3 +99,6 @@ class ExecutorSettings:
     strict_resources: bool = False
     quotas: dict[str, int] = field(default_factory=dict)
     offerings: tuple[OfferingTemplate, ...] = DEFAULT_OFFERINGS
+    # Local seconds per SageMaker second for MaxPendingTimeInSeconds and the warm pool's
+    # KeepAlivePeriodInSeconds (their minimums are 1,800 s and 1 s; tests scale them down).
+    capacity_time_scale: float = 1.0

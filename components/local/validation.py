@@ -211,13 +211,38 @@ def _check_resource_config(rc: dict[str, Any]) -> None:
     if rc.get("InstanceGroups"):
         raise validation("ResourceConfig.InstanceGroups (heterogeneous clusters) is not "
                          "emulated by the local backend; use InstanceType and InstanceCount.")
+    _required("ResourceConfig.VolumeSizeInGB", rc.get("VolumeSizeInGB"))
+    for key in ("SelectedInstanceType", "SelectedInstanceCount"):
+        if key in rc:
+            raise validation(f"ResourceConfig.{key} is set by SageMaker, not by the request.")
+    preferences = rc.get("InstancePreferences")
+    if preferences:
+        # botocore's documentation of InstancePreferences: mutually exclusive with these.
+        for key in ("InstanceType", "InstanceCount", "InstanceGroups",
+                    "InstancePlacementConfig"):
+            if rc.get(key) is not None:
+                raise validation(f"ResourceConfig.InstancePreferences and ResourceConfig.{key} "
+                                 "are mutually exclusive.")
+        for i, pref in enumerate(preferences):
+            path = f"ResourceConfig.InstancePreferences.{i + 1}.InstanceCount"
+            _required(path, pref.get("InstanceCount"))  # the local backend needs a count
+            _check_count(path, pref["InstanceCount"])
+        return
     _required("ResourceConfig.InstanceType", rc.get("InstanceType"))
     _required("ResourceConfig.InstanceCount", rc.get("InstanceCount"))
-    _required("ResourceConfig.VolumeSizeInGB", rc.get("VolumeSizeInGB"))
-    count = rc["InstanceCount"]
+    _check_count("ResourceConfig.InstanceCount", rc["InstanceCount"])
+
+
+def instance_types(rc: dict[str, Any]) -> list[tuple[str, int]]:
+    """The request's (instance type, count) choices, in SageMaker's order of preference."""
+    if rc.get("InstancePreferences"):
+        return [(p["InstanceType"], int(p["InstanceCount"])) for p in rc["InstancePreferences"]]
+    return [(rc["InstanceType"], int(rc["InstanceCount"]))]
+
+
+def _check_count(path: str, count: Any) -> None:
     if not isinstance(count, int) or count < 1:
-        raise constraint_error("ResourceConfig.InstanceCount", count,
-                               "Member must have value greater than or equal to 1")
+        raise constraint_error(path, count, "Member must have value greater than or equal to 1")
 
 
 def instance_family(instance_type: str) -> str:
@@ -229,9 +254,10 @@ def instance_family(instance_type: str) -> str:
 def _check_kms(req: dict[str, Any]) -> None:
     rc = req["ResourceConfig"]
     volume_key = rc.get("VolumeKmsKeyId")
-    if volume_key and instance_family(rc["InstanceType"]) in LOCAL_STORAGE_FAMILIES:
+    local = [t for t, _ in instance_types(rc) if instance_family(t) in LOCAL_STORAGE_FAMILIES]
+    if volume_key and local:
         raise validation(
-            f"Instance type {rc['InstanceType']} is not supported with a VolumeKmsKeyId: its "
+            f"Instance type {local[0]} is not supported with a VolumeKmsKeyId: its "
             "storage is local NVMe instance storage, encrypted by a hardware module on the "
             "instance. Remove ResourceConfig.VolumeKmsKeyId for this instance type.")
     for field, key in (("OutputDataConfig.KmsKeyId", req["OutputDataConfig"].get("KmsKeyId")),
@@ -244,6 +270,14 @@ def _check_spot(req: dict[str, Any]) -> None:
     sc = req.get("StoppingCondition") or {}
     wait = sc.get("MaxWaitTimeInSeconds")
     if req.get("EnableManagedSpotTraining"):
+        rc = req.get("ResourceConfig") or {}
+        if rc.get("InstancePreferences"):
+            raise validation("ResourceConfig.InstancePreferences and EnableManagedSpotTraining "
+                             "are mutually exclusive: InstancePreferences supports only "
+                             "Flexible Training Plans and On-Demand capacity.")
+        if rc.get("KeepAlivePeriodInSeconds"):
+            raise validation("Warm pools (ResourceConfig.KeepAlivePeriodInSeconds) are not "
+                             "supported with managed spot training.")
         if wait is None:
             raise validation("MaxWaitTimeInSeconds is required for managed spot training.")
         if wait < sc.get("MaxRuntimeInSeconds", DEFAULT_MAX_RUNTIME_S):

@@ -41,6 +41,9 @@ def sagemaker_training(
     max_wait_seconds: int = 0,
     max_runtime_seconds: int = 86400,
     max_retry_attempts: int = 0,
+    fallback_instances: Optional[list] = None,
+    max_pending_seconds: int = 0,
+    keep_alive_seconds: int = 0,
     volume_size_gb: int = 500,
     vpc_subnet_ids: Optional[list] = None,
     vpc_security_group_ids: Optional[list] = None,
@@ -148,6 +151,23 @@ def sagemaker_training(
             (>= ``max_runtime_seconds``).
         max_runtime_seconds: The longest the job may train (SageMaker stops it after).
         max_retry_attempts: SageMaker's RetryStrategy (retries InternalServerError only).
+        fallback_instances: Instance types to fall back to, in order, when SageMaker has no
+            capacity for ``instance_count`` x ``instance_type``: up to 4
+            ``{"InstanceType": ..., "InstanceCount": ...}`` (count default:
+            ``instance_count``). The request then carries
+            ResourceConfig.InstancePreferences (the first type first) and SageMaker runs
+            the first with capacity (SelectedInstanceType/SelectedInstanceCount, what
+            is billed). On-demand only (not with ``use_spot`` or ``training_plan_arn``);
+            each type must run ``precision`` and pass the memory pre-flight, and the
+            worst case is that of the costliest type.
+        max_pending_seconds: StoppingCondition.MaxPendingTimeInSeconds: how long the job
+            may wait for capacity (1800-2419200 s; unbilled) before SageMaker fails it;
+            0: SageMaker's default.
+        keep_alive_seconds: Warm pool: keep the instances this long after the job
+            (ResourceConfig.KeepAlivePeriodInSeconds, up to 21600 s) so the next
+            matching job starts without provisioning; the retained time is billed
+            (WarmPoolStatus.ResourceRetainedBillableTimeInSeconds x instances) and is
+            part of the worst case. 0: no warm pool.
         volume_size_gb: EBS volume per instance.
         vpc_subnet_ids: Subnets for VPC mode (with ``vpc_security_group_ids``).
         vpc_security_group_ids: Security groups for VPC mode (with ``vpc_subnet_ids``).
@@ -176,8 +196,9 @@ def sagemaker_training(
             table (labelled "verify"); every cost in the log names its price's source.
             A job on a training plan costs its share of the plan's UpfrontFee instead.
         max_cost_usd: Refuse to launch (before CreateTrainingJob) when the worst case,
-            instance_count x max_runtime_seconds (spot: max_wait_seconds) x the
-            instance-hour price, exceeds this many USD (times the number of
+            instance_count x max_runtime_seconds (spot: max_wait_seconds; plus
+            keep_alive_seconds) x the instance-hour price of the costliest of the
+            preferred instance types, exceeds this many USD (times the number of
             ``budget_items``); 0: no limit.
         budget_items: The items of the ParallelFor this job is one of (a sweep's
             precisions or batch candidates): ``max_cost_usd`` then bounds the sum
@@ -203,11 +224,12 @@ def sagemaker_training(
         job_arn: Training job ARN.
         status: Final status (Completed; any other status fails the task).
         billable_seconds: BillableTimeInSeconds (per instance, as SageMaker reports it).
-        estimated_cost_usd: billable hours x instance_count x the instance-hour
-            price (for spot, BillableTimeInSeconds is what SageMaker bills; on a
+        estimated_cost_usd: (billable + warm-pool retained) hours x the selected
+            instance count x the selected type's instance-hour price (for spot, BillableTimeInSeconds is what SageMaker bills; on a
             training plan, the plan's fee per reserved instance-hour), -1 without a price.
         worst_case_cost_usd: instance_count x max_runtime_seconds (spot:
-            max_wait_seconds) x the price (what was checked against ``max_cost_usd``),
+            max_wait_seconds; plus keep_alive_seconds) x the price (the costliest
+            preference) (what was checked against ``max_cost_usd``),
             -1 without a price.
     """
     parameters = dict(locals())  # first statement: exactly the parameters, as passed
@@ -230,7 +252,8 @@ def sagemaker_training(
         raise SystemExit(TERMINATED_EXIT_CODE) from None
     model.uri = result.model_s3_uri
     model.metadata.update({"training_job_name": result.job_name, "precision": precision,
-                           "instance_type": instance_type, "instance_count": instance_count,
+                           "instance_type": result.instance_type or instance_type,
+                           "instance_count": result.instance_count or instance_count,
                            "s3_uri": result.model_s3_uri})
     Outputs = namedtuple(  # noqa: N806
         "Outputs", ["job_name", "job_arn", "status", "billable_seconds", "estimated_cost_usd",

@@ -22,6 +22,7 @@ from components.sagemaker_training.request import (
     ResolvedConfig,
     TrainingJobConfig,
     build_request,
+    instance_choices,
     resolve,
 )
 from components.sagemaker_training.runner import (
@@ -47,6 +48,8 @@ class TrainingResult:
     created: bool  # False when the job already existed (a retried or restarted component)
     training_seconds: int = 0  # TrainingTimeInSeconds (spot: 1 - billable/training is saved)
     price_source: str = ""  # where the price of estimated_cost_usd comes from
+    instance_type: str = ""  # what SageMaker ran (SelectedInstanceType with preferences)
+    instance_count: int = 0
 
 
 def prepare(cfg: TrainingJobConfig, *, region: str | None = None) -> tuple[ResolvedConfig,
@@ -167,8 +170,9 @@ def _launch(cfg: TrainingJobConfig, ctx: ExecutionContext, *, resources_path: st
                                out=say, ctx=ctx, follow=follow, stopper=stopper)
     job = runner.run(request, run_id=cfg.run_id, resources_path=resources_path)
     billable = int(job.get("BillableTimeInSeconds") or 0)
-    price = job_price(resolved, book, plan)
-    cost = pricing.cost(price, cfg.instance_count, billable) if price else None
+    selected, instances, billed_s = pricing.billed(job)
+    price = job_price(resolved, book, plan, selected or cfg.instance_type)
+    cost = pricing.cost(price, instances, billed_s) if price else None
     result = TrainingResult(
         job_name=job["TrainingJobName"],
         job_arn=job["TrainingJobArn"],
@@ -182,6 +186,8 @@ def _launch(cfg: TrainingJobConfig, ctx: ExecutionContext, *, resources_path: st
         created=runner.created,
         training_seconds=int(job.get("TrainingTimeInSeconds") or 0),
         price_source=price.source if price else "",
+        instance_type=selected or cfg.instance_type,
+        instance_count=instances,
     )
     say(cost_report(resolved, job, cost, book))
     if raise_on_failure:
@@ -190,12 +196,13 @@ def _launch(cfg: TrainingJobConfig, ctx: ExecutionContext, *, resources_path: st
 
 
 def job_price(resolved: ResolvedConfig, book: pricing.PriceBook,
-              plan: Mapping[str, Any] | None) -> pricing.Price | None:
+              plan: Mapping[str, Any] | None, instance_type: str = "") -> pricing.Price | None:
     """What one instance-hour of this job costs: its plan's share of the upfront fee, or
-    the on-demand price (a spot job's BillableTimeInSeconds is already discounted)."""
+    the on-demand price of ``instance_type`` (default: the first choice; a spot job's
+    BillableTimeInSeconds is already discounted)."""
     if plan is not None:
         return pricing.plan_price(plan)
-    return book.price(resolved.config.instance_type)
+    return book.price(instance_type or resolved.config.instance_type)
 
 
 def cost_report(resolved: ResolvedConfig, job: Mapping[str, Any], cost: pricing.Cost | None,
@@ -203,9 +210,19 @@ def cost_report(resolved: ResolvedConfig, job: Mapping[str, Any], cost: pricing.
     """The finished job's line: billable time, cost with its price's source, spot saving."""
     c = resolved.config
     billable = int(job.get("BillableTimeInSeconds") or 0)
-    line = (f"training job {job['TrainingJobName']}: {job['TrainingJobStatus']}; billable "
-            f"{billable} s per instance")
-    line += f", cost {cost}" if cost is not None else f" ({book.missing(c.instance_type)})"
+    selected, instances, _ = pricing.billed(job)
+    line = (f"training job {job['TrainingJobName']}: {job['TrainingJobStatus']}"
+            f"{f' on {instances} x {selected} (selected from the preferences)' if c.fallback_instances else ''}"
+            f"; billable {billable} s per instance")
+    pool = job.get("WarmPoolStatus") or {}
+    retained = pool.get("ResourceRetainedBillableTimeInSeconds")
+    if retained is not None:
+        line += f" + {int(retained)} s retained in the warm pool ({pool.get('Status')})"
+    line += f", cost {cost}" if cost is not None else f" ({book.missing(selected)})"
+    if c.keep_alive_seconds and retained is None:
+        line += (f"; warm pool {pool.get('Status', 'pending')}: up to {c.keep_alive_seconds} s x "
+                 f"{instances} instance(s) more are billed while it is retained (SageMaker "
+                 "reports it in WarmPoolStatus.ResourceRetainedBillableTimeInSeconds)")
     training = int(job.get("TrainingTimeInSeconds") or 0)
     if c.use_spot and training:
         # botocore's model: the saving is (1 - BillableTimeInSeconds / TrainingTimeInSeconds)
@@ -234,27 +251,55 @@ def cost_preview(resolved: ResolvedConfig, book: pricing.PriceBook, *,
                              missing="a dry run does not look up the training plan's fee")
         return None
     price = job_price(resolved, book, plan)
-    # SageMaker ends a job at MaxRuntimeInSeconds; a spot job at MaxWaitTimeInSeconds
-    # (waiting for capacity + running), and bills at most the on-demand rate meanwhile.
-    seconds, limit = ((c.max_wait_seconds, "max_wait_seconds") if c.use_spot
-                      else (c.max_runtime_seconds, "max_runtime_seconds"))
-    worst = pricing.cost(price, c.instance_count, seconds) if price else None
-    for note in book.notes:
-        say(f"price: {note}")
-    if worst is None:
-        say(f"worst case: {c.instance_count} x {c.instance_type} x {seconds / 3600:g} h "
-            f"({limit}); {book.missing(c.instance_type)}")
-    else:
-        say(f"worst case ({limit}{', billed at most the on-demand rate' if c.use_spot else ''}"
-            f"): {worst}")
+    worst, missing = worst_case(resolved, book, plan, say)
     if plan is not None:
         say(plan_usage(plan, resolved, budget_jobs))
     predicted = _predicted(resolved, price)
     if predicted:
         say(predicted)
-    pricing.check_budget(c.max_cost_usd, worst, instance_type=c.instance_type, jobs=budget_jobs,
-                         missing=book.missing(c.instance_type))
+    pricing.check_budget(c.max_cost_usd, worst, instance_type=missing or c.instance_type,
+                         jobs=budget_jobs, missing=book.missing(missing or c.instance_type))
     return worst
+
+
+def worst_case(resolved: ResolvedConfig, book: pricing.PriceBook,
+               plan: Mapping[str, Any] | None, say: Callable[[str], None]
+               ) -> tuple[pricing.Cost | None, str]:
+    """The worst case over every instance type SageMaker may select (InstancePreferences),
+    each for its count x (MaxRuntime, or MaxWait for spot, + the warm pool's keep-alive, which
+    is billed as retained time); prints one line per type. Returns (the largest, None when
+    a type has no price; the first type without a price, or "")."""
+    c = resolved.config
+    # SageMaker ends a job at MaxRuntimeInSeconds; a spot job at MaxWaitTimeInSeconds
+    # (waiting for capacity + running), and bills at most the on-demand rate meanwhile.
+    # Time Pending (MaxPendingTimeInSeconds) is not billed.
+    seconds, limit = ((c.max_wait_seconds, "max_wait_seconds") if c.use_spot
+                      else (c.max_runtime_seconds, "max_runtime_seconds"))
+    if c.keep_alive_seconds:
+        seconds, limit = seconds + c.keep_alive_seconds, f"{limit} + keep_alive_seconds"
+    choices = instance_choices(c)
+    costs: list[pricing.Cost] = []
+    missing, lines = "", []
+    for i, (itype, count) in enumerate(choices):
+        price = job_price(resolved, book, plan, itype)
+        which = "" if len(choices) == 1 else f" if SageMaker selects preference {i + 1}"
+        if price is None:
+            missing = missing or itype
+            lines.append(f"worst case{which}: {count} x {itype} x {seconds / 3600:g} h ({limit}); "
+                f"{book.missing(itype)}")
+            continue
+        cost = pricing.cost(price, count, seconds)
+        costs.append(cost)
+        spot = ", billed at most the on-demand rate" if c.use_spot else ""
+        lines.append(f"worst case{which} ({limit}{spot}): {cost}")
+    for line in [f"price: {note}" for note in book.notes] + lines:
+        say(line)
+    if missing or not costs:
+        return None, missing
+    worst = max(costs, key=lambda k: k.amount)
+    if len(choices) > 1:
+        say(f"worst case over the {len(choices)} preferences: {worst}")
+    return worst, ""
 
 
 def plan_usage(plan: Mapping[str, Any], resolved: ResolvedConfig, jobs: int) -> str:

@@ -100,6 +100,9 @@ class TrainingJobConfig:
     max_wait_seconds: int = 0
     max_runtime_seconds: int = DEFAULT_MAX_RUNTIME_S
     max_retry_attempts: int = 0
+    fallback_instances: list[dict[str, Any]] = field(default_factory=list)
+    max_pending_seconds: int = 0
+    keep_alive_seconds: int = 0
     volume_size_gb: int = 500
     vpc_subnet_ids: list[str] = field(default_factory=list)
     vpc_security_group_ids: list[str] = field(default_factory=list)
@@ -181,6 +184,8 @@ def resolve(cfg: TrainingJobConfig, *, region: str | None = None) -> ResolvedCon
     notes: list[str] = []
     batch_size, checkpointing = _memory(cfg, model, notes)
     _capacity(cfg, resolved_region)
+    _capacity_controls(cfg)
+    _fallback_memory(cfg, model, batch_size, checkpointing, notes)
     _network(cfg, resolved_region)
     hps = _hyperparameters(cfg, model_overrides=overrides, batch_size=batch_size,
                            checkpointing=checkpointing)
@@ -421,6 +426,103 @@ def _capacity(cfg: TrainingJobConfig, region: str) -> None:
                      cfg.max_retry_attempts, "pass 0 (no retries) to 30.")
 
 
+def instance_choices(cfg: TrainingJobConfig) -> list[tuple[str, int]]:
+    """The job's instance types in SageMaker's order of preference, each with its count:
+    ``instance_type`` x ``instance_count`` first, then ``fallback_instances`` (each
+    ``{"InstanceType": ..., "InstanceCount": ...}``, the count defaulting to
+    ``instance_count``). One entry: no InstancePreferences in the request."""
+    out = [(cfg.instance_type, cfg.instance_count)]
+    for entry in cfg.fallback_instances or []:
+        count = entry.get("InstanceCount", cfg.instance_count)
+        if isinstance(count, float) and count.is_integer():
+            count = int(count)  # KFP passes numbers inside lists of dicts as floats
+        out.append((str(entry.get("InstanceType", "")), count))
+    return out
+
+
+def _capacity_controls(cfg: TrainingJobConfig) -> None:
+    """Fallback instance types (ResourceConfig.InstancePreferences), the pending time-out
+    (StoppingCondition.MaxPendingTimeInSeconds) and warm pools (KeepAlivePeriodInSeconds),
+    within botocore's limits and SageMaker's exclusions."""
+    from trainer import hardware
+
+    fallbacks = cfg.fallback_instances or []
+    if fallbacks:
+        if not isinstance(fallbacks, list):
+            raise UserError("fallback_instances", f"{fallbacks!r} is not a list.",
+                            'pass [{"InstanceType": "ml.p5.48xlarge", "InstanceCount": 2}, ...].')
+        limits.check("fallback_instances", "ResourceConfig.InstancePreferences",
+                     [None, *fallbacks], "pass at most 4 fallbacks (5 types in all).")
+        if cfg.use_spot:
+            raise UserError("fallback_instances", "cannot be combined with use_spot: SageMaker "
+                            "takes InstancePreferences with on-demand capacity and flexible "
+                            "training plans only.", "choose use_spot or fallback_instances.")
+        if cfg.training_plan_arn:
+            raise UserError("fallback_instances", "cannot be combined with training_plan_arn "
+                            "here (each preference would need its own plan).",
+                            "choose training_plan_arn or fallback_instances.")
+        for i, entry in enumerate(fallbacks):
+            fld = f"fallback_instances[{i}]"
+            if not isinstance(entry, dict) or set(entry) - {"InstanceType", "InstanceCount"} \
+                    or "InstanceType" not in entry:
+                raise UserError(fld, f"{entry!r} is not {{InstanceType, InstanceCount}}.",
+                                'pass {"InstanceType": "ml.p5.48xlarge", "InstanceCount": 2} '
+                                "(InstanceCount defaults to instance_count).")
+        seen = set()
+        for i, (itype, count) in enumerate(instance_choices(cfg)[1:]):
+            fld = f"fallback_instances[{i}]"
+            try:
+                hardware.check_precision_for_instance(cfg.precision, itype)
+            except hardware.UnsupportedPrecisionError as exc:
+                raise UserError(fld, str(exc), "drop that type from the fallbacks or choose "
+                                "a precision every type runs (bf16).") from None
+            except ValueError:
+                raise UserError(fld, f"{itype!r} is not a known GPU instance type.",
+                                f"choose one of {', '.join(hardware.INSTANCE_TYPES)}.") from None
+            limits.check(fld, "ResourceConfig.InstancePreferences[].InstanceType", itype)
+            if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+                raise UserError(fld, f"InstanceCount {count!r}: must be at least 1.",
+                                "pass a count of instances >= 1.")
+            if (itype, count) in seen or (itype, count) == (cfg.instance_type,
+                                                            cfg.instance_count):
+                raise UserError(fld, f"{count} x {itype} is already in the preferences.",
+                                "list each instance type and count once.")
+            seen.add((itype, count))
+    for fld, path, value, fix in (
+            ("max_pending_seconds", "StoppingCondition.MaxPendingTimeInSeconds",
+             cfg.max_pending_seconds, "pass 0 (SageMaker's default) or 1800-2419200 s."),
+            ("keep_alive_seconds", "ResourceConfig.KeepAlivePeriodInSeconds",
+             cfg.keep_alive_seconds, "pass 0 (no warm pool) to 21600 s.")):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise UserError(fld, f"{value!r} is not a number of seconds.", fix)
+        if value:
+            limits.check(fld, path, value, fix)
+    if cfg.keep_alive_seconds and cfg.use_spot:
+        raise UserError("keep_alive_seconds", "cannot be combined with use_spot: SageMaker "
+                        "warm pools keep on-demand instances only.",
+                        "choose use_spot or keep_alive_seconds.")
+
+
+def _fallback_memory(cfg: TrainingJobConfig, model: Any, batch_size: int, checkpointing: bool,
+                     notes: list[str]) -> None:
+    """The memory pre-flight for every fallback type, with the batch size and checkpointing
+    the job will run (refused, naming the type, where one is predicted not to fit)."""
+    for i, (itype, count) in enumerate(instance_choices(cfg)[1:]):
+        if cfg.override_memory_check:
+            notes.append(f"memory check skipped for fallback {count} x {itype} "
+                         "(override_memory_check)")
+            continue
+        other = dataclasses.replace(cfg, instance_type=itype, instance_count=count,
+                                    batch_size=batch_size,
+                                    activation_checkpointing=checkpointing)
+        try:
+            notes.append(f"fallback {count} x {itype}: " + preflight(other, model))
+        except UserError as exc:
+            raise UserError(f"fallback_instances[{i}]", f"{count} x {itype}: {exc.problem}",
+                            "drop that fallback, give it more instances, or " + exc.fix) \
+                from None
+
+
 def _encryption(cfg: TrainingJobConfig, region: str) -> None:
     """KMS keys for the output and the training volume; the two isolation switches."""
     for fld, path in (("output_kms_key_id", "OutputDataConfig.KmsKeyId"),
@@ -517,8 +619,10 @@ def derived_job_name(cfg: TrainingJobConfig, hyperparameters: dict[str, str]) ->
     precision) get two jobs, while a retry of the same task (same inputs) gets
     the same name and re-attaches.
     """
+    # fallbacks join the digest only when given, so the names of other jobs stay the same
+    fallbacks = [instance_choices(cfg)[1:]] if cfg.fallback_instances else []
     variant = naming.short_hash(json.dumps(
-        [cfg.image_uri, cfg.instance_type, cfg.instance_count, hyperparameters],
+        [cfg.image_uri, cfg.instance_type, cfg.instance_count, hyperparameters, *fallbacks],
         sort_keys=True), length=6)
     return naming.training_job_name(cfg.run_id, f"{cfg.task}-{variant}", cfg.precision)
 
@@ -637,16 +741,21 @@ def _environment(environment: dict[str, Any]) -> dict[str, str]:
 def build_request(r: ResolvedConfig) -> dict[str, Any]:
     """The CreateTrainingJob request for a resolved configuration."""
     c = r.config
-    resource: dict[str, Any] = {
-        "InstanceType": c.instance_type,
-        "InstanceCount": c.instance_count,
-        "VolumeSizeInGB": c.volume_size_gb,
-    }
+    choices = instance_choices(c)
+    resource: dict[str, Any] = ({
+        "InstancePreferences": [{"InstanceType": t, "InstanceCount": n} for t, n in choices]}
+        if len(choices) > 1 else {"InstanceType": c.instance_type,
+                                  "InstanceCount": c.instance_count})
+    resource["VolumeSizeInGB"] = c.volume_size_gb
+    if c.keep_alive_seconds:
+        resource["KeepAlivePeriodInSeconds"] = c.keep_alive_seconds
     if c.training_plan_arn:
         resource["TrainingPlanArn"] = c.training_plan_arn
     if c.volume_kms_key_id:
         resource["VolumeKmsKeyId"] = c.volume_kms_key_id
     stopping: dict[str, int] = {"MaxRuntimeInSeconds": c.max_runtime_seconds}
+    if c.max_pending_seconds:
+        stopping["MaxPendingTimeInSeconds"] = c.max_pending_seconds
     request: dict[str, Any] = {
         "TrainingJobName": r.job_name,
         "RoleArn": c.role_arn,
