@@ -4,13 +4,18 @@ VENV := .venv
 PY := $(VENV)/bin/python
 EXTRAS := aws,sagemaker,trainer,report,local,dev
 STAMP := $(VENV)/.installed
+# An extra package index for torch, off by default. PyPI's Linux torch wheel is the CUDA build
+# (with gigabytes of nvidia-* libraries); for the CPU-only build on a Linux laptop:
+#   make install TORCH_INDEX=https://download.pytorch.org/whl/cpu   (fresh clone or after make clean)
+TORCH_INDEX ?=
+TORCH_INDEX_ARGS := $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX))
 
 .PHONY: demo test test-rendered lint compile install clean
 
 $(STAMP): setup.cfg pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -c constraints.txt -e '.[$(EXTRAS)]'
+	$(PY) -m pip install --quiet $(TORCH_INDEX_ARGS) -c constraints.txt -e '.[$(EXTRAS)]'
 	touch $@
 
 install: $(STAMP)

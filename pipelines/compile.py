@@ -3,7 +3,9 @@
 - ``compiled/<pipeline>.yaml`` for each pipeline module in ``pipelines/`` that
   defines ``PIPELINE`` (a ``@dsl.pipeline`` function);
 - ``compiled/components/<name>.yaml`` for each ``components/<name>/component.py``,
-  so other teams can ``kfp.components.load_component_from_file`` them.
+  so other teams can ``kfp.components.load_component_from_file`` them;
+- in a checkout, the README's component reference (inputs, outputs, types,
+  defaults), rendered from the same signatures.
 
 Every file starts with a comment naming the components image it was compiled
 for. For your own registry, one command builds and pushes the components image
@@ -27,6 +29,7 @@ import argparse
 import importlib
 import os
 import pkgutil
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -152,10 +155,12 @@ def build_components_image(args: argparse.Namespace) -> str:
 
 
 def parser() -> argparse.ArgumentParser:
+    # The module docstring is the help, as plain text: reST literals unquoted and the
+    # example kept whole (RawDescriptionHelpFormatter keeps its line breaks).
+    text = re.sub(r"``([^`]+)``", r"\1", __doc__ or "").replace("::\n", ":\n").split("\n\n")
     p = argparse.ArgumentParser(
-        prog="python -m pipelines.compile", description=(__doc__ or "").split("\n\n")[0],
-        epilog="\n\n".join((__doc__ or "").split("\n\n")[1:3]),
-        formatter_class=argparse.RawDescriptionHelpFormatter)
+        prog="python -m pipelines.compile", description=text[0],
+        epilog="\n\n".join(text[1:5]), formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--output-dir", type=Path, default=COMPILED, help="default: compiled/")
     image = p.add_mutually_exclusive_group()
     image.add_argument("--components-image", default="",
@@ -197,6 +202,12 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:  # a malformed image reference
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    readme = CHECKOUT / "README.md"
+    if args.output_dir == COMPILED and readme.exists():  # a checkout: its README's reference
+        from pipelines import _reference
+
+        if _reference.update(readme, discover_components()) and not args.quiet:
+            print(f"wrote {readme.name} (component reference)")
     return 0
 
 
