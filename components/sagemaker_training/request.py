@@ -255,7 +255,8 @@ def _custom(cfg: TrainingJobConfig) -> None:
                      "pass at most 100 arguments.")
         for arg in entry:
             limits.check("entry_point", "AlgorithmSpecification.ContainerEntrypoint[]", arg,
-                         "put a longer script in a file of an input channel.")
+                         "one line of at most 256 characters each: put a longer script in "
+                         "a file of an input channel.")
     defs = cfg.metric_definitions
     if not isinstance(defs, list):
         raise UserError("metric_definitions", f"{defs!r} is not a list.",
