@@ -78,6 +78,12 @@ def test_custom_job_runs_on_the_local_backend_and_its_metrics_fill_the_series(
     assert all(math.isnan(v) for v in series.columns["lr"])
     assert any("accuracy" in w and "left out" in w for w in out.report["warnings"])
 
+    # a retried task re-attaches to the job by its derived name instead of launching again
+    again = launcher.launch(custom("byo-1", endpoint_url=backend.endpoint_url),
+                            instance_hour_prices=PRICES, poll_interval_s=0.2,
+                            out=lambda line: None)
+    assert (again.job_name, again.created) == (result.job_name, False)
+
 
 def test_the_in_repo_trainer_still_refuses_unknown_hyperparameters_and_custom_fields():
     base = custom("byo-2", trainer="in-repo", entry_point=[], metric_definitions=[],
@@ -101,6 +107,10 @@ def test_the_in_repo_trainer_still_refuses_unknown_hyperparameters_and_custom_fi
     ({"entry_point": ["python", "-c", "x" * 257]}, "entry_point"),
     ({"entry_point": ["python", "-c", "a\nb"]}, "entry_point"),  # SageMaker's .* is one line
     ({"endpoint_url": "localhost:1"}, "endpoint_url"),
+    ({"memory_plan": "{}"}, "memory_plan"),
+    ({"tags": {"k": "v" * 257}}, "tags"),
+    ({"use_spot": True}, "checkpoint_s3_uri"),
+    ({"precision": "nvfp4", "instance_type": "ml.p5.48xlarge"}, "precision"),
 ])
 def test_custom_fields_are_checked_against_botocores_limits_before_any_call(changes, field):
     with pytest.raises(UserError) as exc:
@@ -117,3 +127,13 @@ def test_metric_names_map_to_series_columns():
     scan.feed(["loss=2.5", "noise", "loss=2.0", "loss=abc"])  # no step metric: lines number rows
     assert scan.rows == {1: {"loss": 2.5}, 2: {"loss": 2.0}}
     assert scan.unreadable == 1
+
+
+def test_the_cost_limit_still_refuses_a_custom_job_before_it_is_created(backend):
+    sagemaker = backend.client("sagemaker")
+    before = len(sagemaker.list_training_jobs(MaxResults=100)["TrainingJobSummaries"])
+    with pytest.raises(UserError) as exc:
+        launcher.launch(custom("byo-4", max_cost_usd=10.0), instance_hour_prices=PRICES,
+                        out=lambda line: None)
+    assert exc.value.field == "max_cost_usd"
+    assert len(sagemaker.list_training_jobs(MaxResults=100)["TrainingJobSummaries"]) == before

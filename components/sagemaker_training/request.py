@@ -246,6 +246,10 @@ def _custom(cfg: TrainingJobConfig) -> None:
                                 "trainer has its own entry point and log format).",
                                 f'pass trainer="custom", or drop {fld}.')
         return
+    if cfg.memory_plan.strip():
+        raise UserError("memory_plan", "is memory_estimate's plan for the in-repo trainer's "
+                        "model; a custom image's memory is not modelled.",
+                        'drop memory_plan with trainer="custom".')
     entry = cfg.entry_point
     if entry:
         if not isinstance(entry, list) or not all(isinstance(a, str) for a in entry):
