@@ -59,7 +59,8 @@ def main(argv: list[str] | None = None) -> int:
             run = values["run_label"] or ("stdin" if args.file == "-" else args.file)
         else:
             parsed, _ = parse_training_job(values["job_name"], values["region"] or None,
-                                           group=values["log_group"], spike_threshold=spike)
+                                           group=values["log_group"], spike_threshold=spike,
+                                           precision=values["requested_precision"])
             run = values["run_label"] or values["job_name"]
         out = write_outputs(parsed, requested_precision=values["requested_precision"], run=run,
                             series_path=args.series, markdown_path=args.markdown,

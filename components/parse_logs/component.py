@@ -33,6 +33,14 @@ def parse_logs(
     tracebacks, progress bars, interleaved ranks, non-UTF-8 bytes). Never fails on
     a log's content: a trainer line it cannot read is counted, not fatal.
 
+    A bring-your-own-image job (sagemaker_training with ``trainer="custom"``): the
+    job's MetricDefinitions (DescribeTrainingJob) are applied to its log lines and the
+    matched values fill the step series (``loss``/``train:loss`` -> loss, ``lr``,
+    ``throughput``/``tokens_per_s``..., ``step``/``epoch`` number the rows; other names
+    are named in a warning and left out: components/parse_logs/metric_defs.py), its
+    TrainingJobStatus gives the status and ``requested_precision`` labels the rows;
+    no recipe is confirmed (another image's log does not say it).
+
     Args:
         job_name: SageMaker training job name to read from CloudWatch Logs (leave
             empty when ``log_file`` is given).
@@ -85,7 +93,7 @@ def parse_logs(
         label = run_label or job_name or "log file"
     else:
         parsed, _ = parse_training_job(job_name, region or None, group=log_group,
-                                       spike_threshold=spike)
+                                       spike_threshold=spike, precision=requested_precision)
         label = run_label or job_name
     out = write_outputs(parsed, requested_precision=requested_precision, run=label,
                         series_path=series.path, markdown_path=summary.path,

@@ -11,7 +11,9 @@ from typing import Any, BinaryIO
 from components.common.cloudwatch import TRAINING_JOBS_LOG_GROUP, LogTail
 from components.common.errors import UserError
 from components.common.naming import is_valid_sagemaker_name
-from components.parse_logs.parser import LogParser, ParsedLog, feed_blocks
+from components.parse_logs import metric_defs
+from components.parse_logs.metric_defs import MetricScanner
+from components.parse_logs.parser import NUMERIC_STEP_FIELDS, LogParser, ParsedLog, feed_blocks
 
 READ_BLOCK = 4 << 20  # reads; the parser takes up to 8 MiB at a time
 
@@ -62,18 +64,30 @@ def parse_training_job(
     group: str = TRAINING_JOBS_LOG_GROUP,
     spike_threshold: float = 0.5,
     page_limit: int | None = None,
+    sagemaker: Any = None,
+    precision: str = "",
 ) -> tuple[ParsedLog, LogTail]:
     """Reads every ``{job}/...`` stream of the job (all hosts, restarts included).
 
     Streams are parsed in the order they started, page by page (memory stays one
     page of events plus the parsed series).
     Raises UserError when the job has no log stream at all.
+
+    A job with MetricDefinitions (DescribeTrainingJob's AlgorithmSpecification, a
+    bring-your-own-image job) has its metrics searched in the same lines
+    (``metric_defs``); ``precision`` (else the job's ``precision`` hyperparameter)
+    labels those rows. ``sagemaker``: the client to describe the job with (made here
+    when ``logs`` is too; with an injected ``logs`` and none, the job is not described).
     """
     job_name = check_job_name(job_name)
     if logs is None:
         from components.common.aws import client
 
         logs = client("logs", region or None)
+        sagemaker = sagemaker or client("sagemaker", region or None)
+    job = _describe(sagemaker, job_name)
+    definitions = (job.get("AlgorithmSpecification") or {}).get("MetricDefinitions") or []
+    scanner = MetricScanner(definitions) if definitions else None
     tail = LogTail(logs, group, f"{job_name}/")
     if page_limit:
         tail.page_limit = page_limit
@@ -93,9 +107,30 @@ def parse_training_job(
     for stream in sorted(streams, key=_start_order):
         parser.stream(stream)
         for _, events in tail.pages([stream]):
-            parser.feed_text((e.message.rstrip("\r\n") for e in events), stream,
-                             first_timestamp=events[0].timestamp)
-    return parser.result(), tail
+            lines = [e.message.rstrip("\r\n") for e in events]
+            parser.feed_text(lines, stream, first_timestamp=events[0].timestamp)
+            if scanner is not None:
+                scanner.feed(lines)
+    parsed = parser.result()
+    if scanner is not None:
+        precision = precision or str((job.get("HyperParameters") or {}).get("precision") or "")
+        parsed = metric_defs.apply(parsed, scanner, job, precision, NUMERIC_STEP_FIELDS)
+    return parsed, tail
+
+
+def _describe(sagemaker: Any, job_name: str) -> dict[str, Any]:
+    """DescribeTrainingJob, or {} without a client or when the job is not found (its
+    logs may outlive it)."""
+    if sagemaker is None:
+        return {}
+    from components.common import aws
+
+    try:
+        return dict(sagemaker.describe_training_job(TrainingJobName=job_name))
+    except Exception as exc:
+        if aws.error_code(exc) in ("ValidationException", "ResourceNotFound"):
+            return {}
+        raise
 
 
 def _start_order(stream: str) -> tuple[int, str]:

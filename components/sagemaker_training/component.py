@@ -16,6 +16,10 @@ def sagemaker_training(
     model: Output[Model],
     aws_resources: OutputPath(str),  # type: ignore[valid-type]
     region: str = "",
+    trainer: str = "in-repo",
+    entry_point: Optional[list] = None,
+    metric_definitions: Optional[list] = None,
+    endpoint_url: str = "",
     instance_type: str = "ml.p6-b200.48xlarge",
     instance_count: int = 1,
     precision: str = "bf16",
@@ -100,6 +104,19 @@ def sagemaker_training(
     - A failed job fails this task with SageMaker's FailureReason (for example the
       trainer's CUDA out-of-memory message and the fix it suggests).
 
+    Bring your own image (``trainer="custom"``, as the retired AWS TrainingJob
+    component and GCPC's CustomTrainingJobOp): ``image_uri`` is your image,
+    ``entry_point`` its ContainerEntrypoint, ``hyperparameters`` are free (any names,
+    SageMaker's limits only), ``metric_definitions`` go into
+    AlgorithmSpecification.MetricDefinitions (SageMaker's console and CloudWatch show
+    them; parse_logs reads them back from DescribeTrainingJob and fills the step series).
+    Still checked: SageMaker's limits, the precision against the GPU, cost, capacity
+    (plans, spot, fallbacks), tags, re-attach and stop. Skipped, and said in a log line:
+    the in-repo trainer's flag table for the hyperparameters, the memory pre-flight for
+    its model (``model_preset``, dimensions, ``batch_size``, ``seq_length``,
+    ``max_steps``, ``activation_checkpointing``, ``memory_plan`` are then not sent) and
+    the precision recipe confirmation (parse_logs cannot confirm another image's recipe).
+
     Locally, with ``python -m components.local serve`` running and ``AWS_ENDPOINT_URL``
     set to its URL, the same calls run the trainer from this checkout on this machine.
 
@@ -109,6 +126,18 @@ def sagemaker_training(
         output_s3_uri: S3 prefix for artifacts; the model lands at
             ``<output_s3_uri>/<job name>/output/model.tar.gz``.
         region: AWS region; empty uses AWS_REGION / AWS_DEFAULT_REGION.
+        trainer: "in-repo" (this project's trainer image, all its checks) or "custom"
+            (your own image: see "Bring your own image" above).
+        entry_point: trainer="custom" only: the container's argv
+            (AlgorithmSpecification.ContainerEntrypoint, at most 100 strings of 256
+            characters, e.g. ["python", "/opt/ml/input/data/code/train.py", "--epochs",
+            "3"]); empty: the image's own ENTRYPOINT.
+        metric_definitions: trainer="custom" only: up to 40 {"Name": ..., "Regex": ...}
+            (MetricDefinitions; the first group of the regex is the value, e.g.
+            {"Name": "loss", "Regex": "loss=([0-9.eE+-]+)"}); the names parse_logs puts
+            into the step series are those of components/parse_logs/metric_defs.py.
+        endpoint_url: SageMaker and CloudWatch Logs endpoint (e.g. the local backend's
+            http://127.0.0.1:<port>); empty: AWS_ENDPOINT_URL, else AWS.
         instance_type: SageMaker instance type; the precision is checked against its GPU.
         instance_count: Instances (8 GPUs each on p6-b200); >1 trains multi-node.
         precision: fp32, bf16, fp16, fp8, fp8-current, fp8-block, mxfp8 or nvfp4

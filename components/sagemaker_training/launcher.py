@@ -149,7 +149,8 @@ def _launch(cfg: TrainingJobConfig, ctx: ExecutionContext, *, resources_path: st
     book = pricing.PriceBook(resolved.region, instance_hour_prices)
     for note in resolved.notes:
         say(note)
-    sagemaker = aws.client("sagemaker", resolved.region)
+    endpoint = {"endpoint_url": cfg.endpoint_url} if cfg.endpoint_url else {}
+    sagemaker = aws.client("sagemaker", resolved.region, **endpoint)
     plan: dict[str, Any] | None = None
     if cfg.training_plan_arn:
         plan = check_training_plan(sagemaker, resolved)
@@ -161,9 +162,9 @@ def _launch(cfg: TrainingJobConfig, ctx: ExecutionContext, *, resources_path: st
     # Following the job: the runner rides out outages itself, looking at the termination
     # flag between attempts (aws.FOLLOW_CLIENT: no botocore retries, short timeouts);
     # stopping it: timeouts within the stop budget.
-    follow = aws.client("sagemaker", resolved.region, **aws.FOLLOW_CLIENT)
-    logs = aws.client("logs", resolved.region, **aws.FOLLOW_CLIENT)
-    stopper = aws.client("sagemaker", resolved.region,
+    follow = aws.client("sagemaker", resolved.region, **endpoint, **aws.FOLLOW_CLIENT)
+    logs = aws.client("logs", resolved.region, **endpoint, **aws.FOLLOW_CLIENT)
+    stopper = aws.client("sagemaker", resolved.region, **endpoint,
                          **aws.bounded_client_config(stop_timeout_s))
     runner = TrainingJobRunner(sagemaker, logs, resolved.region, poll_interval_s=poll_interval_s,
                                max_outage_s=max_outage_s, stop_timeout_s=stop_timeout_s,

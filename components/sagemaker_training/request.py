@@ -62,6 +62,13 @@ OWNED_HYPERPARAMETERS = {
 # clear in the request, show in DescribeTrainingJob and override the execution role.
 AWS_CREDENTIAL_VARIABLES = frozenset({"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
                                       "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN"})
+TRAINERS = ("in-repo", "custom")
+CUSTOM_TRAINER = "custom"
+# What a custom image's job is not checked for (said in a log line and the docstring).
+CUSTOM_SKIPPED = ("custom image: skipped the in-repo trainer's checks (its flag table for "
+                  "hyperparameters, the memory pre-flight for its model, the precision recipe "
+                  "confirmation); still checked: SageMaker's limits, cost, capacity, tags, "
+                  "reattach and stop")
 SECRET_NAME_RE = re.compile(r"SECRET|PASSWORD|PASSWD|(^|_)TOKEN(_|$)|CREDENTIAL", re.IGNORECASE)
 
 
@@ -115,6 +122,15 @@ class TrainingJobConfig:
     override_memory_check: bool = False
     max_cost_usd: float = 0.0
     job_name: str = ""
+    trainer: str = "in-repo"
+    entry_point: list[str] = field(default_factory=list)
+    metric_definitions: list[dict[str, str]] = field(default_factory=list)
+    endpoint_url: str = ""
+
+    @property
+    def custom(self) -> bool:
+        """A bring-your-own-image job (``trainer="custom"``)."""
+        return self.trainer == CUSTOM_TRAINER
 
 
     @classmethod
@@ -179,18 +195,28 @@ def resolve(cfg: TrainingJobConfig, *, region: str | None = None) -> ResolvedCon
 
     cfg = _identity(cfg)
     resolved_region = _where(cfg, resolve_region(region or cfg.region or None))
+    _custom(cfg)
     _hardware(cfg)
-    model, overrides = _model(cfg)
     notes: list[str] = []
-    batch_size, checkpointing = _memory(cfg, model, notes)
+    if cfg.custom:
+        notes.append(CUSTOM_SKIPPED)
+        batch_size, checkpointing = cfg.batch_size, cfg.activation_checkpointing
+    else:
+        model, overrides = _model(cfg)
+        batch_size, checkpointing = _memory(cfg, model, notes)
     _capacity(cfg, resolved_region)
     _capacity_controls(cfg)
-    _fallback_memory(cfg, model, batch_size, checkpointing, notes)
+    if not cfg.custom:
+        _fallback_memory(cfg, model, batch_size, checkpointing, notes)
     _network(cfg, resolved_region)
-    hps = _hyperparameters(cfg, model_overrides=overrides, batch_size=batch_size,
-                           checkpointing=checkpointing)
+    if cfg.custom:
+        hps = _free_hyperparameters(cfg.hyperparameters)
+    else:
+        hps = _hyperparameters(cfg, model_overrides=overrides, batch_size=batch_size,
+                               checkpointing=checkpointing)
     env = _environment(cfg.environment)
-    _check_with_trainer(hps, env)
+    if not cfg.custom:
+        _check_with_trainer(hps, env)
     merged_tags = _tags(cfg)
     job_name = cfg.job_name or derived_job_name(cfg, hps)
     if cfg.checkpoint_s3_prefix:  # the job's own prefix, named after the job
@@ -199,6 +225,79 @@ def resolve(cfg: TrainingJobConfig, *, region: str | None = None) -> ResolvedCon
         _check_s3("checkpoint_s3_prefix", cfg.checkpoint_s3_uri, "CheckpointConfig.S3Uri")
     return ResolvedConfig(cfg, resolved_region, job_name, hps, env, merged_tags, batch_size,
                           checkpointing, tuple(notes))
+
+
+def _custom(cfg: TrainingJobConfig) -> None:
+    """The trainer switch, and what only a custom image takes: its entry point
+    (ContainerEntrypoint), its metric definitions (MetricDefinitions, each a Name and a
+    Regex SageMaker and parse_logs search the log with) and the endpoint URL."""
+    if cfg.trainer not in TRAINERS:
+        raise UserError("trainer", f"{cfg.trainer!r} is not a trainer.",
+                        'pass trainer="in-repo" (this project\'s trainer image) or '
+                        'trainer="custom" (your own image, entry point and metrics).')
+    if cfg.endpoint_url and not re.match(r"^https?://[^\s/]+", cfg.endpoint_url):
+        raise UserError("endpoint_url", f"{cfg.endpoint_url!r} is not an http(s) URL.",
+                        "pass e.g. http://127.0.0.1:8080 (python -m components.local serve), "
+                        "or leave it empty for AWS.")
+    if not cfg.custom:
+        for fld in ("entry_point", "metric_definitions"):
+            if getattr(cfg, fld):
+                raise UserError(fld, "is only taken with trainer=\"custom\" (the in-repo "
+                                "trainer has its own entry point and log format).",
+                                f'pass trainer="custom", or drop {fld}.')
+        return
+    if cfg.memory_plan.strip():
+        raise UserError("memory_plan", "is memory_estimate's plan for the in-repo trainer's "
+                        "model; a custom image's memory is not modelled.",
+                        'drop memory_plan with trainer="custom".')
+    entry = cfg.entry_point
+    if entry:
+        if not isinstance(entry, list) or not all(isinstance(a, str) for a in entry):
+            raise UserError("entry_point", f"{entry!r} is not a list of strings.",
+                            'pass the argv, e.g. ["python", "/opt/ml/input/data/code/train.py"].')
+        limits.check("entry_point", "AlgorithmSpecification.ContainerEntrypoint", entry,
+                     "pass at most 100 arguments.")
+        for arg in entry:
+            limits.check("entry_point", "AlgorithmSpecification.ContainerEntrypoint[]", arg,
+                         "one line of at most 256 characters each: put a longer script in "
+                         "a file of an input channel.")
+    defs = cfg.metric_definitions
+    if not isinstance(defs, list):
+        raise UserError("metric_definitions", f"{defs!r} is not a list.",
+                        'pass [{"Name": "loss", "Regex": "loss=([0-9.]+)"}, ...].')
+    limits.check("metric_definitions", "AlgorithmSpecification.MetricDefinitions", defs,
+                 "pass at most 40 metric definitions.")
+    names = set()
+    for i, d in enumerate(defs):
+        fld = f"metric_definitions[{i}]"
+        if not isinstance(d, dict) or set(d) != {"Name", "Regex"}:
+            raise UserError(fld, f"{d!r} is not {{Name, Regex}}.",
+                            'pass {"Name": "loss", "Regex": "loss=([0-9.]+)"}.')
+        limits.check(fld, "AlgorithmSpecification.MetricDefinitions[].Name", d["Name"])
+        limits.check(fld, "AlgorithmSpecification.MetricDefinitions[].Regex", d["Regex"])
+        try:
+            re.compile(d["Regex"])
+        except re.error as exc:
+            raise UserError(fld, f"Regex {d['Regex']!r} is not a regular expression ({exc}).",
+                            "capture the value in a group, e.g. loss=([0-9.]+).") from None
+        if d["Name"] in names:
+            raise UserError(fld, f"metric {d['Name']!r} is defined twice.",
+                            "define each metric once.")
+        names.add(d["Name"])
+
+
+def _free_hyperparameters(hyperparameters: dict[str, Any]) -> dict[str, str]:
+    """A custom image's hyperparameters: any names, within SageMaker's limits only."""
+    hps: dict[str, str] = {}
+    for key, value in (hyperparameters or {}).items():
+        key, text = str(key), _as_str(value)
+        limits.check("hyperparameters", "HyperParameters{key}", key)
+        limits.check("hyperparameters", "HyperParameters{}", text,
+                     f"shorten the value of {key!r}.")
+        hps[key] = text
+    if hps:
+        limits.check("hyperparameters", "HyperParameters", hps, "pass fewer.")
+    return hps
 
 
 def _identity(cfg: TrainingJobConfig) -> TrainingJobConfig:
@@ -738,6 +837,17 @@ def _environment(environment: dict[str, Any]) -> dict[str, str]:
     return env
 
 
+def algorithm_specification(c: TrainingJobConfig) -> dict[str, Any]:
+    """The image, and for a custom one its entry point and metric definitions."""
+    spec: dict[str, Any] = {"TrainingImage": c.image_uri, "TrainingInputMode": "File"}
+    if c.entry_point:
+        spec["ContainerEntrypoint"] = list(c.entry_point)
+    if c.metric_definitions:
+        spec["MetricDefinitions"] = [{"Name": d["Name"], "Regex": d["Regex"]}
+                                     for d in c.metric_definitions]
+    return spec
+
+
 def build_request(r: ResolvedConfig) -> dict[str, Any]:
     """The CreateTrainingJob request for a resolved configuration."""
     c = r.config
@@ -759,7 +869,7 @@ def build_request(r: ResolvedConfig) -> dict[str, Any]:
     request: dict[str, Any] = {
         "TrainingJobName": r.job_name,
         "RoleArn": c.role_arn,
-        "AlgorithmSpecification": {"TrainingImage": c.image_uri, "TrainingInputMode": "File"},
+        "AlgorithmSpecification": algorithm_specification(c),
         "HyperParameters": r.hyperparameters,
         "OutputDataConfig": {"S3OutputPath": c.output_s3_uri,
                              **({"KmsKeyId": c.output_kms_key_id} if c.output_kms_key_id else {})},
