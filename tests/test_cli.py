@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -134,3 +135,108 @@ def test_compile_applies_parameter_flags_as_the_compiled_defaults(tmp_path):
 def test_mode_only_flags_are_refused_in_the_other_mode(tmp_path):
     done = _sweep("--compile", "--runs-dir", str(tmp_path))
     assert done.returncode == 2 and "--runs-dir goes with --run-local" in done.stderr
+
+
+def _rank_series(tmp_path, run, batch, tps, status="completed"):
+    import json
+
+    from components.common.step_series import COLUMN_NAMES, SERIES_SCHEMA
+
+    meta = {"run": run, "precision": "fp8", "status": status, "emulated": False,
+            "failure_reason": "" if tps else "CUDA out of memory",
+            "training": {"batch_size": batch, "activation_checkpointing": False},
+            "metrics": {"mean_tokens_per_s_per_gpu": tps, "peak_memory_gib": 50.0}}
+    path = tmp_path / f"{run}.csv"
+    path.write_text(f"# {SERIES_SCHEMA} {json.dumps(meta)}\n" + ",".join(COLUMN_NAMES) + "\n")
+    return str(path)
+
+
+def test_rank_throughput_has_a_cli_derived_from_its_component(tmp_path, capsys):
+    from components.rank_throughput.__main__ import build_parser, main
+    from components.rank_throughput.component import rank_throughput
+
+    _, params = build_parser()
+    assert [p.name for p in params] == [p.name for p in cli.parameters(rank_throughput)]
+    series = [_rank_series(tmp_path, "b8", 8, 11000.0), _rank_series(tmp_path, "b16", 16, 12500.0)]
+    html = tmp_path / "r.html"
+    assert main([*series, "--html", str(html), "--run-context", "pipeline=batch-tuning"]) == 0
+    out = capsys.readouterr().out
+    assert "**Best: batch 16, checkpointing off**" in out
+    assert "batch-tuning" in html.read_text()
+    assert main([*series, "--json"]) == 0
+    import json
+    assert json.loads(capsys.readouterr().out)["best"]["run"] == "b16"
+    # nothing completed: exit 1; no series contract: exit 2 with the file named
+    assert main([_rank_series(tmp_path, "b32", 32, None, status="oom")]) == 1
+    bad = tmp_path / "bad.csv"
+    bad.write_text("not a series\n")
+    assert main([str(bad)]) == 2
+    assert "bad.csv" in capsys.readouterr().err
+
+
+def test_rank_throughput_cli_runs_as_a_module(tmp_path):
+    series = [_rank_series(tmp_path, "b4", 4, 9000.0), _rank_series(tmp_path, "b8", 8, 9500.0)]
+    done = subprocess.run([sys.executable, "-m", "components.rank_throughput", *series],
+                          capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "**Best: batch 8" in done.stdout
+
+
+COMPONENT_CLIS = ["build_image", "cleanup", "compare_convergence", "memory_estimate", "parse_logs",
+                  "plan_training", "rank_throughput", "sagemaker_training"]
+PIPELINE_CLIS = ["batch_tuning", "plan_and_train", "precision_sweep"]
+
+
+def _pipeline_parser(name, monkeypatch):
+    """The parser a pipeline module's main builds (caught as it is built, then --help)."""
+    import importlib
+
+    from pipelines import _cli
+
+    built = []
+    real = _cli.build_parser
+
+    def keep(**kwargs):
+        built.append(real(**kwargs))
+        return built[-1]
+
+    monkeypatch.setattr(_cli, "build_parser", keep)
+    with pytest.raises(SystemExit):
+        importlib.import_module(f"pipelines.{name}").main(["--help"])
+    return built[0][0]
+
+
+def all_parsers(monkeypatch):
+    """Every command line of the project: name -> its argparse parser."""
+    import importlib
+
+    from trainer.config import build_parser as trainer_parser
+
+    out = {}
+    for name in COMPONENT_CLIS:
+        module = "cli" if name == "memory_estimate" else "__main__"
+        out[name] = importlib.import_module(f"components.{name}.{module}").build_parser()[0]
+    for name in PIPELINE_CLIS:
+        out[f"pipelines/{name}"] = _pipeline_parser(name, monkeypatch)
+    out["trainer"] = trainer_parser()
+    return out
+
+
+REST = re.compile(r"``|:(?:func|class|meth|mod|attr|data|obj|ref|doc):`|\w::$", re.M)
+
+
+def test_every_help_renders_without_rest_markup(monkeypatch, capsys):
+    parsers = all_parsers(monkeypatch)
+    capsys.readouterr()
+    assert len(parsers) == len(COMPONENT_CLIS) + len(PIPELINE_CLIS) + 1
+    for name, parser in parsers.items():
+        text = parser.format_help()
+        assert not REST.findall(text), f"{name} --help shows reST markup: {REST.findall(text)}"
+    assert not REST.findall(
+        subprocess.run([sys.executable, "-m", "pipelines.compile", "--help"], capture_output=True,
+                       text=True, cwd=ROOT, timeout=120).stdout)
+
+
+def test_plain_turns_rest_into_terminal_text():
+    text = "See :func:`~components.a.best` and :class:`x.Y`; ``log_file`` or ``s3://b``.\nExamples::"
+    assert cli.plain(text, ["log_file"]) == "See best and x.Y; --log-file or s3://b.\nExamples:"

@@ -96,6 +96,28 @@ def doc_args(doc: str) -> dict[str, str]:
     return out
 
 
+_ROLE = re.compile(r":[a-z]+(?::[a-z]+)?:`(~?)([^`<]*?)(?:\s*<[^>]*>)?`")
+
+
+def plain(text: str, names: Iterable[str] = ()) -> str:
+    """Docstring text as a terminal shows it: no reST markup.
+
+    A role (``:func:`~a.b```) becomes its target (``b``; ``a.b`` without the
+    tilde), a literal (````x````) its text, ``Examples::`` ``Examples:``; a
+    parameter's name among ``names`` becomes its flag (````log_file```` ->
+    ``--log-file``), the spelling the command line knows it by.
+    """
+    known = set(names)
+
+    def literal(m: re.Match[str]) -> str:
+        word = m.group(1)
+        return flag_name(word) if word in known else word
+
+    text = _ROLE.sub(lambda m: m.group(2).rsplit(".", 1)[-1] if m.group(1) else m.group(2), text)
+    text = re.sub(r"``([^`]+)``", literal, text)
+    return re.sub(r"(\w)::$", r"\1:", text, flags=re.M)
+
+
 def _python_func(func: Any) -> Callable[..., Any]:
     """The plain function behind a KFP component or pipeline (``.python_func``), or ``func``."""
     return getattr(func, "python_func", func)
@@ -129,10 +151,11 @@ def _kind(func: Callable[..., Any], p: inspect.Parameter) -> type | None:
 def parameters(func: Any, *, exclude: Iterable[str] = ()) -> list[Parameter]:
     """The command-line parameters of a component, pipeline or function, in signature order."""
     f = _python_func(func)
-    helps = doc_args(inspect.getdoc(f) or "")
+    signature = inspect.signature(f).parameters
+    helps = {k: plain(v, signature) for k, v in doc_args(inspect.getdoc(f) or "").items()}
     skip = set(exclude)
     out = []
-    for p in inspect.signature(f).parameters.values():
+    for p in signature.values():
         if p.name in skip or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
             continue
         kind = _kind(f, p)
@@ -321,6 +344,8 @@ def derived_parser(
     if doc is None:
         doc = re.split(r"\n\s*Args:", inspect.getdoc(_python_func(func)) or "")[0]
     description, _, examples = doc.strip().partition("Examples::")
+    names = inspect.signature(_python_func(func)).parameters
+    description, examples = plain(description, names), plain(examples, names)
     parser = argparse.ArgumentParser(
         prog=prog,
         description=description.strip(),
