@@ -240,3 +240,40 @@ def test_every_help_renders_without_rest_markup(monkeypatch, capsys):
 def test_plain_turns_rest_into_terminal_text():
     text = "See :func:`~components.a.best` and :class:`x.Y`; ``log_file`` or ``s3://b``.\nExamples::"
     assert cli.plain(text, ["log_file"]) == "See best and x.Y; --log-file or s3://b.\nExamples:"
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["pipelines/precision_sweep.py", "--run-local", "--model-preset", "smal"],
+     "error: model_preset: 'smal': unknown; did you mean 'small'? Fix: choose one of tiny,"),
+    (["pipelines/precision_sweep.py", "--run-local", "--model-preset", "7b"],
+     "model_preset: '7b': unknown; did you mean '8b'"),
+    (["-m", "components.memory_estimate", "--model-preset", "small", "--precisions", "bf61"],
+     "precisions: 'bf61': unknown; did you mean 'bf16'"),
+    (["-m", "components.memory_estimate", "--model-preset", "small", "--instance-type",
+      "ml.p5.48xlarg"], "instance_type: 'ml.p5.48xlarg': unknown; did you mean 'ml.p5.48xlarge'"),
+])
+def test_a_misspelt_name_gets_a_did_you_mean_under_its_current_flag(argv, expected, tmp_path):
+    done = subprocess.run([sys.executable, *[str(ROOT / a) if a.endswith(".py") else a
+                                             for a in argv]],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert done.returncode != 0
+    assert expected in done.stderr, done.stderr
+    assert "preset='" not in done.stderr  # the old parameter name is gone
+
+
+def test_the_one_place_each_name_is_checked_suggests_the_closest():
+    from components.common import pricing
+    from components.common.errors import UserError
+    from components.plan_training.run import _instance_types
+    from trainer import hardware, spec
+
+    with pytest.raises(ValueError, match=r"model_preset='smal': unknown; did you mean 'small'\?"):
+        spec.preset("smal")
+    with pytest.raises(ValueError, match=r"did you mean 'nvfp4'"):
+        hardware.check_precision_name("nvfp5")
+    with pytest.raises(ValueError, match=r"did you mean 'ml.g6e.xlarge'"):
+        hardware.instance_type("ml.g6e.xlarg")
+    with pytest.raises(ValueError, match=r"unknown; choose one of"):  # nothing close: no guess
+        hardware.instance_type("zzz")
+    with pytest.raises(UserError, match=r"instance_types: 'ml.p5en.48xlarg': unknown; did you mean"):
+        _instance_types(["ml.p5en.48xlarg"], pricing.PriceBook(), plans=False)

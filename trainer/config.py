@@ -470,9 +470,9 @@ def from_namespace(args: argparse.Namespace, env: dict[str, str] | None = None) 
         model = spec.spec_from_args(args)
     except ValueError as exc:
         # Name the flags / hyperparameters (num-heads), not the dataclass fields (num_heads);
-        # spec.preset()'s "preset='x': unknown" is the --model-preset flag.
+        # spec.preset()'s "model_preset='x': unknown" is the --model-preset flag.
         flags = {f: f.replace("_", "-") for f in ModelSpec.__dataclass_fields__}
-        flags["preset"] = "model-preset"
+        flags["model_preset"] = flags["preset"] = "model-preset"
         text = re.sub(rf"\b({'|'.join(flags)})\b", lambda m: flags[m.group(1)], str(exc))
         named = re.search(rf"\b({'|'.join(flags.values())})\b", text)
         raise ConfigError(text, named.group(1) if named else "") from None
