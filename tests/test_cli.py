@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import re
 import subprocess
 import sys
@@ -277,3 +278,89 @@ def test_the_one_place_each_name_is_checked_suggests_the_closest():
         hardware.instance_type("zzz")
     with pytest.raises(UserError, match=r"instance_types: 'ml.p5en.48xlarg': unknown; did you mean"):
         _instance_types(["ml.p5en.48xlarg"], pricing.PriceBook(), plans=False)
+
+
+def _syntax(parser):
+    """Every visible flag of a parser -> how it is written: a switch (--x, --x BOOL, --no-x),
+    a plain flag (--x alone), or a value (--x VALUE)."""
+    flags = {o for a in parser._actions for o in a.option_strings}
+    # a pipeline's modes (--compile | --run-local) say what to do, not a value
+    modes = {a for g in parser._mutually_exclusive_groups if g.required for a in g._group_actions}
+    out = {}
+    for a in parser._actions:
+        if a.help == argparse.SUPPRESS or not a.option_strings or a.dest == "help" or a in modes:
+            continue
+        flag = a.option_strings[0]
+        if isinstance(a, argparse.BooleanOptionalAction):
+            out[flag] = "switch"  # the trainer: --x true also (normalise_argv)
+        elif a.nargs == "?" and "--no-" + flag[2:] in flags:
+            out[flag] = "switch"
+        elif a.nargs == 0:
+            out[flag] = "flag"
+        else:
+            out[flag] = "value"
+    return out
+
+
+def _same_idea(a, b):
+    """Two spellings of one flag: word by word, one a prefix of the other
+    (--grad-accum-steps, --gradient-accumulation-steps); a plural is another idea."""
+    wa, wb = a[2:].split("-"), b[2:].split("-")
+    return (a != b and len(wa) == len(wb) and a.rstrip("s") != b.rstrip("s")
+            and all(x.startswith(y) or y.startswith(x) for x, y in zip(wa, wb, strict=True)))
+
+
+def test_one_idea_has_one_spelling_and_one_value_syntax_across_every_cli(monkeypatch, capsys):
+    syntax = {name: _syntax(p) for name, p in all_parsers(monkeypatch).items()}
+    capsys.readouterr()
+    seen = {}
+    for name, flags in syntax.items():
+        for flag, form in flags.items():
+            seen.setdefault(flag, {})[name] = form
+    differing = {f: by for f, by in seen.items() if len(set(by.values())) > 1}
+    assert not differing, f"one flag, several value syntaxes: {differing}"
+    spellings = sorted(seen)
+    twins = [(a, b) for i, a in enumerate(spellings) for b in spellings[i + 1:] if _same_idea(a, b)]
+    assert not twins, f"one idea, several spellings: {twins}"
+    # the ideas the issue named, by what each CLI has
+    assert set(seen["--activation-checkpointing"].values()) == {"switch"}
+    assert len(seen["--activation-checkpointing"]) >= 5
+    assert set(seen["--dry-run"].values()) == {"switch"} and len(seen["--dry-run"]) >= 2
+    assert "--grad-accum-steps" in syntax["memory_estimate"] and "--grad-accum-steps" in syntax[
+        "trainer"]
+
+
+def test_switches_take_the_same_words_everywhere():
+    from components.memory_estimate.cli import build_parser as memory_parser
+    from trainer.config import build_parser as trainer_parser
+    from trainer.config import normalise_argv
+
+    parser, _ = memory_parser()
+    for argv, expected in [([], None), (["--activation-checkpointing"], "on"),
+                           (["--activation-checkpointing", "true"], "on"),
+                           (["--activation-checkpointing", "off"], "off"),
+                           (["--no-activation-checkpointing"], "off"),
+                           (["--activation-checkpointing", "auto"], "auto")]:
+        assert parser.parse_args(argv).activation_checkpointing == expected, argv
+    trainer = trainer_parser()
+    for argv, expected in [(["--activation-checkpointing"], True),
+                           (["--activation-checkpointing", "on"], True),
+                           (["--activation-checkpointing", "false"], False),
+                           (["--no-activation-checkpointing"], False)]:
+        assert trainer.parse_args(normalise_argv(argv, trainer)).activation_checkpointing is expected
+
+
+def test_old_spellings_still_work_with_a_note(capsys):
+    from components.memory_estimate.cli import build_parser as memory_parser
+    from components.sagemaker_training.__main__ import build_parser as training_parser
+
+    parser, _ = memory_parser()
+    assert parser.parse_args(["--gradient-accumulation-steps", "4"]).grad_accum_steps == 4
+    assert "--gradient-accumulation-steps is deprecated; use --grad-accum-steps" in (
+        capsys.readouterr().err)
+    assert "--gradient-accumulation-steps" not in parser.format_help()
+    parser, _ = training_parser()
+    for argv, expected in [([], False), (["--dry-run"], True), (["--dry-run", "no"], False),
+                           (["--no-dry-run"], False)]:
+        required = ["--run-id", "r", "--image-uri", "i", "--role-arn", "r", "--output-s3-uri", "s3://b"]
+        assert parser.parse_args([*required, *argv]).dry_run is expected
