@@ -364,3 +364,11 @@ def test_old_spellings_still_work_with_a_note(capsys):
                            (["--no-dry-run"], False)]:
         required = ["--run-id", "r", "--image-uri", "i", "--role-arn", "r", "--output-s3-uri", "s3://b"]
         assert parser.parse_args([*required, *argv]).dry_run is expected
+
+
+def test_the_trainer_suggests_the_closest_precision_too():
+    from trainer import config
+
+    with pytest.raises(config.ConfigError, match=r"--precision: 'bf61': unknown; did you mean "
+                                                 r"'bf16' or 'fp16'\? choose one of fp32"):
+        config.parse(["--precision", "bf61"], env={})

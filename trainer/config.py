@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from trainer import hardware, spec
-from trainer.bounds import Bounds, within
+from trainer.bounds import Bounds, unknown, within
 from trainer.spec import ModelSpec
 
 SM_DEFAULTS = {
@@ -221,6 +221,13 @@ class TrainConfig:
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str):  # type: ignore[override]
+        # argparse's "invalid choice" (e.g. --precision bf61) in the one unknown-name
+        # message, with its "did you mean"
+        m = re.match(r"argument (--[\w-]+): invalid choice: '([^']*)' \(choose from (.*)\)$",
+                     message)
+        if m:
+            choices = re.findall(r"'([^']*)'", m.group(3))
+            message = f"argument {m.group(1)}: " + unknown("x", m.group(2), choices)[2:]
         raise ConfigError(message)
 
 
