@@ -34,10 +34,12 @@ def build_parser(
     local_defaults: dict[str, Any],
 ) -> tuple[argparse.ArgumentParser, list[cli.Parameter]]:
     """The pipeline's command line: the modes, and a flag per pipeline parameter."""
+    params = cli.parameters(build(default_parallelism).pipeline_func)
+    text = cli.plain(doc.strip(), [p.name for p in params])
     parser = argparse.ArgumentParser(
         prog=f"python pipelines/{name}.py",
-        description=doc.strip().split("\n\n")[0],
-        epilog=doc.strip().split("\n\n", 1)[1] if "\n\n" in doc.strip() else None,
+        description=text.split("\n\n")[0],
+        epilog=text.split("\n\n", 1)[1] if "\n\n" in text else None,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     mode = parser.add_mutually_exclusive_group(required=True)
@@ -64,7 +66,6 @@ def build_parser(
     parser.add_argument("--verbose", action="store_true",
                         help="--run-local: show every task's full log live (default: one "
                         "progress line per training job; the full log goes to a file)")
-    params = cli.parameters(build(default_parallelism).pipeline_func)
     cli.add_flags(
         parser.add_argument_group(
             "pipeline parameters (lists as JSON or a,b,c, dicts as JSON or KEY=VALUE; both repeatable)"

@@ -75,21 +75,19 @@ MODEL_KEYS = ("model_preset", "num_layers", "hidden_size", "num_heads", "num_kv_
 
 
 def check_precision_names(field: str, names: list[Any]) -> list[str]:
-    """Every name a precision the trainer knows, with a "did you mean" for a misspelling."""
-    import difflib
-
-    from components.common.errors import UserError
+    """Every name a precision the trainer knows, with a "did you mean" for a misspelling
+    (trainer.hardware.check_precision_name's)."""
+    from components.common.errors import UserError, unknown_name
     from trainer import hardware
 
     if not isinstance(names, list) or not names:
         raise UserError(field, f"{names!r} is not a non-empty list of precisions.",
                         'pass a JSON list, e.g. ["bf16", "fp8"] (or bf16,fp8 on a shell).')
     for name in names:
-        if name not in hardware.PRECISIONS:
-            close = difflib.get_close_matches(str(name), hardware.PRECISIONS, n=1)
-            hint = f"did you mean {close[0]!r}? " if close else ""
-            raise UserError(field, f"{name!r} is not a precision.",
-                            f"{hint}use {', '.join(hardware.PRECISIONS)}.")
+        try:
+            hardware.check_precision_name(name)
+        except ValueError as exc:
+            raise unknown_name(field, exc) from None
     return [str(n) for n in names]
 
 

@@ -29,11 +29,11 @@ import argparse
 import importlib
 import os
 import pkgutil
-import re
 import subprocess
 import sys
 from pathlib import Path
 
+from components.common.cli import plain
 from components.common.errors import cli_errors
 from components.common.shipped import CHECKOUT
 
@@ -157,7 +157,7 @@ def build_components_image(args: argparse.Namespace) -> str:
 def parser() -> argparse.ArgumentParser:
     # The module docstring is the help, as plain text: reST literals unquoted and the
     # example kept whole (RawDescriptionHelpFormatter keeps its line breaks).
-    text = re.sub(r"``([^`]+)``", r"\1", __doc__ or "").replace("::\n", ":\n").split("\n\n")
+    text = plain(__doc__ or "").split("\n\n")
     p = argparse.ArgumentParser(
         prog="python -m pipelines.compile", description=text[0],
         epilog="\n\n".join(text[1:5]), formatter_class=argparse.RawDescriptionHelpFormatter)

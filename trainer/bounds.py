@@ -7,10 +7,20 @@ check of hyperparameters (through trainer.config) read the same declaration.
 from __future__ import annotations
 
 import argparse
+import difflib
 import math
 import re
 from dataclasses import dataclass
 from typing import Any
+
+
+def unknown(field: str, name: str, choices: Any) -> str:
+    """The one message for a name not among ``choices`` (a preset, a precision, an
+    instance type): ``field='x': unknown; did you mean 'y'? choose one of ...``."""
+    names = [str(c) for c in choices]
+    close = difflib.get_close_matches(str(name), names, n=2, cutoff=0.5)
+    hint = f"did you mean {' or '.join(map(repr, close))}? " if close else ""
+    return f"{field}={name!r}: unknown; {hint}choose one of {', '.join(names)}"
 
 
 @dataclass(frozen=True)

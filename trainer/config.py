@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from trainer import hardware, spec
-from trainer.bounds import Bounds, within
+from trainer.bounds import Bounds, unknown, within
 from trainer.spec import ModelSpec
 
 SM_DEFAULTS = {
@@ -221,6 +221,13 @@ class TrainConfig:
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str):  # type: ignore[override]
+        # argparse's "invalid choice" (e.g. --precision bf61) in the one unknown-name
+        # message, with its "did you mean"
+        m = re.match(r"argument (--[\w-]+): invalid choice: '([^']*)' \(choose from (.*)\)$",
+                     message)
+        if m:
+            choices = re.findall(r"'([^']*)'", m.group(3))
+            message = f"argument {m.group(1)}: " + unknown("x", m.group(2), choices)[2:]
         raise ConfigError(message)
 
 
@@ -470,9 +477,9 @@ def from_namespace(args: argparse.Namespace, env: dict[str, str] | None = None) 
         model = spec.spec_from_args(args)
     except ValueError as exc:
         # Name the flags / hyperparameters (num-heads), not the dataclass fields (num_heads);
-        # spec.preset()'s "preset='x': unknown" is the --model-preset flag.
+        # spec.preset()'s "model_preset='x': unknown" is the --model-preset flag.
         flags = {f: f.replace("_", "-") for f in ModelSpec.__dataclass_fields__}
-        flags["preset"] = "model-preset"
+        flags["model_preset"] = flags["preset"] = "model-preset"
         text = re.sub(rf"\b({'|'.join(flags)})\b", lambda m: flags[m.group(1)], str(exc))
         named = re.search(rf"\b({'|'.join(flags.values())})\b", text)
         raise ConfigError(text, named.group(1) if named else "") from None

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from trainer.bounds import unknown
+
 # Precisions the trainer understands, in the order a sweep usually lists them.
 PRECISIONS = ("fp32", "bf16", "fp16", "fp8", "fp8-current", "fp8-block", "mxfp8", "nvfp4")
 
@@ -47,7 +49,7 @@ def precision_supported_on_cc(precision: str, cc: tuple[int, int]) -> bool:
 
 def check_precision_name(precision: str) -> str:
     if precision not in PRECISIONS:
-        raise ValueError(f"precision={precision!r}: unknown; choose one of {', '.join(PRECISIONS)}")
+        raise ValueError(unknown("precision", precision, PRECISIONS))
     return precision
 
 
@@ -181,10 +183,7 @@ def instance_type(name: str) -> InstanceType:
     try:
         return INSTANCE_TYPES[name]
     except KeyError:
-        raise ValueError(
-            f"instance_type={name!r}: unknown GPU instance type; choose one of "
-            f"{', '.join(INSTANCE_TYPES)}"
-        ) from None
+        raise ValueError(unknown("instance_type", name, INSTANCE_TYPES)) from None
 
 
 def check_precision_for_gpu(precision: str, gpu_name: str, *, where: str = "") -> None:

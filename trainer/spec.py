@@ -13,7 +13,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-from trainer.bounds import Bounds, within
+from trainer.bounds import Bounds, unknown, within
 
 MLP_TYPES = ("swiglu", "gelu")
 NORM_TYPES = ("rmsnorm", "layernorm")
@@ -173,7 +173,7 @@ def preset(name: str) -> ModelSpec:
     try:
         return PRESETS[name.lower()]
     except KeyError:
-        raise ValueError(f"preset={name!r}: unknown; choose one of {', '.join(PRESETS)}") from None
+        raise ValueError(unknown("model_preset", name, PRESETS)) from None
 
 
 # ---- CLI flags shared by `python -m trainer` and `python -m components.memory_estimate` ----

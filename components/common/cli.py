@@ -10,6 +10,9 @@ name, one default and one help text in the component, the pipeline and the CLI.
 Values on the command line, by annotation:
 
 - ``bool``: ``--x`` (true), ``--x true|false`` (also yes/no, on/off, 1/0), ``--no-x`` (false);
+  a command's own switches take the same forms (:func:`add_switch`);
+- ``str`` documented as ``auto (...), on, or off``: the same forms, ``--x`` and
+  ``--x true`` meaning ``on``, ``--no-x`` and ``--x false`` ``off``, ``--x auto``;
 - ``list``: JSON (``'["bf16","fp8"]'``) or comma-separated (``bf16,fp8``), repeatable
   and concatenated;
 - ``dict``: JSON (``'{"lr": "3e-4"}'``) or ``KEY=VALUE``, repeatable and merged;
@@ -96,6 +99,28 @@ def doc_args(doc: str) -> dict[str, str]:
     return out
 
 
+_ROLE = re.compile(r":[a-z]+(?::[a-z]+)?:`(~?)([^`<]*?)(?:\s*<[^>]*>)?`")
+
+
+def plain(text: str, names: Iterable[str] = ()) -> str:
+    """Docstring text as a terminal shows it: no reST markup.
+
+    A role (``:func:`~a.b```) becomes its target (``b``; ``a.b`` without the
+    tilde), a literal (````x````) its text, ``Examples::`` ``Examples:``; a
+    parameter's name among ``names`` becomes its flag (````log_file```` ->
+    ``--log-file``), the spelling the command line knows it by.
+    """
+    known = set(names)
+
+    def literal(m: re.Match[str]) -> str:
+        word = m.group(1)
+        return flag_name(word) if word in known else word
+
+    text = _ROLE.sub(lambda m: m.group(2).rsplit(".", 1)[-1] if m.group(1) else m.group(2), text)
+    text = re.sub(r"``([^`]+)``", literal, text)
+    return re.sub(r"(\w)::$", r"\1:", text, flags=re.M)
+
+
 def _python_func(func: Any) -> Callable[..., Any]:
     """The plain function behind a KFP component or pipeline (``.python_func``), or ``func``."""
     return getattr(func, "python_func", func)
@@ -129,10 +154,11 @@ def _kind(func: Callable[..., Any], p: inspect.Parameter) -> type | None:
 def parameters(func: Any, *, exclude: Iterable[str] = ()) -> list[Parameter]:
     """The command-line parameters of a component, pipeline or function, in signature order."""
     f = _python_func(func)
-    helps = doc_args(inspect.getdoc(f) or "")
+    signature = inspect.signature(f).parameters
+    helps = {k: plain(v, signature) for k, v in doc_args(inspect.getdoc(f) or "").items()}
     skip = set(exclude)
     out = []
-    for p in inspect.signature(f).parameters.values():
+    for p in signature.values():
         if p.name in skip or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
             continue
         kind = _kind(f, p)
@@ -201,6 +227,30 @@ def show_default(value: Any) -> str:
     return str(value)
 
 
+def is_on_off_auto(p: Parameter) -> bool:
+    """A ``str`` parameter that is an on/off switch with an ``auto`` (its help says
+    ``auto (...), on, or off``): on the command line it is written like a ``bool``."""
+    return p.kind is str and bool(re.match(r"auto\b.*\bon,? (?:or )?off\b", p.help))
+
+
+def parse_on_off_auto(text: str) -> str:
+    """``on``/``off`` for a boolean word (true, yes, 1 ...), else the text (``auto``; a
+    wrong word is the declaration's check to refuse, naming the parameter)."""
+    lower = text.lower()
+    return "on" if lower in _TRUE else "off" if lower in _FALSE else text
+
+
+def add_switch(parser: argparse.ArgumentParser | argparse._ArgumentGroup, flag: str,
+               help: str) -> None:
+    """A command's own on/off flag, written as every derived ``bool`` is: ``--x``,
+    ``--x true|false``, ``--no-x``; its value lands in ``args.<x>`` (False by default)."""
+    dest = flag[2:].replace("-", "_")
+    parser.add_argument(flag, dest=dest, nargs="?", const=True, default=False, type=parse_bool,
+                        metavar="BOOL", help=f"{help} (also --no-{flag[2:]})")
+    parser.add_argument("--no-" + flag[2:], dest=dest, action="store_const", const=False,
+                        help=argparse.SUPPRESS)
+
+
 class _MergeAction(argparse.Action):
     """A repeated list or dict flag: the values are concatenated (lists) or merged (dicts)."""
 
@@ -249,6 +299,12 @@ def add_flags(
             note = "; ".join(filter(None, [note, f"also {negative}"]))
             kwargs.update(nargs="?", const=True, type=parse_bool, metavar="BOOL")
             parser.add_argument(negative, dest=p.name, action="store_const", const=False,
+                                default=None, help=argparse.SUPPRESS)
+        elif is_on_off_auto(p):
+            negative = "--no-" + p.flag[2:]
+            note = "; ".join(filter(None, [note, f"{p.flag} alone: on; {negative}: off"]))
+            kwargs.update(nargs="?", const="on", type=parse_on_off_auto, metavar="auto|on|off")
+            parser.add_argument(negative, dest=p.name, action="store_const", const="off",
                                 default=None, help=argparse.SUPPRESS)
         elif p.kind in (list, dict):
             kwargs.update(action=_MergeAction, type=_parser_for(p.kind),
@@ -321,6 +377,8 @@ def derived_parser(
     if doc is None:
         doc = re.split(r"\n\s*Args:", inspect.getdoc(_python_func(func)) or "")[0]
     description, _, examples = doc.strip().partition("Examples::")
+    names = inspect.signature(_python_func(func)).parameters
+    description, examples = plain(description, names), plain(examples, names)
     parser = argparse.ArgumentParser(
         prog=prog,
         description=description.strip(),

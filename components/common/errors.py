@@ -45,6 +45,18 @@ class UserError(ValueError):
         super().__init__(text)
 
 
+def unknown_name(field: str, exc: ValueError) -> UserError:
+    """The trainer's "x='y': unknown; did you mean 'z'? choose one of ..." (a preset,
+    precision, instance type or GPU not in its catalog) as a UserError naming ``field``:
+    the value and the suggestion are the problem, the catalog the fix."""
+    problem, sep, choices = str(exc).split("=", 1)[-1].partition(" choose one of ")
+    problem = problem.rstrip(";")
+    if not problem.endswith((".", "?")):
+        problem += "."
+    return UserError(field, problem,
+                     f"choose one of {choices}." if sep else "")
+
+
 CREDENTIALS_FIX = ("set AWS_PROFILE (after `aws configure` or `aws sso login`) or "
                    "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY; on a cluster, give the pod "
                    "an IAM role (IRSA) or a Kubernetes secret; for the local backend, "

@@ -61,14 +61,13 @@ def build_parser() -> tuple[argparse.ArgumentParser, list[cli.Parameter]]:
     tr = parser.add_argument_group("training (not parameters of the component)")
     tr.add_argument("--reduce-dtype", choices=training_setup.REDUCE_DTYPES, default="fp32",
                     help="gradient reduce-scatter dtype (default: fp32)")
-    tr.add_argument("--gradient-accumulation-steps", type=int, default=1,
+    accum: dict[str, Any] = {"dest": "grad_accum_steps", "type": int, "default": 1, "metavar": "INT"}
+    tr.add_argument("--grad-accum-steps", **accum,  # the trainer's hyperparameter's spelling
                     help="micro-batches per optimizer step (gradients then live throughout) "
                     "(default: 1)")
-    tr.add_argument(
-        "--no-activation-checkpointing", dest="activation_checkpointing", const="off",
-        action=cli.deprecated("--no-activation-checkpointing", "--activation-checkpointing off",
-                              argparse._StoreConstAction),
-        help=argparse.SUPPRESS)
+    tr.add_argument("--gradient-accumulation-steps", **accum, help=argparse.SUPPRESS,
+                    action=cli.deprecated("--gradient-accumulation-steps", "--grad-accum-steps",
+                                          argparse._StoreAction))
 
     out = parser.add_argument_group("output")
     out.add_argument("--json", action="store_true",
@@ -107,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
         model = {name: getattr(args, name) for name in ("norm", *MODEL_SWITCHES)}
         result = planner.plan(run.request(values, model=model, training={
             "reduce_dtype": args.reduce_dtype,
-            "gradient_accumulation_steps": args.gradient_accumulation_steps}))
+            "gradient_accumulation_steps": args.grad_accum_steps}))
         planner.check_single_precision_supported(result)
         run.check_runnable(result, values)
         md = report.markdown(result)

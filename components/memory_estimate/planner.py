@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from components.common import throughput
-from components.common.errors import UserError
+from components.common.errors import UserError, unknown_name
 from components.common.memory_plan import MemoryPlan, PrecisionPlan
 from components.common.training_setup import TrainingSetup
 from components.memory_estimate import estimator
@@ -87,13 +87,13 @@ def resolve_hardware(
         try:
             it = hardware.instance_type(instance_type)
         except ValueError as exc:
-            raise UserError("instance_type", str(exc).split(": ", 1)[-1], "") from None
+            raise unknown_name("instance_type", exc) from None
     spec = None
     if gpu:
         try:
             spec = hardware.gpu(gpu)
         except ValueError as exc:
-            raise UserError("gpu", str(exc).split(": ", 1)[-1], "") from None
+            raise unknown_name("gpu", exc) from None
     if it and spec and spec.name != it.gpu:
         raise UserError(
             "gpu",
@@ -146,11 +146,10 @@ class Request:
         if not self.precisions:
             raise UserError("precisions", "is empty.", f"list some of {', '.join(hardware.PRECISIONS)}.")
         for p in self.precisions:
-            if p not in hardware.PRECISIONS:
-                raise UserError(
-                    "precisions", f"{p!r} is not a precision.",
-                    f"use some of {', '.join(hardware.PRECISIONS)}.",
-                )
+            try:
+                hardware.check_precision_name(p)
+            except ValueError as exc:
+                raise unknown_name("precisions", exc) from None
         if len(set(self.precisions)) != len(self.precisions):
             raise UserError("precisions", f"{list(self.precisions)} lists a precision twice.", "")
         if not self.batch_sizes:
@@ -503,7 +502,9 @@ def model_from_values(preset: str | None = None, **dims: Any) -> ModelSpec:
         name = text.split("=", 1)[0].split(" ", 1)[0].strip() or "model"
         if name.startswith("unknown"):
             name = "model"
-        raise UserError(name, text, "") from None
+        if " choose one of " in text:  # an unknown preset: its "did you mean" and the list
+            raise unknown_name(name, exc) from None
+        raise UserError(name, text.removeprefix(f"{name}="), "") from None
 
 
 def parse_precisions(values: Any) -> tuple[str, ...]:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from components.common import pricing
-from components.common.errors import UserError
+from components.common.errors import UserError, unknown_name
 from components.memory_estimate import planner
 from components.plan_training import probes, report, search
 from trainer import hardware
@@ -72,10 +72,11 @@ def _instance_types(given: Any, book: pricing.PriceBook,
     catalog type with a price (every one, when training plans are searched)."""
     if given:
         types = tuple(str(t).strip() for t in given if str(t).strip())
-        unknown = [t for t in types if t not in hardware.INSTANCE_TYPES]
-        if unknown:
-            raise UserError("instance_types", f"{', '.join(unknown)}: not in the catalog.",
-                            f"choose from {', '.join(hardware.INSTANCE_TYPES)}.")
+        for t in types:
+            try:
+                hardware.instance_type(t)  # a misspelt one gets a "did you mean"
+            except ValueError as exc:
+                raise unknown_name("instance_types", exc) from None
         return tuple(dict.fromkeys(types)), []
     if plans:
         return tuple(hardware.INSTANCE_TYPES), []

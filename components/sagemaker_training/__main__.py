@@ -80,8 +80,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, list[cli.Parameter]]:
     g.add_argument("--aws-resources-path", default=None,
                    help="write the aws_resources record here as soon as the job exists")
     g.add_argument("--output-json", default=None, help="write the result as JSON here")
-    g.add_argument("--dry-run", action="store_true",
-                   help="validate and print the CreateTrainingJob request; no AWS call")
+    cli.add_switch(g, "--dry-run", "validate and print the CreateTrainingJob request; no AWS call")
     return parser, params
 
 

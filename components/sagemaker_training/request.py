@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from components.common import naming, tags
-from components.common.errors import UserError
+from components.common.errors import UserError, unknown_name
 from components.common.s3 import split_s3_uri
 from components.common.training_job import MAX_RUNTIME_LIMIT_S
 from components.sagemaker_training import limits
@@ -358,9 +358,8 @@ def _hardware(cfg: TrainingJobConfig) -> None:
 
     try:
         hardware.check_precision_name(cfg.precision)
-    except ValueError:
-        raise UserError("precision", f"{cfg.precision!r} is unknown.",
-                        f"choose one of {', '.join(hardware.PRECISIONS)}.") from None
+    except ValueError as exc:  # with a "did you mean" for a misspelling
+        raise unknown_name("precision", exc) from None
     try:
         hardware.check_precision_for_instance(cfg.precision, cfg.instance_type)
     except hardware.UnsupportedPrecisionError as exc:
