@@ -136,8 +136,8 @@ def sagemaker_training(
             (MetricDefinitions; the first group of the regex is the value, e.g.
             {"Name": "loss", "Regex": "loss=([0-9.eE+-]+)"}); the names parse_logs puts
             into the step series are those of components/parse_logs/metric_defs.py.
-        endpoint_url: SageMaker and CloudWatch Logs endpoint (e.g. the local backend's
-            http://127.0.0.1:<port>); empty: AWS_ENDPOINT_URL, else AWS.
+        endpoint_url: SageMaker and CloudWatch Logs endpoint (e.g. the URL that
+            ``python -m components.local serve`` prints); empty: AWS_ENDPOINT_URL, else AWS.
         instance_type: SageMaker instance type; the precision is checked against its GPU.
         instance_count: Instances (8 GPUs each on p6-b200); >1 trains multi-node.
         precision: fp32, bf16, fp16, fp8, fp8-current, fp8-block, mxfp8 or nvfp4
