@@ -31,7 +31,9 @@ ROLE = "arn:aws:iam::123456789012:role/SageMakerTraining"
 PROJECT_IMAGE = "123456789012.dkr.ecr.us-west-2.amazonaws.com/kfp-sagemaker-trainer:test"
 DLC_IMAGE = ("763104351884.dkr.ecr.us-west-2.amazonaws.com/pytorch-training:"
              "2.9.0-gpu-py312-cu130-ubuntu22.04-sagemaker")
-STEPS = 8
+# Long enough that the interruption (sent once CloudWatch shows step 2, a second or two
+# later) lands while the trainer still trains: tiny steps take ~0.01 s on a quiet CPU.
+STEPS = 400
 # checkpoint-every 0: the only checkpoint is the one written on SIGTERM.
 HPS = {"model-preset": "tiny", "batch-size": "4", "seq-length": "32", "max-steps": str(STEPS),
        "log-every": "1", "checkpoint-every": "0", "warmup-steps": "2"}
@@ -137,7 +139,7 @@ def test_a_spot_interruption_reaches_the_trainer_through_pid_1_and_the_toolkit(
     assert "Interrupted" in statuses and statuses[-2:] == ["Uploading", "Completed"]
     first, second = streams(backend, name)
     # The toolkit really ran the program: hyperparameters became its arguments.
-    assert any("/bin/sh -c ./train.sh" in line and "--max-steps 8" in line for line in first)
+    assert any("/bin/sh -c ./train.sh" in line and f"--max-steps {STEPS}" in line for line in first)
     saved = [c for c in parsed(first, "checkpoint") if c.get("action") == "saved"]
     resumed = [c for c in parsed(second, "checkpoint") if c.get("action") == "resumed"]
     if image.startswith("dlc"):
