@@ -257,7 +257,10 @@ def _fake_gpu(boundary_of):
     def run(spec, timeout_s):
         calls.append((spec["preset"], spec["seq_length"], spec["batch_size"]))
         ok = spec["batch_size"] <= boundary_of(spec)
-        return {**spec, "status": "ok" if ok else "oom", "peak_reserved_bytes": 1}
+        # like measure_grid.measure's record: the depth is in "model", no "num_layers" or "steps"
+        rec = {k: v for k, v in spec.items() if k not in ("num_layers", "steps")}
+        return {**rec, "model": {"num_layers": spec["num_layers"]}, "status": "ok" if ok else "oom",
+                "peak_reserved_bytes": 1}
     return run, calls
 
 

@@ -187,7 +187,7 @@ class Prober:
         self.longest = max(self.longest, time.monotonic() - t0)
         if rec["status"] == "timeout" and left < self.run_timeout:
             raise OutOfTime  # cut by the budget, not by --run-timeout: run it again next call
-        rec["loss_kernel"] = "compiled"
+        rec = {**spec, **rec, "loss_kernel": "compiled"}  # the trainer's record has no num_layers
         self.doc["results"] = [r for r in self.doc["results"] if _key(r) != _key(rec)] + [rec]
         if rec["status"] in FINAL:
             self.done[_key(rec)] = rec
