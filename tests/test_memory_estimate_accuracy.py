@@ -330,3 +330,19 @@ def test_boundary_resumes_from_the_json_a_time_boxed_call_left(tmp_path, monkeyp
     assert [b["within_bar"] for b in doc["boundaries"]] == [offsets[b["preset"]] in (0, 1)
                                                             for b in doc["boundaries"]]
     assert len(calls) < 4 * len(boundary.CONFIGURATIONS)  # linear from p-1 needed p-1..p+4 for +3
+
+
+def test_planner_never_answers_above_the_measured_h200_boundary():
+    # benchmarks/memory/boundary_h200.json: six configurations searched to the first OOM batch on
+    # an H200 (compiled loss, TE). The planner's largest batch, recomputed now, never above.
+    boundary = importlib.import_module("benchmarks.memory.boundary")
+    doc = json.loads((ROOT / "benchmarks" / "memory" / "boundary_h200.json").read_text())
+    prober = boundary.Prober(doc, 2, 1.0, 0.0, runner=lambda spec, t: pytest.fail("no runs here"))
+    assert len(doc["boundaries"]) == len(boundary.CONFIGURATIONS) >= 6
+    for preset, layers, seq, ac, prec in boundary.CONFIGURATIONS:
+        conf = {"preset": preset, "num_layers": layers, "seq_length": seq,
+                "activation_checkpointing": ac, "precision": prec}
+        predicted = boundary.predicted_largest(preset, layers, seq, ac, prec, doc["gpu_memory_bytes"])
+        v = boundary.verdict(predicted, prober.runs(conf))
+        assert v["boundary_found"], conf
+        assert not v["above"], (conf, predicted, v["measured_largest"])
