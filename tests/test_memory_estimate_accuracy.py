@@ -12,6 +12,7 @@ predicted not to fit (or within the worst error of the limit).
 """
 
 import importlib
+import json
 from pathlib import Path
 
 import pytest
@@ -246,3 +247,102 @@ def test_boundary_script_plans_six_configurations_and_judges_the_planner_by_the_
     assert not boundary.verdict(15, runs)["within_bar"]  # two below: users lose a batch
     assert not boundary.verdict(16, runs[:3])["boundary_found"]  # never ran out of memory
     assert boundary.predicted_largest("1b", None, 2048, False, "bf16", 150_109_880_320) >= 16
+
+
+def _fake_gpu(boundary_of):
+    """A trainer stand-in for boundary.py: a batch runs when it is at most ``boundary_of(spec)``,
+    else runs out of memory; records the batches it was asked to run."""
+    calls = []
+
+    def run(spec, timeout_s):
+        calls.append((spec["preset"], spec["seq_length"], spec["batch_size"]))
+        ok = spec["batch_size"] <= boundary_of(spec)
+        # like measure_grid.measure's record: the depth is in "model", no "num_layers" or "steps"
+        rec = {k: v for k, v in spec.items() if k not in ("num_layers", "steps")}
+        return {**rec, "model": {"num_layers": spec["num_layers"]}, "status": "ok" if ok else "oom",
+                "peak_reserved_bytes": 1}
+    return run, calls
+
+
+@pytest.mark.parametrize(("predicted", "largest", "expected_runs"), [
+    (16, 16, [16, 17]),              # the planner right: two runs
+    (16, 17, [16, 17, 19, 18]),      # one below: gallop +1, +2, then bisect
+    (18, 16, [18, 17, 15, 16]),      # above: down -1, -2, then bisect
+    (10, 30, [10, 11, 13, 17, 25, 41, 33, 29, 31, 30]),  # far below: 10 runs, not 21
+    (1, 0, [1]),                     # batch 1 does not fit: nothing below to try
+])
+def test_boundary_search_gallops_then_bisects(predicted, largest, expected_runs):
+    boundary = importlib.import_module("benchmarks.memory.boundary")
+    asked = []
+
+    def probe(b):
+        asked.append(b)
+        return "ok" if b <= largest else "oom"
+    boundary.search(predicted, probe, predicted + boundary.MAX_ABOVE)
+    assert asked == expected_runs
+    runs = [{"batch_size": b, "status": "ok" if b <= largest else "oom"} for b in asked]
+    if largest:
+        assert boundary.verdict(predicted, runs)["measured_largest"] == largest
+
+
+def test_boundary_search_stops_on_an_error_and_at_its_ceiling():
+    boundary = importlib.import_module("benchmarks.memory.boundary")
+    asked = []
+    boundary.search(8, lambda b: asked.append(b) or ("ok" if b < 9 else "error"), 100)
+    assert asked == [8, 9]
+    asked.clear()
+    boundary.search(8, lambda b: asked.append(b) or "ok", 12)  # never out of memory
+    assert asked == [8, 9, 11]
+
+
+def test_boundary_resumes_from_the_json_a_time_boxed_call_left(tmp_path, monkeypatch):
+    boundary = importlib.import_module("benchmarks.memory.boundary")
+    clock = [0.0]
+    monkeypatch.setattr(boundary.time, "monotonic", lambda: clock[0])
+    offsets = {"1b": 1, "3b": 0, "8b": -2, "te-fsdp-example": 3}
+
+    def largest(spec):
+        conf = (spec["preset"], spec["num_layers"], spec["seq_length"], spec["activation_checkpointing"],
+                spec["precision"])
+        return boundary.predicted_largest(*conf, 150_109_880_320) + offsets[spec["preset"]]
+    fake, calls = _fake_gpu(largest)
+
+    def slow(spec, timeout_s):  # every run takes 40 s of the budget
+        clock[0] += 40
+        return fake(spec, timeout_s)
+    monkeypatch.setattr(boundary, "_run", slow)
+    out = tmp_path / "boundary.json"
+    out.write_text(json.dumps({"command": "first", "gpu_memory_bytes": 150_109_880_320,
+                               "results": [], "boundaries": []}))
+    assert boundary.main(["--out", str(out), "--resume", "--time-budget", "300"]) == 3
+    first = list(calls)
+    assert 0 < len(first) <= 300 // 40 + 1
+    doc = json.loads(out.read_text())
+    assert len(doc["results"]) == len(first) and not all(b["boundary_found"] for b in doc["boundaries"])
+    assert boundary.main(["--out", str(out), "--resume"]) == 0
+    again = calls[len(first):]
+    assert not set(first) & set(again)  # nothing measured twice
+    doc = json.loads(out.read_text())
+    assert doc["command"].startswith("first ; python benchmarks/memory/boundary.py")
+    assert len(doc["boundaries"]) == len(boundary.CONFIGURATIONS)
+    for b in doc["boundaries"]:
+        assert b["boundary_found"] and b["measured_largest"] == b["predicted_largest"] + offsets[b["preset"]]
+    assert [b["within_bar"] for b in doc["boundaries"]] == [offsets[b["preset"]] in (0, 1)
+                                                            for b in doc["boundaries"]]
+    assert len(calls) < 4 * len(boundary.CONFIGURATIONS)  # linear from p-1 needed p-1..p+4 for +3
+
+
+def test_planner_never_answers_above_the_measured_h200_boundary():
+    # benchmarks/memory/boundary_h200.json: six configurations searched to the first OOM batch on
+    # an H200 (compiled loss, TE). The planner's largest batch, recomputed now, never above.
+    boundary = importlib.import_module("benchmarks.memory.boundary")
+    doc = json.loads((ROOT / "benchmarks" / "memory" / "boundary_h200.json").read_text())
+    prober = boundary.Prober(doc, 2, 1.0, 0.0, runner=lambda spec, t: pytest.fail("no runs here"))
+    assert len(doc["boundaries"]) == len(boundary.CONFIGURATIONS) >= 6
+    for preset, layers, seq, ac, prec in boundary.CONFIGURATIONS:
+        conf = {"preset": preset, "num_layers": layers, "seq_length": seq,
+                "activation_checkpointing": ac, "precision": prec}
+        predicted = boundary.predicted_largest(preset, layers, seq, ac, prec, doc["gpu_memory_bytes"])
+        v = boundary.verdict(predicted, prober.runs(conf))
+        assert v["boundary_found"], conf
+        assert not v["above"], (conf, predicted, v["measured_largest"])

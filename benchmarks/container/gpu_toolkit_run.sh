@@ -7,7 +7,10 @@
 # after TE is installed (shared/tools/TE-ON-DEVICE.md) and with ".smt" carried
 # (benchmarks/container/prepare_wheels.sh makes it):
 #   bash benchmarks/container/gpu_toolkit_run.sh [ENTRY]     ENTRY: project (default) or dlc
-# Everything it shows goes to stdout and $OUT/gpu_toolkit_run.log. For a dry run of the
+# Everything it shows goes to stdout and $OUT/gpu_toolkit_run.log (the containers' output:
+# $OUT/run1.log, run2.log, reference.log). SMT=DIR: the toolkit's wheels (default .smt);
+# REFERENCE=0 skips the uninterrupted reference run (default: on for the project entry point)
+# whose losses the resumed run's are compared with. For a dry run of the
 # plumbing on a CPU machine where the toolkit is installed already:
 #   PY=.venv/bin/python SKIP_INSTALL=1 BACKEND=torch PRECISION=bf16 GRACE=30 bash ... project
 set -uo pipefail
@@ -18,9 +21,10 @@ exec > >(tee -a "$OUT/gpu_toolkit_run.log") 2>&1
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 repo=$PWD
 PY=${PY:-python3} BACKEND=${BACKEND:-te} PRECISION=${PRECISION:-fp8}
-site=/tmp/smt-site
+site=/tmp/smt-site SMT=${SMT:-.smt}
+if [ "$entry" = dlc ]; then REFERENCE=${REFERENCE:-0}; else REFERENCE=${REFERENCE:-1}; fi
 if [ -z "${SKIP_INSTALL:-}" ]; then
-  "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$site" .smt/*.whl || exit 1
+  "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$site" "$SMT"/*.whl || exit 1
 fi
 bindir=$(dirname "$(command -v "$PY")")
 export PYTHONPATH=$site PATH=$site/bin:$bindir:$PATH
@@ -76,7 +80,37 @@ grep -E '^\[(trainer\] (event|checkpoint|summary|recipe)|entrypoint\]|train.sh\]
 echo "### the checkpoint directory"; ls -la "$root"/checkpoints/* 2>/dev/null || echo "(no checkpoint)"
 
 echo "### run 2: a fresh start on the same /opt/ml (as after a spot restart, checkpoints restored)"
-sed -i 's/"max-steps": "400"/"max-steps": "30"/' "$root"/input/config/hyperparameters.json
+# max-steps stays 400 (the learning-rate schedule is the interrupted run's); the trainer's
+# stop-after-step ends this run and the reference 10 steps after the checkpoint (step 30 without)
+ck=$(ls "$root"/checkpoints 2>/dev/null | sed -n 's/^step_0*\([0-9][0-9]*\)$/\1/p' | sort -n | tail -1)
+last=$(( ${ck:-20} + 10 ))
+sed -i "s/\"warmup-steps\": \"5\"/\"warmup-steps\": \"5\", \"stop-after-step\": \"$last\"/" "$root"/input/config/hyperparameters.json
 start run2; wait $ns; echo "run 2 exited $?"
-grep -E "resumed|step=2[0-9] |step=30 |summary" "$OUT/run2.log" | cut -c1-400
-cp "$root"/input/config/*.json "$OUT"/ 2>/dev/null
+grep -E "resumed|step=$last |summary" "$OUT/run2.log" | cut -c1-400
+echo "### the container's config files"; for f in "$root"/input/config/*.json; do echo "$f: $(cat "$f")"; done
+[ "$REFERENCE" = 1 ] || exit 0
+echo "### reference: the same steps 1-$last uninterrupted, from an empty checkpoint directory"
+rm -rf "${root:?}"/checkpoints/* "$root"/model/* "$root"/output/data/*
+start reference; wait $ns; echo "reference exited $?"
+"$PY" - "$OUT/run1.log" "$OUT/run2.log" "$OUT/reference.log" <<'PY'
+import re
+import sys
+
+def losses(path):
+    text = open(path, errors="replace").read()
+    return {int(s): float(v) for s, v in re.findall(r"\[trainer\] step step=(\d+) loss=(\S+)", text)}
+
+run1, run2, ref = (losses(p) for p in sys.argv[1:])
+print("step  run1       run2       reference  run2-reference")
+diffs = []
+for step in sorted(set(run1) | set(run2) | set(ref)):
+    a, b, r = run1.get(step), run2.get(step), ref.get(step)
+    if b is not None and r is not None:
+        diffs.append(abs(b - r))
+    if step >= min(run2, default=1) - 5:
+        f = lambda x: "-" if x is None else f"{x:.6f}"
+        print(f"{step:4d}  {f(a):9}  {f(b):9}  {f(r):9}  {'-' if b is None or r is None else f'{b - r:+.2e}'}")
+same1 = [abs(run1[s] - ref[s]) for s in run1 if s in ref]
+print(f"run1 vs reference over {len(same1)} steps: max |diff| {max(same1, default=float('nan')):.3e}")
+print(f"resumed run vs reference over {len(diffs)} steps: max |diff| {max(diffs, default=float('nan')):.3e}")
+PY

@@ -22,6 +22,7 @@ import json
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -38,8 +39,57 @@ CONFIGURATIONS: tuple[tuple[str, int | None, int, bool, str], ...] = (
     ("8b", 8, 4096, False, "bf16"),
     ("te-fsdp-example", None, 8192, False, "fp8"),
 )
-# Batches tried above the planner's answer before giving up on finding the boundary.
-MAX_ABOVE = 8
+# The search stops after this many batches above the planner's answer without running out of
+# memory (the boundary is then reported as not found).
+MAX_ABOVE = 64
+# Statuses a search can use; anything else (error, timeout) ends that configuration's search.
+FINAL = ("ok", "oom")
+
+
+class OutOfTime(Exception):
+    """The time budget ends before the next run could finish: the search stops, unrecorded."""
+
+
+def search(predicted: int, probe: Callable[[int], str], max_batch: int) -> None:
+    """Find the out-of-memory boundary around ``predicted`` with few runs: ``probe(batch)``
+    returns a run's status. Gallop from the planner's answer (up +1, +2, +4, ... while it runs;
+    down -1, -2, -4, ... while it runs out of memory), then bisect between the largest batch
+    that ran and the smallest that did not. The planner right or one below costs 2-3 runs
+    (p ok, p+1 oom; or p, p+1 ok, p+3 oom, p+2), where a linear search from p-1 cost 3-4.
+    Returns when the boundary is bracketed, a run ends otherwise (error, timeout) or the
+    batches pass ``max_batch``; ``probe`` may raise OutOfTime."""
+    lo, hi = 0, None  # largest batch known to run / smallest known to run out of memory
+    status = probe(predicted)
+    if status not in FINAL:
+        return
+    if status == "ok":
+        lo, step = predicted, 1
+        while hi is None:
+            if lo + step > max_batch:
+                return
+            status = probe(lo + step)
+            if status not in FINAL:
+                return
+            if status == "ok":
+                lo, step = lo + step, step * 2
+            else:
+                hi = lo + step
+    else:
+        hi, step = predicted, 1
+        while hi - step >= 1:
+            status = probe(hi - step)
+            if status not in FINAL:
+                return
+            if status == "ok":
+                lo = hi - step
+                break
+            hi, step = hi - step, step * 2
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        status = probe(mid)
+        if status not in FINAL:
+            return
+        lo, hi = (mid, hi) if status == "ok" else (lo, mid)
 
 
 def predicted_largest(preset: str, num_layers: int | None, seq: int, ac: bool, precision: str,
@@ -91,6 +141,89 @@ def _run(spec: dict[str, Any], timeout_s: float) -> dict[str, Any]:
     return json.loads(lines[-1])
 
 
+def _header(command: str, settings: dict[str, Any]) -> dict[str, Any]:
+    """The document's head (machine, versions) read by a child process: a CUDA context in this
+    process would hold about 0.5 GiB of the GPU through every run and move the boundary."""
+    p = subprocess.run([sys.executable, __file__, "--header", json.dumps([command, settings])],
+                       capture_output=True, text=True, timeout=120, cwd=ROOT, check=True)
+    return dict(json.loads(p.stdout.splitlines()[-1]))
+
+
+_KEY = ("preset", "num_layers", "seq_length", "activation_checkpointing", "precision", "batch_size")
+
+
+def _key(rec: dict[str, Any]) -> tuple:
+    return tuple(rec.get(k) for k in _KEY)
+
+
+class Prober:
+    """Runs one batch of one configuration, unless the document already holds its ok/oom result
+    (a resumed call), within the time budget: a run is started only when the longest run so far
+    still fits in what is left (``OutOfTime`` otherwise), and is cut at the budget's end; a run
+    cut by the budget is not recorded, so the next call runs it again."""
+
+    def __init__(self, doc: dict[str, Any], steps: int, run_timeout: float, budget: float,
+                 runner: Callable[[dict[str, Any], float], dict[str, Any]] | None = None) -> None:
+        self.doc, self.steps, self.run_timeout = doc, steps, run_timeout
+        self.runner = runner or _run
+        self.deadline = time.monotonic() + budget
+        self.longest = 0.0
+        self.done = {_key(r): r for r in doc["results"] if r.get("status") in FINAL}
+
+    def runs(self, conf: dict[str, Any]) -> list[dict[str, Any]]:
+        """This configuration's final results in the document, ascending batches."""
+        ck = _key({**conf, "batch_size": None})[:-1]
+        return sorted((r for k, r in self.done.items() if k[:-1] == ck), key=lambda r: r["batch_size"])
+
+    def __call__(self, conf: dict[str, Any], batch: int) -> str:
+        spec = {**conf, "batch_size": batch, "steps": self.steps}
+        if _key(spec) in self.done:
+            return str(self.done[_key(spec)]["status"])
+        left = self.deadline - time.monotonic()
+        if left < min(self.longest, self.run_timeout):
+            raise OutOfTime
+        t0 = time.monotonic()
+        rec = self.runner(spec, min(self.run_timeout, left))
+        self.longest = max(self.longest, time.monotonic() - t0)
+        if rec["status"] == "timeout" and left < self.run_timeout:
+            raise OutOfTime  # cut by the budget, not by --run-timeout: run it again next call
+        rec = {**spec, **rec, "loss_kernel": "compiled"}  # the trainer's record has no num_layers
+        self.doc["results"] = [r for r in self.doc["results"] if _key(r) != _key(rec)] + [rec]
+        if rec["status"] in FINAL:
+            self.done[_key(rec)] = rec
+        print(json.dumps(rec), flush=True)
+        return str(rec["status"])
+
+
+def measure_boundaries(doc: dict[str, Any], prober: Prober, out: Path) -> bool:
+    """Every configuration's boundary search, the document written after each run and each
+    configuration; True when all searches ended (False: the time budget ran out)."""
+    for preset, layers, seq, ac, prec in CONFIGURATIONS:
+        conf = {"preset": preset, "num_layers": layers, "seq_length": seq,
+                "activation_checkpointing": ac, "precision": prec}
+        predicted = predicted_largest(preset, layers, seq, ac, prec, doc["gpu_memory_bytes"])
+
+        def probe(batch: int, conf: dict[str, Any] = conf) -> str:
+            status = prober(conf, batch)
+            out.write_text(json.dumps(doc, indent=1) + "\n")  # after each run: a kill keeps data
+            return status
+
+        finished = True
+        try:
+            search(predicted, probe, predicted + MAX_ABOVE)
+        except OutOfTime:
+            finished = False
+        doc["boundaries"] = [b for b in doc["boundaries"] if _key({**b, "batch_size": None})
+                             != _key({**conf, "batch_size": None})]
+        doc["boundaries"].append({**conf, **verdict(predicted, prober.runs(conf))})
+        print(json.dumps(doc["boundaries"][-1]), flush=True)
+        out.write_text(json.dumps(doc, indent=1) + "\n")
+        if not finished:
+            print("time budget reached: run the same command with --resume to go on", flush=True)
+            return False
+    return True
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, default=Path(__file__).with_name("boundary_h200.json"))
@@ -99,46 +232,38 @@ def main(argv: list[str] | None = None) -> int:
                     help="with --dry-run: the GPU's memory (default: the H200 lent here)")
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--run-timeout", type=float, default=300.0, help="seconds per trainer run")
-    ap.add_argument("--time-budget", type=float, default=1e9, help="seconds: start no run after")
+    ap.add_argument("--time-budget", type=float, default=1e9,
+                    help="seconds: start no run that the longest run so far says cannot end in time")
+    ap.add_argument("--resume", action="store_true",
+                    help="keep --out's ok/oom results and run only the batches still needed")
     ap.add_argument("--one", help=argparse.SUPPRESS)
+    ap.add_argument("--header", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.one:
         print(json.dumps(_one(json.loads(args.one))), flush=True)
+        return 0
+    if args.header:
+        from benchmarks import gpu_record
+
+        command, settings = json.loads(args.header)
+        print(json.dumps(gpu_record.header(command, settings, boundaries=[])), flush=True)
         return 0
     if args.dry_run:
         for preset, layers, seq, ac, prec in CONFIGURATIONS:
             b = predicted_largest(preset, layers, seq, ac, prec, args.gpu_memory_bytes)
             print(f"{preset} L{layers or '-'} s{seq} {'ckpt' if ac else 'no-ckpt'} {prec}: "
-                  f"planner {b}; runs {max(1, b - 1)}.. until out of memory (at most {b + MAX_ABOVE})")
+                  f"planner {b}; runs {b}, then up (+1, +2, +4...) while it runs or down while it "
+                  f"does not, then bisection")
         return 0
-    from benchmarks import gpu_record
-
-    doc = gpu_record.header("python benchmarks/memory/boundary.py " + " ".join(argv or sys.argv[1:]),
-                            {"backend": "te", "loss_kernel": "compiled (the trainer's default)",
-                             "world_size": 1, "steps": args.steps}, boundaries=[])
-    t0 = time.perf_counter()
-    for preset, layers, seq, ac, prec in CONFIGURATIONS:
-        predicted = predicted_largest(preset, layers, seq, ac, prec, doc["gpu_memory_bytes"])
-        runs: list[dict[str, Any]] = []
-        for batch in range(max(1, predicted - 1), predicted + MAX_ABOVE + 1):
-            if time.perf_counter() - t0 > args.time_budget:
-                break
-            spec = {"preset": preset, "num_layers": layers, "seq_length": seq,
-                    "activation_checkpointing": ac, "precision": prec, "batch_size": batch,
-                    "steps": args.steps}
-            rec = _run(spec, args.run_timeout)
-            rec["loss_kernel"] = "compiled"
-            runs.append(rec)
-            doc["results"].append(rec)
-            print(json.dumps(rec), flush=True)
-            if rec["status"] != "ok":
-                break
-        doc["boundaries"].append({"preset": preset, "num_layers": layers, "seq_length": seq,
-                                  "activation_checkpointing": ac, "precision": prec,
-                                  **verdict(predicted, runs)})
-        print(json.dumps(doc["boundaries"][-1]), flush=True)
-        args.out.write_text(json.dumps(doc, indent=1) + "\n")  # after each: a timeout keeps data
-    return 0
+    command = "python benchmarks/memory/boundary.py " + " ".join(argv or sys.argv[1:])
+    if args.resume and args.out.exists():
+        doc = json.loads(args.out.read_text())
+        doc["command"] = doc["command"] + " ; " + command
+    else:
+        doc = _header(command, {"backend": "te", "loss_kernel": "compiled (the trainer's default)",
+                                "world_size": 1, "steps": args.steps})
+    prober = Prober(doc, args.steps, args.run_timeout, args.time_budget)
+    return 0 if measure_boundaries(doc, prober, args.out) else 3
 
 
 if __name__ == "__main__":
