@@ -8,7 +8,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from components.common.aws import error_code
-from components.common.cloudwatch import TRAINING_JOBS_LOG_GROUP, LogEvent
+from components.common.cloudwatch import (
+    TRAINING_JOBS_LOG_GROUP,
+    LogEvent,
+    training_job_log_prefix,
+)
 from components.common.execution_context import Terminated
 
 # DescribeTrainingJob's TrainingJobStatus values after which a job never changes again.
@@ -87,7 +91,7 @@ class TrainingJob:
         return lines
 
     def log_location(self, job: dict[str, Any]) -> tuple[str, str]:
-        return TRAINING_JOBS_LOG_GROUP, f"{self.name}/"  # streams {job}/algo-{n}-{epoch}
+        return TRAINING_JOBS_LOG_GROUP, training_job_log_prefix(self.name)
 
     def log_line(self, event: LogEvent) -> str:
         return f"[{event.stream.split('/', 1)[-1]}] {event.message}"
