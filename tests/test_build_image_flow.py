@@ -26,6 +26,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from botocore.exceptions import EndpointConnectionError
 
 from components.build_image import build as b
 from components.build_image import codebuild as cb
@@ -309,6 +310,41 @@ def test_sigterm_stops_the_build(backend, checkout, monkeypatch):
     ids = codebuild.list_builds_for_project(projectName=b.DEFAULT_PROJECT)["ids"]
     assert [x["buildStatus"] for x in codebuild.batch_get_builds(ids=ids)["builds"]] == [
         "STOPPED"]
+
+
+def test_a_transient_error_while_polling_the_build_is_ridden_out(backend, checkout, monkeypatch):
+    worker = CodeBuildWorker(backend, monkeypatch, hold=True)
+    failed: list[str] = []
+
+    def fail_once(request=None, **kwargs):  # the endpoint drops one poll of a running build
+        if worker.started and not failed:
+            failed.append(str(getattr(request, "url", "")))
+            worker.release.set()
+            raise EndpointConnectionError(endpoint_url=failed[0])
+
+    real = aws.client
+
+    def client(service, region=None, **kwargs):
+        made = real(service, region, **kwargs)
+        made.meta.events.register("before-send.codebuild.BatchGetBuilds", fail_once)
+        return made
+
+    monkeypatch.setattr(aws, "client", client)
+    monkeypatch.setattr(b, "client", client)
+    lines: list[str] = []
+    result = b.build_image(request(checkout), log=lines.append)
+    worker.join()
+    assert failed and result.outcome == "built"
+    build_id = worker_build_id(backend)
+    assert any(line.startswith(f"(BatchGetBuilds {build_id} failed: ") for line in lines), lines
+    assert any(line.startswith(f"(BatchGetBuilds {build_id} succeeded again")
+               for line in lines), lines
+
+
+def worker_build_id(backend) -> str:
+    codebuild = backend.client("codebuild")
+    (build_id,) = codebuild.list_builds_for_project(projectName=b.DEFAULT_PROJECT)["ids"]
+    return str(build_id)
 
 
 def test_retried_step_reattaches_to_the_running_build(backend, checkout, monkeypatch, tmp_path):

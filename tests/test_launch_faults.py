@@ -29,11 +29,11 @@ import pytest
 from botocore.exceptions import ConnectionClosedError, EndpointConnectionError
 from conftest import local_backend_with_bucket
 
-from components.common import aws, resources
+from components.common import aws, remote_job, resources
 from components.common.errors import AWS_UNREACHABLE_EXIT_CODE, UserError
 from components.common.execution_context import TERMINATED_EXIT_CODE, ExecutionContext, Terminated
 from components.sagemaker_training import __main__ as cli
-from components.sagemaker_training import launcher, runner
+from components.sagemaker_training import launcher
 from components.sagemaker_training.request import TrainingJobConfig
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -474,7 +474,7 @@ def test_an_unexpected_error_after_create_stops_the_job_and_names_it(
     if where == "recording-the-job":
         monkeypatch.setattr(resources, "write", broken)
     else:
-        monkeypatch.setattr(runner, "training_job_tail", broken)
+        monkeypatch.setattr(remote_job, "LogTail", broken)  # the runner's log copy
     cfg = config(steps=400)
     name = launcher.prepare(cfg)[0].job_name
     code = cli.main(cli_args(cfg, "--aws-resources-path", str(tmp_path / "rec.json")))

@@ -16,7 +16,8 @@ component re-attaches to a build of the same image that is still running
 instead of starting a second one. The polls ride out an unreachable endpoint
 for ``max_outage_s``; a termination meanwhile still ends the step within
 ``stop_timeout_s``, saying whether StopBuild was accepted or giving the
-``aws codebuild stop-build`` command (``execution_context.stop_within``).
+``aws codebuild stop-build`` command: the shared ``remote_job.RemoteJobRunner``
+does the waiting and the stop, ``build_marks.CodeBuildBuild`` tells it what a build is.
 """
 
 from __future__ import annotations
@@ -24,33 +25,28 @@ from __future__ import annotations
 import contextlib
 import json
 import shlex
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from components.common import aws, tags
 from components.common.aws import error_code
-from components.common.build_marks import RUN_ID_VARIABLE, build_log_location, log_group
-from components.common.cloudwatch import LogTail
+from components.common.build_marks import RUN_ID_VARIABLE, CodeBuildBuild, log_group
 from components.common.errors import UserError
 from components.common.execution_context import (
     DEFAULT_MAX_OUTAGE_S,
     DEFAULT_STOP_TIMEOUT_S,
     ExecutionContext,
     Terminated,
-    TerminationRequested,
-    retry_within,
-    stop_within,
 )
 from components.common.naming import short_hash
+from components.common.remote_job import RemoteJobRunner
 
 BUILD_ENVIRONMENT_IMAGE = "aws/codebuild/standard:7.0"  # Ubuntu 22.04, Docker, AWS CLI v2
 COMPUTE_TYPES = ("BUILD_GENERAL1_MEDIUM", "BUILD_GENERAL1_LARGE", "BUILD_GENERAL1_2XLARGE")
 IMAGE_VARIABLE = "KFP_SAGEMAKER_IMAGE"
 CODEBUILD_PROJECT = "CodeBuildProject"
 CODEBUILD_BUILD = "CodeBuildBuild"
-TERMINAL = {"SUCCEEDED", "FAILED", "FAULT", "TIMED_OUT", "STOPPED"}
 
 
 class BuildStopped(Terminated):
@@ -217,23 +213,6 @@ def _like(made: Any, service: str, **config: Any) -> Any:
                       **config)
 
 
-def stop_build(stopper: Any, build_id: str, *, budget_s: float) -> str:
-    """StopBuild within ``budget_s`` (``stopper``: a bounded client); the sentence to report."""
-    def stop(left: Callable[[], float]) -> str | None:
-        found = retry_within(left, lambda: stopper.batch_get_builds(ids=[build_id]))["builds"]
-        if not found:
-            return None
-        status = found[0].get("buildStatus")
-        if status != "IN_PROGRESS":
-            return f"it had already ended {status}"
-        made = retry_within(left, lambda: stopper.stop_build(id=build_id))["build"]
-        return f"StopBuild answered {made.get('buildStatus', '?')}"
-
-    return stop_within(f"CodeBuild build {build_id}", stop, budget_s=budget_s,
-                       stop_command=(f"aws codebuild stop-build --id {build_id} "
-                                     f"--region {stopper.meta.region_name}"))
-
-
 def wait_for_build(
     codebuild: Any,
     logs: Any,
@@ -242,7 +221,6 @@ def wait_for_build(
     *,
     poll_interval_s: float,
     log: Callable[[str], None],
-    sleep: Callable[[float], None] = time.sleep,
     ctx: ExecutionContext | None = None,
     max_outage_s: float = DEFAULT_MAX_OUTAGE_S,
     stop_timeout_s: float = DEFAULT_STOP_TIMEOUT_S,
@@ -254,65 +232,22 @@ def wait_for_build(
     reports termination, the build is stopped within ``stop_timeout_s`` and
     ``BuildStopped`` raised, saying whether StopBuild was accepted. The polls use
     clients like ``codebuild`` and ``logs`` without botocore's retries and ride out
-    an unreachable endpoint for ``max_outage_s`` (then ``AwsUnreachable``).
+    an unreachable endpoint for ``max_outage_s`` (then ``AwsUnreachable``); the
+    life cycle is ``remote_job.RemoteJobRunner``'s, with ``build_marks.CodeBuildBuild``
+    as the adapter.
     """
-    build_id = str(build["id"])
-    follow = _like(codebuild, "codebuild", **aws.FOLLOW_CLIENT)
-    logs = _like(logs, "logs", **aws.FOLLOW_CLIENT)
-    group, stream = build_log_location(build, project)
-    tail = LogTail(logs, group, stream)
-    phase = ""
-    logs_failing = False
-
-    def check(request: ExecutionContext) -> None:
-        if request.terminating:
-            why = f"terminated ({request.signal_name or 'requested'})"
-            log(f"[build_image] {why}: stopping CodeBuild build {build_id} "
-                f"(for up to {stop_timeout_s:g} s)")
-            stopper = _like(codebuild, "codebuild",
-                            **aws.bounded_client_config(stop_timeout_s))
-            raise BuildStopped(f"{why}; {stop_build(stopper, build_id, budget_s=stop_timeout_s)}")
-
-    def poll_log() -> None:
-        nonlocal logs_failing
-        try:
-            events = tail.poll()
-        except Exception as exc:  # the log is a convenience; the build's status is what counts
-            if not logs_failing:
-                log(f"[build_image] (could not read the build log: {exc})")
-            logs_failing = True
-            return
-        logs_failing = False
-        for event in events:
-            log(event.message.rstrip("\n"))
-
+    job = CodeBuildBuild(str(build["id"]), project, codebuild.meta.region_name,
+                         terminated=BuildStopped)
     with contextlib.ExitStack() as stack:
-        request = ctx or stack.enter_context(ExecutionContext("build_image"))
-        while True:
-            check(request)
-            try:
-                build = request.ride_out(
-                    f"BatchGetBuilds {build_id}",
-                    lambda: follow.batch_get_builds(ids=[build_id])["builds"][0],
-                    budget_s=max_outage_s, out=log, first_pause_s=min(1.0, poll_interval_s))
-            except TerminationRequested:
-                check(request)
-            group, stream = build_log_location(build, project)
-            if (group, stream) != (tail.group, tail.prefix):
-                tail = LogTail(logs, group, stream)
-            poll_log()
-            check(request)
-            if build.get("currentPhase") and build["currentPhase"] != phase:
-                phase = build["currentPhase"]
-                log(f"[build_image] CodeBuild phase: {phase}")
-            if build.get("buildStatus") in TERMINAL:
-                poll_log()  # lines delivered after the status flipped
-                return dict(build)
-            waited = 0.0
-            while waited < poll_interval_s and not request.terminating:
-                step = min(1.0, poll_interval_s - waited)
-                sleep(step)
-                waited += step
+        runner = RemoteJobRunner(
+            follow=_like(codebuild, "codebuild", **aws.FOLLOW_CLIENT),
+            stopper=_like(codebuild, "codebuild", **aws.bounded_client_config(stop_timeout_s)),
+            logs=_like(logs, "logs", **aws.FOLLOW_CLIENT),
+            ctx=ctx or stack.enter_context(ExecutionContext("build_image")),
+            out=log, poll_interval_s=poll_interval_s, max_outage_s=max_outage_s,
+            stop_timeout_s=stop_timeout_s, prefix="[build_image] ",
+            wait_after_stop=False)  # StopBuild's answer is reported as it comes
+        return runner.run_to_end(job, dict(build))
 
 
 def failure_summary(build: dict[str, Any]) -> str:

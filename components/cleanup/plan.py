@@ -26,7 +26,7 @@ ever acted on, and things derived from them:
 No S3 delete (a job's prefix or a tagged object) takes a key that overlaps the
 output or checkpoint prefix of a job of another run or of no run (one lies under
 the other): another run may have written its model under this run's job prefix,
-or resumed from this run's checkpoints (``Planner.overlap``).
+or resumed from this run's checkpoints (``OtherRuns.overlap``).
 
 Everything is decided here, before anything is changed, so a dry run lists
 exactly the actions a real run takes.
@@ -144,7 +144,90 @@ def _size(n: float) -> str:
     return f"{n} B"
 
 
+class OtherRuns:
+    """What the jobs of other runs (or of no run) still reference: S3 prefixes and images.
+
+    The planner lists these jobs while it looks for the run's own (``jobs``); they are
+    described once, and only when a delete of S3 data or of an image asks.
+    """
+
+    def __init__(self, region: str) -> None:
+        self.region = region
+        self.jobs: list[tuple[str, str]] = []  # (job name, run id) of jobs not this run's
+        self._described: list[tuple[str, DescribeTrainingJobResponseTypeDef]] | None = None
+        self._prefixes: list[tuple[str, str, str]] | None = None
+
+    def described(self) -> list[tuple[str, DescribeTrainingJobResponseTypeDef]]:
+        """(run id, DescribeTrainingJob) of every job not this run's, read once, when needed.
+
+        Needed only to delete S3 data or images: another run's job may write under
+        this run's prefixes (its output path lies under them), have resumed from this
+        run's checkpoint prefix (or this run's from its), or train from this run's
+        image, and then that run still needs them.
+        """
+        if self._described is None:
+            sm = client("sagemaker", self.region)
+            self._described = [
+                (run_id, sm.describe_training_job(TrainingJobName=name))
+                for name, run_id in self.jobs]
+        return self._described
+
+    @staticmethod
+    def _owner(run_id: str) -> str:
+        return f"run {run_id}" if run_id else "no run (untagged)"
+
+    def prefixes(self) -> list[tuple[str, str, str]]:
+        """(bucket, prefix, whose) of every output and checkpoint prefix of jobs not this run's.
+
+        A job's output prefix is ``{S3OutputPath}/{job}/`` (where SageMaker writes its
+        model and output), its checkpoint prefix ``CheckpointConfig.S3Uri``. Read once,
+        when a delete needs it.
+        """
+        if self._prefixes is None:
+            found: list[tuple[str, str, str]] = []
+            for run_id, job in self.described():
+                name = job["TrainingJobName"]
+                whose = f"job {name} of {self._owner(run_id)}"
+                out = job.get("OutputDataConfig", {}).get("S3OutputPath", "")
+                if out:
+                    bucket, prefix = split_s3_uri(out, "s3_uris")
+                    found.append((bucket, f"{prefix.rstrip('/')}/{name}/".lstrip("/"),
+                                  f"the output prefix of {whose}"))
+                ckpt = job.get("CheckpointConfig", {}).get("S3Uri", "")
+                if ckpt:
+                    bucket, prefix = split_s3_uri(ckpt, "s3_uris")
+                    found.append((bucket, prefix.rstrip("/") + "/",
+                                  f"the checkpoint prefix of {whose}"))
+            self._prefixes = found
+        return self._prefixes
+
+    def overlap(self, bucket: str, key_or_prefix: str) -> str:
+        """Why ``key_or_prefix`` must stay (it overlaps another job's output or checkpoint
+        prefix: one lies under the other), or "".
+
+        Every delete of S3 data asks this, so a prefix of this run that holds another
+        run's model (that run's S3OutputPath lies under this run's job prefix), or
+        checkpoints another run resumed from, is never deleted by this run's cleanup.
+        """
+        for other_bucket, other, whose in self.prefixes():
+            if other_bucket == bucket and (other.startswith(key_or_prefix)
+                                           or key_or_prefix.startswith(other)):
+                return (f"overlaps {whose} (s3://{other_bucket}/{other}; one lies under the "
+                        "other, or one job resumed from the other's checkpoints): never "
+                        "deleted by this run's cleanup")
+        return ""
+
+    def image_users(self, repository_uri: str, digest: str, image_tags: list[str]) -> list[str]:
+        """Other runs' (or untagged) jobs whose training image is this one."""
+        refs = {f"{repository_uri}@{digest}"} | {f"{repository_uri}:{t}" for t in image_tags}
+        return [f"job {job['TrainingJobName']} of {self._owner(run_id)}"
+                for run_id, job in self.described()
+                if job.get("AlgorithmSpecification", {}).get("TrainingImage") in refs]
+
+
 class Planner:
+    """Finds the run's resources and decides an action for each (``plan``)."""
+
     def __init__(self, run_id: str, region: str, policy: dict[str, str], *,
                  s3_uris: list[str], ecr_repositories: list[str], codebuild_projects: list[str],
                  created_after: dt.datetime | None, max_objects: int,
@@ -161,9 +244,7 @@ class Planner:
         self.actions: list[Action] = []
         self.notes: list[str] = []
         self.claimed_prefixes: list[tuple[str, str]] = []  # (bucket, prefix) already planned
-        self.other_jobs: list[tuple[str, str]] = []  # (job name, run id) of jobs not this run's
-        self._other_jobs_described: list[tuple[str, DescribeTrainingJobResponseTypeDef]] | None = None
-        self._others_prefixes: list[tuple[str, str, str]] | None = None
+        self.others = OtherRuns(region)  # what other runs' jobs still reference
 
     def add(self, kind: str, wanted: str, resource: str, detail: str = "",
             op: tuple[Any, ...] = (), after_jobs: tuple[str, ...] = ()) -> None:
@@ -194,8 +275,8 @@ class Planner:
                 if self.mine(job_tags):
                     jobs.append(summary)
                 else:
-                    self.other_jobs.append((summary["TrainingJobName"],
-                                            job_tags.get(tags.RUN_ID_KEY, "")))
+                    self.others.jobs.append((summary["TrainingJobName"],
+                                             job_tags.get(tags.RUN_ID_KEY, "")))
             token = page.get("NextToken")
             if not token:
                 break
@@ -203,73 +284,6 @@ class Planner:
         logs = client("logs", self.region)
         for summary in sorted(jobs, key=lambda j: j["TrainingJobName"]):
             self.training_job(sm, logs, summary["TrainingJobName"])
-
-    def other_jobs_described(self) -> list[tuple[str, DescribeTrainingJobResponseTypeDef]]:
-        """(run id, DescribeTrainingJob) of every job not this run's, read once, when needed.
-
-        Needed only to delete S3 data or images: another run's job may write under
-        this run's prefixes (its output path lies under them), have resumed from this
-        run's checkpoint prefix (or this run's from its), or train from this run's
-        image, and then that run still needs them.
-        """
-        if self._other_jobs_described is None:
-            sm = client("sagemaker", self.region)
-            self._other_jobs_described = [
-                (run_id, sm.describe_training_job(TrainingJobName=name))
-                for name, run_id in self.other_jobs]
-        return self._other_jobs_described
-
-    @staticmethod
-    def _owner(run_id: str) -> str:
-        return f"run {run_id}" if run_id else "no run (untagged)"
-
-    def others_prefixes(self) -> list[tuple[str, str, str]]:
-        """(bucket, prefix, whose) of every output and checkpoint prefix of jobs not this run's.
-
-        A job's output prefix is ``{S3OutputPath}/{job}/`` (where SageMaker writes its
-        model and output), its checkpoint prefix ``CheckpointConfig.S3Uri``. Read once,
-        when a delete needs it.
-        """
-        if self._others_prefixes is None:
-            found: list[tuple[str, str, str]] = []
-            for run_id, job in self.other_jobs_described():
-                name = job["TrainingJobName"]
-                whose = f"job {name} of {self._owner(run_id)}"
-                out = job.get("OutputDataConfig", {}).get("S3OutputPath", "")
-                if out:
-                    bucket, prefix = split_s3_uri(out, "s3_uris")
-                    found.append((bucket, f"{prefix.rstrip('/')}/{name}/".lstrip("/"),
-                                  f"the output prefix of {whose}"))
-                ckpt = job.get("CheckpointConfig", {}).get("S3Uri", "")
-                if ckpt:
-                    bucket, prefix = split_s3_uri(ckpt, "s3_uris")
-                    found.append((bucket, prefix.rstrip("/") + "/",
-                                  f"the checkpoint prefix of {whose}"))
-            self._others_prefixes = found
-        return self._others_prefixes
-
-    def overlap(self, bucket: str, key_or_prefix: str) -> str:
-        """Why ``key_or_prefix`` must stay (it overlaps another job's output or checkpoint
-        prefix: one lies under the other), or "".
-
-        Every delete of S3 data asks this, so a prefix of this run that holds another
-        run's model (that run's S3OutputPath lies under this run's job prefix), or
-        checkpoints another run resumed from, is never deleted by this run's cleanup.
-        """
-        for other_bucket, other, whose in self.others_prefixes():
-            if other_bucket == bucket and (other.startswith(key_or_prefix)
-                                           or key_or_prefix.startswith(other)):
-                return (f"overlaps {whose} (s3://{other_bucket}/{other}; one lies under the "
-                        "other, or one job resumed from the other's checkpoints): never "
-                        "deleted by this run's cleanup")
-        return ""
-
-    def image_users(self, repository_uri: str, digest: str, image_tags: list[str]) -> list[str]:
-        """Other runs' (or untagged) jobs whose training image is this one."""
-        refs = {f"{repository_uri}@{digest}"} | {f"{repository_uri}:{t}" for t in image_tags}
-        return [f"job {job['TrainingJobName']} of {self._owner(run_id)}"
-                for run_id, job in self.other_jobs_described()
-                if job.get("AlgorithmSpecification", {}).get("TrainingImage") in refs]
 
     def training_job(self, sm: Any, logs: Any, name: str) -> None:
         """Plans one of the run's jobs: stop it, and its outputs, checkpoints and logs."""
@@ -317,7 +331,7 @@ class Planner:
             return  # a job still running may still write here: planned even when empty
         detail = f"{what}: {count} objects, {_size(size)}" + (
             " so far (the job is still running)" if after else "")
-        shared = self.overlap(bucket, prefix) if self.policy[kind] == "delete" else ""
+        shared = self.others.overlap(bucket, prefix) if self.policy[kind] == "delete" else ""
         if shared:
             self.add(kind, "skip", _s3_uri(bucket, prefix), f"{detail}; {shared}")
             return
@@ -421,7 +435,7 @@ class Planner:
                         continue
                     kind = ("build_contexts" if object_tags.get(tags.COMPONENT_KEY) ==
                             "build_image" else "artifacts")
-                    shared = self.overlap(bucket, key) if self.policy[kind] == "delete" else ""
+                    shared = self.others.overlap(bucket, key) if self.policy[kind] == "delete" else ""
                     if shared:
                         self.add(kind, "skip", _s3_uri(bucket, key),
                                  f"tagged by this run, but it {shared}")
@@ -436,8 +450,31 @@ class Planner:
 
     # ---- ECR ----
     def ecr(self) -> None:
-        ecr = client("ecr", self.region)
-        marker = build_marks.run_marker_prefix(self.run_id)
+        ImagePlanner(self).plan()
+
+    # ---- IAM ----
+    def iam_roles(self) -> None:
+        iam = client("iam", self.region)
+        for page in iam.get_paginator("list_roles").paginate():
+            for role in page.get("Roles", []):
+                if ROLE_NAME_MARK not in role["RoleName"]:
+                    continue
+                role_tags = tags.from_key_value(
+                    iam.list_role_tags(RoleName=role["RoleName"]).get("Tags"))
+                if self.created_by_me(role_tags):
+                    self.add("iam_roles", "policy", role["Arn"], "created by this run",
+                             ("iam_delete_role", role["RoleName"]))
+
+
+class ImagePlanner:
+    """The run's ECR images and the repositories it created (``Planner.ecr``)."""
+
+    def __init__(self, planner: Planner) -> None:
+        self.planner = planner
+
+    def plan(self) -> None:
+        ecr = client("ecr", self.planner.region)
+        marker = build_marks.run_marker_prefix(self.planner.run_id)
         repos: list[RepositoryTypeDef] = []
         for page in ecr.get_paginator("describe_repositories").paginate():
             repos.extend(page.get("repositories", []))
@@ -445,7 +482,7 @@ class Planner:
             name = repo["repositoryName"]
             repo_tags = tags.from_key_value(
                 ecr.list_tags_for_resource(resourceArn=repo["repositoryArn"]).get("tags"))
-            if tags.RUN_ID_KEY not in repo_tags and name not in self.ecr_repositories:
+            if tags.RUN_ID_KEY not in repo_tags and name not in self.planner.ecr_repositories:
                 continue
             images: list[ImageDetailTypeDef] = []
             for image_page in ecr.get_paginator("describe_images").paginate(repositoryName=name):
@@ -454,14 +491,14 @@ class Planner:
             deleted = 0
             for image in sorted(mine, key=lambda i: i["imageDigest"]):
                 deleted += self.image(repo, image, marker)
-            if not self.created_by_me(repo_tags):
+            if not self.planner.created_by_me(repo_tags):
                 continue
-            others = len(images) - (deleted if self.policy["images"] == "delete" else 0)
+            others = len(images) - (deleted if self.planner.policy["images"] == "delete" else 0)
             if others:
-                self.add("repositories", "skip", repo["repositoryArn"],
+                self.planner.add("repositories", "skip", repo["repositoryArn"],
                          f"{name}: created by this run but {others} image(s) stay in it")
             else:
-                self.add("repositories", "policy", repo["repositoryArn"],
+                self.planner.add("repositories", "policy", repo["repositoryArn"],
                          f"{name}: created by this run, empty after cleanup",
                          ("ecr_delete_repository", name))
 
@@ -477,32 +514,19 @@ class Planner:
         own = [t for t in image_tags if t.startswith(marker)]
         shared = [t for t in image_tags
                   if t not in own and not t.startswith(build_marks.CONTENT_TAG_PREFIX)]
-        users = (self.image_users(repo["repositoryUri"], digest, image_tags)
-                 if self.policy["images"] == "delete" else [])
+        users = (self.planner.others.image_users(repo["repositoryUri"], digest, image_tags)
+                 if self.planner.policy["images"] == "delete" else [])
         resource = f"{repo['repositoryUri']}@{digest}"
         if shared or users:
             why = (f"also tagged {', '.join(shared)} (another run's or a hand-set tag)" if shared
                    else f"used by {', '.join(users)}")
-            self.add("images", "policy", resource,
+            self.planner.add("images", "policy", resource,
                      f"untag {', '.join(own)} only: the digest is {why}, so the image stays",
                      ("ecr_untag_image", name, tuple(own)))
             return 0
-        self.add("images", "policy", resource, f"tags {', '.join(image_tags)}",
+        self.planner.add("images", "policy", resource, f"tags {', '.join(image_tags)}",
                  ("ecr_delete_image", name, digest))
         return 1
-
-    # ---- IAM ----
-    def iam_roles(self) -> None:
-        iam = client("iam", self.region)
-        for page in iam.get_paginator("list_roles").paginate():
-            for role in page.get("Roles", []):
-                if ROLE_NAME_MARK not in role["RoleName"]:
-                    continue
-                role_tags = tags.from_key_value(
-                    iam.list_role_tags(RoleName=role["RoleName"]).get("Tags"))
-                if self.created_by_me(role_tags):
-                    self.add("iam_roles", "policy", role["Arn"], "created by this run",
-                             ("iam_delete_role", role["RoleName"]))
 
 
 def plan(

@@ -9,18 +9,17 @@ nothing left to stop or delete (what is already gone counts as done).
 
 SIGTERM/SIGINT (a KFP Terminate, Ctrl-C) are handled from the start
 (``ExecutionContext``): the actions stop at the next safe point, the stops not
-yet sent are tried within ``stop_timeout_s`` (``execution_context.stop_within``),
+yet sent are tried within ``stop_timeout_s`` (``remote_job.RemoteJobRunner.stop``),
 and ``Terminated`` says, per job and build, whether its stop was accepted or
 gives the command that stops it, and that the deletions left must be run again.
 The waits poll without botocore's retries and ride out an unreachable endpoint
-until the wait's deadline.
+until the wait's deadline (``RemoteJobRunner.poll``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import functools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -34,17 +33,19 @@ from components.common.aws import (
     error_code,
     resolve_region,
 )
+from components.common.build_marks import CodeBuildBuild
 from components.common.execution_context import (
     DEFAULT_STOP_TIMEOUT_S,
     AwsUnreachable,
     ExecutionContext,
     Terminated,
     TerminationRequested,
-    retry_within,
-    stop_within,
 )
-from components.common.training_job import TERMINAL_STATUSES
+from components.common.remote_job import RemoteJobRunner
+from components.common.training_job import TERMINAL_STATUSES, TrainingJob
 
+GONE = "gone"  # DescribeTrainingJob says the job does not exist (nothing left to wait for)
+ENDED = TERMINAL_STATUSES | {GONE}
 DEFAULT_STOP_WAIT_S = 900.0  # SageMaker gives a stopped job 120 s, then uploads
 # The actions' clients: few botocore attempts and short connects, so that a SIGTERM
 # during a call under an outage is looked at within seconds (the rest is run again).
@@ -89,6 +90,7 @@ class _Executor:
         self.ctx = ctx or ExecutionContext("cleanup")
         self.stop_timeout_s = stop_timeout_s
         self._clients: dict[tuple[str, str], Any] = {}
+        self._runners: dict[str, RemoteJobRunner] = {}
         self.job_state: dict[str, str] = {}
 
     def client(self, service: str, mode: str = "action") -> Any:
@@ -99,24 +101,31 @@ class _Executor:
             self._clients[service, mode] = client(service, self.region, **config)
         return self._clients[service, mode]
 
+    def runner(self, service: str) -> RemoteJobRunner:
+        """The remote-job runner of ``service``'s jobs (sagemaker, codebuild)."""
+        if service not in self._runners:
+            self._runners[service] = RemoteJobRunner(
+                follow=self.client(service, "follow"), stopper=self.client(service, "stop"),
+                ctx=self.ctx, out=self.log, poll_interval_s=self.poll_s,
+                stop_timeout_s=self.stop_timeout_s)
+        return self._runners[service]
+
     def wait_for_jobs(self, names: set[str]) -> None:
         """Waits (bounded) until the jobs have left InProgress/Stopping; raises
         ``TerminationRequested`` as soon as termination is asked for."""
-        sm = self.client("sagemaker", "follow")
+        runner = self.runner("sagemaker")
         deadline = time.monotonic() + self.stop_wait_s
         pending = set(names)
         while pending:
             for name in sorted(pending):
                 try:
-                    job = self.ctx.ride_out(
-                        f"DescribeTrainingJob {name}",
-                        functools.partial(sm.describe_training_job, TrainingJobName=name),
-                        budget_s=max(1.0, deadline - time.monotonic()), out=self.log)
+                    job = runner.poll(TrainingJob(name, self.region),
+                                      budget_s=max(1.0, deadline - time.monotonic()))
                 except AwsUnreachable as exc:
                     self.log(f"[cleanup] {exc}: no longer waiting for the jobs to stop")
                     return
-                self.job_state[name] = str(job["TrainingJobStatus"])
-                if self.job_state[name] in TERMINAL_STATUSES:
+                self.job_state[name] = str(job["TrainingJobStatus"]) if job else GONE
+                if self.job_state[name] in ENDED:
                     pending.discard(name)
             if not pending or time.monotonic() > deadline:
                 return
@@ -136,19 +145,18 @@ class _Executor:
             if action.verb != "stop":
                 continue
             op, ident = action.op
-            what, command = ((f"training job {ident}",
-                              f"aws sagemaker stop-training-job --training-job-name {ident} "
-                              f"--region {self.region}") if op == "sagemaker_stop" else
-                             (f"CodeBuild build {ident}",
-                              f"aws codebuild stop-build --id {ident} --region {self.region}"))
+            job: TrainingJob | CodeBuildBuild = (
+                TrainingJob(ident, self.region) if op == "sagemaker_stop"
+                else CodeBuildBuild(ident, "", self.region))
             if action.key in done:
                 state = self.job_state.get(ident, "")
-                parts.append(f"the stop of {what} was accepted"
+                parts.append(f"the stop of {job.what} was accepted"
                              + (f" (last seen {state})" if state else ""))
                 continue
-            parts.append(stop_within(
-                what, functools.partial(self._bounded_stop, op, ident),
-                budget_s=max(0.5, deadline - time.monotonic()), stop_command=command))
+            # Each stop is sent, not waited for: the budget is shared by all of them.
+            parts.append(self.runner("sagemaker" if op == "sagemaker_stop" else "codebuild")
+                         .stop(job, wait=False,
+                               budget_s=max(0.5, deadline - time.monotonic())))
         undone = sum(1 for a in the_plan.actions if a.verb == "delete"
                      and a.key not in {o.action.key for o in outcomes})
         if undone:
@@ -156,22 +164,9 @@ class _Executor:
                          "have stopped")
         return f"{why}; " + "; ".join(parts or ["nothing was left to stop"])
 
-    def _bounded_stop(self, op: str, ident: str, left: Callable[[], float]) -> str:
-        if op == "sagemaker_stop":
-            sm = self.client("sagemaker", "stop")
-            status = retry_within(left, lambda: sm.describe_training_job(
-                TrainingJobName=ident))["TrainingJobStatus"]
-            if status != "InProgress":
-                return f"it is {status}"
-            retry_within(left, lambda: sm.stop_training_job(TrainingJobName=ident))
-            return "StopTrainingJob accepted"
-        build = retry_within(left, lambda: self.client("codebuild", "stop").stop_build(
-            id=ident))["build"]
-        return f"StopBuild answered {build.get('buildStatus', '?')}"
-
     def run(self, action: Action) -> str:
         """Executes one action; returns a message. Already-gone resources count as done."""
-        waiting = [n for n in action.after_jobs if self.job_state.get(n) not in TERMINAL_STATUSES]
+        waiting = [n for n in action.after_jobs if self.job_state.get(n) not in ENDED]
         if waiting:
             raise RuntimeError(f"{', '.join(waiting)} did not stop within {self.stop_wait_s:.0f} "
                                "s; its files may still change: run cleanup again later")

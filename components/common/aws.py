@@ -34,8 +34,9 @@ DEFAULT_RETRY_MODE = "adaptive"  # client-side rate limiting on throttling, on t
 # Clients that follow remote work (polls, log tails): no botocore retries (the loop rides
 # out an outage itself, looking at the termination flag between attempts; botocore's own
 # back-off, up to minutes, would hide it) and timeouts short enough that a SIGTERM
-# arriving during a call is looked at within seconds.
-FOLLOW_CLIENT: dict[str, Any] = {"max_attempts": 1, "connect_timeout": 3, "read_timeout": 15}
+# arriving during a call is looked at within seconds. botocore's ``max_attempts`` counts
+# retries after the first call: 0 is one call.
+FOLLOW_CLIENT: dict[str, Any] = {"max_attempts": 0, "connect_timeout": 3, "read_timeout": 15}
 # botocore's names for a request that never got an answer (connection refused, reset, timed out).
 TRANSIENT_ERRORS = frozenset({"EndpointConnectionError", "ConnectionClosedError",
                               "ReadTimeoutError", "ConnectTimeoutError", "ConnectionError",
@@ -180,7 +181,7 @@ def bounded_client_config(seconds: float) -> dict[str, Any]:
     """``client()`` settings for one call that must end within ``seconds`` (the stop on
     termination): no botocore retries, connect and read timeouts of half of it each."""
     half = max(0.25, float(seconds) / 2)
-    return {"max_attempts": 1, "connect_timeout": half, "read_timeout": half}
+    return {"max_attempts": 0, "connect_timeout": half, "read_timeout": half}  # one call
 
 
 def error_code(exc: BaseException) -> str:

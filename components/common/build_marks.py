@@ -4,14 +4,18 @@ CodeBuild builds carry no tags, so a build started for a run carries the run id 
 an environment variable; ECR images cannot carry resource tags, so an image pushed
 by a run also gets a second image tag, the run marker ``run-<hash of run id>-<context
 hash>``. build_image writes these marks, cleanup reads them: this module is the
-contract between the two, so that neither imports the other.
+contract between the two, so that neither imports the other. ``CodeBuildBuild`` is
+the ``remote_job`` adapter of a build, for both.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 from components.common import naming, tags
+from components.common.cloudwatch import LogEvent
+from components.common.execution_context import Terminated
 
 RUN_ID_VARIABLE = "KFP_SAGEMAKER_RUN_ID"  # a build's environment variable naming its run
 RUN_MARKER_PREFIX = "run-"
@@ -41,3 +45,67 @@ def run_marker_prefix(run_id: str) -> str:
 def run_marker(run_id: str, content_tag: str) -> str:
     """The image tag marking the image of ``content_tag`` as pushed by this run."""
     return f"{run_marker_prefix(run_id)}{content_tag[-12:]}"
+
+
+# BatchGetBuilds' buildStatus values after which a build never changes again.
+TERMINAL_BUILD_STATUSES = frozenset({"SUCCEEDED", "FAILED", "FAULT", "TIMED_OUT", "STOPPED"})
+
+
+@dataclass
+class CodeBuildBuild:
+    """One CodeBuild build, as ``remote_job.RemoteJobRunner`` follows and stops it
+    (build_image follows its build, cleanup stops a run's builds)."""
+
+    build_id: str
+    project: str
+    region: str
+    terminated: type[Terminated] = Terminated
+    describe_call = "BatchGetBuilds"
+    create_call = "StartBuild"
+    stop_call = "StopBuild"
+    service = "CodeBuild"
+    log_name = "the build log"
+    after_stop = ""
+    _phase: str = field(default="", repr=False)
+
+    @property
+    def ident(self) -> str:
+        return self.build_id
+
+    @property
+    def what(self) -> str:
+        return f"CodeBuild build {self.build_id}"
+
+    @property
+    def stop_command(self) -> str:
+        return f"aws codebuild stop-build --id {self.build_id} --region {self.region}"
+
+    def describe(self, client: Any) -> dict[str, Any] | None:
+        builds = client.batch_get_builds(ids=[self.build_id]).get("builds", [])
+        return dict(builds[0]) if builds else None
+
+    def status(self, build: dict[str, Any]) -> str:
+        return str(build.get("buildStatus", "?"))
+
+    def is_terminal(self, build: dict[str, Any]) -> bool:
+        return build.get("buildStatus") in TERMINAL_BUILD_STATUSES
+
+    def is_running(self, build: dict[str, Any]) -> bool:
+        return bool(build.get("buildStatus") == "IN_PROGRESS")
+
+    def stop(self, client: Any) -> str:
+        made = client.stop_build(id=self.build_id)["build"]
+        return f"StopBuild answered {made.get('buildStatus', '?')}"
+
+    def progress(self, build: dict[str, Any]) -> list[str]:
+        phase = build.get("currentPhase")
+        if not phase or phase == self._phase:
+            return []
+        self._phase = phase
+        return [f"CodeBuild phase: {phase}"]
+
+    def log_location(self, build: dict[str, Any]) -> tuple[str, str]:
+        return build_log_location(build, self.project)
+
+    def log_line(self, event: LogEvent) -> str:
+        return event.message.rstrip("\n")

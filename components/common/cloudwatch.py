@@ -132,6 +132,11 @@ class LogTail:
         return self.poll()
 
 
+def training_job_log_prefix(job_name: str) -> str:
+    """The stream prefix of a training job's log: streams are ``{job}/algo-{n}-{epoch}``."""
+    return f"{job_name}/"
+
+
 def training_job_tail(logs: Any, job_name: str, **settings: Any) -> LogTail:
     """The tail of every stream of a training job (``settings``: LogTail's, e.g. ``sleep``)."""
-    return LogTail(logs, TRAINING_JOBS_LOG_GROUP, f"{job_name}/", **settings)
+    return LogTail(logs, TRAINING_JOBS_LOG_GROUP, training_job_log_prefix(job_name), **settings)

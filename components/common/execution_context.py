@@ -19,7 +19,7 @@ installs nothing (``request_termination`` still works, for tests and callers
 that relay a cancellation themselves).
 
 The remote-work loops (the training runner, CodeBuild's wait, cleanup's
-stop-and-wait) share the two helpers below: ``ExecutionContext.ride_out``
+stop-and-wait, all through ``remote_job.RemoteJobRunner``) share the two helpers below: ``ExecutionContext.ride_out``
 (a call retried through an outage, giving way to a termination) and
 ``stop_within`` (the stop on termination, bounded by a few seconds whatever
 the outage budget, and the sentence that says whether it was accepted and, when

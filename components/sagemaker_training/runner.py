@@ -3,7 +3,10 @@
 Modelled on GCPC's ``job_remote_runner``: create the job (or re-attach to it),
 record it in ``aws_resources`` the moment it exists, poll until it ends,
 stream its CloudWatch logs meanwhile, stop it when the component is
-terminated, and raise with SageMaker's FailureReason when it fails.
+terminated, and raise with SageMaker's FailureReason when it fails. The
+following, the stop and the outage ride-out are the shared
+``components.common.remote_job.RemoteJobRunner``'s (CodeBuild and cleanup use
+it too); what is particular to the training job is here.
 
 Re-attaching is what makes retries safe: the job name is deterministic (run id
 + task + precision), so a retried or restarted component finds the job its
@@ -29,32 +32,25 @@ re-attached to this run's job) stops the job the same way (``JobStoppedAfterErro
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, NoReturn
+from typing import Any
 
 from components.common import resources, tags
 from components.common.aws import error_code, is_transient
-from components.common.cloudwatch import LogTail, training_job_tail
 from components.common.errors import UserError
 from components.common.execution_context import (
     DEFAULT_MAX_OUTAGE_S,
     DEFAULT_STOP_TIMEOUT_S,
-    RETRY_PAUSE_S,
     AwsUnreachable,
     ExecutionContext,
     Terminated,
-    TerminationRequested,
-    retry_within,
-    stop_within,
 )
-from components.common.training_job import TERMINAL_STATUSES
+from components.common.remote_job import DEFAULT_POLL_INTERVAL_S, RemoteJobRunner
+from components.common.training_job import TrainingJob
 
-DEFAULT_POLL_INTERVAL_S = 5.0
-
-__all__ = ["AwsUnreachable", "JobStoppedAfterError", "Terminated", "TrainingJobFailed",
-           "TrainingJobRunner"]
+__all__ = ["DEFAULT_MAX_OUTAGE_S", "DEFAULT_POLL_INTERVAL_S", "AwsUnreachable",
+           "JobStoppedAfterError", "Terminated", "TrainingJobFailed", "TrainingJobRunner"]
 
 
 def _print(line: str) -> None:
@@ -78,16 +74,15 @@ class JobStoppedAfterError(RuntimeError):
     the message says which and how to stop it)."""
 
 
-def _is_not_found(exc: BaseException) -> bool:
-    code = error_code(exc)
-    message = str(exc)
-    return code in ("ResourceNotFound", "ResourceNotFoundException") or (
-        code == "ValidationException" and "not found" in message.lower())
-
-
 @dataclass
 class TrainingJobRunner:
-    """Runs one training job to its end. ``out`` receives every progress line."""
+    """Runs one training job to its end. ``out`` receives every progress line.
+
+    Following, stopping and riding out outages is ``remote_job.RemoteJobRunner``'s,
+    with ``training_job.TrainingJob`` as the adapter; what is the training job's own
+    is here: re-attaching to this run's job (and only this run's), recording it in
+    ``aws_resources`` the moment it exists, and a Create whose answer was lost.
+    """
 
     sagemaker: Any
     logs: Any
@@ -104,27 +99,25 @@ class TrainingJobRunner:
     created: bool = False  # whether this attempt created the job (False: re-attached)
     resources_path: str | None = None
     owned: str = ""  # the job this attempt answers for (created, or this run's, re-attached)
-    _transitions_seen: int = 0
-    _tail: LogTail | None = None
-    _logs_failing: bool = False
+    _jobs: dict[str, TrainingJob] = field(default_factory=dict)
+    _remote: RemoteJobRunner | None = None
 
-    # ---- AWS calls that ride out an outage ----
+    @property
+    def remote(self) -> RemoteJobRunner:
+        if self._remote is None:
+            follow = self.follow or self.sagemaker
+            self._remote = RemoteJobRunner(
+                follow=follow, stopper=self.stopper or follow, logs=self.logs, ctx=self.ctx,
+                out=self.out, poll_interval_s=self.poll_interval_s,
+                max_outage_s=self.max_outage_s, stop_timeout_s=self.stop_timeout_s)
+        return self._remote
+
+    def job(self, name: str) -> TrainingJob:
+        """The adapter of job ``name`` (one per job: it remembers the progress reported)."""
+        return self._jobs.setdefault(name, TrainingJob(name, self.region))
+
     def describe(self, name: str, client: Any = None) -> dict[str, Any] | None:
-        try:
-            return dict((client or self.follow or self.sagemaker).describe_training_job(
-                TrainingJobName=name))
-        except Exception as exc:
-            if _is_not_found(exc):
-                return None
-            raise
-
-    def _describe_following(self, name: str) -> dict[str, Any] | None:
-        try:
-            return self.ctx.ride_out(f"DescribeTrainingJob {name}", lambda: self.describe(name),
-                                     budget_s=self.max_outage_s, out=self.out,
-                                     first_pause_s=min(1.0, self.poll_interval_s))
-        except TerminationRequested:
-            self._terminate(name)
+        return self.job(name).describe(client or self.follow or self.sagemaker)
 
     # ---- create or attach ----
     def _check_owner(self, job: dict[str, Any], run_id: str) -> None:
@@ -140,23 +133,32 @@ class TrainingJobRunner:
 
     def _attach(self, job: dict[str, Any], run_id: str) -> dict[str, Any]:
         self._check_owner(job, run_id)  # before anything could stop it
-        self.owned = job["TrainingJobName"]
-        self._record(job["TrainingJobName"], job["TrainingJobArn"])
-        self.out(f"re-attached to existing training job {job['TrainingJobName']} "
+        name = job["TrainingJobName"]
+        self.owned = name
+        self._record(name, job["TrainingJobArn"])
+        self.out(f"re-attached to existing training job {name} "
                  f"({job['TrainingJobStatus']}/{job.get('SecondaryStatus', '')})")
-        if self.ctx.terminating:
-            self._terminate(job["TrainingJobName"])
+        self.remote.safe_point(self.job(name))
         return job
+
+    def _create(self, request: dict[str, Any]) -> None:
+        name = request["TrainingJobName"]
+        arn = self.sagemaker.create_training_job(**request)["TrainingJobArn"]
+        self.created = True
+        self.owned = name
+        self._record(name, arn)
+        self.out(f"created training job {name}")
 
     def create_or_attach(self, request: dict[str, Any], run_id: str) -> dict[str, Any]:
         name = request["TrainingJobName"]
-        job = self._describe_following(name)
+        job = self.remote.poll_or_stop(self.job(name))
         if job is not None:
             return self._attach(job, run_id)
-        self.ctx.check(f"before CreateTrainingJob {name}: nothing was created")
         create_error: Exception | None = None
-        try:
-            arn = self.sagemaker.create_training_job(**request)["TrainingJobArn"]
+        try:  # the job is stopped right after Create returns if a termination came meanwhile
+            self.remote.create(self.job(name), lambda: self._create(request))
+        except Terminated:
+            raise
         except Exception as exc:
             if error_code(exc) != "ResourceInUse" and not (
                     is_transient(exc) or self.ctx.terminating):
@@ -166,17 +168,9 @@ class TrainingJobRunner:
             create_error = exc
             if error_code(exc) != "ResourceInUse":
                 self.owned = name  # if it exists, this request made it
-        else:
-            self.created = True
-            self.owned = name
-            self._record(name, arn)
-            self.out(f"created training job {name}")
-            if self.ctx.terminating:  # the safe point right after Create returns
-                self._terminate(name)
-        job = self._describe_following(name)
+        job = self.remote.poll_or_stop(self.job(name))
         if job is None:
-            if self.ctx.terminating:
-                self._terminate(name)
+            self.remote.safe_point(self.job(name))
             raise RuntimeError(f"CreateTrainingJob {name} failed ({create_error}) and no "
                                "training job of that name exists; nothing was created")
         if self.created:
@@ -208,7 +202,10 @@ class TrainingJobRunner:
         if resources_path:
             self.resources_path = resources_path
         try:
-            return self._follow(self.create_or_attach(request, run_id))
+            job = self.create_or_attach(request, run_id)
+            name = job["TrainingJobName"]
+            self.out(f"console: {resources.training_job_console_uri(self.region, name)}")
+            return self.remote.run_to_end(self.job(name), job)
         except (Terminated, AwsUnreachable, UserError):
             raise
         except Exception as exc:
@@ -219,101 +216,9 @@ class TrainingJobRunner:
                      f"stopping the job (for up to {self.stop_timeout_s:g} s)")
             raise JobStoppedAfterError(
                 f"{type(exc).__name__} after CreateTrainingJob {name}: {exc}; "
-                f"{self._stop(name)}") from exc
-
-    def _follow(self, job: dict[str, Any]) -> dict[str, Any]:
-        name = job["TrainingJobName"]
-        self.out(f"console: {resources.training_job_console_uri(self.region, name)}")
-        self._tail = training_job_tail(self.logs, name, sleep=self.ctx.sleep,
-                                       max_backoff_s=2 * self.poll_interval_s)
-        while True:
-            self._report(job)
-            if job["TrainingJobStatus"] in TERMINAL_STATUSES:
-                break
-            self.ctx.sleep(self.poll_interval_s)
-            if self.ctx.terminating:  # the safe point between polls
-                self._terminate(name)
-            polled = self._describe_following(name)
-            if polled is None:
-                raise RuntimeError(f"training job {name} disappeared (deleted?) while running")
-            job = polled
-        self._drain_logs()
-        return job
+                f"{self.remote.stop(self.job(name))}") from exc
 
     def check(self, job: dict[str, Any]) -> None:
         if job["TrainingJobStatus"] != "Completed":
             raise TrainingJobFailed(job["TrainingJobName"], job["TrainingJobStatus"],
                                     job.get("SecondaryStatus", ""), job.get("FailureReason", ""))
-
-    # ---- progress ----
-    def _report(self, job: dict[str, Any]) -> None:
-        transitions = job.get("SecondaryStatusTransitions") or []
-        for t in transitions[self._transitions_seen:]:
-            message = t.get("StatusMessage", "")
-            self.out(f"[{job['TrainingJobName']}] {t['Status']}" + (f": {message}" if message
-                                                                   else ""))
-        self._transitions_seen = len(transitions)
-        self._drain_logs()
-
-    def _drain_logs(self) -> None:
-        if self._tail is None:
-            return
-        try:
-            events = self._tail.poll()
-        except Exception as exc:  # logs are a convenience; the job's status is what counts
-            if not self._logs_failing:
-                self.out(f"(could not read CloudWatch logs: {exc})")
-            self._logs_failing = True
-            return
-        self._logs_failing = False
-        for event in events:
-            host = event.stream.split("/", 1)[-1]
-            self.out(f"[{host}] {event.message}")
-
-    # ---- termination ----
-    def _terminate(self, name: str) -> NoReturn:
-        """Stops the job (if it exists and runs) within ``stop_timeout_s``; raises Terminated."""
-        why = f"terminated ({self.ctx.signal_name or 'requested'})"
-        self.out(f"{why}: stopping training job {name} (for up to {self.stop_timeout_s:g} s)")
-        raise Terminated(f"{why}; {self._stop(name)}")
-
-    def _stop(self, name: str) -> str:
-        return stop_within(
-            f"training job {name}", lambda left: self._stop_and_wait(name, left),
-            budget_s=self.stop_timeout_s,
-            stop_command=(f"aws sagemaker stop-training-job --training-job-name {name} "
-                          f"--region {self.region}"))
-
-    def _stop_and_wait(self, name: str, left: Callable[[], float]) -> str | None:
-        """StopTrainingJob if the job runs, then Describe until it leaves InProgress or the
-        budget ends; the state once the stop was accepted, None if there is no job."""
-        client = self.stopper or self.follow or self.sagemaker
-        job = retry_within(left, lambda: self.describe(name, client))
-        if job is None:
-            return None
-        status = str(job["TrainingJobStatus"])
-        if status != "InProgress":
-            return f"it is {status}" if status == "Stopping" else (
-                f"it had already ended {status}")
-        try:
-            retry_within(left, lambda: client.stop_training_job(TrainingJobName=name))
-        except Exception as exc:
-            if is_transient(exc):
-                raise
-            # e.g. it ended between the describe and the stop (ValidationException)
-            job = retry_within(left, lambda: self.describe(name, client))
-            status = str(job["TrainingJobStatus"]) if job else "gone"
-            if status == "InProgress":
-                raise
-            return f"it is {status} (StopTrainingJob: {exc})"
-        while status == "InProgress" and left() > RETRY_PAUSE_S:
-            time.sleep(min(0.5, self.poll_interval_s, left()))
-            try:
-                job = self.describe(name, client)
-            except Exception:  # the stop was accepted: a lost Describe changes nothing
-                break
-            status = str(job["TrainingJobStatus"]) if job else "gone"
-        if status == "InProgress":
-            return ("StopTrainingJob was accepted; SageMaker still reported it InProgress "
-                    f"after {self.stop_timeout_s:g} s (it moves to Stopping, then Stopped)")
-        return f"it is {status}"
