@@ -208,8 +208,7 @@ class Supervisor:
         if all(p.proc.returncode == 0 for p in procs):
             return "completed", ""
         return "failed", processes.failure_reason(
-            procs, failed_host, oom_kills=processes.oom_kill_count() - oom_kills,
-            model=processes.describe_model(job.request.get("HyperParameters") or {}))
+            procs, failed_host, oom_kills=processes.oom_kill_count() - oom_kills)
 
     def _linger(self, job: Job, seconds: float) -> bool:
         """Stays in the current secondary status ``seconds`` (the latency profile), less if
