@@ -6,12 +6,12 @@ checkout as SageMaker starts a container, one per host (``components.local.conta
 PID 1 of its own PID namespace is the image's entry point (images/trainer/entrypoint.py,
 or the DLC's bash for the stock DLC image), which runs the sagemaker-training toolkit's
 ``train``, which runs train.sh with the hyperparameters as arguments; or the request's
-``AlgorithmSpecification.ContainerEntrypoint`` (a program the image has: ``IMAGE_PROGRAMS``).
-StopTrainingJob, a spot interruption and the limits send SIGTERM to PID 1 alone, then
-SIGKILL after ``stop_grace_s``; /opt/ml/checkpoints is synced to CheckpointConfig.S3Uri
-every ``CHECKPOINT_SYNC_S`` while the job runs and once more when its processes have
-ended (however they ended), and restored from it at every start. The job goes
-through SageMaker's life cycle::
+``AlgorithmSpecification.ContainerEntrypoint`` (a program the image has:
+``jobs_api.IMAGE_PROGRAMS``). StopTrainingJob, a spot interruption and the limits send
+SIGTERM to PID 1 alone, then SIGKILL after ``stop_grace_s``; /opt/ml/checkpoints is synced
+to CheckpointConfig.S3Uri every ``supervisor.CHECKPOINT_SYNC_S`` while the job runs and once
+more when its processes have ended (however they ended), and restored from it at every
+start. The job goes through SageMaker's life cycle::
 
     InProgress: Starting -> Downloading -> Training -> Uploading
     Completed | Failed (FailureReason from output/failure) | Stopping -> Stopped
