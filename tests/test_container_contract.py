@@ -187,7 +187,7 @@ def test_checkpoints_reach_s3_while_the_job_runs_and_a_host_lost_mid_save_resume
     deadline = time.monotonic() + 120
     while not any(local.glob("*.tmp/*")) and time.monotonic() < deadline:
         time.sleep(0.005)
-    for host in list(backend.executor._jobs[(backend.region, name)].hosts):
+    for host in list(backend.executor.state.jobs[(backend.region, name)].hosts):
         host.signal(signal.SIGKILL)
     assert finished(backend, name)["TrainingJobStatus"] == "Failed"
     synced = checkpoint_keys(backend, name)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import json
+import shlex
 import signal
 import subprocess
 import sys
@@ -23,6 +24,7 @@ from conftest import entrypoint, local_backend_with_bucket, serve
 
 from components.common import aws
 from components.local import auth
+from trainer import logformat
 
 ROOT = Path(__file__).resolve().parent.parent
 BUCKET = "local-backend-test"
@@ -573,18 +575,36 @@ def test_billable_time_is_per_instance_not_multiplied_by_the_instance_count(back
     assert 2 <= job["BillableTimeInSeconds"] <= job["TrainingTimeInSeconds"] + 1
 
 
-def test_a_host_killed_by_sigkill_is_reported_as_host_memory_with_the_models_size(backend):
+def test_a_host_killed_by_sigkill_is_reported_as_host_memory_with_what_the_trainer_reported(
+        backend):
     sm = backend.client("sagemaker")
-    # The kernel's OOM killer ends the trainer, a process below the container's PID 1 (which
-    # cannot be SIGKILLed from inside its own PID namespace).
-    sm.create_training_job(**request("oom-killed", "echo loading; sh -c 'kill -KILL $$'; exit $?",
-                                     HyperParameters={"model-preset": "8b"}))
+    # The trainer's own lines (its model and its last step's GPU memory), then the kernel's OOM
+    # killer ends it, a process below the container's PID 1 (which cannot be SIGKILLed from
+    # inside its own PID namespace).
+    model = logformat.format_json("model", {"params": 8_030_261_248, "preset": "8b"})
+    step = logformat.format_step(logformat.StepRecord(
+        3, 2.5, 3e-4, 1.0, 100.0, 100.0, 1.0, 0.1, 61.25, 70.0, "bf16", False))
+    script = (f"echo loading; echo {shlex.quote('[default0]:' + model)}; "
+              f"echo {shlex.quote(step)}; sh -c 'kill -KILL $$'; exit $?")
+    sm.create_training_job(**request("oom-killed", script))
     job = wait_status(sm, "oom-killed")
     reason = job["FailureReason"]
     assert job["TrainingJobStatus"] == "Failed"
     assert "SIGKILL" in reason and "out-of-memory" in reason and "GiB of memory" in reason
-    assert "preset=8b" in reason and "B parameters" in reason
+    assert "The trainer reported: its model (preset 8b) has 8.03 B parameters" in reason
+    assert "61.2 GiB allocated, 70.0 GiB reserved per GPU" in reason
     assert "wrote no failure file" in reason and "exited with code 1" not in reason
+
+
+def test_the_backend_does_not_work_out_a_models_memory_from_its_hyperparameters(backend):
+    # Issue 27: the trainer runs and reports its size and memory; the emulator keeps no second
+    # copy of the memory model, so hyperparameters naming a big model add nothing to the reason.
+    sm = backend.client("sagemaker")
+    sm.create_training_job(**request("oom-silent", "sh -c 'kill -KILL $$'; exit $?",
+                                     HyperParameters={"model-preset": "8b", "num-layers": "40"}))
+    reason = wait_status(sm, "oom-silent")["FailureReason"]
+    assert "SIGKILL" in reason and "out-of-memory" in reason
+    assert "B parameters" not in reason and "8b" not in reason and "trainer reported" not in reason
 
 
 # ---------------------------------------------------------------- serve: plans, quotas, spot

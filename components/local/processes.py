@@ -3,7 +3,9 @@
 Each host is one process group (``start_new_session``) running the job's entry
 point under its ``HostLayout``, as PID 1 of its own PID namespace where the machine
 allows (``container.container_command``); its merged stdout/stderr goes line by line
-to a ``LogShipper`` and into a short tail kept for the FailureReason.
+to a ``LogShipper``, into a short tail kept for the FailureReason and, for the trainer's
+own ``[trainer]`` lines, into a ``TrainerReport`` (the model size and GPU memory the
+trainer measured and printed: the backend never works them out from hyperparameters).
 
 The jobs die with the backend: the process the executor starts gets SIGKILL when the
 backend's job thread (and so the backend, killed -9 or not) goes away
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import collections
 import ctypes
+import math
 import os
 import re
 import signal
@@ -30,9 +33,49 @@ from typing import Any
 from components.common.training_job import MAX_FAILURE_REASON
 from components.local.container import HostLayout
 from components.local.logship import LogShipper
+from trainer import logformat  # torch-free: the trainer's log line format
 
 TAIL_LINES = 30
 TAIL_CHARS = 700
+
+
+@dataclass
+class TrainerReport:
+    """What the trainer on a host printed about itself: its ``[trainer] model`` line (the
+    parameter count it built) and its last step line's GPU memory (torch's own peak
+    allocated / reserved since the step before). Empty for an entry point that is not this
+    project's trainer."""
+
+    params: int = 0
+    preset: str = ""
+    mem_alloc_gib: float = math.nan
+    mem_reserved_gib: float = math.nan
+
+    def read(self, line: str) -> None:
+        if logformat.TAG not in line:
+            return
+        step = logformat.parse_step(line)
+        if step is not None:
+            self.mem_alloc_gib, self.mem_reserved_gib = step.mem_alloc_gib, step.mem_reserved_gib
+            return
+        parsed = logformat.parse_json(line)
+        if parsed is not None and parsed[0] == "model":
+            try:
+                self.params = int(parsed[1].get("params") or 0)
+            except (TypeError, ValueError):
+                return
+            self.preset = str(parsed[1].get("preset") or "")
+
+    def describe(self) -> str:
+        """One sentence for the FailureReason; '' when the trainer reported nothing."""
+        said = []
+        if self.params:
+            preset = f" (preset {self.preset})" if self.preset else ""
+            said.append(f"its model{preset} has {self.params / 1e9:.2f} B parameters")
+        if math.isfinite(self.mem_alloc_gib) and math.isfinite(self.mem_reserved_gib):
+            said.append(f"its last step peaked at {self.mem_alloc_gib:.1f} GiB allocated, "
+                        f"{self.mem_reserved_gib:.1f} GiB reserved per GPU")
+        return f"The trainer reported: {'; '.join(said)}." if said else ""
 
 
 @dataclass
@@ -44,6 +87,7 @@ class HostProcess:
         default_factory=lambda: collections.deque(maxlen=TAIL_LINES))
     reader: threading.Thread | None = None
     peak_rss_bytes: int = 0  # the host's processes together, sampled by the supervisor
+    report: TrainerReport = field(default_factory=TrainerReport)
     namespaced: bool = False  # proc is ``unshare``; the container's PID 1 is its child
 
     def sample_memory(self) -> None:
@@ -85,6 +129,7 @@ class HostProcess:
         for raw in iter(self.proc.stdout.readline, b""):
             line = raw.decode("utf-8", "replace").rstrip("\r\n")
             self.tail.append(line)
+            self.report.read(line)
             self.shipper.add(line)
 
 
@@ -153,12 +198,11 @@ def reap(procs: list[HostProcess]) -> None:
         p.shipper.close()
 
 
-def failure_reason(procs: list[HostProcess], failed_host: int, *, oom_kills: int = 0,
-                   model: str = "") -> str:
+def failure_reason(procs: list[HostProcess], failed_host: int, *, oom_kills: int = 0) -> str:
     """The failed host's failure file, else the first one any host wrote, else what happened.
 
     ``oom_kills``: how many processes the kernel's OOM killer ended in this process's
-    cgroup during the attempt (0 if unknown); ``model``: the job's model and its size.
+    cgroup during the attempt (0 if unknown).
     """
     order = ([procs[failed_host]] if failed_host >= 0 else []) + procs
     for p in order:
@@ -168,7 +212,7 @@ def failure_reason(procs: list[HostProcess], failed_host: int, *, oom_kills: int
     p = order[0]
     tail = "\n".join(line for line in p.tail if line.strip())[-TAIL_CHARS:]
     if oom_kills or killed_by_sigkill(p):
-        return (host_memory_reason(p, oom_kills, model) + f" Last output:\n{tail}")[
+        return (host_memory_reason(p, oom_kills) + f" Last output:\n{tail}")[
             :MAX_FAILURE_REASON]
     return (f"AlgorithmError: the training process on {p.layout.host} exited with code "
             f"{p.proc.returncode} and wrote no {p.layout.failure_file.name} file. "
@@ -189,7 +233,7 @@ def killed_by_sigkill(p: HostProcess) -> bool:
         _SIGKILL_RE.search(line) for line in p.tail)
 
 
-def host_memory_reason(p: HostProcess, oom_kills: int, model: str) -> str:
+def host_memory_reason(p: HostProcess, oom_kills: int) -> str:
     total, available = host_memory_bytes()
     evidence = (f"the kernel's out-of-memory killer ended {oom_kills} process(es) of this "
                 "backend's cgroup" if oom_kills else
@@ -197,10 +241,11 @@ def host_memory_reason(p: HostProcess, oom_kills: int, model: str) -> str:
                 "out-of-memory killer did")
     peak = (f" The host's processes peaked at {_gib(p.peak_rss_bytes)} resident (measured, "
             "sampled every second)." if p.peak_rss_bytes else "")
+    reported = p.report.describe()
     return (f"AlgorithmError: the training process on {p.layout.host} was killed by SIGKILL "
             f"(exit code {p.proc.returncode}) and wrote no failure file: {evidence}. This "
             f"machine has {_gib(total)} of memory ({_gib(available)} available now), shared by "
-            f"every local instance of the job.{peak}{' ' + model if model else ''} Fix: a "
+            f"every local instance of the job.{peak}{' ' + reported if reported else ''} Fix: a "
             "smaller model (preset or num-layers/hidden-size), a smaller batch-size or "
             "seq-length, fewer instances (InstanceCount) on this machine, or a machine with "
             "more memory.")
@@ -262,30 +307,3 @@ def oom_kill_count() -> int:
         except (OSError, ValueError):
             continue
     return 0
-
-
-def describe_model(hyperparameters: dict[str, Any]) -> str:
-    """The job's model and its size, when its hyperparameters name this project's trainer
-    model (``preset`` / ``model-preset`` and dimensions); '' otherwise."""
-    from trainer import spec  # torch-free: the model spec shared by trainer and estimator
-
-    hps = {str(k).replace("-", "_"): v for k, v in hyperparameters.items()}
-    preset = hps.get("preset") or hps.get("model_preset")
-    dims = {}
-    for name in ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "ffn_hidden_size",
-                 "vocab_size"):
-        if name in hps:
-            try:
-                dims[name] = int(hps[name])
-            except (TypeError, ValueError):
-                return ""
-    if not preset and not dims:
-        return ""
-    try:
-        params = spec.spec_from_values(str(preset) if preset else None, **dims).total_params()
-    except ValueError:
-        return ""
-    shown = ", ".join([f"preset={preset}"] * bool(preset) + [f"{k}={v}" for k, v in dims.items()])
-    return (f"The job's model ({shown}) has {params / 1e9:.2f} B parameters: {_gib(2 * params)} "
-            f"of 16-bit weights, about {_gib(16 * params)} with gradients, fp32 master weights "
-            "and Adam's two moments (16 bytes per parameter, predicted), before activations.")
