@@ -15,7 +15,6 @@ whether its stop was accepted and, when not, gives the exact command that stops 
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
@@ -28,7 +27,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import conftest
 import pytest
+from conftest import STEP_SCRIPT, client_hooks, training_cli_args
 
 from components.build_image import build as b
 from components.cleanup import run as cleanup_run
@@ -43,24 +44,8 @@ pytestmark = pytest.mark.timeout(180)
 ROOT = Path(__file__).resolve().parent.parent
 BUCKET = "kfp-terminate-unreachable"
 REGION = "us-west-2"
-IMAGE = "123456789012.dkr.ecr.us-west-2.amazonaws.com/kfp-sagemaker-trainer:test"
-ROLE = "arn:aws:iam::123456789012:role/SageMakerTraining"
 CODEBUILD_ROLE = "arn:aws:iam::123456789012:role/kfp-sagemaker-codebuild"
 DEADLINE_S = 10.0  # issue 31: SIGTERM to the exit, backend gone
-# What the backend's jobs run: a step a line every 50 ms (a line written after the
-# backend died breaks the pipe and ends the job); SIGTERM ends it unless the job's
-# hyperparameters say to ignore it (a job that stays Stopping, for cleanup's wait).
-JOB_SCRIPT = r"""
-import json, signal, sys, time
-hps = json.load(open("input/config/hyperparameters.json"))
-if hps.get("ignore-sigterm") == "true":
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-else:
-    signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))
-for step in range(1, int(hps["max-steps"]) + 1):
-    print(f"step {step}", flush=True)
-    time.sleep(0.05)
-"""
 SERVE = r"""
 import json, signal, sys, threading
 from components.local import LocalBackend
@@ -103,7 +88,7 @@ class Served:
 @pytest.fixture
 def served(monkeypatch) -> Iterator[Served]:
     """The backend in its own process; this process's environment pointed at it."""
-    proc = subprocess.Popen([sys.executable, "-c", SERVE, BUCKET, JOB_SCRIPT], cwd=ROOT,
+    proc = subprocess.Popen([sys.executable, "-c", SERVE, BUCKET, STEP_SCRIPT], cwd=ROOT,
                             env={**os.environ, "PYTHONPATH": str(ROOT)},
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:
@@ -121,33 +106,15 @@ def served(monkeypatch) -> Iterator[Served]:
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with contextlib.suppress(Exception):
-            value = predicate()
-            if value:
-                return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+    """conftest's wait_for, a request that fails (the backend is dying) counting as not yet."""
+    return conftest.wait_for(predicate, timeout, what, retry_on=(Exception,))
 
 
 @pytest.fixture
 def hooks(monkeypatch) -> list[tuple[str, Callable[..., Any]]]:
-    """``hooks.append((event, handler))``: registered on every client the steps make."""
-    registered: list[tuple[str, Callable[..., Any]]] = []
-    real = aws.client
-
-    def client(service: str, region: str | None = None, **kwargs: Any) -> Any:
-        made = real(service, region, **kwargs)
-        for event, handler in registered:
-            made.meta.events.register(event, handler)
-        return made
-
-    monkeypatch.setattr(aws, "client", client)
-    monkeypatch.setattr(b, "client", client)
-    # cleanup's runner binds ``client`` at its import, which an earlier test may have done
-    monkeypatch.setattr(cleanup_run, "client", client)
-    return registered
+    """``hooks.append((event, handler))``: registered on every client the steps make
+    (cleanup's runner binds ``client`` at its import, which an earlier test may have done)."""
+    return client_hooks(monkeypatch, b, cleanup_run)
 
 
 class Terminate:
@@ -178,21 +145,12 @@ def assert_not_accepted(text: str, what: str, command: str) -> None:
 
 
 # ---------------------------------------------------------------- the training launcher
-_ids = iter(range(10**6))
-
-
 def training_config(steps: int = 4000) -> TrainingJobConfig:
-    return TrainingJobConfig(
-        image_uri=IMAGE, role_arn=ROLE, output_s3_uri=f"s3://{BUCKET}/out",
-        run_id=f"unreachable-{os.getpid()}-{next(_ids)}", task="train", pipeline="tests",
-        model_preset="tiny", batch_size=2, seq_length=32, max_steps=steps)
+    return conftest.training_config(BUCKET, "unreachable", max_steps=steps)
 
 
 def training_args(cfg: TrainingJobConfig, *extra: str) -> list[str]:
-    return ["--run-id", cfg.run_id, "--task", cfg.task, "--image-uri", IMAGE, "--role-arn", ROLE,
-            "--output-s3-uri", cfg.output_s3_uri, "--model-preset", "tiny", "--batch-size", "2",
-            "--seq-length", "32", "--max-steps", str(cfg.max_steps),
-            "--poll-interval-seconds", "0.1", "--max-outage-seconds", "300", *extra]
+    return training_cli_args(cfg, "--max-outage-seconds", "300", *extra)
 
 
 def stop_job_command(name: str) -> str:
