@@ -128,6 +128,29 @@ def wait_for(predicate, timeout, what, *, interval=0.05, retry_on=()):
     raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
+def job_ended(sm, name, timeout=30):
+    """The description of training job ``name`` (``sm``: a SageMaker client) once it is
+    Completed, Failed or Stopped."""
+    def ended():
+        job = sm.describe_training_job(TrainingJobName=name)
+        return job if job["TrainingJobStatus"] in ("Completed", "Failed", "Stopped") else None
+
+    return wait_for(ended, timeout, f"training job {name} to end", interval=0.1)
+
+
+def losses(lines):
+    """Loss per step of the trainer's step lines; a step logged again after a restart keeps
+    its last value."""
+    from trainer import logformat
+
+    found = {}
+    for line in lines:
+        rec = logformat.parse_step(line)
+        if rec is not None:
+            found[rec.step] = rec.loss
+    return found
+
+
 def client_hooks(monkeypatch, *modules):
     """Botocore event hooks on every client made through ``aws.client`` (and through the
     ``client`` name each of ``modules`` bound at its import): ``hooks.append((event,

@@ -144,6 +144,43 @@ def assert_not_accepted(text: str, what: str, command: str) -> None:
     assert "Traceback" not in text, text
 
 
+def sigterm_after_the_outage(module: str, args: list[str], served: Served, output: Path, *,
+                             busy: Callable[[], Any], riding: str,
+                             then: Callable[[], None] = lambda: None) -> tuple[int, float, str]:
+    """Real processes: ``python -m MODULE ARGS`` against the served backend, its output in
+    ``output``; once ``busy()`` (and ``then()`` checked), the backend is SIGKILLed; once
+    the output says ``riding`` (the step rides the outage out), SIGTERM. Returns the exit
+    code, the seconds from the SIGTERM to the exit and the output."""
+    with output.open("w") as sink:
+        proc = subprocess.Popen([sys.executable, "-m", module, *args], cwd=ROOT,
+                                env={**os.environ, **served.env}, stdout=sink,
+                                stderr=subprocess.STDOUT)
+        try:
+            wait_for(busy, 60, f"{module} busy")
+            then()
+            served.kill()
+            wait_for(lambda: riding in output.read_text(), 20, f"{module} riding out the outage")
+            started = time.monotonic()
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=30)
+            elapsed = time.monotonic() - started
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    return proc.returncode, elapsed, output.read_text()
+
+
+def sigterm_and_kill_when_training(term: Terminate, served: Served) -> Callable[..., None]:
+    """An after-call hook of DescribeTrainingJob: SIGTERM once the job trains, then the
+    backend is SIGKILLed before the launcher's stop can reach it."""
+    def handler(parsed: Any = None, **kwargs: Any) -> None:
+        if term.at is None and (parsed or {}).get("SecondaryStatus") == "Training":
+            term.now()
+            served.kill()
+    return handler
+
+
 # ---------------------------------------------------------------- the training launcher
 def training_config(steps: int = 4000) -> TrainingJobConfig:
     return conftest.training_config(BUCKET, "unreachable", max_steps=steps)
@@ -163,27 +200,11 @@ def test_training_backend_gone_then_sigterm_exits_143_within_10_s(served, tmp_pa
     cfg = training_config()
     name = launcher.prepare(cfg)[0].job_name
     record = tmp_path / "aws_resources.json"
-    output = tmp_path / "launcher.log"
-    with output.open("w") as sink:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "components.sagemaker_training",
-             *training_args(cfg, "--aws-resources-path", str(record))],
-            cwd=ROOT, env={**os.environ, **served.env}, stdout=sink, stderr=subprocess.STDOUT)
-        try:
-            wait_for(lambda: served.secondary(name) == "Training", 60, f"{name} Training")
-            served.kill()
-            wait_for(lambda: "retrying for up to 300 s" in output.read_text(), 20,
-                     "the launcher riding out the outage")
-            started = time.monotonic()
-            proc.send_signal(signal.SIGTERM)
-            proc.wait(timeout=30)
-            elapsed = time.monotonic() - started
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-    text = output.read_text()
-    assert proc.returncode == TERMINATED_EXIT_CODE, text
+    code, elapsed, text = sigterm_after_the_outage(
+        "components.sagemaker_training", training_args(cfg, "--aws-resources-path", str(record)),
+        served, tmp_path / "launcher.log", busy=lambda: served.secondary(name) == "Training",
+        riding="retrying for up to 300 s")
+    assert code == TERMINATED_EXIT_CODE, text
     assert elapsed < DEADLINE_S, (elapsed, text)
     assert_not_accepted(text, f"training job {name}", stop_job_command(name))
     assert resources.read(str(record))[0].name == name
@@ -194,13 +215,8 @@ def test_training_sigterm_then_backend_gone_exits_143_within_10_s(served, hooks,
     cfg = training_config()
     name = launcher.prepare(cfg)[0].job_name
     term = Terminate()
-
-    def terminate_then_kill_the_backend(parsed: Any = None, **kwargs: Any) -> None:
-        if term.at is None and (parsed or {}).get("SecondaryStatus") == "Training":
-            term.now()
-            served.kill()
-
-    hooks.append(("after-call.sagemaker.DescribeTrainingJob", terminate_then_kill_the_backend))
+    hooks.append(("after-call.sagemaker.DescribeTrainingJob",
+                  sigterm_and_kill_when_training(term, served)))
     code = training_cli.main(training_args(cfg))
     elapsed = term.elapsed()
     err = capsys.readouterr().err
@@ -213,13 +229,8 @@ def test_training_sigterm_then_backend_gone_exits_143_within_10_s(served, hooks,
 def test_the_stop_budget_is_the_stop_timeout_whatever_the_outage_budget(served, hooks, capsys):
     cfg = training_config()
     term = Terminate()
-
-    def terminate_then_kill_the_backend(parsed: Any = None, **kwargs: Any) -> None:
-        if term.at is None and (parsed or {}).get("SecondaryStatus") == "Training":
-            term.now()
-            served.kill()
-
-    hooks.append(("after-call.sagemaker.DescribeTrainingJob", terminate_then_kill_the_backend))
+    hooks.append(("after-call.sagemaker.DescribeTrainingJob",
+                  sigterm_and_kill_when_training(term, served)))
     code = training_cli.main(training_args(cfg, "--stop-timeout-seconds", "1"))
     elapsed = term.elapsed()
     err = capsys.readouterr().err
@@ -305,28 +316,16 @@ def test_cleanup_waiting_for_a_stop_then_backend_gone_then_sigterm_exits_143(ser
     """Real processes: cleanup stopped the job (accepted) and waits for it to leave
     Stopping; the backend dies; SIGTERM."""
     cfg, name = create_job(served, ignore_sigterm=True)
-    output = tmp_path / "cleanup.log"
-    with output.open("w") as sink:
-        proc = subprocess.Popen([sys.executable, "-m", "components.cleanup",
-                                 *cleanup_args(cfg.run_id)], cwd=ROOT,
-                                env={**os.environ, **served.env}, stdout=sink,
-                                stderr=subprocess.STDOUT)
-        try:
-            wait_for(lambda: "to stop" in output.read_text(), 60, "cleanup waiting")
-            assert served.status(name) == "Stopping"
-            served.kill()
-            wait_for(lambda: "retrying for up to" in output.read_text(), 20,
-                     "cleanup riding out the outage")
-            started = time.monotonic()
-            proc.send_signal(signal.SIGTERM)
-            proc.wait(timeout=30)
-            elapsed = time.monotonic() - started
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-    text = output.read_text()
-    assert proc.returncode == TERMINATED_EXIT_CODE, text
+    log = tmp_path / "cleanup.log"
+
+    def still_stopping() -> None:
+        assert served.status(name) == "Stopping"
+
+    code, elapsed, text = sigterm_after_the_outage(
+        "components.cleanup", cleanup_args(cfg.run_id), served, log,
+        busy=lambda: "to stop" in log.read_text(), then=still_stopping,
+        riding="retrying for up to")
+    assert code == TERMINATED_EXIT_CODE, text
     assert elapsed < DEADLINE_S, (elapsed, text)
     assert f"the stop of training job {name} was accepted (last seen Stopping)" in text, text
     assert "deletion(s) not done: run cleanup again" in text and "Traceback" not in text, text
