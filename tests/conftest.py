@@ -1,3 +1,4 @@
+import itertools
 import os
 import sys
 from pathlib import Path
@@ -66,3 +67,106 @@ def serve(*args, env=None):
     served = {**(os.environ if env is None else env), **dict(i.split("=", 1) for i in exports)}
     assert served.get("AWS_ENDPOINT_URL") == url, (url, exports)
     return proc, url, served
+
+
+# ---- jobs that do not run the trainer (the launcher's fault and price tests) ---------------
+TEST_IMAGE = "123456789012.dkr.ecr.us-west-2.amazonaws.com/kfp-sagemaker-trainer:test"
+TEST_ROLE = "arn:aws:iam::123456789012:role/SageMakerTraining"
+# What such a backend runs instead of the trainer: a line per step every 50 ms for the job's
+# ``max-steps`` hyperparameter; SIGTERM ends it (exit 0) unless the hyperparameters say
+# ``ignore-sigterm`` (a job that stays Stopping). A line written after the backend died
+# breaks the pipe and ends the job.
+STEP_SCRIPT = r"""
+import json, signal, sys, time
+hps = json.load(open("input/config/hyperparameters.json"))
+if hps.get("ignore-sigterm") == "true":
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+else:
+    signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))
+for step in range(1, int(hps["max-steps"]) + 1):
+    print(f"step {step}", flush=True)
+    time.sleep(0.05)
+"""
+_run_ids = itertools.count()
+
+
+def training_config(bucket, run_prefix, **changes):
+    """A TrainingJobConfig of the tiny model writing to ``bucket``, in a run of its own
+    (``{run_prefix}-{pid}-{n}``), with ``changes`` applied."""
+    from components.sagemaker_training.request import TrainingJobConfig
+
+    return TrainingJobConfig(
+        image_uri=TEST_IMAGE, role_arn=TEST_ROLE, output_s3_uri=f"s3://{bucket}/out",
+        run_id=f"{run_prefix}-{os.getpid()}-{next(_run_ids)}", task="train", pipeline="tests",
+        **{"model_preset": "tiny", "batch_size": 2, "seq_length": 32, **changes})
+
+
+def training_cli_args(cfg, *extra):
+    """The training CLI's arguments for ``cfg`` (as training_config makes it), polling every
+    0.1 s, then ``extra``."""
+    return ["--run-id", cfg.run_id, "--task", cfg.task, "--image-uri", cfg.image_uri,
+            "--role-arn", cfg.role_arn, "--output-s3-uri", cfg.output_s3_uri,
+            "--model-preset", cfg.model_preset, "--batch-size", str(cfg.batch_size),
+            "--seq-length", str(cfg.seq_length), "--max-steps", str(cfg.max_steps),
+            "--poll-interval-seconds", "0.1", *extra]
+
+
+def wait_for(predicate, timeout, what, *, interval=0.05, retry_on=()):
+    """``predicate()``'s first true value within ``timeout`` s (an exception of ``retry_on``
+    counts as not yet); AssertionError naming ``what`` when none comes."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            value = predicate()
+        except retry_on:
+            value = None
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def job_ended(sm, name, timeout=30):
+    """The description of training job ``name`` (``sm``: a SageMaker client) once it is
+    Completed, Failed or Stopped."""
+    def ended():
+        job = sm.describe_training_job(TrainingJobName=name)
+        return job if job["TrainingJobStatus"] in ("Completed", "Failed", "Stopped") else None
+
+    return wait_for(ended, timeout, f"training job {name} to end", interval=0.1)
+
+
+def losses(lines):
+    """Loss per step of the trainer's step lines; a step logged again after a restart keeps
+    its last value."""
+    from trainer import logformat
+
+    found = {}
+    for line in lines:
+        rec = logformat.parse_step(line)
+        if rec is not None:
+            found[rec.step] = rec.loss
+    return found
+
+
+def client_hooks(monkeypatch, *modules):
+    """Botocore event hooks on every client made through ``aws.client`` (and through the
+    ``client`` name each of ``modules`` bound at its import): ``hooks.append((event,
+    handler))`` registers ``handler`` on the clients made from then on."""
+    from components.common import aws
+
+    registered = []
+    real = aws.client
+
+    def client(service, region=None, **kwargs):
+        made = real(service, region, **kwargs)
+        for event, handler in registered:
+            made.meta.events.register(event, handler)
+        return made
+
+    monkeypatch.setattr(aws, "client", client)
+    for module in modules:
+        monkeypatch.setattr(module, "client", client)
+    return registered

@@ -238,6 +238,26 @@ def test_every_help_renders_without_rest_markup(monkeypatch, capsys):
                        text=True, cwd=ROOT, timeout=120).stdout)
 
 
+# A pointer at docstring text that --help does not show ("see above", "see X below").
+POINTER = re.compile(r"\bsee\b[^.;)]*\b(?:above|below)\b", re.I)
+# Flags of other commands that a help names on purpose (an example's other command, a
+# container's argv, docker's flag).
+FOREIGN_FLAGS = {"build_image": {"--build-arg"}, "parse_logs": {"--max-steps", "--model-preset"},
+                 "plan_training": {"--verdicts"}, "sagemaker_training": {"--epochs"}}
+
+
+def test_every_help_refers_only_to_what_it_shows(monkeypatch, capsys):
+    parsers = all_parsers(monkeypatch)
+    capsys.readouterr()
+    for name, parser in parsers.items():
+        text = re.sub(r"-\n\s+", "-", parser.format_help())  # argparse wraps at hyphens
+        assert not POINTER.findall(text), f"{name} --help points at text it does not show"
+        flags = {o for a in parser._actions for o in a.option_strings}
+        named = set(re.findall(r"(?<![\w-])--[a-z][\w-]*[a-z0-9]", text))
+        unknown = named - flags - FOREIGN_FLAGS.get(name, set())
+        assert not unknown, f"{name} --help names flags it does not have: {sorted(unknown)}"
+
+
 def test_plain_turns_rest_into_terminal_text():
     text = "See :func:`~components.a.best` and :class:`x.Y`; ``log_file`` or ``s3://b``.\nExamples::"
     assert cli.plain(text, ["log_file"]) == "See best and x.Y; --log-file or s3://b.\nExamples:"

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import local_backend_with_bucket
+from conftest import job_ended, local_backend_with_bucket, losses, wait_for
 
 from components.local import container
 from trainer import logformat
@@ -79,30 +79,8 @@ def parsed(lines: list[str], kind: str) -> list[dict[str, Any]]:
     return [p[1] for p in map(logformat.parse_json, lines) if p and p[0] == kind]
 
 
-def losses(lines: list[str]) -> dict[int, float]:
-    out: dict[int, float] = {}
-    for line in lines:
-        rec = logformat.parse_step(line)
-        if rec is not None:
-            out[rec.step] = rec.loss
-    return out
-
-
-def wait_for(predicate: Any, timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-
-
 def finished(backend: Any, name: str, timeout: float = 240) -> dict[str, Any]:
-    sm = backend.client("sagemaker")
-    return wait_for(lambda: (lambda d: d if d["TrainingJobStatus"] in
-                             ("Completed", "Failed", "Stopped") else None)(
-        sm.describe_training_job(TrainingJobName=name)), timeout, f"{name} to end")
+    return job_ended(backend.client("sagemaker"), name, timeout)
 
 
 def checkpoint_keys(backend: Any, name: str) -> list[str]:

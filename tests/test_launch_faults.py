@@ -1,6 +1,6 @@
 """Fault tests of the training launcher on the local backend: nothing paid is leaked.
 
-The jobs here do not run the trainer: the backend runs ``JOB_SCRIPT`` (sleeps
+The jobs here do not run the trainer: the backend runs conftest's ``STEP_SCRIPT`` (sleeps
 ``max-steps`` x 50 ms, logs a line per step, exits on SIGTERM), so that every
 case takes about a second. Signals are sent to this very process (the launcher
 runs on pytest's main thread, as in a KFP executor) from botocore event hooks,
@@ -13,7 +13,6 @@ may be left running on the backend.
 
 from __future__ import annotations
 
-import itertools
 import os
 import signal
 import subprocess
@@ -27,7 +26,14 @@ from typing import Any
 
 import pytest
 from botocore.exceptions import ConnectionClosedError, EndpointConnectionError
-from conftest import local_backend_with_bucket
+from conftest import (
+    STEP_SCRIPT,
+    client_hooks,
+    local_backend_with_bucket,
+    training_cli_args,
+    training_config,
+    wait_for,
+)
 
 from components.common import aws, remote_job, resources
 from components.common.errors import AWS_UNREACHABLE_EXIT_CODE, UserError
@@ -38,33 +44,18 @@ from components.sagemaker_training.request import TrainingJobConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 BUCKET = "kfp-sagemaker-faults"
-IMAGE = "123456789012.dkr.ecr.us-west-2.amazonaws.com/kfp-sagemaker-trainer:test"
-ROLE = "arn:aws:iam::123456789012:role/SageMakerTraining"
 REPEAT = 3
-JOB_SCRIPT = r"""
-import json, signal, sys, time
-signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))
-hps = json.load(open("input/config/hyperparameters.json"))
-for step in range(1, int(hps["max-steps"]) + 1):
-    print(f"step {step}", flush=True)
-    time.sleep(0.05)
-"""
-_ids = itertools.count()
 
 
 @pytest.fixture(scope="module")
 def backend():
     yield from local_backend_with_bucket(
         BUCKET, stop_grace_s=2, log_flush_s=0.1, max_concurrent_jobs=8,
-        command=[sys.executable, "-c", JOB_SCRIPT])
+        command=[sys.executable, "-c", STEP_SCRIPT])
 
 
 def config(steps: int = 40, **changes: Any) -> TrainingJobConfig:
-    cfg = TrainingJobConfig(
-        image_uri=IMAGE, role_arn=ROLE, output_s3_uri=f"s3://{BUCKET}/out",
-        run_id=f"fault-{os.getpid()}-{next(_ids)}", task="train", pipeline="tests",
-        model_preset="tiny", batch_size=2, seq_length=32, max_steps=steps)
-    return replace(cfg, **changes)
+    return training_config(BUCKET, "fault", max_steps=steps, **changes)
 
 
 def jobs(backend: Any) -> dict[str, str]:
@@ -75,16 +66,6 @@ def jobs(backend: Any) -> dict[str, str]:
 
 def status(backend: Any, name: str) -> str | None:
     return jobs(backend).get(name)
-
-
-def wait_for(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 def wait_stopped(backend: Any, name: str) -> None:
@@ -100,17 +81,7 @@ def assert_nothing_running(backend: Any) -> None:
 @pytest.fixture
 def hooks(monkeypatch):
     """``hooks.append((event, handler))``: registered on every client the launcher makes."""
-    registered: list[tuple[str, Callable[..., Any]]] = []
-    real = aws.client
-
-    def client(service: str, region: str | None = None, **kwargs: Any) -> Any:
-        made = real(service, region, **kwargs)
-        for event, handler in registered:
-            made.meta.events.register(event, handler)
-        return made
-
-    monkeypatch.setattr(aws, "client", client)
-    return registered
+    return client_hooks(monkeypatch)
 
 
 def signal_once(sig: int, when: Callable[..., bool] = lambda **kw: True) -> Callable[..., None]:
@@ -210,11 +181,7 @@ def test_the_command_line_exits_143_on_sigterm_and_on_ctrl_c_at_random_instants(
         cfg = config(steps=400)
         name = launcher.prepare(cfg)[0].job_name
         proc = subprocess.Popen(
-            [sys.executable, "-m", "components.sagemaker_training", "--run-id", cfg.run_id,
-             "--task", cfg.task, "--image-uri", IMAGE, "--role-arn", ROLE,
-             "--output-s3-uri", cfg.output_s3_uri, "--model-preset", "tiny",
-             "--batch-size", "2", "--seq-length", "32", "--max-steps", "400",
-             "--poll-interval-seconds", "0.1"],
+            [sys.executable, "-m", "components.sagemaker_training", *training_cli_args(cfg)],
             cwd=ROOT, env={**os.environ, **backend.env()}, stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT, text=True)
         try:
@@ -241,11 +208,8 @@ def test_kill_9_then_rerun_reattaches_to_the_same_job(backend, tmp_path):
         name = launcher.prepare(cfg)[0].job_name
         record = tmp_path / f"{name}.json"
         proc = subprocess.Popen(
-            [sys.executable, "-m", "components.sagemaker_training", "--run-id", cfg.run_id,
-             "--task", cfg.task, "--image-uri", IMAGE, "--role-arn", ROLE,
-             "--output-s3-uri", cfg.output_s3_uri, "--model-preset", "tiny",
-             "--batch-size", "2", "--seq-length", "32", "--max-steps", "60",
-             "--poll-interval-seconds", "0.1", "--aws-resources-path", str(record)],
+            [sys.executable, "-m", "components.sagemaker_training",
+             *training_cli_args(cfg, "--aws-resources-path", str(record))],
             cwd=ROOT, env={**os.environ, **backend.env()}, stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL)
         try:
@@ -365,13 +329,6 @@ def start_outage_when_training(outage: Outage) -> Callable[..., None]:
     return handler
 
 
-def cli_args(cfg: TrainingJobConfig, *extra: str) -> list[str]:
-    return ["--run-id", cfg.run_id, "--task", cfg.task, "--image-uri", IMAGE, "--role-arn", ROLE,
-            "--output-s3-uri", cfg.output_s3_uri, "--model-preset", "tiny", "--batch-size", "2",
-            "--seq-length", "32", "--max-steps", str(cfg.max_steps),
-            "--poll-interval-seconds", "0.1", *extra]
-
-
 def test_an_outage_longer_than_the_budget_exits_with_its_own_code_naming_the_job(
         backend, hooks, capsys):
     outage = Outage()
@@ -380,7 +337,7 @@ def test_an_outage_longer_than_the_budget_exits_with_its_own_code_naming_the_job
     cfg = config(steps=400)
     name = launcher.prepare(cfg)[0].job_name
     started = time.monotonic()
-    code = cli.main(cli_args(cfg, "--max-outage-seconds", "1.5"))
+    code = cli.main(training_cli_args(cfg, "--max-outage-seconds", "1.5"))
     err = capsys.readouterr().err
     assert code == AWS_UNREACHABLE_EXIT_CODE, err
     assert 1.5 <= time.monotonic() - outage.started < 10 and time.monotonic() - started < 20
@@ -418,7 +375,7 @@ def test_sigterm_during_an_outage_still_exits_143(backend, hooks, capsys, recove
         cfg = config(steps=400)
         name = launcher.prepare(cfg)[0].job_name
         started = time.monotonic()
-        code = cli.main(cli_args(cfg, "--max-outage-seconds", "60", "--stop-timeout-seconds", "2"))
+        code = cli.main(training_cli_args(cfg, "--max-outage-seconds", "60", "--stop-timeout-seconds", "2"))
         err = capsys.readouterr().err
         assert code == TERMINATED_EXIT_CODE, err
         assert time.monotonic() - started < 20
@@ -450,7 +407,7 @@ def test_an_output_path_that_cannot_be_written_is_refused_before_create(
     cfg = config()
     name = launcher.prepare(cfg)[0].job_name
     with aws.record_calls(str(tmp_path / "calls.jsonl")) as recording:
-        code = cli.main(cli_args(cfg, flag, str(blocker / "sub" / "out.json")))
+        code = cli.main(training_cli_args(cfg, flag, str(blocker / "sub" / "out.json")))
     err = capsys.readouterr().err
     assert code == 2 and f"error: {flag}: " in err and "Traceback" not in err, err
     assert recording.calls() == [] and status(backend, name) is None
@@ -477,7 +434,7 @@ def test_an_unexpected_error_after_create_stops_the_job_and_names_it(
         monkeypatch.setattr(remote_job, "LogTail", broken)  # the runner's log copy
     cfg = config(steps=400)
     name = launcher.prepare(cfg)[0].job_name
-    code = cli.main(cli_args(cfg, "--aws-resources-path", str(tmp_path / "rec.json")))
+    code = cli.main(training_cli_args(cfg, "--aws-resources-path", str(tmp_path / "rec.json")))
     err = capsys.readouterr().err
     assert code == 1 and "Traceback" not in err, err
     assert f"OSError after CreateTrainingJob {name}" in err, err

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 from botocore.exceptions import ClientError
-from conftest import entrypoint, local_backend_with_bucket, serve
+from conftest import entrypoint, job_ended, local_backend_with_bucket, serve
 
 from components.common import aws
 from components.local import auth
@@ -74,16 +74,6 @@ def request(name: str, script: str, **changes: Any) -> dict[str, Any]:
     }
     req.update(changes)
     return req
-
-
-def wait_status(sm: Any, name: str, timeout: float = 30) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        job = sm.describe_training_job(TrainingJobName=name)
-        if job["TrainingJobStatus"] in ("Completed", "Failed", "Stopped"):
-            return job
-        time.sleep(0.1)
-    raise AssertionError(f"{name} still {job['TrainingJobStatus']} after {timeout} s")
 
 
 def raw_json(client: Any, operation: str, **kwargs: Any) -> dict[str, Any]:
@@ -185,7 +175,7 @@ def test_job_runs_under_the_container_contract_and_uploads_model_and_output(back
     channel = [{"ChannelName": "train", "DataSource": {"S3DataSource": {
         "S3DataType": "S3Prefix", "S3Uri": f"s3://{BUCKET}/data/train"}}}]
     sm.create_training_job(**request("contract", script, InputDataConfig=channel))
-    job = wait_status(sm, "contract")
+    job = job_ended(sm, "contract")
     assert job["TrainingJobStatus"] == "Completed", job.get("FailureReason")
     keys = {o["Key"] for o in backend.client("s3").list_objects_v2(
         Bucket=BUCKET, Prefix="out/contract/")["Contents"]}
@@ -209,7 +199,7 @@ def test_duplicate_and_missing_jobs_answer_with_sagemakers_error_codes(backend):
     assert code == "ResourceInUse" and "already exists" in message
     assert error_of(sm.describe_training_job, TrainingJobName="no-such-job") == (
         "ValidationException", "Requested resource not found.")
-    assert wait_status(sm, "dupe")["TrainingJobStatus"] == "Completed"
+    assert job_ended(sm, "dupe")["TrainingJobStatus"] == "Completed"
     code, message = error_of(sm.stop_training_job, TrainingJobName="dupe")
     assert code == "ValidationException" and "Completed" in message
     assert error_of(sm.create_training_job, **request("bad_name", "exit 0"))[0] == (
@@ -220,7 +210,7 @@ def test_failure_file_becomes_the_failure_reason(backend):
     sm = backend.client("sagemaker")
     script = 'printf "CUDA out of memory. %.0s" $(seq 200) > "$SM_OUTPUT_DIR/failure"; exit 1'
     sm.create_training_job(**request("fails", script))
-    job = wait_status(sm, "fails")
+    job = job_ended(sm, "fails")
     assert job["TrainingJobStatus"] == job["SecondaryStatus"] == "Failed"
     assert job["FailureReason"].startswith("CUDA out of memory.")
     assert len(job["FailureReason"]) == 1024  # SageMaker's limit; the file was longer
@@ -236,7 +226,7 @@ def test_stop_sigterms_the_process_group_and_kills_it_after_the_grace_period(bac
     start = time.monotonic()
     sm.stop_training_job(TrainingJobName="stubborn")
     assert sm.describe_training_job(TrainingJobName="stubborn")["TrainingJobStatus"] == "Stopping"
-    job = wait_status(sm, "stubborn")
+    job = job_ended(sm, "stubborn")
     assert job["TrainingJobStatus"] == "Stopped"
     assert time.monotonic() - start < 10  # grace 1 s here (SageMaker: 120 s), then SIGKILL
     assert [t["Status"] for t in job["SecondaryStatusTransitions"]][-3:] == [
@@ -246,7 +236,7 @@ def test_stop_sigterms_the_process_group_and_kills_it_after_the_grace_period(bac
 def test_local_jobs_are_listed_and_visible_to_moto_tag_and_search_apis(backend):
     sm = backend.client("sagemaker")
     sm.create_training_job(**request("tagged", "exit 0"))
-    wait_status(sm, "tagged")
+    job_ended(sm, "tagged")
     arn = sm.describe_training_job(TrainingJobName="tagged")["TrainingJobArn"]
     sm.add_tags(ResourceArn=arn, Tags=[{"Key": "owner", "Value": "me"}])
     assert {t["Key"]: t["Value"] for t in sm.list_tags(ResourceArn=arn)["Tags"]} == {
@@ -328,7 +318,7 @@ def test_describe_returns_what_sagemaker_returns_with_defaults_filled_in(backend
         EnableInterContainerTrafficEncryption=True,
         ResourceConfig={"InstanceType": "ml.m5.xlarge", "InstanceCount": 1,
                         "VolumeSizeInGB": 50, "VolumeKmsKeyId": "alias/training-volume"}))
-    wait_status(sm, "described")
+    job_ended(sm, "described")
     job = assert_matches_model(sm, "DescribeTrainingJob", TrainingJobName="described")
     assert job["OutputDataConfig"] == {"S3OutputPath": f"s3://{BUCKET}/out", "KmsKeyId": "",
                                        "CompressionType": "GZIP"}  # the SDK's attach reads both
@@ -379,7 +369,7 @@ def test_stopping_condition_defaults_to_sagemakers_one_day(backend):
     sm.create_training_job(**req)
     assert sm.describe_training_job(TrainingJobName="no-stop")["StoppingCondition"] == {
         "MaxRuntimeInSeconds": 86400}
-    assert wait_status(sm, "no-stop")["TrainingJobStatus"] == "Completed"
+    assert job_ended(sm, "no-stop")["TrainingJobStatus"] == "Completed"
 
 
 @pytest.fixture(scope="module")
@@ -412,7 +402,7 @@ def strict_request(name: str, script: str, **changes: Any) -> dict[str, Any]:
 def test_strict_backend_refuses_unknown_role_image_and_kms_key_at_create(strict):
     sm = strict.client("sagemaker")
     sm.create_training_job(**strict_request("strict-ok", "exit 0"))
-    assert wait_status(sm, "strict-ok")["TrainingJobStatus"] == "Completed"
+    assert job_ended(sm, "strict-ok")["TrainingJobStatus"] == "Completed"
     cases = {
         "role": dict(RoleArn="arn:aws:iam::123456789012:role/nobody"),
         "docker-hub": dict(AlgorithmSpecification={"TrainingImage": "docker.io/library/foo:1",
@@ -439,7 +429,7 @@ def test_instance_quota_answers_resource_limit_exceeded(strict):
     assert code == "ResourceLimitExceeded"
     assert "'ml.p6-b200.48xlarge for training job usage' is 2 Instances" in message
     sm.stop_training_job(TrainingJobName="quota-a")
-    wait_status(sm, "quota-a")
+    job_ended(sm, "quota-a")
     sm.create_training_job(**strict_request("quota-b", "exit 0"))  # capacity is back
 
 
@@ -494,7 +484,7 @@ def test_secondary_statuses_last_a_while_and_spot_is_billed_below_training_time(
     sm.create_training_job(**request(
         "spot-billed", "sleep 2", EnableManagedSpotTraining=True,
         StoppingCondition={"MaxRuntimeInSeconds": 600, "MaxWaitTimeInSeconds": 1200}))
-    job = wait_status(sm, "spot-billed")
+    job = job_ended(sm, "spot-billed")
     transitions = job["SecondaryStatusTransitions"]
     assert [t["Status"] for t in transitions] == [
         "Starting", "Downloading", "Training", "Uploading", "Completed"]
@@ -521,7 +511,7 @@ def test_spot_restart_takes_over_a_second_so_new_streams_are_later(backend):
     restarted = [t for t in job["SecondaryStatusTransitions"] if t["Status"] == "Starting"][-1]
     assert (restarted["StartTime"] - interrupted).total_seconds() >= 1.0, starts
     sm.stop_training_job(TrainingJobName="spot-restart")
-    wait_status(sm, "spot-restart")
+    job_ended(sm, "spot-restart")
 
 
 def wait_secondary(sm: Any, name: str, status: str, after: str | None = None,
@@ -541,7 +531,7 @@ def test_filter_log_events_honours_the_stream_name_prefix(backend):
     for name in ("logs-a", "logs-b"):
         sm.create_training_job(**request(name, f"echo from {name}"))
     for name in ("logs-a", "logs-b"):
-        wait_status(sm, name)
+        job_ended(sm, name)
     logs = backend.client("logs")
     deadline = time.monotonic() + 10
 
@@ -568,7 +558,7 @@ def test_billable_time_is_per_instance_not_multiplied_by_the_instance_count(back
     sm = backend.client("sagemaker")
     sm.create_training_job(**request("two-hosts", "sleep 2", ResourceConfig={
         "InstanceType": "ml.m5.xlarge", "InstanceCount": 2, "VolumeSizeInGB": 50}))
-    job = wait_status(sm, "two-hosts")
+    job = job_ended(sm, "two-hosts")
     assert job["TrainingJobStatus"] == "Completed", job.get("FailureReason")
     # botocore: "Multiply BillableTimeInSeconds by the number of instances ... to get the
     # total compute time SageMaker bills you"; one instance's time is ~2-3 s, not 2 x that.
@@ -587,7 +577,7 @@ def test_a_host_killed_by_sigkill_is_reported_as_host_memory_with_what_the_train
     script = (f"echo loading; echo {shlex.quote('[default0]:' + model)}; "
               f"echo {shlex.quote(step)}; sh -c 'kill -KILL $$'; exit $?")
     sm.create_training_job(**request("oom-killed", script))
-    job = wait_status(sm, "oom-killed")
+    job = job_ended(sm, "oom-killed")
     reason = job["FailureReason"]
     assert job["TrainingJobStatus"] == "Failed"
     assert "SIGKILL" in reason and "out-of-memory" in reason and "GiB of memory" in reason
@@ -659,7 +649,7 @@ def test_serve_answers_training_plans_quotas_and_spot_interruptions(tmp_path, mo
         assert out.returncode == 0, out.stderr
         wait_secondary(sm, "served-spot", "Training", after="Restarting")
         sm.stop_training_job(TrainingJobName="served-spot")
-        wait_status(sm, "served-spot")
+        job_ended(sm, "served-spot")
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=30)

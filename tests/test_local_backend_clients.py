@@ -21,12 +21,11 @@ import os
 import shutil
 import signal
 import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import entrypoint, serve
+from conftest import entrypoint, job_ended, serve
 
 from components.common import aws
 
@@ -76,13 +75,7 @@ def job_request(name: str, script: str) -> dict[str, Any]:
 
 def wait_terminal(url: str, name: str, timeout: float = 60) -> str:
     sm = aws.client("sagemaker", endpoint_url=url)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        status = sm.describe_training_job(TrainingJobName=name)["TrainingJobStatus"]
-        if status in ("Completed", "Failed", "Stopped"):
-            return str(status)
-        time.sleep(0.1)
-    raise AssertionError(f"{name} not done after {timeout} s")
+    return str(job_ended(sm, name, timeout)["TrainingJobStatus"])
 
 
 # ---------------------------------------------------------------- the AWS CLI

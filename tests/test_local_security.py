@@ -23,7 +23,7 @@ from botocore.awsrequest import AWSRequest
 from botocore.config import Config
 from botocore.credentials import Credentials as BotoCredentials
 from botocore.exceptions import ClientError
-from conftest import local_backend_with_bucket
+from conftest import job_ended, local_backend_with_bucket
 
 BUCKET = "local-security-test"
 IMAGE = "123456789012.dkr.ecr.us-west-2.amazonaws.com/trainer:test"
@@ -304,17 +304,6 @@ def test_the_walker_understands_every_pattern_of_the_served_operations():
 
 
 # ---------------------------------------------------------------- item 2: paths stay inside
-def wait_terminal(backend: Any, name: str, timeout: float = 30) -> dict[str, Any]:
-    sm = backend.client("sagemaker")
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        desc = sm.describe_training_job(TrainingJobName=name)
-        if desc["TrainingJobStatus"] in ("Completed", "Failed", "Stopped"):
-            return desc
-        time.sleep(0.1)
-    raise AssertionError(f"{name} still {desc['TrainingJobStatus']}")
-
-
 def hostile_keys(tmp_path: Path, prefix: str) -> dict[str, Path]:
     """S3 keys under ``prefix`` that name a path outside any job tree -> where it would be."""
     escape = f"escape-{uuid.uuid4().hex[:8]}.txt"
@@ -338,7 +327,7 @@ def test_hostile_s3_keys_fail_the_job_and_write_nothing_outside_its_tree(backend
             "S3DataDistributionType": "FullyReplicated"}}}]} if kind == "channel" else
             {"CheckpointConfig": {"S3Uri": uri}})
         backend.client("sagemaker").create_training_job(**job(name, "exit 0", **extra))
-        desc = wait_terminal(backend, name)
+        desc = job_ended(backend.client("sagemaker"), name)
         assert desc["TrainingJobStatus"] == "Failed", desc.get("FailureReason")
         assert key in desc["FailureReason"] and "outside" in desc["FailureReason"]
         assert not where.exists(), where

@@ -26,13 +26,18 @@ def _compare_module():
     return importlib.import_module("benchmarks.memory.compare")
 
 
-def test_estimate_is_within_3_percent_median_and_8_percent_worst_on_the_h200_grid():
+def assert_within_3_percent_median_and_8_percent_worst(measured: Path, ok_rows: int) -> None:
+    """The estimate against the runs of ``measured`` that completed (at least ``ok_rows``)."""
     compare = _compare_module()
-    rows = compare.compare(GRID)
+    rows = compare.compare(measured)
     s = compare.summary(rows)
-    assert s["ok_rows"] >= 16
+    assert s["ok_rows"] >= ok_rows
     assert s["median_abs_error"] <= 0.03, compare.markdown(rows)
     assert s["worst_abs_error"] <= 0.08, compare.markdown(rows)
+
+
+def test_estimate_is_within_3_percent_median_and_8_percent_worst_on_the_h200_grid():
+    assert_within_3_percent_median_and_8_percent_worst(GRID, ok_rows=16)
     # The grid covers what the issue asks for: two model sizes, bf16 and fp8,
     # checkpointing on and off, several batch sizes and sequence lengths, 2 GPUs.
     import json
@@ -53,12 +58,7 @@ def test_grid_runs_are_predicted_to_fit_and_its_out_of_memory_runs_not():
 
 
 def test_estimate_is_within_3_percent_median_and_8_percent_worst_of_trainer_runs():
-    compare = _compare_module()
-    rows = compare.compare(SPOT_CHECKS)
-    s = compare.summary(rows)
-    assert s["ok_rows"] >= 7
-    assert s["median_abs_error"] <= 0.03, compare.markdown(rows)
-    assert s["worst_abs_error"] <= 0.08, compare.markdown(rows)
+    assert_within_3_percent_median_and_8_percent_worst(SPOT_CHECKS, ok_rows=7)
 
 
 # The spot checks' out-of-memory boundaries (torch backend, bf16, no checkpointing, one

@@ -2,23 +2,21 @@
 day-long cache and the fallback to the shipped table, training plans' upfront fees, and
 what a spot job saves.
 
-The jobs here do not run the trainer: the backend runs ``JOB_SCRIPT`` (a few steps of
-50 ms), so every launch takes about a second.
+The jobs here do not run the trainer: the backend runs conftest's ``STEP_SCRIPT`` (a few
+steps of 50 ms), so every launch takes about a second.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import itertools
 import json
 import os
 import socket
 import sys
-from dataclasses import replace
 from typing import Any
 
 import pytest
-from conftest import local_backend_with_bucket
+from conftest import STEP_SCRIPT, local_backend_with_bucket, training_config
 
 from components.common import aws, iam_policy, pricing
 from components.common.errors import UserError
@@ -28,25 +26,15 @@ from components.sagemaker_training import launcher
 from components.sagemaker_training.request import TrainingJobConfig
 
 BUCKET = "kfp-sagemaker-prices"
-IMAGE = "123456789012.dkr.ecr.us-west-2.amazonaws.com/kfp-sagemaker-trainer:test"
-ROLE = "arn:aws:iam::123456789012:role/SageMakerTraining"
 P5, P6 = "ml.p5.48xlarge", "ml.p6-b200.48xlarge"
 PLAN_FEE_PER_INSTANCE_HOUR = 90.0
-JOB_SCRIPT = r"""
-import json, time
-hps = json.load(open("input/config/hyperparameters.json"))
-for step in range(1, int(hps["max-steps"]) + 1):
-    print(f"step {step}", flush=True)
-    time.sleep(0.05)
-"""
-_ids = itertools.count()
 
 
 @pytest.fixture(scope="module")
 def backend():
     yield from local_backend_with_bucket(
         BUCKET, stop_grace_s=2, log_flush_s=0.1, max_concurrent_jobs=4,
-        command=[sys.executable, "-c", JOB_SCRIPT],
+        command=[sys.executable, "-c", STEP_SCRIPT],
         offerings=(OfferingTemplate(P6, max_instance_count=4,
                                     upfront_fee_per_instance_hour=PLAN_FEE_PER_INSTANCE_HOUR),))
 
@@ -60,12 +48,8 @@ def price_list(monkeypatch, tmp_path):
 
 
 def config(**changes: Any) -> TrainingJobConfig:
-    cfg = TrainingJobConfig(
-        image_uri=IMAGE, role_arn=ROLE, output_s3_uri=f"s3://{BUCKET}/out",
-        run_id=f"prices-{os.getpid()}-{next(_ids)}", task="train", pipeline="tests",
-        model_preset="tiny", batch_size=2, seq_length=32, max_steps=8,
-        max_runtime_seconds=3600)
-    return replace(cfg, **changes)
+    return training_config(BUCKET, "prices", **{"max_steps": 8, "max_runtime_seconds": 3600,
+                                                **changes})
 
 
 def test_the_price_list_api_prices_a_training_instance_through_boto3(backend, price_list):

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import local_backend_with_bucket
+from conftest import local_backend_with_bucket, losses, wait_for
 
 from components.common import aws, pricing, resources, tags
 from components.common.cloudwatch import training_job_tail
@@ -65,26 +65,6 @@ def job_logs(backend: LocalBackend, job_name: str) -> dict[str, list[str]]:
     for e in events:
         out.setdefault(e.stream, []).append(e.message)
     return out
-
-
-def losses(lines: list[str]) -> dict[int, float]:
-    """Loss per step; a step logged again after a restart keeps its last value."""
-    found: dict[int, float] = {}
-    for line in lines:
-        rec = logformat.parse_step(line)
-        if rec is not None:
-            found[rec.step] = rec.loss
-    return found
-
-
-def wait_for(predicate, timeout: float, what: str, interval: float = 0.2) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 def describe(backend: LocalBackend, name: str) -> dict[str, Any]:

@@ -15,7 +15,6 @@ whether its stop was accepted and, when not, gives the exact command that stops 
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
@@ -28,7 +27,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import conftest
 import pytest
+from conftest import STEP_SCRIPT, client_hooks, training_cli_args
 
 from components.build_image import build as b
 from components.cleanup import run as cleanup_run
@@ -43,24 +44,8 @@ pytestmark = pytest.mark.timeout(180)
 ROOT = Path(__file__).resolve().parent.parent
 BUCKET = "kfp-terminate-unreachable"
 REGION = "us-west-2"
-IMAGE = "123456789012.dkr.ecr.us-west-2.amazonaws.com/kfp-sagemaker-trainer:test"
-ROLE = "arn:aws:iam::123456789012:role/SageMakerTraining"
 CODEBUILD_ROLE = "arn:aws:iam::123456789012:role/kfp-sagemaker-codebuild"
 DEADLINE_S = 10.0  # issue 31: SIGTERM to the exit, backend gone
-# What the backend's jobs run: a step a line every 50 ms (a line written after the
-# backend died breaks the pipe and ends the job); SIGTERM ends it unless the job's
-# hyperparameters say to ignore it (a job that stays Stopping, for cleanup's wait).
-JOB_SCRIPT = r"""
-import json, signal, sys, time
-hps = json.load(open("input/config/hyperparameters.json"))
-if hps.get("ignore-sigterm") == "true":
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-else:
-    signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))
-for step in range(1, int(hps["max-steps"]) + 1):
-    print(f"step {step}", flush=True)
-    time.sleep(0.05)
-"""
 SERVE = r"""
 import json, signal, sys, threading
 from components.local import LocalBackend
@@ -103,7 +88,7 @@ class Served:
 @pytest.fixture
 def served(monkeypatch) -> Iterator[Served]:
     """The backend in its own process; this process's environment pointed at it."""
-    proc = subprocess.Popen([sys.executable, "-c", SERVE, BUCKET, JOB_SCRIPT], cwd=ROOT,
+    proc = subprocess.Popen([sys.executable, "-c", SERVE, BUCKET, STEP_SCRIPT], cwd=ROOT,
                             env={**os.environ, "PYTHONPATH": str(ROOT)},
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:
@@ -121,33 +106,15 @@ def served(monkeypatch) -> Iterator[Served]:
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with contextlib.suppress(Exception):
-            value = predicate()
-            if value:
-                return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+    """conftest's wait_for, a request that fails (the backend is dying) counting as not yet."""
+    return conftest.wait_for(predicate, timeout, what, retry_on=(Exception,))
 
 
 @pytest.fixture
 def hooks(monkeypatch) -> list[tuple[str, Callable[..., Any]]]:
-    """``hooks.append((event, handler))``: registered on every client the steps make."""
-    registered: list[tuple[str, Callable[..., Any]]] = []
-    real = aws.client
-
-    def client(service: str, region: str | None = None, **kwargs: Any) -> Any:
-        made = real(service, region, **kwargs)
-        for event, handler in registered:
-            made.meta.events.register(event, handler)
-        return made
-
-    monkeypatch.setattr(aws, "client", client)
-    monkeypatch.setattr(b, "client", client)
-    # cleanup's runner binds ``client`` at its import, which an earlier test may have done
-    monkeypatch.setattr(cleanup_run, "client", client)
-    return registered
+    """``hooks.append((event, handler))``: registered on every client the steps make
+    (cleanup's runner binds ``client`` at its import, which an earlier test may have done)."""
+    return client_hooks(monkeypatch, b, cleanup_run)
 
 
 class Terminate:
@@ -177,22 +144,50 @@ def assert_not_accepted(text: str, what: str, command: str) -> None:
     assert "Traceback" not in text, text
 
 
+def sigterm_after_the_outage(module: str, args: list[str], served: Served, output: Path, *,
+                             busy: Callable[[], Any], riding: str,
+                             then: Callable[[], None] = lambda: None) -> tuple[int, float, str]:
+    """Real processes: ``python -m MODULE ARGS`` against the served backend, its output in
+    ``output``; once ``busy()`` (and ``then()`` checked), the backend is SIGKILLed; once
+    the output says ``riding`` (the step rides the outage out), SIGTERM. Returns the exit
+    code, the seconds from the SIGTERM to the exit and the output."""
+    with output.open("w") as sink:
+        proc = subprocess.Popen([sys.executable, "-m", module, *args], cwd=ROOT,
+                                env={**os.environ, **served.env}, stdout=sink,
+                                stderr=subprocess.STDOUT)
+        try:
+            wait_for(busy, 60, f"{module} busy")
+            then()
+            served.kill()
+            wait_for(lambda: riding in output.read_text(), 20, f"{module} riding out the outage")
+            started = time.monotonic()
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=30)
+            elapsed = time.monotonic() - started
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    return proc.returncode, elapsed, output.read_text()
+
+
+def sigterm_and_kill_when_training(term: Terminate, served: Served) -> Callable[..., None]:
+    """An after-call hook of DescribeTrainingJob: SIGTERM once the job trains, then the
+    backend is SIGKILLed before the launcher's stop can reach it."""
+    def handler(parsed: Any = None, **kwargs: Any) -> None:
+        if term.at is None and (parsed or {}).get("SecondaryStatus") == "Training":
+            term.now()
+            served.kill()
+    return handler
+
+
 # ---------------------------------------------------------------- the training launcher
-_ids = iter(range(10**6))
-
-
 def training_config(steps: int = 4000) -> TrainingJobConfig:
-    return TrainingJobConfig(
-        image_uri=IMAGE, role_arn=ROLE, output_s3_uri=f"s3://{BUCKET}/out",
-        run_id=f"unreachable-{os.getpid()}-{next(_ids)}", task="train", pipeline="tests",
-        model_preset="tiny", batch_size=2, seq_length=32, max_steps=steps)
+    return conftest.training_config(BUCKET, "unreachable", max_steps=steps)
 
 
 def training_args(cfg: TrainingJobConfig, *extra: str) -> list[str]:
-    return ["--run-id", cfg.run_id, "--task", cfg.task, "--image-uri", IMAGE, "--role-arn", ROLE,
-            "--output-s3-uri", cfg.output_s3_uri, "--model-preset", "tiny", "--batch-size", "2",
-            "--seq-length", "32", "--max-steps", str(cfg.max_steps),
-            "--poll-interval-seconds", "0.1", "--max-outage-seconds", "300", *extra]
+    return training_cli_args(cfg, "--max-outage-seconds", "300", *extra)
 
 
 def stop_job_command(name: str) -> str:
@@ -205,27 +200,11 @@ def test_training_backend_gone_then_sigterm_exits_143_within_10_s(served, tmp_pa
     cfg = training_config()
     name = launcher.prepare(cfg)[0].job_name
     record = tmp_path / "aws_resources.json"
-    output = tmp_path / "launcher.log"
-    with output.open("w") as sink:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "components.sagemaker_training",
-             *training_args(cfg, "--aws-resources-path", str(record))],
-            cwd=ROOT, env={**os.environ, **served.env}, stdout=sink, stderr=subprocess.STDOUT)
-        try:
-            wait_for(lambda: served.secondary(name) == "Training", 60, f"{name} Training")
-            served.kill()
-            wait_for(lambda: "retrying for up to 300 s" in output.read_text(), 20,
-                     "the launcher riding out the outage")
-            started = time.monotonic()
-            proc.send_signal(signal.SIGTERM)
-            proc.wait(timeout=30)
-            elapsed = time.monotonic() - started
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-    text = output.read_text()
-    assert proc.returncode == TERMINATED_EXIT_CODE, text
+    code, elapsed, text = sigterm_after_the_outage(
+        "components.sagemaker_training", training_args(cfg, "--aws-resources-path", str(record)),
+        served, tmp_path / "launcher.log", busy=lambda: served.secondary(name) == "Training",
+        riding="retrying for up to 300 s")
+    assert code == TERMINATED_EXIT_CODE, text
     assert elapsed < DEADLINE_S, (elapsed, text)
     assert_not_accepted(text, f"training job {name}", stop_job_command(name))
     assert resources.read(str(record))[0].name == name
@@ -236,13 +215,8 @@ def test_training_sigterm_then_backend_gone_exits_143_within_10_s(served, hooks,
     cfg = training_config()
     name = launcher.prepare(cfg)[0].job_name
     term = Terminate()
-
-    def terminate_then_kill_the_backend(parsed: Any = None, **kwargs: Any) -> None:
-        if term.at is None and (parsed or {}).get("SecondaryStatus") == "Training":
-            term.now()
-            served.kill()
-
-    hooks.append(("after-call.sagemaker.DescribeTrainingJob", terminate_then_kill_the_backend))
+    hooks.append(("after-call.sagemaker.DescribeTrainingJob",
+                  sigterm_and_kill_when_training(term, served)))
     code = training_cli.main(training_args(cfg))
     elapsed = term.elapsed()
     err = capsys.readouterr().err
@@ -255,13 +229,8 @@ def test_training_sigterm_then_backend_gone_exits_143_within_10_s(served, hooks,
 def test_the_stop_budget_is_the_stop_timeout_whatever_the_outage_budget(served, hooks, capsys):
     cfg = training_config()
     term = Terminate()
-
-    def terminate_then_kill_the_backend(parsed: Any = None, **kwargs: Any) -> None:
-        if term.at is None and (parsed or {}).get("SecondaryStatus") == "Training":
-            term.now()
-            served.kill()
-
-    hooks.append(("after-call.sagemaker.DescribeTrainingJob", terminate_then_kill_the_backend))
+    hooks.append(("after-call.sagemaker.DescribeTrainingJob",
+                  sigterm_and_kill_when_training(term, served)))
     code = training_cli.main(training_args(cfg, "--stop-timeout-seconds", "1"))
     elapsed = term.elapsed()
     err = capsys.readouterr().err
@@ -347,28 +316,16 @@ def test_cleanup_waiting_for_a_stop_then_backend_gone_then_sigterm_exits_143(ser
     """Real processes: cleanup stopped the job (accepted) and waits for it to leave
     Stopping; the backend dies; SIGTERM."""
     cfg, name = create_job(served, ignore_sigterm=True)
-    output = tmp_path / "cleanup.log"
-    with output.open("w") as sink:
-        proc = subprocess.Popen([sys.executable, "-m", "components.cleanup",
-                                 *cleanup_args(cfg.run_id)], cwd=ROOT,
-                                env={**os.environ, **served.env}, stdout=sink,
-                                stderr=subprocess.STDOUT)
-        try:
-            wait_for(lambda: "to stop" in output.read_text(), 60, "cleanup waiting")
-            assert served.status(name) == "Stopping"
-            served.kill()
-            wait_for(lambda: "retrying for up to" in output.read_text(), 20,
-                     "cleanup riding out the outage")
-            started = time.monotonic()
-            proc.send_signal(signal.SIGTERM)
-            proc.wait(timeout=30)
-            elapsed = time.monotonic() - started
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-    text = output.read_text()
-    assert proc.returncode == TERMINATED_EXIT_CODE, text
+    log = tmp_path / "cleanup.log"
+
+    def still_stopping() -> None:
+        assert served.status(name) == "Stopping"
+
+    code, elapsed, text = sigterm_after_the_outage(
+        "components.cleanup", cleanup_args(cfg.run_id), served, log,
+        busy=lambda: "to stop" in log.read_text(), then=still_stopping,
+        riding="retrying for up to")
+    assert code == TERMINATED_EXIT_CODE, text
     assert elapsed < DEADLINE_S, (elapsed, text)
     assert f"the stop of training job {name} was accepted (last seen Stopping)" in text, text
     assert "deletion(s) not done: run cleanup again" in text and "Traceback" not in text, text

@@ -37,6 +37,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from components.common.documents import read_document
 from components.common.errors import UserError
 
 SCHEMA = "kfp-sagemaker/memory-plan/v1"
@@ -99,14 +100,8 @@ class MemoryPlan:
 
     @classmethod
     def from_json(cls, text: str) -> MemoryPlan:
-        try:
-            data = json.loads(text)
-        except ValueError as exc:
-            raise UserError("memory_plan", f"is not valid JSON ({exc}).",
-                            "pass the plan output of the memory_estimate component.") from None
-        if not isinstance(data, dict) or data.get("schema") != SCHEMA:
-            raise UserError("memory_plan", f"is not a {SCHEMA} document.",
-                            "pass the plan output of the memory_estimate component.")
+        data = read_document(text, schema=SCHEMA, field="memory_plan",
+                             fix="pass the plan output of the memory_estimate component.")
         entries = {k: PrecisionPlan(**v) for k, v in data.get("precisions", {}).items()}
         fields = {k: v for k, v in data.items() if k != "precisions"}
         return cls(**fields, precisions=entries)

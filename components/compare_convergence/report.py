@@ -13,6 +13,7 @@ from typing import Any
 
 from components.common import markdown as md
 from components.common import report_page, run_context
+from components.common.documents import VERDICTS_SCHEMA
 from components.common.losses import DEFINITION as FINAL_LOSS_DEFINITION
 from components.common.losses import window_size
 from components.compare_convergence.compare import (
@@ -555,7 +556,7 @@ def metrics(cmp: Comparison) -> dict[str, float]:
 
 def verdicts_json(cmp: Comparison) -> str:
     return json.dumps({
-        "schema": "kfp-sagemaker/convergence-verdicts/v1", "baseline": cmp.baseline,
+        "schema": VERDICTS_SCHEMA, "baseline": cmp.baseline,
         "recommended_precision": cmp.recommended, "recommendation": cmp.recommendation,
         "passed": cmp.passed, "partial": cmp.partial,
         "problems": cmp.problems, "notes": cmp.notes, "numerics": numerics_note(cmp),

@@ -43,7 +43,7 @@ def parse_logs(
 
     Args:
         job_name: SageMaker training job name to read from CloudWatch Logs (leave
-            empty when ``log_file`` is given).
+            empty when a log file is given).
         region: AWS region of the job (default: the pod's AWS_REGION).
         requested_precision: the precision the job was asked to run (fp32, bf16,
             fp16, fp8, fp8-current, fp8-block, mxfp8, nvfp4); a warning is raised when

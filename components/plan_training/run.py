@@ -8,7 +8,6 @@ API and SearchTrainingPlanOfferings, only when ``region`` is given).
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -16,12 +15,12 @@ from pathlib import Path
 from typing import Any
 
 from components.common import pricing
+from components.common.documents import VERDICTS_SCHEMA, read_document
 from components.common.errors import UserError, unknown_name
 from components.memory_estimate import planner
 from components.plan_training import probes, report, search
 from trainer import hardware
 
-VERDICTS_SCHEMA = "kfp-sagemaker/convergence-verdicts/v1"
 PARAMETERS = frozenset((
     "training_tokens", "model_preset", "num_layers", "hidden_size", "num_heads",
     "num_kv_heads", "ffn_hidden_size", "vocab_size", "seq_length", "deadline_hours",
@@ -97,14 +96,8 @@ def read_verdicts(text_or_path: str) -> tuple[dict[str, str], list[str]]:
         except OSError as exc:
             raise UserError("convergence_verdicts", f"cannot be read ({exc}).",
                             "pass the verdicts output of compare_convergence.") from None
-    try:
-        doc = json.loads(text)
-    except ValueError as exc:
-        raise UserError("convergence_verdicts", f"is not JSON ({exc}).",
-                        "pass the verdicts output of compare_convergence.") from None
-    if not isinstance(doc, dict) or doc.get("schema") != VERDICTS_SCHEMA:
-        raise UserError("convergence_verdicts", f"is not a {VERDICTS_SCHEMA} document.",
-                        "pass the verdicts output of compare_convergence.")
+    doc = read_document(text, schema=VERDICTS_SCHEMA, field="convergence_verdicts",
+                        fix="pass the verdicts output of compare_convergence.")
     passed: dict[str, str] = {}
     notes = []
     for p in doc.get("precisions") or []:

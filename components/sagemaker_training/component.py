@@ -127,7 +127,8 @@ def sagemaker_training(
             ``<output_s3_uri>/<job name>/output/model.tar.gz``.
         region: AWS region; empty uses AWS_REGION / AWS_DEFAULT_REGION.
         trainer: "in-repo" (this project's trainer image, all its checks) or "custom"
-            (your own image: see "Bring your own image" above).
+            (your own image; the README's "Bring your own image" says which checks
+            still apply).
         entry_point: trainer="custom" only: the container's argv
             (AlgorithmSpecification.ContainerEntrypoint, at most 100 strings of 256
             characters, e.g. ["python", "/opt/ml/input/data/code/train.py", "--epochs",
@@ -227,12 +228,14 @@ def sagemaker_training(
         max_cost_usd: Refuse to launch (before CreateTrainingJob) when the worst case,
             instance_count x max_runtime_seconds (spot: max_wait_seconds; plus
             keep_alive_seconds) x the instance-hour price of the costliest of the
-            preferred instance types, exceeds this many USD (times the number of
-            ``budget_items``); 0: no limit.
+            preferred instance types, exceeds this many USD (in a pipeline's sweep:
+            times its number of jobs); 0: no limit.
         budget_items: The items of the ParallelFor this job is one of (a sweep's
             precisions or batch candidates): ``max_cost_usd`` then bounds the sum
             of all their worst cases, so no job starts when the sweep is over it.
-        job_name: Explicit training job name (default: derived, see above).
+        job_name: Explicit training job name (default: derived from the run id, the
+            task, the precision and a digest of what the job trains, so that a retry
+            re-attaches to its job).
         poll_interval_seconds: Seconds between DescribeTrainingJob/log polls.
         max_outage_seconds: How long an unreachable SageMaker endpoint is ridden out
             while following the job (it keeps running meanwhile); past it the task
