@@ -592,7 +592,7 @@ def test_the_backend_does_not_work_out_a_models_memory_from_its_hyperparameters(
     sm = backend.client("sagemaker")
     sm.create_training_job(**request("oom-silent", "sh -c 'kill -KILL $$'; exit $?",
                                      HyperParameters={"model-preset": "8b", "num-layers": "40"}))
-    reason = wait_status(sm, "oom-silent")["FailureReason"]
+    reason = job_ended(sm, "oom-silent")["FailureReason"]
     assert "SIGKILL" in reason and "out-of-memory" in reason
     assert "B parameters" not in reason and "8b" not in reason and "trainer reported" not in reason
 
