@@ -167,14 +167,19 @@ def test_compare_convergence_settings_defaults_are_the_components():
     assert {k: settings[k] for k in shared} == {k: declared[k] for k in shared}
 
 
-def test_build_request_defaults_are_the_components():
+def test_a_build_request_takes_the_components_defaults_and_names_a_bad_parameter():
     from components.build_image.build import BuildRequest
     from components.build_image.component import build_image
+    from components.common.errors import UserError
 
-    declared = cli.defaults(build_image)
-    request = BuildRequest.from_parameters({"run_id": "r", **declared})
-    assert request == BuildRequest("r", pipeline="", **{
-        k: v for k, v in _field_defaults(BuildRequest).items() if k != "pipeline"})
+    request = BuildRequest.from_parameters(cli.declared(build_image, run_id="r"))
+    assert (request.repository, request.timeout_minutes, request.builder) == (
+        "kfp-sagemaker-blackwell/trainer", 120, "auto")
+    for name, bad in (("builder", "podman"), ("timeout_minutes", 3), ("tags", {"k" * 200: "v"}),
+                      ("codebuild_compute_type", "BUILD_HUGE"), ("run_id", "run*")):
+        with pytest.raises(UserError) as err:
+            BuildRequest.from_parameters(cli.declared(build_image, {"run_id": "r", name: bad}))
+        assert err.value.field == name
 
 
 def test_cleanup_defaults_are_the_components():
