@@ -25,7 +25,8 @@ estimates behind it. Rules, in the user's words:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from components.common import throughput
@@ -488,6 +489,19 @@ def batch_candidates(result: PlanResult, max_batch_size: int = 0) -> list[dict[s
                                 round(predicted.tokens_per_s_per_gpu, 1)})
     out.sort(key=lambda c: -c["predicted_tokens_per_s_per_gpu"])
     return out
+
+
+def model_from_parameters(params: Mapping[str, Any], **more: Any) -> ModelSpec:
+    """The model of a component's parameters: ``model_preset`` and each ModelSpec field
+    the component declares, 0 or "" (-1 for ``vocab_size``, where 0 means no embedding)
+    keeping the preset's; ``more``: further fields (None keeps the preset's)."""
+    dims: dict[str, Any] = {}
+    for f in fields(ModelSpec):
+        if f.name in params:
+            value = params[f.name]
+            keep = value == -1 if f.name == "vocab_size" else not value
+            dims[f.name] = None if keep else value
+    return model_from_values(params["model_preset"] or None, **{**dims, **more})
 
 
 def model_from_values(preset: str | None = None, **dims: Any) -> ModelSpec:

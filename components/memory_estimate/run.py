@@ -20,13 +20,6 @@ from components.memory_estimate import planner, report
 # (tests/test_memory_estimate.py checks the defaults agree).
 TRAINING_PARAMETERS = ("backend", "param_dtype", "master_weights", "optimizer_state_dtype",
                        "fsdp_version", "quantized_model_init", "optimizer", "dropout")
-PARAMETERS = frozenset((
-    "instance_type", "instance_count", "world_size", "gpu", "model_preset", "num_layers",
-    "hidden_size", "num_heads", "num_kv_heads", "ffn_hidden_size", "vocab_size", "mlp",
-    "seq_length", "batch_size", "precisions", "activation_checkpointing", "headroom",
-    *TRAINING_PARAMETERS, "require_all_runnable", "max_candidate_batch_size",
-    "instance_hour_prices",
-))
 
 
 @dataclass(frozen=True)
@@ -50,19 +43,8 @@ def request(
     ``model`` / ``training``: further ModelSpec fields (None keeps the preset's) and
     training knobs that the CLI offers beyond the component's parameters.
     """
-    missing, unknown = PARAMETERS - set(params), set(params) - PARAMETERS
-    if missing or unknown:
-        raise TypeError(f"memory_estimate parameters: missing {sorted(missing)}, "
-                        f"unknown {sorted(unknown)}")
-    dims: dict[str, Any] = {
-        name: params[name] or None
-        for name in ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "ffn_hidden_size",
-                     "mlp")
-    }
-    dims["vocab_size"] = None if params["vocab_size"] == -1 else params["vocab_size"]
-    dims.update(model or {})
     return planner.Request(
-        model=planner.model_from_values(params["model_preset"] or None, **dims),
+        model=planner.model_from_parameters(params, **(model or {})),
         seq_length=params["seq_length"],
         hardware=planner.resolve_hardware(
             gpu=params["gpu"], instance_type=params["instance_type"],
