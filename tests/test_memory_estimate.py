@@ -539,3 +539,16 @@ def test_component_training_parameters_are_training_setup_fields_with_its_defaul
     assert {"optimizer", "dropout"} <= set(run.TRAINING_PARAMETERS)
     assert {k: declared[k] for k in run.TRAINING_PARAMETERS} == {
         k: fields[k] for k in run.TRAINING_PARAMETERS}
+
+
+def test_a_plan_checks_its_training_setup_once_not_per_estimate(monkeypatch):
+    # Values parsed once (issue 27): the request is checked where it is made; the hundreds
+    # of setups its search estimates and predicts differ only in what that check covered.
+    from components.common.training_setup import TrainingSetup
+
+    calls = []
+    check = TrainingSetup.validate
+    monkeypatch.setattr(TrainingSetup, "validate", lambda s: calls.append(s) or check(s))
+    result = _run_component()
+    assert len(result.runnable_precisions) > 1
+    assert len(calls) == 1

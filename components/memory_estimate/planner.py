@@ -172,14 +172,17 @@ class Request:
             raise UserError(
                 "headroom", f"={self.headroom!r} must be a fraction in [0, 1), e.g. 0.05.", ""
             )
-        # Build one setup so that model / training errors surface here, named.
-        self.setup(self.precisions[0], max(1, max(self.batch_sizes)), False)
-        return self
-
-    def setup(self, precision: str, batch_size: int, checkpointing: bool) -> TrainingSetup:
         unknown = set(self.training) - set(TrainingSetup.__dataclass_fields__)
         if unknown:
             raise UserError("training", f"unknown setting(s) {', '.join(sorted(unknown))}.", "")
+        # Check one setup so that model / training errors surface here, named: the others
+        # differ from it only in what was just checked (precision, batch, checkpointing).
+        self.setup(self.precisions[0], max(1, max(self.batch_sizes)), False).validate()
+        return self
+
+    def setup(self, precision: str, batch_size: int, checkpointing: bool) -> TrainingSetup:
+        """The training setup of one configuration of this request, checked by
+        :meth:`validate` (call it first: ``plan`` does)."""
         return TrainingSetup(
             model=self.model,
             batch_size=batch_size,
@@ -188,7 +191,7 @@ class Request:
             activation_checkpointing=checkpointing,
             world_size=self.hardware.world_size,
             **self.training,
-        ).validate()
+        )
 
     @property
     def usable_bytes(self) -> int:
@@ -213,7 +216,7 @@ def largest_batch(request: Request, precision: str, checkpointing: bool) -> int:
 
     def fits(b: int) -> bool:
         s = request.setup(precision, b, checkpointing)
-        return _fits(request, estimator.estimate(s, request.hardware.gpu))
+        return _fits(request, estimator.estimate_checked(s, request.hardware.gpu))
 
     if not fits(1):
         return 0
@@ -341,7 +344,8 @@ def _estimate_rows(request: Request, precision: str, limits: _Limits) -> list[Es
     for ac in _modes(request):
         for b in sorted(set(request.batch_sizes)):
             batch = (b or limits.for_zero(ac)) or 1
-            rows.append(estimator.estimate(request.setup(precision, batch, ac), request.hardware.gpu))
+            rows.append(estimator.estimate_checked(request.setup(precision, batch, ac),
+                                                   request.hardware.gpu))
     return _dedupe(rows)
 
 
@@ -378,9 +382,9 @@ def _entry(request: Request, precision: str, e: Estimate, limits: _Limits, *,
 
 
 def _throughput(request: Request, setup: TrainingSetup) -> dict[str, Any]:
-    p = throughput.predict(setup, request.hardware.gpu,
-                           instance_type=request.hardware.instance_type,
-                           prices=request.instance_hour_prices)
+    p = throughput.predict_checked(setup, request.hardware.gpu,
+                                   instance_type=request.hardware.instance_type,
+                                   prices=request.instance_hour_prices)
     out = throughput.summary(p)
     return {k: out[k] for k in PLAN_THROUGHPUT_KEYS}
 
@@ -396,8 +400,8 @@ def _fitting_reason(request: Request, precision: str, chosen: Estimate,
                      "would fit.")
     required = False
     if s.activation_checkpointing:
-        without = estimator.estimate(request.setup(precision, s.batch_size, False),
-                                     request.hardware.gpu)
+        without = estimator.estimate_checked(request.setup(precision, s.batch_size, False),
+                                             request.hardware.gpu)
         required = not _fits(request, without)
         if required and request.activation_checkpointing == "auto":
             notes.insert(0, f"batch {s.batch_size} fits only with activation checkpointing "
@@ -482,8 +486,8 @@ def batch_candidates(result: PlanResult, max_batch_size: int = 0) -> list[dict[s
                 top = min(top, max_batch_size)
             sizes = sorted({1 << k for k in range(top.bit_length()) if (1 << k) <= top} | ({top} if top else set()))
             for b in sizes:
-                predicted = throughput.predict(request.setup(p, b, ac), hw.gpu,
-                                               instance_type=hw.instance_type)
+                predicted = throughput.predict_checked(request.setup(p, b, ac), hw.gpu,
+                                                       instance_type=hw.instance_type)
                 out.append({"precision": p, "batch_size": b, "activation_checkpointing": ac,
                             "predicted_tokens_per_s_per_gpu":
                                 round(predicted.tokens_per_s_per_gpu, 1)})
