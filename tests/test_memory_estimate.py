@@ -552,3 +552,13 @@ def test_a_plan_checks_its_training_setup_once_not_per_estimate(monkeypatch):
     result = _run_component()
     assert len(result.runnable_precisions) > 1
     assert len(calls) == 1
+
+
+def test_activation_checkpointing_words_are_read_once_and_a_bad_one_names_the_parameter():
+    plan = json.loads(_run_component(model_preset="1b", gpu="H200", precisions=["bf16"],
+                                     activation_checkpointing="TRUE").plan)
+    assert plan["training"]["activation_checkpointing_mode"] == "on"
+    with pytest.raises(UserError) as err:
+        _run_component(gpu="H200", activation_checkpointing="Maybe")
+    assert err.value.field == "activation_checkpointing"
+    assert str(err.value).startswith("activation_checkpointing: ='Maybe' is not one of auto, on, off.")

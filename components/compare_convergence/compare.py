@@ -77,6 +77,7 @@ class Settings:
     min_step_coverage: float
     target_gpu: str
     min_speedup_gain: float  # a riskier precision must be this much faster
+    gpu: hardware.GPU  # target_gpu's datasheet, read once
     warmup: float = 0.1  # not a parameter: the start of the curves divergence ignores
 
     @classmethod
@@ -84,8 +85,12 @@ class Settings:
         """The checked settings for the component's parameters, by name (other keys, the
         artifacts and the entry's own parameters, are ignored); a bad value is a UserError
         naming its parameter."""
-        return cls(**{f.name: params[f.name] for f in fields(cls) if f.name != "warmup"}
-                   ).validate()
+        try:
+            gpu = hardware.gpu(params["target_gpu"])
+        except ValueError as exc:
+            raise UserError("target_gpu", str(exc), "e.g. B200 (ml.p6-b200.48xlarge).") from None
+        return cls(gpu=gpu, **{f.name: params[f.name] for f in fields(cls)
+                               if f.name not in ("gpu", "warmup")}).validate()
 
     def validate(self) -> Settings:
         checks = [
@@ -108,10 +113,6 @@ class Settings:
             raise UserError("baseline", f"{self.baseline!r} is not a precision the trainer "
                             "knows.", f"name one of {', '.join(hardware.PRECISIONS)}, e.g. "
                             "bf16.")
-        try:
-            hardware.gpu(self.target_gpu)
-        except ValueError as exc:
-            raise UserError("target_gpu", str(exc), "e.g. B200 (ml.p6-b200.48xlarge).") from None
         return self
 
 
@@ -382,7 +383,7 @@ def compare(series: list[Series], settings: Settings, *,
     baseline = st.baseline
     healthy_base = _healthy_baseline(runs, baseline, problems)
     base_by_seed = {r.seed: r for r in healthy_base}
-    target = hardware.gpu(st.target_gpu)
+    target = st.gpu
     results: dict[str, Result] = {}
     base_mem = _nanmean([r.peak_memory_gib for r in healthy_base])
     for precision in sorted(runs, key=_precision_order):

@@ -535,8 +535,10 @@ def parse_precisions(values: Any) -> tuple[str, ...]:
     return tuple(out)
 
 
-def parse_checkpointing(value: Any) -> str:
-    """True/False/None or 'on'/'off'/'auto' (also 'true', 'false', 'block', 'none')."""
+def parse_checkpointing(value: Any) -> Any:
+    """True/False/None or 'on'/'off'/'auto' (also 'true', 'false', 'block', 'none') as
+    'on', 'off' or 'auto'; anything else as given, for :meth:`Request.validate`, the one
+    check of the mode, to refuse naming the parameter."""
     if value is None:
         return "auto"
     if isinstance(value, bool):
@@ -545,8 +547,4 @@ def parse_checkpointing(value: Any) -> str:
     aliases = {"true": "on", "1": "on", "yes": "on", "block": "on", "false": "off", "0": "off",
                "no": "off", "none": "off", "": "auto"}
     v = aliases.get(v, v)
-    if v not in CHECKPOINTING_MODES:
-        raise UserError(
-            "activation_checkpointing", f"={value!r} is not one of auto, on, off.", ""
-        )
-    return v
+    return v if v in CHECKPOINTING_MODES else value
