@@ -28,6 +28,8 @@ CLIS = {
     "components.sagemaker_training.__main__": ("components.sagemaker_training.component",
                                                "sagemaker_training"),
     "components.plan_training.__main__": ("components.plan_training.component", "plan_training"),
+    "components.rank_throughput.__main__": ("components.rank_throughput.component",
+                                            "rank_throughput"),
 }
 # What is not yet converted: (test, source) -> why. Strict, so that a marker must go the
 # day its test passes.
