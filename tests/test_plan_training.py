@@ -495,3 +495,12 @@ def test_a_search_checks_the_goal_once_not_each_candidate(monkeypatch):
     out = plan(seq_length=8192, capacity_modes=["on-demand"], precisions=["bf16", "fp8"])
     assert out.parameters is not None
     assert calls == []
+
+
+def test_the_search_hardware_of_a_catalog_type_is_what_resolve_hardware_checks():
+    # The search builds each candidate's hardware from the catalog entry plan_training.run
+    # looked up, without looking it up and checking it again per instance count.
+    for name, it in hardware.INSTANCE_TYPES.items():
+        for count in (1, 2, 16):
+            assert planner.Hardware.of(it, count) == planner.resolve_hardware(
+                instance_type=name, instance_count=count)

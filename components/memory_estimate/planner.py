@@ -60,6 +60,12 @@ class Hardware:
     gpus_per_node: int
     world_size: int
 
+    @classmethod
+    def of(cls, it: hardware.InstanceType, instance_count: int) -> Hardware:
+        """Every GPU of ``instance_count`` instances of a catalog type (already looked up:
+        nothing is checked again; :func:`resolve_hardware` checks what a user gives)."""
+        return cls(it.gpu_spec, it.name, it.gpus_per_node, it.gpus_per_node * instance_count)
+
 
 def resolve_hardware(
     *,

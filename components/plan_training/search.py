@@ -282,13 +282,14 @@ def _batches(top: int, cap: int) -> list[int]:
 
 def _configurations(goal: Goal, instance_type: str, result: SearchResult) -> list[Config]:
     """Every fitting configuration of ``instance_type``; misfits recorded in ``result``."""
-    gpu = hardware.GPUS[hardware.INSTANCE_TYPES[instance_type].gpu]
+    it = hardware.INSTANCE_TYPES[instance_type]  # a catalog name (plan_training.run checked it)
+    gpu = it.gpu_spec
     skipped = [p for p in goal.precisions if not gpu.supports(p)]
     if skipped:
         result.notes.append(f"{instance_type} ({gpu.name}) does not run {', '.join(skipped)}")
     out: list[Config] = []
     for count in goal.instance_counts:
-        hw = planner.resolve_hardware(instance_type=instance_type, instance_count=count)
+        hw = planner.Hardware.of(it, count)
         for p in _precisions(goal, gpu):
             # The goal was checked where it was made (plan_training.run.goal_and_book):
             # its model, sequence, precisions and headroom need no second check here.
