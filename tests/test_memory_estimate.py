@@ -536,9 +536,10 @@ def test_component_training_parameters_are_training_setup_fields_with_its_defaul
     declared = common_cli.defaults(memory_estimate)
     fields = {f.name: f.default for f in dataclasses.fields(TrainingSetup)}
     fields["param_dtype"] = "fp32"  # None in TrainingSetup: fp32, its stored_param_dtype
-    assert {"optimizer", "dropout"} <= set(run.TRAINING_PARAMETERS)
-    assert {k: declared[k] for k in run.TRAINING_PARAMETERS} == {
-        k: fields[k] for k in run.TRAINING_PARAMETERS}
+    knobs = run.training_parameters(declared)
+    assert set(knobs) == {"backend", "param_dtype", "master_weights", "optimizer_state_dtype",
+                          "fsdp_version", "quantized_model_init", "optimizer", "dropout"}
+    assert knobs == {k: fields[k] for k in knobs}
 
 
 def test_a_plan_checks_its_training_setup_once_not_per_estimate(monkeypatch):
