@@ -356,7 +356,7 @@ def plan_context(
         region = "" if req.base_image else resolve_region(req.region or None)
         build_args[BASE_IMAGE_ARG] = resolve_base_image(req, region, lookup)
         log(f"[build_image] base image: {build_args[BASE_IMAGE_ARG]}")
-    context = ctx.collect(root, req.dockerfile, build_args, req.context_paths or None)
+    context = ctx.collect(root, req.dockerfile, build_args, list(req.context_paths) or None)
     log(f"[build_image] build context {context.tag}: {len(context.files)} files, "
         f"{context.total_bytes} bytes")
     return context
