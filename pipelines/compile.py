@@ -140,12 +140,14 @@ def build_components_image(args: argparse.Namespace) -> str:
     """Builds and pushes the components image with build_image; returns its URI (digest)."""
     from components import __version__
     from components.build_image import build as b
+    from components.build_image.component import build_image
+    from components.common.cli import declared
 
-    result = b.build_image(b.BuildRequest(
-        run_id=f"components-image-{__version__}", region=args.region, s3_uri=args.s3_uri,
-        repository=args.repository, dockerfile=COMPONENTS_DOCKERFILE,
-        codebuild_role_arn=args.codebuild_role_arn, pipeline="compile",
-        component="build_image"), log=lambda line: print(line, file=sys.stderr, flush=True))
+    result = b.build_image(b.BuildRequest.from_parameters(declared(
+        build_image, run_id=f"components-image-{__version__}", region=args.region,
+        s3_uri=args.s3_uri, repository=args.repository, dockerfile=COMPONENTS_DOCKERFILE,
+        codebuild_role_arn=args.codebuild_role_arn, pipeline="compile")),
+        log=lambda line: print(line, file=sys.stderr, flush=True))
     if result.outcome == "not-built":
         from components.common.errors import UserError
 

@@ -19,7 +19,8 @@ import yaml
 from components.build_image import build as b
 from components.build_image import codebuild as cb
 from components.build_image import context as ctx
-from components.common import build_marks
+from components.build_image.component import build_image
+from components.common import build_marks, cli
 from components.common.errors import UserError
 from components.common.shipped import CHECKOUT
 
@@ -47,6 +48,13 @@ FILES = {
     "scripts/notes.txt": "not copied: not a .sh\n",
     "README.md": "not copied\n",
 }
+
+DLC_TAG = cli.defaults(build_image)["base_image_tag"]
+
+
+def request(**given) -> b.BuildRequest:
+    """The checked request for these parameters, the component's defaults for the rest."""
+    return b.BuildRequest.from_parameters(cli.declared(build_image, **given))
 
 
 def make_tree(root: Path, order: list[str] | None = None, umask_mode: int = 0o644) -> Path:
@@ -185,14 +193,14 @@ def test_the_real_dockerfiles_of_this_repository_have_a_context():
 
 
 def test_base_image_comes_from_the_override_or_the_lookup_with_the_pinned_tag():
-    req = b.BuildRequest(run_id="r", base_image="example.com/base:1")
+    req = request(run_id="r", base_image="example.com/base:1")
     assert b.resolve_base_image(req, "us-west-2", lookup=lambda r, i: pytest.fail("looked up")) \
         == "example.com/base:1"
     looked_up = "763104351884.dkr.ecr.us-west-2.amazonaws.com/pytorch-training:2.9-gpu-py312"
-    req = b.BuildRequest(run_id="r")
+    req = request(run_id="r")
     assert b.resolve_base_image(req, "us-west-2", lookup=lambda r, i: looked_up) == (
-        "763104351884.dkr.ecr.us-west-2.amazonaws.com/pytorch-training:" + b.DLC_TAG)
-    req = b.BuildRequest(run_id="r", base_image_tag="")
+        "763104351884.dkr.ecr.us-west-2.amazonaws.com/pytorch-training:" + DLC_TAG)
+    req = request(run_id="r", base_image_tag="")
     assert b.resolve_base_image(req, "us-west-2", lookup=lambda r, i: looked_up) == looked_up
 
 
@@ -204,7 +212,7 @@ def test_without_the_sagemaker_sdk_the_error_names_the_base_image_override():
                          cwd=CHECKOUT)
     assert out.returncode != 0
     assert "base_image:" in out.stderr and "sagemaker-core" in out.stderr
-    assert "pytorch-training:" + b.DLC_TAG in out.stderr
+    assert "pytorch-training:" + DLC_TAG in out.stderr
 
 
 def test_sdk_lookup_gives_the_regional_pytorch_dlc_when_installed():
@@ -294,7 +302,6 @@ def test_cli_prints_the_tag_without_aws_and_exits_2_on_user_errors(tmp_path):
 
 def test_cli_pipeline_flag_tags_the_build_and_pipeline_name_is_its_old_spelling(capsys):
     from components.build_image.__main__ import build_parser
-    from components.common import cli
 
     _, values = cli.parse(build_parser(), ["--run-id", "r", "--pipeline", "sweep"])
     assert b.BuildRequest.from_parameters(values).pipeline == "sweep"
@@ -306,10 +313,10 @@ def test_cli_pipeline_flag_tags_the_build_and_pipeline_name_is_its_old_spelling(
 
 def test_installed_package_finds_its_sources_through_the_environment(tmp_path, monkeypatch):
     root = make_tree(tmp_path / "src")
-    req = b.BuildRequest(run_id="r", dockerfile="docker/Dockerfile")
+    req = request(run_id="r", dockerfile="docker/Dockerfile")
     with pytest.raises(UserError, match="KFP_SAGEMAKER_SOURCE_DIR"):
         b.context_root(req)
     monkeypatch.setenv(b.SOURCE_DIR_ENV, str(root))
     assert b.context_root(req) == root
-    assert b.context_root(b.BuildRequest(run_id="r", dockerfile="images/components/Dockerfile")) \
+    assert b.context_root(request(run_id="r", dockerfile="images/components/Dockerfile")) \
         == CHECKOUT

@@ -31,7 +31,8 @@ from botocore.exceptions import EndpointConnectionError
 from components.build_image import build as b
 from components.build_image import codebuild as cb
 from components.build_image import ecr as ecr_mod
-from components.common import aws, build_marks, iam_policy, resources, tags
+from components.build_image.component import build_image
+from components.common import aws, build_marks, cli, iam_policy, resources, tags
 from components.common.errors import UserError
 
 pytestmark = pytest.mark.timeout(120)
@@ -39,7 +40,8 @@ pytestmark = pytest.mark.timeout(120)
 RUN = "run-build-1"
 ROLE = "arn:aws:iam::123456789012:role/kfp-sagemaker-codebuild"
 BUCKET = "kfp-test-bucket"
-BASE = "763104351884.dkr.ecr.us-west-2.amazonaws.com/pytorch-training:" + b.DLC_TAG
+DECLARED = cli.defaults(build_image)
+BASE = "763104351884.dkr.ecr.us-west-2.amazonaws.com/pytorch-training:" + DECLARED["base_image_tag"]
 
 
 class CodeBuildWorker:
@@ -199,9 +201,9 @@ def checkout(tmp_path):
 def request(checkout: Path, **overrides) -> b.BuildRequest:
     values = dict(run_id=RUN, s3_uri=f"s3://{BUCKET}/pipelines", context_dir=str(checkout),
                   base_image=BASE, builder="codebuild", codebuild_role_arn=ROLE,
-                  pipeline="precision-sweep", poll_interval_s=0.05)
+                  pipeline="precision-sweep", poll_interval_seconds=0.05)
     values.update(overrides)
-    return b.BuildRequest(**values)
+    return b.BuildRequest.from_parameters(cli.declared(build_image, values))
 
 
 def test_codebuild_flow_uploads_context_builds_pushes_and_streams_the_log(
@@ -215,15 +217,15 @@ def test_codebuild_flow_uploads_context_builds_pushes_and_streams_the_log(
 
     assert result.outcome == "built" and result.built
     ecr = backend.client("ecr")
-    repo_uri = ecr.describe_repositories(repositoryNames=[b.DEFAULT_REPOSITORY])[
+    repo_uri = ecr.describe_repositories(repositoryNames=[DECLARED["repository"]])[
         "repositories"][0]["repositoryUri"]
-    digest = ecr.describe_images(repositoryName=b.DEFAULT_REPOSITORY, imageIds=[
+    digest = ecr.describe_images(repositoryName=DECLARED["repository"], imageIds=[
         {"imageTag": result.context.tag}])["imageDetails"][0]["imageDigest"]
     assert result.image_uri == f"{repo_uri}@{digest}"
     assert result.tag_uri == f"{repo_uri}:{result.context.tag}"
     # The run marker tag (how cleanup finds the run's images) sits on the same image.
     marker = build_marks.run_marker(RUN, result.context.tag)
-    assert ecr.describe_images(repositoryName=b.DEFAULT_REPOSITORY, imageIds=[
+    assert ecr.describe_images(repositoryName=DECLARED["repository"], imageIds=[
         {"imageTag": marker}])["imageDetails"][0]["imageDigest"] == digest
 
     # One privileged build from the uploaded, tagged zip, with the run id on the build.
@@ -248,13 +250,13 @@ def test_codebuild_flow_uploads_context_builds_pushes_and_streams_the_log(
     assert f"BASE_IMAGE={BASE}" in spec["phases"]["build"]["commands"][0]
 
     # Project created privileged and tagged as created by this run; repository too.
-    project = backend.client("codebuild").batch_get_projects(names=[b.DEFAULT_PROJECT])[
+    project = backend.client("codebuild").batch_get_projects(names=[DECLARED["codebuild_project"]])[
         "projects"][0]
     assert project["environment"]["privilegedMode"] is True
     project_tags = tags.from_key_value(project["tags"])
     assert project_tags[tags.CREATED_KEY] == RUN and tags.belongs_to_run(project_tags, RUN)
     repo_tags = tags.from_key_value(ecr.list_tags_for_resource(resourceArn=ecr.describe_repositories(
-        repositoryNames=[b.DEFAULT_REPOSITORY])["repositories"][0]["repositoryArn"])["tags"])
+        repositoryNames=[DECLARED["repository"]])["repositories"][0]["repositoryArn"])["tags"])
     assert repo_tags[tags.CREATED_KEY] == RUN
 
     # The build's log came through, and the resources were recorded as they appeared.
@@ -307,7 +309,7 @@ def test_sigterm_stops_the_build(backend, checkout, monkeypatch):
     worker.join()
     assert signal.getsignal(signal.SIGTERM) is previous
     codebuild = backend.client("codebuild")
-    ids = codebuild.list_builds_for_project(projectName=b.DEFAULT_PROJECT)["ids"]
+    ids = codebuild.list_builds_for_project(projectName=DECLARED["codebuild_project"])["ids"]
     assert [x["buildStatus"] for x in codebuild.batch_get_builds(ids=ids)["builds"]] == [
         "STOPPED"]
 
@@ -381,7 +383,7 @@ def test_local_backend_without_docker_returns_the_uri_and_says_not_built(
         result = b.build_image(request(checkout, builder="auto"), log=lines.append,
                                docker_ok=lambda: False)
     assert result.outcome == "not-built" and not result.built
-    assert result.image_uri.endswith(f"/{b.DEFAULT_REPOSITORY}:{result.context.tag}")
+    assert result.image_uri.endswith(f"/{DECLARED['repository']}:{result.context.tag}")
     assert "NOT BUILT" in result.message and any("NOT BUILT" in line for line in lines)
     assert {c.service for c in recording.calls()} == {"ecr"}  # no S3 upload, no CodeBuild
     assert iam_policy.check_calls(iam_policy.pod_policy(bucket=BUCKET), recording.calls()) == []
@@ -427,7 +429,7 @@ esac
     assert "./trainer/train.sh" in recorded  # the executable bit survived the zip
     ecr = backend.client("ecr")
     for tag in (result.context.tag, build_marks.run_marker(RUN, result.context.tag)):
-        assert ecr.describe_images(repositoryName=b.DEFAULT_REPOSITORY,
+        assert ecr.describe_images(repositoryName=DECLARED["repository"],
                                    imageIds=[{"imageTag": tag}])["imageDetails"]
     again = b.build_image(request(checkout, builder="auto"), log=lambda _: None)
     assert again.outcome == "reused"

@@ -18,9 +18,10 @@ import pytest
 from test_build_image_flow import CodeBuildWorker, write_checkout
 
 from components.build_image import build as b
+from components.build_image.component import build_image
 from components.cleanup import plan as plan_mod
 from components.cleanup.run import cleanup
-from components.common import aws, build_marks, iam_policy, tags
+from components.common import aws, build_marks, cli, iam_policy, tags
 from components.common.errors import UserError
 from components.common.shipped import CHECKOUT
 
@@ -103,10 +104,10 @@ def world(monkeypatch, tmp_path):
 
         def build() -> None:
             try:
-                b.build_image(b.BuildRequest(
-                    run_id=RUN_A, s3_uri=f"s3://{BUCKET}/{PREFIX}",
+                b.build_image(b.BuildRequest.from_parameters(cli.declared(
+                    build_image, run_id=RUN_A, s3_uri=f"s3://{BUCKET}/{PREFIX}",
                     context_dir=str(tmp_path / "checkout"), base_image="example.com/base:1",
-                    builder="codebuild", codebuild_role_arn=ROLE, poll_interval_s=0.1),
+                    builder="codebuild", codebuild_role_arn=ROLE, poll_interval_seconds=0.1)),
                     log=lambda _: None)
             except BaseException as exc:  # stopped by cleanup
                 build_errors.append(exc)
@@ -195,7 +196,7 @@ def snapshot(backend) -> dict:
             for t in i.get("imageTags", []))
             for r in ecr.describe_repositories()["repositories"]},
         "streams": sorted(s["logStreamName"] for g in ("/aws/sagemaker/TrainingJobs",
-                                                        f"/aws/codebuild/{b.DEFAULT_PROJECT}")
+                                                        "/aws/codebuild/" + cli.defaults(build_image)["codebuild_project"])
                           for s in logs.describe_log_streams(logGroupName=g)["logStreams"]),
         "groups": sorted(g["logGroupName"] for g in logs.describe_log_groups()["logGroups"]),
         "roles": sorted(r["RoleName"] for r in iam.list_roles()["Roles"]),

@@ -63,6 +63,18 @@ def test_values_fill_declared_defaults_and_given_tells_what_was_typed():
                                         "hyperparameters": {}, "max_steps": 7, "region": ""}
 
 
+def test_declared_fills_the_signatures_defaults_and_refuses_an_undeclared_name():
+    assert cli.declared(_example, name="a", max_steps=7) == {
+        "name": "a", "use_spot": False, "precisions": ["bf16"], "hyperparameters": {},
+        "max_steps": 7, "region": ""}
+    cli.declared(_example, name="a")["precisions"].append("fp8")  # a fresh copy each time
+    assert cli.declared(_example, name="a")["precisions"] == ["bf16"]
+    with pytest.raises(TypeError, match=r"unknown parameters \['max_step'\]"):
+        cli.declared(_example, name="a", max_step=7)
+    with pytest.raises(TypeError, match=r"missing required \['name'\]"):
+        cli.declared(_example, {"region": "us-west-2"})
+
+
 @pytest.mark.parametrize("argv, expected", [
     (["--use-spot"], True), (["--use-spot", "true"], True), (["--use-spot", "no"], False),
     (["--no-use-spot"], False), ([], None),

@@ -10,9 +10,11 @@ from html.parser import HTMLParser
 
 import pytest
 
+from components.common import cli
 from components.common.errors import UserError
 from components.common.step_series import read_series
 from components.compare_convergence.compare import Settings, compare
+from components.compare_convergence.component import compare_convergence
 from components.compare_convergence.report import (
     html_report,
     markdown,
@@ -27,6 +29,11 @@ from trainer import logformat as lf
 from trainer.spec import PRESETS
 
 FLOOR = 1.149
+
+
+def settings(**given) -> Settings:
+    """The checked settings for these parameters, the component's defaults for the rest."""
+    return Settings.from_parameters(cli.declared(compare_convergence, **given))
 
 
 def curve(steps=200, seed=1, offset=0.0, noise=0.01, diverge_at=None, nan_at=None):
@@ -71,8 +78,8 @@ def write_run(tmp_path, precision, losses, *, seed=1, emulated=False, tps=1000.0
     return path
 
 
-def run_compare(paths, **settings):
-    return compare_files(paths, Settings(**settings))
+def run_compare(paths, **given):
+    return compare_files(paths, settings(**given))
 
 
 def test_identical_curves_pass_and_the_faster_precision_is_recommended(tmp_path):
@@ -285,7 +292,7 @@ def test_a_baseline_shorter_than_the_others_makes_the_report_partial(tmp_path):
 
 def test_no_series_and_duplicate_runs_are_clear_errors(tmp_path):
     with pytest.raises(UserError, match="no series"):
-        compare([])
+        compare([], settings())
     a = write_run(tmp_path, "bf16", curve())
     b = tmp_path / "copy.csv"
     b.write_text(a.read_text())

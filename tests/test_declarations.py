@@ -9,7 +9,6 @@ and with no default of its own that differs; the same parameter has the same nam
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import importlib
 import re
 from typing import Any
@@ -29,6 +28,8 @@ CLIS = {
     "components.sagemaker_training.__main__": ("components.sagemaker_training.component",
                                                "sagemaker_training"),
     "components.plan_training.__main__": ("components.plan_training.component", "plan_training"),
+    "components.rank_throughput.__main__": ("components.rank_throughput.component",
+                                            "rank_throughput"),
 }
 # What is not yet converted: (test, source) -> why. Strict, so that a marker must go the
 # day its test passes.
@@ -143,38 +144,37 @@ def test_every_cli_spells_a_parameter_as_the_components_do(source):
     assert not wrong, wrong
 
 
-# ---- plain declarations beside a component: the same defaults ---------------------------
+# ---- the domain's typed values are made from the declaration, checked once ----------------
 
 
-def _field_defaults(cls: type) -> dict[str, Any]:
-    out = {}
-    for f in dataclasses.fields(cls):
-        if f.default is not dataclasses.MISSING:
-            out[f.name] = f.default
-        elif f.default_factory is not dataclasses.MISSING:
-            out[f.name] = f.default_factory()
-    return out
-
-
-def test_compare_convergence_settings_defaults_are_the_components():
+def test_compare_settings_take_the_components_defaults_and_name_a_bad_parameter():
+    from components.common.errors import UserError
     from components.compare_convergence.compare import Settings
     from components.compare_convergence.component import compare_convergence
 
-    declared = cli.defaults(compare_convergence)
-    settings = _field_defaults(Settings)
-    shared = set(declared) & set(settings)
-    assert shared == set(declared) - {"require_complete", "run_context"}
-    assert {k: settings[k] for k in shared} == {k: declared[k] for k in shared}
+    settings = Settings.from_parameters(cli.declared(compare_convergence))
+    assert (settings.baseline, settings.loss_tolerance_rel, settings.align_by) == (
+        "bf16", 0.01, "step")
+    for name, bad in (("align_by", "time"), ("baseline", "fp9"), ("target_gpu", "B900"),
+                      ("final_window", 0.0)):
+        with pytest.raises(UserError) as err:
+            Settings.from_parameters(cli.declared(compare_convergence, **{name: bad}))
+        assert err.value.field == name
 
 
-def test_build_request_defaults_are_the_components():
+def test_a_build_request_takes_the_components_defaults_and_names_a_bad_parameter():
     from components.build_image.build import BuildRequest
     from components.build_image.component import build_image
+    from components.common.errors import UserError
 
-    declared = cli.defaults(build_image)
-    request = BuildRequest.from_parameters({"run_id": "r", **declared})
-    assert request == BuildRequest("r", pipeline="", **{
-        k: v for k, v in _field_defaults(BuildRequest).items() if k != "pipeline"})
+    request = BuildRequest.from_parameters(cli.declared(build_image, run_id="r"))
+    assert (request.repository, request.timeout_minutes, request.builder) == (
+        "kfp-sagemaker-blackwell/trainer", 120, "auto")
+    for name, bad in (("builder", "podman"), ("timeout_minutes", 3), ("tags", {"k" * 200: "v"}),
+                      ("codebuild_compute_type", "BUILD_HUGE"), ("run_id", "run*")):
+        with pytest.raises(UserError) as err:
+            BuildRequest.from_parameters(cli.declared(build_image, {"run_id": "r", name: bad}))
+        assert err.value.field == name
 
 
 def test_cleanup_defaults_are_the_components():

@@ -8,9 +8,11 @@ from html.parser import HTMLParser
 
 import pytest
 
+from components.common import cli
 from components.common import markdown as md
 from components.common.errors import UserError
 from components.compare_convergence.compare import Settings
+from components.compare_convergence.component import compare_convergence
 from components.compare_convergence.report import MARKDOWN_COLUMNS, html_report, markdown
 from components.compare_convergence.run import compare_files
 from components.parse_logs.parser import parse_bytes
@@ -51,6 +53,11 @@ class _Tags(HTMLParser):
         self.text.append(data)
         if self._cell is not None:
             self._cell.append(data)
+
+
+def settings(**given) -> Settings:
+    """The checked settings for these parameters, the component's defaults for the rest."""
+    return Settings.from_parameters(cli.declared(compare_convergence, **given))
 
 
 def _render(markdown_text: str) -> _Tags:
@@ -114,7 +121,7 @@ def _run(tmp_path, precision, *, run, steps=60, oom=""):
 def test_compare_convergence_summary_shows_labels_and_reasons_as_text(tmp_path):
     paths = [_run(tmp_path, "bf16", run="base"),
              _run(tmp_path, "fp8", run=LABEL, steps=0, oom=REASON)]
-    cmp = compare_files(paths, Settings())
+    cmp = compare_files(paths, settings())
     text = markdown(cmp)
     table = _table_lines(text)
     assert len(table) == 2 + len(cmp.results)  # header, delimiter, one line per precision
@@ -133,7 +140,7 @@ def test_a_hostile_file_name_is_text_in_the_summary_and_a_hostile_baseline_is_re
     base = _run(tmp_path, "bf16", run="base")
     hostile = tmp_path / "<b onmouseover=alert(1)>bf16<b>|x.csv"
     hostile.write_text("# heading\n")
-    cmp = compare_files([base, hostile], Settings())
+    cmp = compare_files([base, hostile], settings())
     text = markdown(cmp)
     page = _render(text)
     _assert_text_not_markup(text, page, "<b onmouseover=alert(1)>bf16<b>|x.csv")
@@ -141,7 +148,7 @@ def test_a_hostile_file_name_is_text_in_the_summary_and_a_hostile_baseline_is_re
     _assert_text_not_markup("", _tags(html_report(cmp, figs={})), "<b onmouseover",
                             forbidden=FORBIDDEN_IN_HTML)
     with pytest.raises(UserError, match="baseline: '<b>bf16</b>' is not a precision"):
-        compare_files([base], Settings(baseline="<b>bf16</b>"))
+        compare_files([base], settings(baseline="<b>bf16</b>"))
 
 
 def _tags(html: str) -> _Tags:

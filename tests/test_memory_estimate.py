@@ -536,6 +536,30 @@ def test_component_training_parameters_are_training_setup_fields_with_its_defaul
     declared = common_cli.defaults(memory_estimate)
     fields = {f.name: f.default for f in dataclasses.fields(TrainingSetup)}
     fields["param_dtype"] = "fp32"  # None in TrainingSetup: fp32, its stored_param_dtype
-    assert {"optimizer", "dropout"} <= set(run.TRAINING_PARAMETERS)
-    assert {k: declared[k] for k in run.TRAINING_PARAMETERS} == {
-        k: fields[k] for k in run.TRAINING_PARAMETERS}
+    knobs = run.training_parameters(declared)
+    assert set(knobs) == {"backend", "param_dtype", "master_weights", "optimizer_state_dtype",
+                          "fsdp_version", "quantized_model_init", "optimizer", "dropout"}
+    assert knobs == {k: fields[k] for k in knobs}
+
+
+def test_a_plan_checks_its_training_setup_once_not_per_estimate(monkeypatch):
+    # Values parsed once (issue 27): the request is checked where it is made; the hundreds
+    # of setups its search estimates and predicts differ only in what that check covered.
+    from components.common.training_setup import TrainingSetup
+
+    calls = []
+    check = TrainingSetup.validate
+    monkeypatch.setattr(TrainingSetup, "validate", lambda s: calls.append(s) or check(s))
+    result = _run_component()
+    assert len(result.runnable_precisions) > 1
+    assert len(calls) == 1
+
+
+def test_activation_checkpointing_words_are_read_once_and_a_bad_one_names_the_parameter():
+    plan = json.loads(_run_component(model_preset="1b", gpu="H200", precisions=["bf16"],
+                                     activation_checkpointing="TRUE").plan)
+    assert plan["training"]["activation_checkpointing_mode"] == "on"
+    with pytest.raises(UserError) as err:
+        _run_component(gpu="H200", activation_checkpointing="Maybe")
+    assert err.value.field == "activation_checkpointing"
+    assert str(err.value).startswith("activation_checkpointing: ='Maybe' is not one of auto, on, off.")

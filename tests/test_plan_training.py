@@ -37,8 +37,7 @@ def plan(**given):
     verdicts = given.pop("verdicts", "")
     series = given.pop("probe_series", ())
     return run.run_component(verdicts=verdicts, probe_series=series,
-                             **{**cli.defaults(plan_training),
-                                                   "training_tokens": TOKENS, **given})
+                             **cli.declared(plan_training, {"training_tokens": TOKENS, **given}))
 
 
 def test_the_default_search_takes_seconds_on_a_cpu():
@@ -481,3 +480,27 @@ def test_probes_on_the_candidates_gpu_re_rank_the_probed_candidates_on_measured_
     assert len(out.result.ranked) == 2
     assert any(n.startswith(f"probe {top[0]['label']} not chosen: the probe did not complete")
                for n in out.result.notes)
+
+
+def test_a_search_checks_the_goal_once_not_each_candidate(monkeypatch):
+    # Values parsed once (issue 27): run.goal_and_book checks the goal; the search's
+    # requests and setups (thousands) are not checked again.
+    from components.common.training_setup import TrainingSetup
+
+    calls = []
+    for owner, name in ((TrainingSetup, "validate"), (planner.Request, "validate")):
+        check = getattr(owner, name)
+        monkeypatch.setattr(owner, name,
+                            lambda s, check=check, name=name: calls.append(name) or check(s))
+    out = plan(seq_length=8192, capacity_modes=["on-demand"], precisions=["bf16", "fp8"])
+    assert out.parameters is not None
+    assert calls == []
+
+
+def test_the_search_hardware_of_a_catalog_type_is_what_resolve_hardware_checks():
+    # The search builds each candidate's hardware from the catalog entry plan_training.run
+    # looked up, without looking it up and checking it again per instance count.
+    for name, it in hardware.INSTANCE_TYPES.items():
+        for count in (1, 2, 16):
+            assert planner.Hardware.of(it, count) == planner.resolve_hardware(
+                instance_type=name, instance_count=count)

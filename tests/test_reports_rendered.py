@@ -20,7 +20,9 @@ import subprocess
 
 import pytest
 
+from components.common import cli
 from components.compare_convergence.compare import Settings
+from components.compare_convergence.component import compare_convergence
 from components.compare_convergence.run import compare_files
 from components.compare_convergence.run import write_outputs as write_comparison
 from components.parse_logs.parser import parse_bytes
@@ -69,6 +71,11 @@ window.addEventListener('load', () => {
   document.body.appendChild(out);
 });
 </script>"""
+
+
+def settings(**given) -> Settings:
+    """The checked settings for these parameters, the component's defaults for the rest."""
+    return Settings.from_parameters(cli.declared(compare_convergence, **given))
 
 
 def rendered(tmp_path, page: str) -> dict:
@@ -128,7 +135,7 @@ def _assert_stands_alone(seen: dict, *, expect_text: list[str]) -> None:
 def test_precision_sweep_report_stands_alone_in_a_browser(tmp_path):
     paths = [_series(tmp_path, "bf16", run="sweep-bf16"),
              _series(tmp_path, "fp8", offset=0.002, run="sweep-fp8")]
-    cmp = compare_files(paths, Settings())
+    cmp = compare_files(paths, settings())
     write_comparison(cmp, html_path=tmp_path / "report.html", context=CONTEXT)
     seen = rendered(tmp_path, (tmp_path / "report.html").read_text(encoding="utf-8"))
     _assert_stands_alone(seen, expect_text=[

@@ -28,7 +28,7 @@ import tempfile
 import urllib.parse
 import zipfile
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -42,59 +42,68 @@ from components.common.errors import UserError
 from components.common.execution_context import ExecutionContext
 from components.common.s3 import split_s3_uri
 
-DEFAULT_REPOSITORY = "kfp-sagemaker-blackwell/trainer"
-DEFAULT_DOCKERFILE = "images/trainer/Dockerfile"
-DEFAULT_PROJECT = "kfp-sagemaker-blackwell-image-build"
-DEFAULT_COMPUTE_TYPE = "BUILD_GENERAL1_LARGE"
-DEFAULT_TIMEOUT_MINUTES = 120
-DEFAULT_INSTANCE_TYPE = "ml.p6-b200.48xlarge"
 # The AWS PyTorch training DLC the article builds on. The SDK resolves the regional
-# registry and repository; this tag pins the exact image (the SDK's own tag for
-# version "2.9" is the floating alias "2.9-gpu-py312").
+# registry and repository; the component's base_image_tag pins the exact image (the SDK's
+# own tag for version "2.9" is the floating alias "2.9-gpu-py312").
 DLC_FRAMEWORK_VERSION = "2.9"
 DLC_PY_VERSION = "py312"
-DLC_TAG = "2.9.0-gpu-py312-cu130-ubuntu22.04-sagemaker"
 BASE_IMAGE_ARG = "BASE_IMAGE"
 BUILDERS = ("auto", "codebuild", "docker", "none")
+COMPONENT = "build_image"  # the component tag of what it creates
 LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "::1"}
 SOURCE_DIR_ENV = shipped.SOURCE_DIR_ENV
 
 
-@dataclass
+@dataclass(frozen=True)
 class BuildRequest:
+    """The build_image component's parameters, checked: what the build trusts.
+
+    Made by :meth:`from_parameters` from every parameter by name. Their names, defaults
+    and documentation are the component's signature (components/build_image/component.py),
+    the one declaration; no field has a default of its own (elsewhere than the component
+    and its CLI: ``BuildRequest.from_parameters(cli.declared(build_image, ...))``).
+    """
+
     run_id: str
-    region: str = ""
-    s3_uri: str = ""  # s3://bucket/prefix: where build contexts are uploaded (CodeBuild)
-    repository: str = DEFAULT_REPOSITORY
-    dockerfile: str = DEFAULT_DOCKERFILE
-    context_dir: str = ""  # default: the package checkout (the components image has it)
-    context_paths: list[str] = field(default_factory=list)  # default: from COPY/ADD
-    build_args: dict[str, str] = field(default_factory=dict)
-    base_image: str = ""  # full URI; default: the regional DLC
-    base_image_tag: str = DLC_TAG  # "" = the SDK's own tag for the DLC
-    instance_type: str = DEFAULT_INSTANCE_TYPE  # the DLC lookup is per instance family
-    builder: str = "auto"
-    codebuild_project: str = DEFAULT_PROJECT
-    codebuild_role_arn: str = ""
-    codebuild_compute_type: str = DEFAULT_COMPUTE_TYPE
-    timeout_minutes: int = DEFAULT_TIMEOUT_MINUTES
-    pipeline: str = ""
-    component: str = "build_image"
-    extra_tags: dict[str, str] = field(default_factory=dict)
-    poll_interval_s: float = 15.0
+    s3_uri: str  # s3://bucket/prefix: where build contexts are uploaded (CodeBuild)
+    region: str
+    repository: str
+    dockerfile: str
+    context_dir: str  # "": the package checkout (the components image has it)
+    context_paths: tuple[str, ...]  # (): from COPY/ADD
+    build_args: dict[str, str]
+    base_image: str  # full URI; "": the regional DLC
+    base_image_tag: str  # "" = the SDK's own tag for the DLC
+    instance_type: str  # the DLC lookup is per instance family
+    builder: str  # one of BUILDERS
+    codebuild_project: str
+    codebuild_role_arn: str
+    codebuild_compute_type: str
+    timeout_minutes: int
+    pipeline: str
+    tags: dict[str, str]  # the extra tags
+    poll_interval_seconds: float
+    run_tags: dict[str, str]  # the run's tags merged with ``tags``: what everything gets
 
     @classmethod
     def from_parameters(cls, params: Mapping[str, Any]) -> BuildRequest:
-        """The request for the build_image component's parameters, by name.
-
-        The component's signature (components/build_image/component.py) declares
-        them; its CLI derives its flags from it. Other keys (outputs) are ignored.
-        """
-        return cls(
-            run_id=params["run_id"], region=params["region"], s3_uri=params["s3_uri"],
+        """The checked request for the build_image component's parameters, by name (other
+        keys, the outputs, are ignored); a bad value is a UserError naming its parameter."""
+        extra = {str(k): str(v) for k, v in (params["tags"] or {}).items()}
+        try:
+            tags.validate_run_id(params["run_id"])
+        except ValueError as exc:
+            raise UserError("run_id", str(exc), "pass the KFP run id.") from exc
+        try:
+            run_tags = tags.merge(tags.run_tags(params["run_id"], params["pipeline"], COMPONENT),
+                                  extra)
+        except ValueError as exc:
+            raise UserError("tags", str(exc), "drop or shorten the extra tags.") from exc
+        req = cls(
+            run_id=params["run_id"], s3_uri=params["s3_uri"], region=params["region"],
             repository=params["repository"], dockerfile=params["dockerfile"],
             context_dir=params["context_dir"],
-            context_paths=[str(p) for p in params["context_paths"] or []],
+            context_paths=tuple(str(p) for p in params["context_paths"] or []),
             build_args={str(k): str(v) for k, v in (params["build_args"] or {}).items()},
             base_image=params["base_image"], base_image_tag=params["base_image_tag"],
             instance_type=params["instance_type"], builder=params["builder"],
@@ -102,9 +111,11 @@ class BuildRequest:
             codebuild_role_arn=params["codebuild_role_arn"],
             codebuild_compute_type=params["codebuild_compute_type"],
             timeout_minutes=params["timeout_minutes"], pipeline=params["pipeline"],
-            extra_tags={str(k): str(v) for k, v in (params["tags"] or {}).items()},
-            poll_interval_s=params["poll_interval_seconds"],
+            tags=extra, poll_interval_seconds=params["poll_interval_seconds"],
+            run_tags=run_tags,
         )
+        _check(req)
+        return req
 
 
 @dataclass
@@ -139,7 +150,8 @@ def lookup_dlc(region: str, instance_type: str) -> str:
             "the SageMaker SDK (package sagemaker-core) is not installed, so the regional "
             "PyTorch DLC cannot be looked up.",
             "pass base_image=<full image URI> (e.g. 763104351884.dkr.ecr.us-west-2.amazonaws.com/"
-            f"pytorch-training:{DLC_TAG}), or pip install 'kfp-sagemaker-blackwell[sagemaker]'.",
+            "pytorch-training:2.9.0-gpu-py312-cu130-ubuntu22.04-sagemaker), or pip install "
+            "'kfp-sagemaker-blackwell[sagemaker]'.",
         ) from exc
     return str(image_uris.retrieve(
         framework="pytorch", region=region, version=DLC_FRAMEWORK_VERSION,
@@ -157,11 +169,8 @@ def resolve_base_image(req: BuildRequest, region: str,
     return uri
 
 
-def validate(req: BuildRequest) -> None:
-    try:
-        tags.validate_run_id(req.run_id)
-    except ValueError as exc:
-        raise UserError("run_id", str(exc), "pass the KFP run id.") from exc
+def _check(req: BuildRequest) -> None:
+    """What :meth:`BuildRequest.from_parameters` checks beyond the run id and the tags."""
     ecr_mod.validate_repository(req.repository)
     if req.builder not in BUILDERS:
         raise UserError("builder", f"{req.builder!r} is not one of {', '.join(BUILDERS)}.",
@@ -170,14 +179,14 @@ def validate(req: BuildRequest) -> None:
     if req.codebuild_compute_type not in cb.COMPUTE_TYPES:
         raise UserError("codebuild_compute_type", f"{req.codebuild_compute_type!r} is not "
                         f"one of {', '.join(cb.COMPUTE_TYPES)}.",
-                        f"use {DEFAULT_COMPUTE_TYPE}: the DLC base needs its disk and memory.")
+                        "use BUILD_GENERAL1_LARGE: the DLC base needs its disk and memory.")
     if req.codebuild_role_arn and not re.match(r"^arn:aws[a-z-]*:iam::\d{12}:role/.+$",
                                                req.codebuild_role_arn):
         raise UserError("codebuild_role_arn", f"{req.codebuild_role_arn!r} is not an IAM "
                         "role ARN.", "pass arn:aws:iam::<account>:role/<name>.")
     if not 5 <= req.timeout_minutes <= 2160:
         raise UserError("timeout_minutes", f"{req.timeout_minutes} is outside CodeBuild's "
-                        "5-2160 minutes.", f"use e.g. {DEFAULT_TIMEOUT_MINUTES}.")
+                        "5-2160 minutes.", "use e.g. 120.")
     for key in req.build_args:
         if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", key):
             raise UserError("build_args", f"{key!r} is not a valid build argument name.",
@@ -301,7 +310,7 @@ def _codebuild(req: BuildRequest, region: str, context: ctx.BuildContext,
                     f"{req.codebuild_project}/build/"
                     f"{urllib.parse.quote(str(build['id']), safe='')}")))
     final = cb.wait_for_build(codebuild, client("logs", region), build,
-                              req.codebuild_project, poll_interval_s=req.poll_interval_s,
+                              req.codebuild_project, poll_interval_s=req.poll_interval_seconds,
                               log=log, ctx=ectx)
     if final["buildStatus"] != "SUCCEEDED":
         raise RuntimeError(
@@ -338,8 +347,7 @@ def plan_context(
     req: BuildRequest, *, log: Callable[[str], None] = print,
     lookup: Callable[[str, str], str] = lookup_dlc,
 ) -> ctx.BuildContext:
-    """Checks the request and hashes the build context: everything before any AWS call."""
-    validate(req)
+    """Hashes the build context of a checked request: everything before any AWS call."""
     root = context_root(req)
     dockerfile_path = root / req.dockerfile
     build_args = dict(req.build_args)
@@ -348,7 +356,7 @@ def plan_context(
         region = "" if req.base_image else resolve_region(req.region or None)
         build_args[BASE_IMAGE_ARG] = resolve_base_image(req, region, lookup)
         log(f"[build_image] base image: {build_args[BASE_IMAGE_ARG]}")
-    context = ctx.collect(root, req.dockerfile, build_args, req.context_paths or None)
+    context = ctx.collect(root, req.dockerfile, build_args, list(req.context_paths) or None)
     log(f"[build_image] build context {context.tag}: {len(context.files)} files, "
         f"{context.total_bytes} bytes")
     return context
@@ -384,11 +392,7 @@ def _build_image(
     context = plan_context(req, log=log, lookup=lookup)
     region = resolve_region(req.region or None)
     base_image = dict(context.build_args).get(BASE_IMAGE_ARG)
-    try:
-        run_tags = tags.merge(tags.run_tags(req.run_id, req.pipeline, req.component),
-                              req.extra_tags)
-    except ValueError as exc:
-        raise UserError("tags", str(exc), "drop or shorten the extra tags.") from exc
+    run_tags = req.run_tags
 
     recorded: list[resources.AwsResource] = []
 

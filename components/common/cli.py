@@ -26,13 +26,14 @@ rest from the declaration.
 from __future__ import annotations
 
 import argparse
+import copy
 import inspect
 import json
 import re
 import sys
 import types
 import typing
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -388,3 +389,23 @@ def derived_parser(
     params = parameters(func, exclude=exclude)
     add_flags(parser.add_argument_group(title) if title else parser, params, **add)
     return parser, params
+
+
+def declared(func: Any, given: Mapping[str, Any] | None = None, /, **more: Any) -> dict[str, Any]:
+    """Every command-line parameter of ``func`` by name: as given, else its declared default.
+
+    What a caller other than the component or its CLI (a test, another command) hands a
+    component's domain code, so that a default is written in the signature only. Artifact
+    parameters are not among them. A name ``func`` does not declare, or a required
+    parameter not given, is a TypeError, as a wrong keyword argument is.
+    """
+    chosen = {**(given or {}), **more}
+    params = parameters(func)
+    unknown = sorted(set(chosen) - {p.name for p in params})
+    missing = [p.name for p in params if p.required and p.name not in chosen]
+    if unknown or missing:
+        raise TypeError(f"{_python_func(func).__qualname__}: unknown parameters {unknown}, "
+                        f"missing required {missing}")
+    out = {p.name: copy.deepcopy(p.default) for p in params if not p.required}
+    out.update(chosen)
+    return out

@@ -484,9 +484,16 @@ def predict(setup: TrainingSetup, gpu: hardware.GPU | str, *, instance_type: str
     ``instance_type`` gives the network between instances (a world size above its GPUs
     per node crosses it) and the price per instance-hour: a ``pricing.PriceBook``, or
     instance type -> USD overriding ``components.common.pricing``'s shipped table (no AWS
-    call: the model stays pure)."""
-    g = hardware.gpu(gpu) if isinstance(gpu, str) else gpu
-    s = setup.validate()
+    call: the model stays pure). A bad setup is a UserError naming its field."""
+    return predict_checked(setup.validate(), hardware.gpu(gpu) if isinstance(gpu, str) else gpu,
+                           instance_type=instance_type, prices=prices, constants=constants)
+
+
+def predict_checked(s: TrainingSetup, g: hardware.GPU, *, instance_type: str = "",
+                    prices: dict[str, float] | pricing.PriceBook | None = None,
+                    constants: Constants = DEFAULT) -> Prediction:
+    """:func:`predict` of a setup already checked (``TrainingSetup.validate``), as the
+    planners' are: they predict hundreds of setups of one checked request."""
     c = constants
     it = hardware.instance_type(instance_type) if instance_type else None
     accum = s.gradient_accumulation_steps

@@ -19,7 +19,6 @@ settings).
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import sys
 
 from components.common import cli
@@ -46,9 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     from components.compare_convergence.run import compare_files, write_outputs
 
     try:
-        settings = Settings(**{f.name: values[f.name] for f in dataclasses.fields(Settings)
-                               if f.name in values})
-        cmp = compare_files(args.series, settings)
+        cmp = compare_files(args.series, Settings.from_parameters(values))
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return USER_ERROR_EXIT_CODE

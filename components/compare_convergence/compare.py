@@ -38,14 +38,15 @@ worth the risk").
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import numpy as np
 
 from components.common import throughput
 from components.common.errors import UserError
-from components.common.losses import FINAL_WINDOW, final_loss
+from components.common.losses import final_loss
 from components.common.risk import RISK  # the risk order, shared with plan_training
 from components.common.step_series import FAILED_STATUSES, Series
 from components.common.training_setup import TrainingSetup
@@ -57,18 +58,39 @@ NOT_COMPARED = "not compared"
 
 @dataclass(frozen=True)
 class Settings:
-    baseline: str = "bf16"
-    loss_tolerance_rel: float = 0.01
-    loss_tolerance_abs: float = 0.0
-    divergence_tolerance_rel: float = 0.10
-    seed_spread_factor: float = 1.0
-    final_window: float = FINAL_WINDOW  # components/common/losses.py
-    warmup: float = 0.1
-    smoothing_window: int = 0  # points; 0 = automatic (about 5% of the aligned points)
-    align_by: str = "step"  # step | tokens
-    min_step_coverage: float = 0.9
-    target_gpu: str = "B200"
-    min_speedup_gain: float = 0.05  # a riskier precision must be this much faster
+    """The comparison's settings: the compare_convergence component's parameters, checked.
+
+    Made by :meth:`from_parameters` from the parameters by name; their names, defaults
+    and documentation are the component's signature (components/compare_convergence/
+    component.py), the one declaration (elsewhere than the component and its CLI:
+    ``Settings.from_parameters(cli.declared(compare_convergence, ...))``).
+    """
+
+    baseline: str
+    loss_tolerance_rel: float
+    loss_tolerance_abs: float
+    divergence_tolerance_rel: float
+    seed_spread_factor: float
+    final_window: float
+    smoothing_window: int  # points; 0 = automatic (about 5% of the aligned points)
+    align_by: str  # step | tokens
+    min_step_coverage: float
+    target_gpu: str
+    min_speedup_gain: float  # a riskier precision must be this much faster
+    gpu: hardware.GPU  # target_gpu's datasheet, read once
+    warmup: float = 0.1  # not a parameter: the start of the curves divergence ignores
+
+    @classmethod
+    def from_parameters(cls, params: Mapping[str, Any]) -> Settings:
+        """The checked settings for the component's parameters, by name (other keys, the
+        artifacts and the entry's own parameters, are ignored); a bad value is a UserError
+        naming its parameter."""
+        try:
+            gpu = hardware.gpu(params["target_gpu"])
+        except ValueError as exc:
+            raise UserError("target_gpu", str(exc), "e.g. B200 (ml.p6-b200.48xlarge).") from None
+        return cls(gpu=gpu, **{f.name: params[f.name] for f in fields(cls)
+                               if f.name not in ("gpu", "warmup")}).validate()
 
     def validate(self) -> Settings:
         checks = [
@@ -91,10 +113,6 @@ class Settings:
             raise UserError("baseline", f"{self.baseline!r} is not a precision the trainer "
                             "knows.", f"name one of {', '.join(hardware.PRECISIONS)}, e.g. "
                             "bf16.")
-        try:
-            hardware.gpu(self.target_gpu)
-        except ValueError as exc:
-            raise UserError("target_gpu", str(exc), "e.g. B200 (ml.p6-b200.48xlarge).") from None
         return self
 
 
@@ -351,10 +369,11 @@ def _healthy_baseline(runs: dict[str, list[Run]], baseline: str, problems: list[
     return healthy
 
 
-def compare(series: list[Series], settings: Settings | None = None, *,
+def compare(series: list[Series], settings: Settings, *,
             input_problems: list[str] | None = None) -> Comparison:
-    """Compares the series; ``input_problems`` (e.g. unreadable files) make it partial."""
-    st = (settings or Settings()).validate()
+    """Compares the series with checked settings (:meth:`Settings.from_parameters`);
+    ``input_problems`` (e.g. unreadable files) make it partial."""
+    st = settings
     if not series:
         raise UserError("series", "no series were given: nothing to compare"
                         + (f" ({'; '.join(input_problems)})." if input_problems else "."),
@@ -364,7 +383,7 @@ def compare(series: list[Series], settings: Settings | None = None, *,
     baseline = st.baseline
     healthy_base = _healthy_baseline(runs, baseline, problems)
     base_by_seed = {r.seed: r for r in healthy_base}
-    target = hardware.gpu(st.target_gpu)
+    target = st.gpu
     results: dict[str, Result] = {}
     base_mem = _nanmean([r.peak_memory_gib for r in healthy_base])
     for precision in sorted(runs, key=_precision_order):

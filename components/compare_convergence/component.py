@@ -95,6 +95,7 @@ def compare_convergence(
             kfp.local 2.17, branch on it inside a sub-pipeline that takes it as an input:
             ``dsl.If`` on a named output of a multi-output task is never true locally.)
     """
+    params = dict(locals())  # this signature's parameters: their one declaration
     from collections import namedtuple
 
     from components.common.errors import UserError
@@ -102,14 +103,7 @@ def compare_convergence(
     from components.compare_convergence.report import metrics as comparison_metrics
     from components.compare_convergence.run import compare_files, write_outputs
 
-    settings = Settings(
-        baseline=baseline, loss_tolerance_rel=loss_tolerance_rel,
-        loss_tolerance_abs=loss_tolerance_abs, divergence_tolerance_rel=divergence_tolerance_rel,
-        seed_spread_factor=seed_spread_factor, final_window=final_window,
-        smoothing_window=smoothing_window, align_by=align_by,
-        min_step_coverage=min_step_coverage, target_gpu=target_gpu,
-        min_speedup_gain=min_speedup_gain)
-    cmp = compare_files([s.path for s in series], settings)
+    cmp = compare_files([s.path for s in series], Settings.from_parameters(params))
     write_outputs(cmp, html_path=report.path, markdown_path=summary.path,
                   verdicts_path=verdicts.path, context=run_context)
     for name, value in comparison_metrics(cmp).items():

@@ -23,7 +23,6 @@ from components.compare_convergence.compare import (
     Result,
     verdict_rows,
 )
-from trainer import hardware
 
 PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2",
            "#7f7f7f", "#bcbd22", "#17becf"]
@@ -54,7 +53,7 @@ def numerics_note(cmp: Comparison) -> str:
 def runs_on_target(cmp: Comparison, r: Result) -> bool | None:
     """Whether the target GPU can run this precision (None for a name hardware does not know)."""
     try:
-        return hardware.gpu(cmp.settings.target_gpu).supports(r.precision)
+        return cmp.settings.gpu.supports(r.precision)
     except ValueError:
         return None
 
@@ -64,7 +63,7 @@ def convergence_reasons(cmp: Comparison, r: Result) -> list[str]:
     target = runs_on_target(cmp, r)
     if target is not False:
         return list(r.reasons)
-    gpu = hardware.gpu(cmp.settings.target_gpu).name
+    gpu = cmp.settings.gpu.name
     return [why for why in r.reasons if why != f"{r.precision} does not run on {gpu}"]
 
 

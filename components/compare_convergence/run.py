@@ -23,7 +23,7 @@ def load(paths: Iterable[str | Path]) -> tuple[list[Series], list[str]]:
     return series, problems
 
 
-def compare_files(paths: Iterable[str | Path], settings: Settings | None = None) -> Comparison:
+def compare_files(paths: Iterable[str | Path], settings: Settings) -> Comparison:
     series, problems = load(paths)
     return compare(series, settings, input_problems=problems)
 

@@ -59,12 +59,14 @@ def build_parser() -> tuple[argparse.ArgumentParser, list[cli.Parameter]]:
         model.add_argument(cli.flag_name(name), action=argparse.BooleanOptionalAction,
                            default=None, help=text)
     tr = parser.add_argument_group("training (not parameters of the component)")
-    tr.add_argument("--reduce-dtype", choices=training_setup.REDUCE_DTYPES, default="fp32",
-                    help="gradient reduce-scatter dtype (default: fp32)")
-    accum: dict[str, Any] = {"dest": "grad_accum_steps", "type": int, "default": 1, "metavar": "INT"}
+    # None: not given, so the planner's TrainingSetup default applies (shown in the help).
+    defaults = {f.name: f.default for f in dataclasses.fields(training_setup.TrainingSetup)}
+    tr.add_argument("--reduce-dtype", choices=training_setup.REDUCE_DTYPES,
+                    help=f"gradient reduce-scatter dtype (default: {defaults['reduce_dtype']})")
+    accum: dict[str, Any] = {"dest": "grad_accum_steps", "type": int, "metavar": "INT"}
     tr.add_argument("--grad-accum-steps", **accum,  # the trainer's hyperparameter's spelling
                     help="micro-batches per optimizer step (gradients then live throughout) "
-                    "(default: 1)")
+                    f"(default: {defaults['gradient_accumulation_steps']})")
     tr.add_argument("--gradient-accumulation-steps", **accum, help=argparse.SUPPRESS,
                     action=cli.deprecated("--gradient-accumulation-steps", "--grad-accum-steps",
                                           argparse._StoreAction))
@@ -86,10 +88,8 @@ def build_parser() -> tuple[argparse.ArgumentParser, list[cli.Parameter]]:
 def with_defaults(given: dict[str, Any]) -> dict[str, Any]:
     """Every component parameter: as given, else the signature's default; a ``gpu`` given
     without an ``instance_type`` plans for that GPU alone (no default instance type)."""
-    declared = cli.defaults(memory_estimate)
-    if given.get("gpu") and "instance_type" not in given:
-        declared["instance_type"] = ""
-    return {**declared, **given}
+    alone = {"instance_type": ""} if given.get("gpu") and "instance_type" not in given else {}
+    return cli.declared(memory_estimate, {**given, **alone})
 
 
 def component_values(args: argparse.Namespace, params: list[cli.Parameter]) -> dict[str, Any]:
@@ -104,9 +104,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         values = component_values(args, params)
         model = {name: getattr(args, name) for name in ("norm", *MODEL_SWITCHES)}
+        training = {"reduce_dtype": args.reduce_dtype,
+                    "gradient_accumulation_steps": args.grad_accum_steps}
         result = planner.plan(run.request(values, model=model, training={
-            "reduce_dtype": args.reduce_dtype,
-            "gradient_accumulation_steps": args.grad_accum_steps}))
+            k: v for k, v in training.items() if v is not None}))
         planner.check_single_precision_supported(result)
         run.check_runnable(result, values)
         md = report.markdown(result)

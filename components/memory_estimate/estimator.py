@@ -228,9 +228,14 @@ class Estimate:
 
 
 def estimate(setup: TrainingSetup, gpu: hardware.GPU | str) -> Estimate:
-    """Predicted peak memory per GPU of ``setup`` on ``gpu`` (a steady-state step)."""
-    g = hardware.gpu(gpu) if isinstance(gpu, str) else gpu
-    s = setup.validate()
+    """Predicted peak memory per GPU of ``setup`` on ``gpu`` (a steady-state step); a bad
+    setup is a UserError naming its field."""
+    return estimate_checked(setup.validate(), hardware.gpu(gpu) if isinstance(gpu, str) else gpu)
+
+
+def estimate_checked(s: TrainingSetup, g: hardware.GPU) -> Estimate:
+    """:func:`estimate` of a setup already checked (``TrainingSetup.validate``), as the
+    planner's are: its search estimates hundreds of setups of one checked request."""
     terms = _Terms(s, g)
     phase, parts = max(terms.phases(), key=lambda item: sum(item[1].values()))
     allocated = int(round(sum(parts.values())))

@@ -25,7 +25,8 @@ estimates behind it. Rules, in the user's words:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from components.common import throughput
@@ -58,6 +59,12 @@ class Hardware:
     instance_type: str  # "" when only a GPU was named
     gpus_per_node: int
     world_size: int
+
+    @classmethod
+    def of(cls, it: hardware.InstanceType, instance_count: int) -> Hardware:
+        """Every GPU of ``instance_count`` instances of a catalog type (already looked up:
+        nothing is checked again; :func:`resolve_hardware` checks what a user gives)."""
+        return cls(it.gpu_spec, it.name, it.gpus_per_node, it.gpus_per_node * instance_count)
 
 
 def resolve_hardware(
@@ -171,14 +178,17 @@ class Request:
             raise UserError(
                 "headroom", f"={self.headroom!r} must be a fraction in [0, 1), e.g. 0.05.", ""
             )
-        # Build one setup so that model / training errors surface here, named.
-        self.setup(self.precisions[0], max(1, max(self.batch_sizes)), False)
-        return self
-
-    def setup(self, precision: str, batch_size: int, checkpointing: bool) -> TrainingSetup:
         unknown = set(self.training) - set(TrainingSetup.__dataclass_fields__)
         if unknown:
             raise UserError("training", f"unknown setting(s) {', '.join(sorted(unknown))}.", "")
+        # Check one setup so that model / training errors surface here, named: the others
+        # differ from it only in what was just checked (precision, batch, checkpointing).
+        self.setup(self.precisions[0], max(1, max(self.batch_sizes)), False).validate()
+        return self
+
+    def setup(self, precision: str, batch_size: int, checkpointing: bool) -> TrainingSetup:
+        """The training setup of one configuration of this request, checked by
+        :meth:`validate` (call it first: ``plan`` does)."""
         return TrainingSetup(
             model=self.model,
             batch_size=batch_size,
@@ -187,7 +197,7 @@ class Request:
             activation_checkpointing=checkpointing,
             world_size=self.hardware.world_size,
             **self.training,
-        ).validate()
+        )
 
     @property
     def usable_bytes(self) -> int:
@@ -212,7 +222,7 @@ def largest_batch(request: Request, precision: str, checkpointing: bool) -> int:
 
     def fits(b: int) -> bool:
         s = request.setup(precision, b, checkpointing)
-        return _fits(request, estimator.estimate(s, request.hardware.gpu))
+        return _fits(request, estimator.estimate_checked(s, request.hardware.gpu))
 
     if not fits(1):
         return 0
@@ -340,7 +350,8 @@ def _estimate_rows(request: Request, precision: str, limits: _Limits) -> list[Es
     for ac in _modes(request):
         for b in sorted(set(request.batch_sizes)):
             batch = (b or limits.for_zero(ac)) or 1
-            rows.append(estimator.estimate(request.setup(precision, batch, ac), request.hardware.gpu))
+            rows.append(estimator.estimate_checked(request.setup(precision, batch, ac),
+                                                   request.hardware.gpu))
     return _dedupe(rows)
 
 
@@ -377,9 +388,9 @@ def _entry(request: Request, precision: str, e: Estimate, limits: _Limits, *,
 
 
 def _throughput(request: Request, setup: TrainingSetup) -> dict[str, Any]:
-    p = throughput.predict(setup, request.hardware.gpu,
-                           instance_type=request.hardware.instance_type,
-                           prices=request.instance_hour_prices)
+    p = throughput.predict_checked(setup, request.hardware.gpu,
+                                   instance_type=request.hardware.instance_type,
+                                   prices=request.instance_hour_prices)
     out = throughput.summary(p)
     return {k: out[k] for k in PLAN_THROUGHPUT_KEYS}
 
@@ -395,8 +406,8 @@ def _fitting_reason(request: Request, precision: str, chosen: Estimate,
                      "would fit.")
     required = False
     if s.activation_checkpointing:
-        without = estimator.estimate(request.setup(precision, s.batch_size, False),
-                                     request.hardware.gpu)
+        without = estimator.estimate_checked(request.setup(precision, s.batch_size, False),
+                                             request.hardware.gpu)
         required = not _fits(request, without)
         if required and request.activation_checkpointing == "auto":
             notes.insert(0, f"batch {s.batch_size} fits only with activation checkpointing "
@@ -481,13 +492,26 @@ def batch_candidates(result: PlanResult, max_batch_size: int = 0) -> list[dict[s
                 top = min(top, max_batch_size)
             sizes = sorted({1 << k for k in range(top.bit_length()) if (1 << k) <= top} | ({top} if top else set()))
             for b in sizes:
-                predicted = throughput.predict(request.setup(p, b, ac), hw.gpu,
-                                               instance_type=hw.instance_type)
+                predicted = throughput.predict_checked(request.setup(p, b, ac), hw.gpu,
+                                                       instance_type=hw.instance_type)
                 out.append({"precision": p, "batch_size": b, "activation_checkpointing": ac,
                             "predicted_tokens_per_s_per_gpu":
                                 round(predicted.tokens_per_s_per_gpu, 1)})
     out.sort(key=lambda c: -c["predicted_tokens_per_s_per_gpu"])
     return out
+
+
+def model_from_parameters(params: Mapping[str, Any], **more: Any) -> ModelSpec:
+    """The model of a component's parameters: ``model_preset`` and each ModelSpec field
+    the component declares, 0 or "" (-1 for ``vocab_size``, where 0 means no embedding)
+    keeping the preset's; ``more``: further fields (None keeps the preset's)."""
+    dims: dict[str, Any] = {}
+    for f in fields(ModelSpec):
+        if f.name in params:
+            value = params[f.name]
+            keep = value == -1 if f.name == "vocab_size" else not value
+            dims[f.name] = None if keep else value
+    return model_from_values(params["model_preset"] or None, **{**dims, **more})
 
 
 def model_from_values(preset: str | None = None, **dims: Any) -> ModelSpec:
@@ -517,8 +541,10 @@ def parse_precisions(values: Any) -> tuple[str, ...]:
     return tuple(out)
 
 
-def parse_checkpointing(value: Any) -> str:
-    """True/False/None or 'on'/'off'/'auto' (also 'true', 'false', 'block', 'none')."""
+def parse_checkpointing(value: Any) -> Any:
+    """True/False/None or 'on'/'off'/'auto' (also 'true', 'false', 'block', 'none') as
+    'on', 'off' or 'auto'; anything else as given, for :meth:`Request.validate`, the one
+    check of the mode, to refuse naming the parameter."""
     if value is None:
         return "auto"
     if isinstance(value, bool):
@@ -527,8 +553,4 @@ def parse_checkpointing(value: Any) -> str:
     aliases = {"true": "on", "1": "on", "yes": "on", "block": "on", "false": "off", "0": "off",
                "no": "off", "none": "off", "": "auto"}
     v = aliases.get(v, v)
-    if v not in CHECKPOINTING_MODES:
-        raise UserError(
-            "activation_checkpointing", f"={value!r} is not one of auto, on, off.", ""
-        )
-    return v
+    return v if v in CHECKPOINTING_MODES else value

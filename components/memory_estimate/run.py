@@ -13,21 +13,19 @@ from dataclasses import dataclass
 from typing import Any
 
 from components.common.errors import UserError
+from components.common.training_setup import TrainingSetup
 from components.memory_estimate import planner, report
 
-# The component's parameters that shape the training step, passed on as ``Request.training``.
-# Each is a TrainingSetup field of the same name and default
-# (tests/test_memory_estimate.py checks the defaults agree).
-TRAINING_PARAMETERS = ("backend", "param_dtype", "master_weights", "optimizer_state_dtype",
-                       "fsdp_version", "quantized_model_init", "optimizer", "dropout")
-PARAMETERS = frozenset((
-    "instance_type", "instance_count", "world_size", "gpu", "model_preset", "num_layers",
-    "hidden_size", "num_heads", "num_kv_heads", "ffn_hidden_size", "vocab_size", "mlp",
-    "seq_length", "batch_size", "precisions", "activation_checkpointing", "headroom",
-    *TRAINING_PARAMETERS, "require_all_runnable", "max_candidate_batch_size",
-    "instance_hour_prices",
-))
+# The component's parameters that the planner's Request carries itself; every other one
+# named as a TrainingSetup field shapes the training step (``Request.training``).
+REQUEST_PARAMETERS = ("batch_size", "seq_length", "world_size", "activation_checkpointing")
 
+
+def training_parameters(params: Mapping[str, Any]) -> dict[str, Any]:
+    """The parameters that are TrainingSetup fields (backend, optimizer, dropout...): a
+    training knob the component declares under its TrainingSetup name needs no list."""
+    return {k: v for k, v in params.items()
+            if k in TrainingSetup.__dataclass_fields__ and k not in REQUEST_PARAMETERS}
 
 @dataclass(frozen=True)
 class ComponentOutputs:
@@ -50,19 +48,8 @@ def request(
     ``model`` / ``training``: further ModelSpec fields (None keeps the preset's) and
     training knobs that the CLI offers beyond the component's parameters.
     """
-    missing, unknown = PARAMETERS - set(params), set(params) - PARAMETERS
-    if missing or unknown:
-        raise TypeError(f"memory_estimate parameters: missing {sorted(missing)}, "
-                        f"unknown {sorted(unknown)}")
-    dims: dict[str, Any] = {
-        name: params[name] or None
-        for name in ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "ffn_hidden_size",
-                     "mlp")
-    }
-    dims["vocab_size"] = None if params["vocab_size"] == -1 else params["vocab_size"]
-    dims.update(model or {})
     return planner.Request(
-        model=planner.model_from_values(params["model_preset"] or None, **dims),
+        model=planner.model_from_parameters(params, **(model or {})),
         seq_length=params["seq_length"],
         hardware=planner.resolve_hardware(
             gpu=params["gpu"], instance_type=params["instance_type"],
@@ -72,7 +59,7 @@ def request(
         batch_sizes=(params["batch_size"],),
         activation_checkpointing=planner.parse_checkpointing(params["activation_checkpointing"]),
         headroom=params["headroom"],
-        training={**{k: params[k] for k in TRAINING_PARAMETERS}, **(training or {})},
+        training={**training_parameters(params), **(training or {})},
         instance_hour_prices=dict(params["instance_hour_prices"] or {}) or None,
     )
 

@@ -60,6 +60,13 @@ class ParsedLog:
         return len(self.series["step"])
 
 
+# A finite loss more than this fraction above the running average of the losses before
+# it is a loss spike: the parser's default. The component and its CLI pass their
+# spike_threshold parameter always (its default is written in the signature, as a
+# literal: KFP runs the function's source text, without this module's names).
+SPIKE_THRESHOLD = 0.5
+
+
 class LogParser:
     """Incremental parser. ``feed`` complete lines (bytes), then ``result()``.
 
@@ -68,7 +75,7 @@ class LogParser:
             average (EMA, alpha 0.1) of the losses before it is a loss spike.
     """
 
-    def __init__(self, *, spike_threshold: float = 0.5) -> None:
+    def __init__(self, *, spike_threshold: float = SPIKE_THRESHOLD) -> None:
         self.spike_threshold = spike_threshold
         self._steps: list[int] = []
         self._cols: dict[str, list[float]] = {name: [] for name in NUMERIC_STEP_FIELDS}
@@ -187,7 +194,7 @@ class LogParser:
         return out
 
 
-def parse_bytes(data: bytes, *, stream: str = "", spike_threshold: float = 0.5,
+def parse_bytes(data: bytes, *, stream: str = "", spike_threshold: float = SPIKE_THRESHOLD,
                 block: int = 8 << 20) -> ParsedLog:
     """Parses a whole log held in memory."""
     parser = LogParser(spike_threshold=spike_threshold)

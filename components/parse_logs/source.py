@@ -13,7 +13,13 @@ from components.common.errors import UserError
 from components.common.naming import is_valid_sagemaker_name
 from components.parse_logs import metric_defs
 from components.parse_logs.metric_defs import MetricScanner
-from components.parse_logs.parser import NUMERIC_STEP_FIELDS, LogParser, ParsedLog, feed_blocks
+from components.parse_logs.parser import (
+    NUMERIC_STEP_FIELDS,
+    SPIKE_THRESHOLD,
+    LogParser,
+    ParsedLog,
+    feed_blocks,
+)
 
 READ_BLOCK = 4 << 20  # reads; the parser takes up to 8 MiB at a time
 
@@ -26,7 +32,7 @@ def _blocks(f: BinaryIO) -> Iterator[bytes]:
         yield block
 
 
-def parse_file(path: str | Path, *, spike_threshold: float = 0.5) -> ParsedLog:
+def parse_file(path: str | Path, *, spike_threshold: float = SPIKE_THRESHOLD) -> ParsedLog:
     """Parses a log file (``-`` reads standard input)."""
     parser = LogParser(spike_threshold=spike_threshold)
     if str(path) == "-":
@@ -62,7 +68,7 @@ def parse_training_job(
     *,
     logs: Any = None,
     group: str = TRAINING_JOBS_LOG_GROUP,
-    spike_threshold: float = 0.5,
+    spike_threshold: float = SPIKE_THRESHOLD,
     page_limit: int | None = None,
     sagemaker: Any = None,
     precision: str = "",

@@ -21,14 +21,6 @@ from components.memory_estimate import planner
 from components.plan_training import probes, report, search
 from trainer import hardware
 
-PARAMETERS = frozenset((
-    "training_tokens", "model_preset", "num_layers", "hidden_size", "num_heads",
-    "num_kv_heads", "ffn_hidden_size", "vocab_size", "seq_length", "deadline_hours",
-    "max_cost_usd", "instance_types", "max_instance_count", "precisions", "capacity_modes",
-    "region", "instance_hour_prices", "headroom", "runtime_margin", "rank_by", "probes",
-    "startup_seconds", "max_batch_size", "show_top", "probe_count",
-))
-
 
 @dataclass(frozen=True)
 class PlanOutputs:
@@ -118,10 +110,6 @@ def goal_and_book(params: Mapping[str, Any], verdicts: str = ""
                   ) -> tuple[search.Goal, pricing.PriceBook, list[str]]:
     """The validated search goal, the price book and notes (no AWS call but the Price
     List API's, when a region is given)."""
-    missing, unknown = PARAMETERS - set(params), set(params) - PARAMETERS
-    if missing or unknown:
-        raise TypeError(f"plan_training parameters: missing {sorted(missing)}, "
-                        f"unknown {sorted(unknown)}")
     _positive("training_tokens", params["training_tokens"], integer=True)
     _positive("seq_length", params["seq_length"], integer=True)
     _positive("max_instance_count", params["max_instance_count"], integer=True)
@@ -138,7 +126,7 @@ def goal_and_book(params: Mapping[str, Any], verdicts: str = ""
         raise UserError("capacity_modes", "is empty.", f"list some of {search.CAPACITY_MODES}.")
     precisions = _choices("precisions", params["precisions"], hardware.PRECISIONS)
     probes = tuple(search.Probe.from_dict(p) for p in params["probes"] or [])
-    model = _model(params)
+    model = planner.model_from_parameters(params)
     validated, notes = read_verdicts(verdicts) if verdicts else ({}, [])
     book = pricing.PriceBook(params["region"], params["instance_hour_prices"])
     plans = "training-plan" in modes and bool(params["region"])
@@ -152,13 +140,6 @@ def goal_and_book(params: Mapping[str, Any], verdicts: str = ""
         startup_seconds=params["startup_seconds"], max_batch_size=params["max_batch_size"],
         validated=validated, probes=probes)
     return goal, book, notes + more
-
-
-def _model(params: Mapping[str, Any]) -> Any:
-    dims: dict[str, Any] = {name: params[name] or None for name in (
-        "num_layers", "hidden_size", "num_heads", "num_kv_heads", "ffn_hidden_size")}
-    dims["vocab_size"] = None if params["vocab_size"] == -1 else params["vocab_size"]
-    return planner.model_from_values(params["model_preset"] or None, **dims)
 
 
 def top_candidates(result: search.SearchResult, count: int) -> list[dict[str, Any]]:

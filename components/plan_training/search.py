@@ -282,16 +282,19 @@ def _batches(top: int, cap: int) -> list[int]:
 
 def _configurations(goal: Goal, instance_type: str, result: SearchResult) -> list[Config]:
     """Every fitting configuration of ``instance_type``; misfits recorded in ``result``."""
-    gpu = hardware.GPUS[hardware.INSTANCE_TYPES[instance_type].gpu]
+    it = hardware.INSTANCE_TYPES[instance_type]  # a catalog name (plan_training.run checked it)
+    gpu = it.gpu_spec
     skipped = [p for p in goal.precisions if not gpu.supports(p)]
     if skipped:
         result.notes.append(f"{instance_type} ({gpu.name}) does not run {', '.join(skipped)}")
     out: list[Config] = []
     for count in goal.instance_counts:
-        hw = planner.resolve_hardware(instance_type=instance_type, instance_count=count)
+        hw = planner.Hardware.of(it, count)
         for p in _precisions(goal, gpu):
+            # The goal was checked where it was made (plan_training.run.goal_and_book):
+            # its model, sequence, precisions and headroom need no second check here.
             request = planner.Request(goal.model, goal.seq_length, hw, precisions=(p,),
-                                      headroom=goal.headroom).validate()
+                                      headroom=goal.headroom)
             cap, _ = planner.batch_cap(request)
             cap = min(cap, goal.max_batch_size or cap)
             found = []
@@ -300,7 +303,7 @@ def _configurations(goal: Goal, instance_type: str, result: SearchResult) -> lis
                     if not goal.only or (instance_type, count, p, b, ac) in goal.only:
                         found.append(_config(goal, request, p, b, ac))
             if not found and not goal.only:
-                e = estimator.estimate(request.setup(p, 1, True), gpu)
+                e = estimator.estimate_checked(request.setup(p, 1, True), gpu)
                 result.misfits.append(Misfit(instance_type, count, p, e.peak_bytes,
                                              request.usable_bytes))
             out += found
@@ -311,8 +314,8 @@ def _config(goal: Goal, request: planner.Request, precision: str, batch: int,
             checkpointing: bool) -> Config:
     hw = request.hardware
     setup = request.setup(precision, batch, checkpointing)
-    peak = estimator.estimate(setup, hw.gpu).peak_bytes
-    tps = throughput.predict(setup, hw.gpu, instance_type=hw.instance_type).tokens_per_s_per_gpu
+    peak = estimator.estimate_checked(setup, hw.gpu).peak_bytes
+    tps = throughput.predict_checked(setup, hw.gpu, instance_type=hw.instance_type).tokens_per_s_per_gpu
     kind, source = "predicted", throughput.source_for(hw.gpu)
     memory_kind, memory_source = "predicted", MEMORY_SOURCE
     if precision in ("mxfp8", "nvfp4"):
