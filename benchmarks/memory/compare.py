@@ -299,8 +299,10 @@ def fit_reserve(rows: list[Row], constraints: list[tuple[list[float], float, boo
 def predicted_reserve(r: Row, coef: tuple[float, ...]) -> int:
     """Peak reserved memory a reserve of ``coef`` predicts for ``r``."""
     extra = estimator.allocator_reserve(tuple(r.reserve_features), coef)
-    return int(max(r.predicted_binding + extra, r.predicted_allocated)
-               + (r.measured_allocated - r.predicted_allocated))
+    # A run that ran: shifted by the allocated estimate's error, so that only the reserve's
+    # error shows (an out-of-memory run's allocated bytes are those at the failure).
+    shift = r.measured_allocated - r.predicted_allocated if r.status == "ok" else 0
+    return int(max(r.predicted_binding + extra, r.predicted_allocated) + shift)
 
 
 def held_out_reserved(rows: list[Row]) -> list[tuple[Row, int]]:
