@@ -140,6 +140,23 @@ def test_planner_answers_the_measured_h200_boundary_or_one_below_on_all_six():
     assert all(m - 1 <= got <= m for got, m in answers.values()), answers
 
 
+def test_planner_answers_torch_backend_boundaries_no_fit_saw_within_the_bar():
+    # Validation outside the fit: boundary_h200_torch.json (torch backend, compiled loss, one
+    # H200; 3b s8192 ckpt, 3b s2048 no-ckpt, 1b s8192 ckpt), measured after the reserve was
+    # fitted and never used by it (compare.RESERVED_GRIDS does not list it).
+    boundary = importlib.import_module("benchmarks.memory.boundary")
+    compare = _compare_module()
+    path = ROOT / "benchmarks" / "memory" / "boundary_h200_torch.json"
+    assert path not in compare.RESERVED_GRIDS
+    doc = json.loads(path.read_text())
+    assert len(doc["boundaries"]) == 3
+    for b in doc["boundaries"]:
+        got = boundary.predicted_largest(b["preset"], b["num_layers"], b["seq_length"],
+                                         b["activation_checkpointing"], b["precision"],
+                                         doc["gpu_memory_bytes"], backend=b["backend"])
+        assert b["boundary_found"] and b["measured_largest"] - 1 <= got <= b["measured_largest"], b
+
+
 def test_held_out_fits_keep_the_grids_out_of_memory_runs_out_and_the_boundaries_within_reach():
     # Leave-one-family-out on the fit decision itself: a fit that never saw a family predicts
     # its out-of-memory runs (spot checks, boundaries) not to fit, and answers the boundaries.
