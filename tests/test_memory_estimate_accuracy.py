@@ -103,21 +103,83 @@ def test_largest_batch_at_zero_headroom_is_the_largest_the_trainer_ran_or_one_be
 def test_peak_reserved_is_predicted_on_configuration_families_the_fit_never_saw():
     # Issue 25 items 3 and 5: the allocator reserve is fitted on the peak reserved memory of
     # every grid that records it; each family (preset x width x sequence x checkpointing) is
-    # predicted by a fit that left that whole family out.
+    # predicted by a fit that left that whole family out, its runs and its outcomes.
     compare = _compare_module()
     rows = [r for p in compare.RESERVED_GRIDS for r in compare.compare(p)]
     held = compare.reserved_summary(compare.held_out_reserved(rows))
     assert held["rows"] >= 150 and held["families"] >= 30
-    assert held["median_abs_gib"] <= 2.0, compare.reserve_report()
-    assert -6.0 <= held["worst_under_gib"] and held["worst_over_gib"] <= 6.0, compare.reserve_report()
+    # Before (allocated + 0.67 x the loss's largest tensor ...): median 1.76, worst -5.7 / +5.2.
+    assert held["median_abs_gib"] <= 1.25, compare.reserve_report()
+    # Over-prediction is the safe side; the boundary constraints push 3b checkpointed up.
+    assert -6.0 <= held["worst_under_gib"] and held["worst_over_gib"] <= 7.5, compare.reserve_report()
     # The shipped constants are the fit on all of them, not tuned by hand.
     from components.memory_estimate import estimator as est
 
-    fixed, fsdp2, of_loss, of_fsdp = compare.fit_reserve(rows)
-    assert est.ALLOCATOR_RESERVE_FIXED == pytest.approx(fixed, abs=0.01 * 2**30)
-    assert est.ALLOCATOR_RESERVE_FSDP2 == pytest.approx(fsdp2, abs=0.01 * 2**30)
-    assert est.ALLOCATOR_RESERVE_OF_LOSS == pytest.approx(of_loss, abs=0.005)
-    assert est.ALLOCATOR_RESERVE_OF_FSDP == pytest.approx(of_fsdp, abs=0.005)
+    fitted = compare.fit_reserve(rows)
+    assert est.RESERVE_COEFFICIENTS[0] == pytest.approx(fitted[0], abs=0.01 * 2**30)
+    assert est.RESERVE_COEFFICIENTS[1:] == pytest.approx(fitted[1:], abs=0.005)
+
+
+BOUNDARY_DOC = ROOT / "benchmarks" / "memory" / "boundary_h200.json"
+
+
+def test_planner_answers_the_measured_h200_boundary_or_one_below_on_all_six():
+    # Issue 25's done-when: the largest-batch answer equals the measured largest batch or one
+    # below on every boundary configuration, never above (boundary_h200.json: TE, compiled
+    # loss, one H200; before: 32/34, 40/53, 16/17, 28/31, 13/15, 12/13).
+    boundary = importlib.import_module("benchmarks.memory.boundary")
+    doc = json.loads(BOUNDARY_DOC.read_text())
+    answers = {}
+    for b in doc["boundaries"]:
+        got = boundary.predicted_largest(b["preset"], b["num_layers"], b["seq_length"],
+                                         b["activation_checkpointing"], b["precision"],
+                                         doc["gpu_memory_bytes"])
+        answers[(b["preset"], b["seq_length"], b["activation_checkpointing"])] = (
+            got, b["measured_largest"])
+    assert len(answers) == 6
+    assert all(m - 1 <= got <= m for got, m in answers.values()), answers
+
+
+def test_planner_answers_torch_backend_boundaries_no_fit_saw_within_the_bar():
+    # Validation outside the fit: boundary_h200_torch.json (torch backend, compiled loss, one
+    # H200; 3b s8192 ckpt, 3b s2048 no-ckpt, 1b s8192 ckpt), measured after the reserve was
+    # fitted and never used by it (compare.RESERVED_GRIDS does not list it).
+    boundary = importlib.import_module("benchmarks.memory.boundary")
+    compare = _compare_module()
+    path = ROOT / "benchmarks" / "memory" / "boundary_h200_torch.json"
+    assert path not in compare.RESERVED_GRIDS
+    doc = json.loads(path.read_text())
+    assert len(doc["boundaries"]) == 3
+    for b in doc["boundaries"]:
+        got = boundary.predicted_largest(b["preset"], b["num_layers"], b["seq_length"],
+                                         b["activation_checkpointing"], b["precision"],
+                                         doc["gpu_memory_bytes"], backend=b["backend"])
+        assert b["boundary_found"] and b["measured_largest"] - 1 <= got <= b["measured_largest"], b
+
+
+def test_held_out_fits_keep_the_grids_out_of_memory_runs_out_and_the_boundaries_within_reach():
+    # Leave-one-family-out on the fit decision itself: a fit that never saw a family predicts
+    # its out-of-memory runs (spot checks, boundaries) not to fit, and answers the boundaries.
+    compare = _compare_module()
+    rows = [r for p in compare.RESERVED_GRIDS for r in compare.compare(p)]
+    oom_families = sorted({r.family for r in rows if r.status == "oom"}, key=str)
+    assert len(oom_families) >= 7
+    missed = []
+    for fam in oom_families:
+        coef = compare.fit_reserve([r for r in rows if r.family != fam],
+                                   compare._constraints_without(rows, fam))
+        missed += [r.label for r in rows if r.family == fam and r.status == "oom"
+                   and compare.predicted_reserve(r, coef) + r.context_bytes <= r.gpu_memory_bytes]
+    # Only 3b s4096 with checkpointing (see below): its held-out fit lets b32 and b33 fit.
+    assert sorted(missed) == ["3b bf16 te b32 s4096 ckpt w1", "3b bf16 te b33 s4096 ckpt w1"], missed
+    verdicts = compare.held_out_boundaries(rows)
+    within = [v for v in verdicts if v["measured_largest"] - 1 <= v["held_out"] <= v["measured_largest"]]
+    # The one exception: 3b s4096 with checkpointing is the only family whose runs show the
+    # checkpointed spill (gradients and moments beyond one block's recompute splitting the
+    # compiled logits gradient's segment); without it that term has no data and the answer
+    # is 34 for a measured 31.
+    assert [v["configuration"] for v in verdicts if v not in within] == ["3b s4096 ckpt bf16"], verdicts
+    assert all(v["shipped"] in (v["measured_largest"] - 1, v["measured_largest"]) for v in verdicts)
 
 
 def test_reserved_peak_of_the_compiled_loss_run_is_not_under_predicted():

@@ -92,8 +92,24 @@ def search(predicted: int, probe: Callable[[int], str], max_batch: int) -> None:
         lo, hi = (mid, hi) if status == "ok" else (lo, mid)
 
 
+def parse_configurations(text: str) -> tuple[tuple[str, int | None, int, bool, str], ...]:
+    """``--configs``: comma-separated PRESET[:LAYERS]/SEQ/ckpt|no-ckpt/PRECISION."""
+    out = []
+    for item in text.split(","):
+        try:
+            model, seq, mode, precision = item.strip().split("/")
+            preset, _, layers = model.partition(":")
+            if mode not in ("ckpt", "no-ckpt"):
+                raise ValueError(mode)
+            out.append((preset, int(layers) if layers else None, int(seq), mode == "ckpt", precision))
+        except ValueError:
+            raise SystemExit(f"--configs: {item!r} is not PRESET[:LAYERS]/SEQ/ckpt|no-ckpt/PRECISION "
+                             "(e.g. 1b/8192/ckpt/bf16)") from None
+    return tuple(out)
+
+
 def predicted_largest(preset: str, num_layers: int | None, seq: int, ac: bool, precision: str,
-                      gpu_memory_bytes: int, gpu: str = "H200") -> int:
+                      gpu_memory_bytes: int, gpu: str = "H200", backend: str = "te") -> int:
     """The planner's largest batch at zero headroom on a GPU of ``gpu_memory_bytes``."""
     from components.memory_estimate import planner
     from trainer import hardware
@@ -104,7 +120,7 @@ def predicted_largest(preset: str, num_layers: int | None, seq: int, ac: bool, p
         model = model.replace(num_layers=num_layers)
     g = dataclasses.replace(hardware.gpu(gpu), memory_bytes=gpu_memory_bytes)
     req = planner.Request(model, seq, planner.Hardware(g, "", 1, 1), (precision,), (0,),
-                          "on" if ac else "off", 0.0, {})
+                          "on" if ac else "off", 0.0, {} if backend == "te" else {"backend": backend})
     return planner.largest_batch(req, precision, ac)
 
 
@@ -126,6 +142,7 @@ def _one(spec: dict[str, Any]) -> dict[str, Any]:
 
     combo = {k: spec[k] for k in ("preset", "precision", "activation_checkpointing", "seq_length",
                                   "batch_size")}
+    combo["backend"] = spec.get("backend", "te")
     return measure(combo, spec.get("num_layers"), spec.get("steps", 3))
 
 
@@ -195,13 +212,17 @@ class Prober:
         return str(rec["status"])
 
 
-def measure_boundaries(doc: dict[str, Any], prober: Prober, out: Path) -> bool:
+def measure_boundaries(doc: dict[str, Any], prober: Prober, out: Path,
+                       configurations: tuple = CONFIGURATIONS, backend: str = "te") -> bool:
     """Every configuration's boundary search, the document written after each run and each
     configuration; True when all searches ended (False: the time budget ran out)."""
-    for preset, layers, seq, ac, prec in CONFIGURATIONS:
+    for preset, layers, seq, ac, prec in configurations:
         conf = {"preset": preset, "num_layers": layers, "seq_length": seq,
                 "activation_checkpointing": ac, "precision": prec}
-        predicted = predicted_largest(preset, layers, seq, ac, prec, doc["gpu_memory_bytes"])
+        if backend != "te":
+            conf["backend"] = backend
+        predicted = predicted_largest(preset, layers, seq, ac, prec, doc["gpu_memory_bytes"],
+                                      backend=backend)
 
         def probe(batch: int, conf: dict[str, Any] = conf) -> str:
             status = prober(conf, batch)
@@ -236,6 +257,11 @@ def main(argv: list[str] | None = None) -> int:
                     help="seconds: start no run that the longest run so far says cannot end in time")
     ap.add_argument("--resume", action="store_true",
                     help="keep --out's ok/oom results and run only the batches still needed")
+    ap.add_argument("--backend", choices=("te", "torch"), default="te",
+                    help="the trainer's backend (torch: no TransformerEngine needed)")
+    ap.add_argument("--configs", type=parse_configurations, default=CONFIGURATIONS,
+                    help="comma-separated PRESET[:LAYERS]/SEQ/ckpt|no-ckpt/PRECISION "
+                    "(default: the six of boundary_h200.json)")
     ap.add_argument("--one", help=argparse.SUPPRESS)
     ap.add_argument("--header", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -249,8 +275,9 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(gpu_record.header(command, settings, boundaries=[])), flush=True)
         return 0
     if args.dry_run:
-        for preset, layers, seq, ac, prec in CONFIGURATIONS:
-            b = predicted_largest(preset, layers, seq, ac, prec, args.gpu_memory_bytes)
+        for preset, layers, seq, ac, prec in args.configs:
+            b = predicted_largest(preset, layers, seq, ac, prec, args.gpu_memory_bytes,
+                                  backend=args.backend)
             print(f"{preset} L{layers or '-'} s{seq} {'ckpt' if ac else 'no-ckpt'} {prec}: "
                   f"planner {b}; runs {b}, then up (+1, +2, +4...) while it runs or down while it "
                   f"does not, then bisection")
@@ -260,10 +287,11 @@ def main(argv: list[str] | None = None) -> int:
         doc = json.loads(args.out.read_text())
         doc["command"] = doc["command"] + " ; " + command
     else:
-        doc = _header(command, {"backend": "te", "loss_kernel": "compiled (the trainer's default)",
+        doc = _header(command, {"backend": args.backend,
+                                "loss_kernel": "compiled (the trainer's default)",
                                 "world_size": 1, "steps": args.steps})
     prober = Prober(doc, args.steps, args.run_timeout, args.time_budget)
-    return 0 if measure_boundaries(doc, prober, args.out) else 3
+    return 0 if measure_boundaries(doc, prober, args.out, args.configs, args.backend) else 3
 
 
 if __name__ == "__main__":

@@ -62,7 +62,11 @@ class Row:
     phase: str
     predicted_reserved: int = 0
     family: tuple = ()  # (preset, width, sequence, checkpointing): see ``family_of``
-    reserve_features: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    reserve_features: tuple[float, ...] = ()
+    predicted_binding: int = 0  # the allocated bytes the reserve is added to
+    source: str = ""  # the grid file's name
+    batch_size: int = 0
+    context_bytes: int = 0  # CUDA context and NCCL (the estimate's cuda_context)
 
     @property
     def error(self) -> float:
@@ -169,47 +173,200 @@ def compare(path: Path, split: str | None = None) -> list[Row]:
             Row(label, r["status"], int(r.get("peak_allocated_bytes") or 0),
                 int(reserved or 0), e.peak_allocated_bytes, e.peak_bytes,
                 gpu.memory_bytes, e.phase, e.peak_reserved_bytes, family_of(s, preset),
-                estimator.reserve_features(s, gpu))
+                estimator.reserve_features(s, gpu), int(estimator.binding_allocated(s, gpu)),
+                Path(path).name, s.batch_size, e.breakdown["cuda_context"])
         )
     return rows
 
 
-# Every grid that records the peak reserved memory of runs that ran.
+# Every grid that records the peak reserved memory of runs that ran, and the out-of-memory
+# boundaries measured on an H200 (benchmarks/memory/boundary.py).
+BOUNDARY = HERE / "boundary_h200.json"
 RESERVED_GRIDS = (GRID, HERE / "spot_checks_h200.json", HERE / "fsdp1_h200_grid.json",
-                  ROOT / "benchmarks" / "throughput" / "h200_grid.json")
+                  ROOT / "benchmarks" / "throughput" / "h200_grid.json", BOUNDARY)
+# A run whose peak reserved memory came within this of the GPU's usable memory was squeezed:
+# the allocator gave cached blocks back and retried, so its reserve is not what the step holds
+# with memory to spare; it is a constraint of the fit (it fitted), not a data point.
+SQUEEZED_BYTES = 3 * 2**30
+# The least a configuration measured to run out of memory must be predicted over the GPU.
+NO_FIT_MARGIN_BYTES = 2**29
+RESERVE_TERMS = ("fixed", "FSDP2", "eager loss fp32 logits", "FSDP transients", "Adam moments",
+                 "logits gradient (no checkpointing)", "checkpointed spill")
+
+
+def _room(r: Row) -> float:
+    """Bytes the reserve may take at the binding phase: the GPU less context and allocations."""
+    return r.gpu_memory_bytes - r.context_bytes - r.predicted_binding
+
+
+def _squeezed(r: Row) -> bool:
+    return r.measured_reserved > r.gpu_memory_bytes - r.context_bytes - SQUEEZED_BYTES
 
 
 def _reserved_rows(rows: list[Row]) -> list[Row]:
-    return [r for r in rows if r.status == "ok" and r.measured_reserved]
+    """Runs that ran with memory to spare and recorded their peak reserved memory."""
+    return [r for r in rows if r.status == "ok" and r.measured_reserved and not _squeezed(r)]
 
 
 def _design(r: Row) -> list[float]:
     return [1.0, *r.reserve_features]
 
 
-def fit_reserve(rows: list[Row]) -> tuple[float, float, float, float]:
-    """Least squares of (measured reserved - predicted allocated) on the reserve's inputs:
-    (fixed, fixed_fsdp2, of_loss, of_fsdp), the constants of ``estimator.allocator_reserve``."""
+def _target(r: Row) -> float:
+    """The measured reserve above the binding allocation (the measured allocated peak less the
+    predicted allocations past the binding phase)."""
+    return r.measured_reserved - (r.measured_allocated - (r.predicted_allocated - r.predicted_binding))
+
+
+def fit_constraints(rows: list[Row]) -> list[tuple[list[float], float, bool]]:
+    """(design, room, fits) per run whose outcome the reserve must reproduce: runs that ran fit
+    (reserve <= room), runs that ran out of memory do not (reserve > room + margin), except the
+    largest batch that ran at a measured boundary, which may be refused (the issue's bar: the
+    answer is the largest that ran or one below). Boundary configurations also require the
+    batch one below the largest that ran to fit (``boundary_constraints``)."""
+    out = []
+    for fam in {(r.source, r.family) for r in rows}:
+        runs = [r for r in rows if (r.source, r.family) == fam and r.status in ("ok", "oom")]
+        first_oom = min((r.batch_size for r in runs if r.status == "oom"), default=None)
+        for r in runs:
+            at_limit = first_oom is not None and r.status == "ok" and r.batch_size == first_oom - 1
+            if r.source != BOUNDARY.name and not at_limit:
+                out.append((_design(r), _room(r), r.status == "ok"))
+    return out + boundary_constraints(rows)
+
+
+def boundary_constraints(rows: list[Row]) -> list[tuple[list[float], float, bool]]:
+    """For each measured boundary (the largest batch m that ran, m+1 ran out of memory): m-1
+    fits and m+1 does not, predicted at the configuration of the runs."""
+    doc = json.loads(BOUNDARY.read_text())
+    gpu = dataclasses.replace(hardware.gpu(doc["gpu"]), memory_bytes=int(doc["gpu_memory_bytes"]))
+    out = []
+    for b in doc["boundaries"]:
+        m = b["measured_largest"]
+        if not m:
+            continue
+        for batch, fits in ((m - 1, True), (m + 1, False)):
+            s = boundary_setup(b, batch)
+            e = estimator.estimate(s, gpu)
+            room = gpu.memory_bytes - e.breakdown["cuda_context"] - estimator.binding_allocated(s, gpu)
+            out.append(([1.0, *estimator.reserve_features(s, gpu)], room, fits))
+    return out
+
+
+def boundary_setup(b: dict[str, Any], batch: int) -> training_setup.TrainingSetup:
+    """The trainer's setup of a boundary_h200.json configuration at ``batch``."""
+    from trainer.spec import preset
+
+    model = preset(b["preset"])
+    if b.get("num_layers"):
+        model = model.replace(num_layers=int(b["num_layers"]))
+    return training_setup.TrainingSetup(model, batch, int(b["seq_length"]), b["precision"],
+                                        activation_checkpointing=bool(b["activation_checkpointing"]))
+
+
+def fit_reserve(rows: list[Row], constraints: list[tuple[list[float], float, bool]] | None = None,
+                ) -> tuple[float, ...]:
+    """The reserve's coefficients (``estimator.RESERVE_COEFFICIENTS``' order): least absolute
+    error of the reserve above the binding allocation over the runs with memory to spare, every
+    coefficient >= 0 (each term adds cached memory), subject to ``constraints`` (default: those
+    of ``rows``, ``fit_constraints``). A linear program (scipy's HiGHS)."""
     import numpy as np
+    from scipy.optimize import linprog
 
     use = _reserved_rows(rows)
-    x = np.array([_design(r) for r in use])
-    y = np.array([r.measured_reserved - r.predicted_allocated for r in use], dtype=float)
-    coef, *_ = np.linalg.lstsq(x, y, rcond=None)
-    return tuple(float(c) for c in coef)  # type: ignore[return-value]
+    cons = fit_constraints(rows) if constraints is None else constraints
+    gib = 2**30  # solved in GiB: the byte-sized features are badly scaled otherwise
+    x = np.array([_design(r) for r in use]) / gib
+    x[:, 0] = 1.0
+    y = np.array([_target(r) for r in use]) / gib
+    n, m = x.shape[1], len(y)
+    a_ub = [np.c_[x, -np.eye(m)], np.c_[-x, -np.eye(m)]]
+    b_ub = [y, -y]
+    for design, room, fits in cons:
+        d = np.array(design) / gib
+        d[0] = 1.0
+        sign = 1.0 if fits else -1.0
+        a_ub.append(sign * np.r_[d, np.zeros(m)][None])
+        b_ub.append([sign * room / gib - (0.0 if fits else NO_FIT_MARGIN_BYTES / gib)])
+    res = linprog(np.r_[np.zeros(n), np.ones(m)], A_ub=np.vstack(a_ub), b_ub=np.concatenate(b_ub),
+                  bounds=[(0, None)] * (n + m), method="highs")
+    if res.status != 0:
+        raise ValueError(f"no reserve of these terms meets the measured outcomes: {res.message}")
+    coef = res.x[:n]
+    return (float(coef[0] * gib), *(float(c) for c in coef[1:]))
+
+
+def predicted_reserve(r: Row, coef: tuple[float, ...]) -> int:
+    """Peak reserved memory a reserve of ``coef`` predicts for ``r``."""
+    extra = estimator.allocator_reserve(tuple(r.reserve_features), coef)
+    # A run that ran: shifted by the allocated estimate's error, so that only the reserve's
+    # error shows (an out-of-memory run's allocated bytes are those at the failure).
+    shift = r.measured_allocated - r.predicted_allocated if r.status == "ok" else 0
+    return int(max(r.predicted_binding + extra, r.predicted_allocated) + shift)
 
 
 def held_out_reserved(rows: list[Row]) -> list[tuple[Row, int]]:
-    """Each run's peak reserved memory predicted by a fit that never saw its family
-    (leave-one-family-out)."""
-    use = _reserved_rows(rows)
+    """Each run's peak reserved memory predicted by a fit that never saw its family: neither
+    its runs nor its constraints (leave-one-family-out)."""
     out = []
-    for fam in sorted({r.family for r in use}, key=str):
-        coef = fit_reserve([r for r in use if r.family != fam])
-        for r in use:
-            if r.family == fam:
-                extra = sum(c * v for c, v in zip(coef, _design(r), strict=True))
-                out.append((r, int(r.predicted_allocated + extra)))
+    for fam in sorted({r.family for r in _reserved_rows(rows)}, key=str):
+        coef = fit_reserve([r for r in rows if r.family != fam], _constraints_without(rows, fam))
+        out += [(r, predicted_reserve(r, coef)) for r in _reserved_rows(rows) if r.family == fam]
+    return out
+
+
+def _constraints_without(rows: list[Row], fam: tuple) -> list[tuple[list[float], float, bool]]:
+    keep = [r for r in rows if r.family != fam]
+    grid = fit_constraints(keep)
+    doc = json.loads(BOUNDARY.read_text())
+    held = [b for b in doc["boundaries"] if _boundary_family(b) == fam]
+    if not held:
+        return grid
+    drop = {tuple(d) for d, _, _ in _boundary_constraints_of(held)}
+    return [c for c in grid if tuple(c[0]) not in drop]
+
+
+def _boundary_family(b: dict[str, Any]) -> tuple:
+    return family_of(boundary_setup(b, 1), b["preset"])
+
+
+def _boundary_constraints_of(bs: list[dict[str, Any]]) -> list[tuple[list[float], float, bool]]:
+    doc = json.loads(BOUNDARY.read_text())
+    gpu = dataclasses.replace(hardware.gpu(doc["gpu"]), memory_bytes=int(doc["gpu_memory_bytes"]))
+    return [([1.0, *estimator.reserve_features(boundary_setup(b, m), gpu)], 0.0, True)
+            for b in bs for m in (b["measured_largest"] - 1, b["measured_largest"] + 1)]
+
+
+def largest_batch(b: dict[str, Any], coef: tuple[float, ...], limit: int = 512) -> int:
+    """The largest batch of a boundary configuration that a reserve of ``coef`` lets fit."""
+    doc = json.loads(BOUNDARY.read_text())
+    gpu = dataclasses.replace(hardware.gpu(doc["gpu"]), memory_bytes=int(doc["gpu_memory_bytes"]))
+    best = 0
+    for batch in range(1, limit):
+        s = boundary_setup(b, batch)
+        e = estimator.estimate(s, gpu)
+        need = max(estimator.binding_allocated(s, gpu)
+                   + estimator.allocator_reserve(estimator.reserve_features(s, gpu), coef),
+                   e.peak_allocated_bytes) + e.breakdown["cuda_context"]
+        if need > gpu.memory_bytes:
+            break
+        best = batch
+    return best
+
+
+def held_out_boundaries(rows: list[Row]) -> list[dict[str, Any]]:
+    """Each measured boundary answered by a fit that never saw its family (its runs in any grid
+    and its boundary constraints), and by the shipped constants."""
+    doc = json.loads(BOUNDARY.read_text())
+    out = []
+    for b in doc["boundaries"]:
+        fam = _boundary_family(b)
+        coef = fit_reserve([r for r in rows if r.family != fam], _constraints_without(rows, fam))
+        out.append({"configuration": f"{b['preset']}{' L' + str(b['num_layers']) if b.get('num_layers') else ''} "
+                    f"s{b['seq_length']} {'ckpt' if b['activation_checkpointing'] else 'no-ckpt'} {b['precision']}",
+                    "measured_largest": b["measured_largest"],
+                    "shipped": largest_batch(b, estimator.RESERVE_COEFFICIENTS),
+                    "held_out": largest_batch(b, coef)})
     return out
 
 
@@ -226,19 +383,25 @@ def reserved_summary(pairs: list[tuple[Row, int]]) -> dict[str, Any]:
 
 
 def reserve_report() -> str:
-    """``--fit-reserve``: the reserve's constants fitted on every grid, and the errors of
-    fits that leave each configuration family out."""
+    """``--fit-reserve``: the reserve's constants fitted on every grid, the errors of fits that
+    leave each configuration family out, and the boundaries answered by held-out fits."""
     rows = [r for p in RESERVED_GRIDS for r in compare(p)]
     gib = 2**30
-    fixed, fsdp2, of_loss, of_fsdp = fit_reserve(rows)
+    coef = fit_reserve(rows)
     held = held_out_reserved(rows)
-    in_sample = [(r, r.predicted_reserved) for r in _reserved_rows(rows)]
-    out = [f"fit on {len(in_sample)} runs: fixed {fixed / gib:.2f} GiB, FSDP2 {fsdp2 / gib:.2f} GiB, "
-           f"{of_loss:.3f} x the loss's largest tensor, {of_fsdp:.3f} x one block's FSDP transients",
+    in_sample = [(r, predicted_reserve(r, estimator.RESERVE_COEFFICIENTS)) for r in _reserved_rows(rows)]
+    terms = ", ".join(f"{name} {c / gib if i == 0 else c:.3f}{' GiB' if i == 0 else ''}"
+                      for i, (name, c) in enumerate(zip(RESERVE_TERMS, coef, strict=True)))
+    out = [f"fit on {len(in_sample)} runs with memory to spare, {len(fit_constraints(rows))} "
+           f"outcomes as constraints: {terms}",
            f"shipped constants (estimator): {_fmt_summary(reserved_summary(in_sample))}",
            f"leave-one-family-out: {_fmt_summary(reserved_summary(held))}", "",
-           "| family (preset, width, seq, checkpointing) | runs | held-out median error GiB | worst GiB |",
+           "| boundary configuration | largest that ran | shipped constants | fit without its family |",
            "|---|---:|---:|---:|"]
+    out += [f"| {v['configuration']} | {v['measured_largest']} | {v['shipped']} | {v['held_out']} |"
+            for v in held_out_boundaries(rows)]
+    out += ["", "| family (preset, width, seq, checkpointing) | runs | held-out median error GiB | worst GiB |",
+            "|---|---:|---:|---:|"]
     by_fam: dict[tuple, list[float]] = {}
     for r, p in held:
         by_fam.setdefault(r.family, []).append((p - r.measured_reserved) / gib)

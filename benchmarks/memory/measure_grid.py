@@ -69,14 +69,15 @@ def measure(combo: dict, num_layers: int | None, steps: int) -> dict:
     from trainer import config, train
 
     overrides = {"num_layers": num_layers} if num_layers else {}
-    cfg = config.make(combo["preset"], precision=combo["precision"], backend="te",
+    backend = combo.get("backend", "te")
+    cfg = config.make(combo["preset"], precision=combo["precision"], backend=backend,
                       batch_size=combo["batch_size"], seq_length=combo["seq_length"],
                       activation_checkpointing=combo["activation_checkpointing"], max_steps=steps,
                       log_every=steps, timing_warmup_steps=1, save_model=False, **overrides)
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats()
     record = {"model": cfg.model.to_dict(), "preset": combo["preset"], "precision": combo["precision"],
-              "backend": "te", "batch_size": combo["batch_size"], "seq_length": combo["seq_length"],
+              "backend": backend, "batch_size": combo["batch_size"], "seq_length": combo["seq_length"],
               "activation_checkpointing": combo["activation_checkpointing"],
               "world_size": torch.distributed.get_world_size() if torch.distributed.is_initialized() else 1}
     t0 = time.perf_counter()

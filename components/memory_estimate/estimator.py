@@ -152,38 +152,64 @@ _TE_CUBLAS_WORKSPACE = 32 * MiB + 1024
 CUDA_CONTEXT_BYTES = 801_964_032
 NCCL_BUFFER_BYTES = {1: 1_387_069_440 - 801_964_032, 2: 1_684_930_560 - 801_964_032}
 
-# The caching allocator's reserve: what torch.cuda.max_memory_reserved() holds beyond the
-# allocated peak (cached free blocks: split segments, and blocks freed on FSDP's all-gather /
-# reduce-scatter streams, which the caching allocator keeps per stream). Modelled as
-#   fixed + fixed_fsdp2 + of_loss x (the loss's largest tensor) + of_fsdp x (one block's
-#   gathered weights + unsharded gradient + reduce-scatter input),
-# least squares over the 186 runs that record peak_reserved_bytes (36 configuration
-# families: benchmarks/memory/h200_grid.json 50, spot_checks_h200.json 10 ran,
-# fsdp1_h200_grid.json 56 (child max_reserved_bytes), benchmarks/throughput/h200_grid.json 70);
-# ``python benchmarks/memory/compare.py --fit-reserve`` refits and prints the
-# leave-one-family-out errors (held-out median 1.7 GiB, worst 5.7 GiB under).
-#  - fixed 2.33 GiB: every run, with nothing large (fsdp.py 1-2 layers: 0.3-0.5 GiB above
-#    allocated; the trainer's small runs 3.3-6 GiB);
-#  - fixed_fsdp2 2.47 GiB: this trainer (FSDP2) above fsdp.py (FSDP1, NO_SHARD at world
-#    size 1);
-#  - of_loss 0.67: the eager loss's fp32 logits copy (1b torch b16/b17 at seq 2048: 12.7 /
-#    14.0 GiB above allocated with 15.7 / 16.6 GiB fp32 logits); the compiled loss's
-#    largest tensor is its 16-bit logits gradient, given the same fraction (its one measured
-#    run, 1b b4 s4096, benchmarks/trainer/raw/like_for_like_h200.log: predicted 7% high);
-#  - of_fsdp 2.58: the FSDP transients of ~2.5 blocks stay cached on the communication
-#    streams (widths 2048 / 4096 / 8192 at 8,192 tokens: 5.7 / 14.8 / 21.8 GiB above
-#    allocated, benchmarks/throughput/h200_grid.json).
-# The old reserve (0.85 x the largest single allocation, fp32 logits even for the compiled
-# loss) was tens of GiB too large at large batch and 5-7 GiB too small at small ones.
-# At the out-of-memory boundary the allocator frees its cached blocks and retries, so a run
-# can finish with less reserved than this (te-fsdp-example torch b23 at seq 4096 ran with
-# 2.6 GiB above allocated): fitting on what runs with ample memory hold keeps the
-# largest-batch answer at or below the measured boundary (spot checks: 1b 17 -> 16,
-# te-fsdp-example 23 -> 22).
-ALLOCATOR_RESERVE_FIXED = int(2.33 * GiB)
-ALLOCATOR_RESERVE_FSDP2 = int(2.47 * GiB)
-ALLOCATOR_RESERVE_OF_LOSS = 0.67
-ALLOCATOR_RESERVE_OF_FSDP = 2.58
+# The caching allocator's reserve: the cached free memory a step needs on top of its live
+# tensors. It is added to the allocated bytes at the phases where large tensors are allocated
+# afresh (everything but the LM head's backward, whose additions -- the head's input gradient,
+# the root's gathered weights and gradient, each under ~1 GiB -- are served from cached free
+# blocks); ``peak_reserved_bytes`` = max(that, the allocated peak). Modelled, in bytes, as
+#   fixed + fsdp2 x [FSDP2] + of_loss x (the eager loss's fp32 logits copy)
+#   + of_fsdp x (one block's gathered weights + unsharded gradient + reduce-scatter input)
+#   + of_moments x (the Adam moments)
+#   + of_logits_grad x (the compiled loss's 16-bit logits gradient, without checkpointing)
+#   + of_spill x (with checkpointing: min(logits gradient, the first step's persistent tensors
+#     beyond one block's recompute working set), see ``_reserve_features``),
+# fitted by ``python benchmarks/memory/compare.py --fit-reserve``: least absolute error over
+# the 190 runs with memory to spare (peak reserved >= 3 GiB below the GPU) of h200_grid.json,
+# spot_checks_h200.json, fsdp1_h200_grid.json, benchmarks/throughput/h200_grid.json and
+# boundary_h200.json, subject to what the out-of-memory boundaries measured: the six of
+# boundary_h200.json (the batch one below the largest that ran fits, the first that ran out
+# of memory does not, by >= 0.5 GiB) and the spot checks' two (torch backend, eager loss);
+# every other run that ran fits and every run that ran out of memory does not. Held out by
+# configuration family (leave-one-family-out) see the README ("The fit decision at the
+# boundary"). What each term stands for (the caching allocator rounds blocks > 1 MiB to
+# 2 MiB and splits cached segments best-fit; a tensor that finds no free block large enough
+# is a new segment, and at the limit only segments with no live block are given back):
+#  - fixed 1.25 GiB: small-block pools (2 MiB / 20 MiB segments), workspaces' segments;
+#    fsdp2 0 (fitted): FSDP2's extra over FSDP1 is carried by the moments and FSDP terms;
+#  - of_loss 0.70: the eager cross-entropy's fp32 copy, log-softmax output and gradient
+#    (three tensors of 4 bytes per logit freed and re-made in another order; 1b torch
+#    b16/b17 at 2048: 12.7 / 14.0 GiB above allocated);
+#  - of_fsdp 1.28: FSDP2's all-gather / reduce-scatter buffers are allocated on their own
+#    streams, whose cached blocks the compute stream does not reuse;
+#  - of_moments 0.386: AdamW creates its moments lazily in the first optimizer step, inside the
+#    free blocks the first step's activations left, so the next forward's activations no
+#    longer fit the holes they came from (3b/8b at equal tokens hold 5-9 GiB more than 1b);
+#  - of_logits_grad 0.454 (no checkpointing): the next forward's saved activations that the
+#    moments displaced land in the cached logits segments, splitting them, so the logits
+#    gradient (one block of 2 bytes per logit) needs a new segment while the split one stays
+#    pinned (1b s2048 compiled: 12.5 GiB above the loss backward at b32; at b35 the 17.1 GiB
+#    logits gradient failed with 8.6 GiB free beyond it);
+#  - of_spill 0.294 (checkpointing): with checkpointing the cache beside the loss segments is
+#    one block's recompute, so the gradients and moments of the first step that do not fit
+#    there split the logits gradient's segment (3b s4096 b32: 35.9 GiB of gradients and moments
+#    beside a 14.5 GiB working set: the 31.3 GiB logits gradient failed with 17.2 GiB free
+#    beyond it; 1b s4096 b53: 13.8 GiB beside 20.3 GiB: ran with 5.9 GiB, 4.5 GiB reserve).
+# The compiled logits gradient itself is one segment of its own: no term in it with
+# checkpointing (1b s4096 b53: a 51.9 GiB gradient, 4.5 GiB above allocated). The previous
+# reserve (0.67 x that gradient) answered 2-13 batches below the measured boundaries.
+ALLOCATOR_RESERVE_FIXED = int(1.250 * GiB)
+ALLOCATOR_RESERVE_FSDP2 = int(0.000 * GiB)
+ALLOCATOR_RESERVE_OF_LOSS = 0.702
+ALLOCATOR_RESERVE_OF_FSDP = 1.276
+ALLOCATOR_RESERVE_OF_MOMENTS = 0.386
+ALLOCATOR_RESERVE_OF_LOGITS_GRAD = 0.454
+ALLOCATOR_RESERVE_OF_SPILL = 0.294
+# The fitted coefficients in the order of ``reserve_features`` (constant first).
+RESERVE_COEFFICIENTS = (ALLOCATOR_RESERVE_FIXED, ALLOCATOR_RESERVE_FSDP2, ALLOCATOR_RESERVE_OF_LOSS,
+                        ALLOCATOR_RESERVE_OF_FSDP, ALLOCATOR_RESERVE_OF_MOMENTS,
+                        ALLOCATOR_RESERVE_OF_LOGITS_GRAD, ALLOCATOR_RESERVE_OF_SPILL)
+# The phase whose additions over the loss backward come out of cached free blocks.
+_SERVED_FROM_CACHE = "LM head backward"
 
 # ---------------------------------------------------------------------------
 # The estimate
@@ -241,9 +267,10 @@ def estimate_checked(s: TrainingSetup, g: hardware.GPU) -> Estimate:
     allocated = int(round(sum(parts.values())))
     breakdown = {k: int(round(parts.get(k, 0.0))) for k in ALLOCATED_PARTS}
     breakdown["cuda_context"] = CUDA_CONTEXT_BYTES + NCCL_BUFFER_BYTES[min(s.world_size, 2)]
-    breakdown["allocator_reserve"] = int(round(allocator_reserve(*_reserve_features(terms))))
     # Rounding each part can move the sum by a byte or two: make the parts add up.
     allocated = sum(breakdown[k] for k in ALLOCATED_PARTS)
+    reserve = allocator_reserve(_reserve_features(terms))
+    breakdown["allocator_reserve"] = max(0, int(round(_binding_allocated(terms) + reserve)) - allocated)
     return Estimate(
         setup=s,
         gpu=g.name,
@@ -256,22 +283,47 @@ def estimate_checked(s: TrainingSetup, g: hardware.GPU) -> Estimate:
     )
 
 
-def reserve_features(setup: TrainingSetup, gpu: hardware.GPU | str) -> tuple[float, float, float]:
-    """(FSDP2 or not, the loss's largest tensor, one block's FSDP transients), in bytes:
-    what the allocator reserve is modelled from (``allocator_reserve``)."""
+def reserve_features(setup: TrainingSetup, gpu: hardware.GPU | str) -> tuple[float, ...]:
+    """What the allocator reserve is modelled from (``allocator_reserve``), in the order of
+    ``RESERVE_COEFFICIENTS`` without the constant: (FSDP2 or not, the eager loss's fp32
+    logits, one block's FSDP transients, the Adam moments, the compiled logits gradient
+    without checkpointing, the checkpointed spill), in bytes."""
     g = hardware.gpu(gpu) if isinstance(gpu, str) else gpu
     return _reserve_features(_Terms(setup.validate(), g))
 
 
-def _reserve_features(terms: _Terms) -> tuple[float, float, float]:
-    return (float(terms.s.fsdp_version == 2), terms.largest_loss_tensor(),
-            terms.block_gathered + terms.block_grad_unsharded + terms.block_rs_buffer)
+def binding_allocated(setup: TrainingSetup, gpu: hardware.GPU | str) -> float:
+    """The allocated bytes the reserve is added to: the largest phase but the LM head's
+    backward (whose additions are served from cached blocks, see the constants)."""
+    g = hardware.gpu(gpu) if isinstance(gpu, str) else gpu
+    return _binding_allocated(_Terms(setup.validate(), g))
 
 
-def allocator_reserve(fsdp2: float, loss_tensor: float, fsdp_transients: float) -> float:
-    """Bytes the caching allocator holds above the allocated peak (see the constants)."""
-    return (ALLOCATOR_RESERVE_FIXED + ALLOCATOR_RESERVE_FSDP2 * fsdp2
-            + ALLOCATOR_RESERVE_OF_LOSS * loss_tensor + ALLOCATOR_RESERVE_OF_FSDP * fsdp_transients)
+def _binding_allocated(terms: _Terms) -> float:
+    plain_head = not _emulated_linears(terms.s)  # an emulated head makes fp32 copies: large
+    return max(sum(parts.values()) for name, parts in terms.phases()
+               if not (plain_head and name == _SERVED_FROM_CACHE))
+
+
+def _reserve_features(terms: _Terms) -> tuple[float, ...]:
+    s = terms.s
+    n = float(terms.tokens) * s.model.vocab_size
+    compiled = s.loss_kernel == "compiled"
+    logits_grad = n * terms.c if compiled else 0.0
+    eager_fp32 = 0.0 if compiled else n * 4.0
+    # The first step's persistent tensors (sharded gradients, Adam moments) beyond what one
+    # checkpointed block's recompute leaves cached, bounded by the segment they split.
+    spill = max(0.0, terms.states + terms.grads_full - terms.act_layer - terms.act_work)
+    ac = s.activation_checkpointing
+    return (float(s.fsdp_version == 2), eager_fp32,
+            terms.block_gathered + terms.block_grad_unsharded + terms.block_rs_buffer,
+            terms.states, 0.0 if ac else logits_grad, min(spill, logits_grad) if ac else 0.0)
+
+
+def allocator_reserve(features: tuple[float, ...],
+                      coefficients: tuple[float, ...] = RESERVE_COEFFICIENTS) -> float:
+    """Bytes of cached free memory the step needs on top of its binding allocation."""
+    return coefficients[0] + sum(c * f for c, f in zip(coefficients[1:], features, strict=True))
 
 
 def phases(setup: TrainingSetup, gpu: hardware.GPU | str) -> list[tuple[str, dict[str, float]]]:
@@ -515,12 +567,6 @@ class _Terms:
                 dict(base, gradients=self.grads_full, fsdp_buffers=self.optimizer_temp),
             ),
         ]
-
-    def largest_loss_tensor(self) -> float:
-        """The cross-entropy's largest tensor: the eager loss's fp32 copy of the logits, or
-        the compiled loss's logits gradient (16-bit)."""
-        n = float(self.tokens) * self.s.model.vocab_size
-        return n * (self.c if self.s.loss_kernel == "compiled" else 4.0)
 
     def _head_share(self) -> float:
         """Fraction of the root's unsharded gradient present during block backward:
