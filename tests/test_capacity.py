@@ -15,7 +15,7 @@ from conftest import entrypoint, local_backend_with_bucket
 from components.common import pricing
 from components.common.errors import UserError
 from components.sagemaker_training import launcher
-from components.sagemaker_training.request import TrainingJobConfig
+from components.sagemaker_training.request import Budget, TrainingJobConfig
 
 IMAGE = "123456789012.dkr.ecr.us-west-2.amazonaws.com/kfp-sagemaker-trainer:test"
 ROLE = "arn:aws:iam::123456789012:role/SageMakerTraining"
@@ -105,8 +105,7 @@ def test_worst_case_is_the_costliest_preference_plus_the_warm_pools_keep_alive()
     assert sum("if SageMaker selects preference" in ln for ln in lines) == 2
     assert any("max_runtime_seconds + keep_alive_seconds" in ln for ln in lines)
     with pytest.raises(UserError) as err:
-        launcher.cost_preview(replace(resolved, config=replace(resolved.config,
-                                                               max_cost_usd=200.0)),
+        launcher.cost_preview(replace(resolved, budget=Budget(200.0)),
                               book(**{P6: 100.0, P5: 50.0}), say=lines.append)
     assert err.value.field == "max_cost_usd" and "$225.00" in err.value.problem
 

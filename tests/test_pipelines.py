@@ -278,6 +278,12 @@ BAD_RUN_LOCAL = [
      "cannot all run"),
     ("batch_tuning", ["--precision", "mxfp9"], "did you mean 'mxfp8'"),
     ("batch_tuning", ["--max-batch-size", "-1"], "max_batch_size"),
+    # what the DSL passes to the training step is what the check checks (issue 27's drift)
+    ("precision_sweep", ["--output-kms-key-id", "not-a-key"], "output_kms_key_id: 'not-a-key'"),
+    ("precision_sweep", ["--max-cost-usd", "-5"], "max_cost_usd: -5"),
+    ("batch_tuning", ["--output-kms-key-id", "not-a-key"], "output_kms_key_id: 'not-a-key'"),
+    ("batch_tuning", ["--max-cost-usd", "-5"], "max_cost_usd: -5"),
+    ("batch_tuning", ["--volume-kms-key-id", "alias/x y"], "volume_kms_key_id"),
 ]
 
 
@@ -334,6 +340,37 @@ def test_compile_refuses_every_default_run_local_refuses_and_control_characters(
     err = capsys.readouterr().err
     assert code == 2 and message in err, err
     assert not out.exists()
+
+
+@pytest.mark.parametrize("module", ["precision_sweep", "batch_tuning"])
+def test_the_argument_check_passes_the_training_step_what_the_compiled_pipeline_passes(
+        module, tmp_path):
+    """The check and the DSL build the training task's arguments with one function, so
+    every parameter the compiled task receives from the pipeline is one the check checks."""
+    import importlib
+    from types import SimpleNamespace
+
+    from pipelines import _cli, _steps
+
+    mod = importlib.import_module(f"pipelines.{module}")
+    out = tmp_path / "p.yaml"
+    assert mod.main(["--compile", "--output", str(out)]) == 0
+    doc = yaml.safe_load(out.read_text())
+    compiled = next(t for name, t in _all_tasks(doc) if name == "sagemaker-training")
+    # (pipelinechannel--*: what the f-strings of the S3 prefixes are made of)
+    passed = {k for k in compiled["inputs"]["parameters"] if not k.startswith("pipelinechannel--")}
+    params = _cli.build_parser(name=module, doc="", build=mod.build_pipeline,
+                               default_parallelism=1, local_defaults={})[1]
+    arguments = _cli.local_arguments(params, {})
+    item = SimpleNamespace(precision="bf16", batch_size=1, activation_checkpointing=False)
+    loop = ({"precision": "bf16", "precisions": ["bf16"]} if module == "precision_sweep"
+            else {"candidate": item, "candidates": [item]})
+    extra = {"plan": "{}"} if module == "precision_sweep" else {}
+    checked = mod.training_arguments(arguments, **_steps.stand_ins(arguments), **loop, **extra)
+    assert set(checked) == passed
+    assert {k: checked[k] for k in ("max_cost_usd", "output_kms_key_id", "instance_hour_prices")
+            } == {k: arguments[k] for k in ("max_cost_usd", "output_kms_key_id",
+                                            "instance_hour_prices")}
 
 
 def test_compile_writes_good_defaults_and_imports_no_torch(tmp_path):

@@ -268,14 +268,8 @@ def sagemaker_training(
     from components.sagemaker_training.launcher import launch
     from components.sagemaker_training.request import TrainingJobConfig
 
-    cfg = TrainingJobConfig.from_values(parameters)
-
     try:
-        result = launch(cfg, resources_path=aws_resources,
-                        instance_hour_prices=instance_hour_prices or {},
-                        poll_interval_s=poll_interval_seconds, max_outage_s=max_outage_seconds,
-                        stop_timeout_s=stop_timeout_seconds,
-                        budget_jobs=len(budget_items or []) or 1)
+        result = launch(TrainingJobConfig.from_values(parameters), resources_path=aws_resources)
     except Terminated as exc:
         print(f"error: {exc}", flush=True)
         raise SystemExit(TERMINATED_EXIT_CODE) from None
