@@ -878,6 +878,8 @@ def build_request(r: ResolvedConfig) -> dict[str, Any]:
         request["EnableNetworkIsolation"] = True
     if c.enable_inter_container_traffic_encryption:
         request["EnableInterContainerTrafficEncryption"] = True
+    if c.enable_infra_check:
+        request["InfraCheckConfig"] = {"EnableInfraCheck": True}
     if c.use_spot:
         request["EnableManagedSpotTraining"] = True
         stopping["MaxWaitTimeInSeconds"] = c.max_wait_seconds
