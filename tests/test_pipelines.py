@@ -373,6 +373,35 @@ def test_the_argument_check_passes_the_training_step_what_the_compiled_pipeline_
                                             "instance_hour_prices")}
 
 
+def test_plan_and_train_checks_its_probes_and_its_training_as_compiled(tmp_path, capsys):
+    from types import SimpleNamespace
+
+    from pipelines import _cli, _steps
+    from pipelines import plan_and_train as mod
+
+    out = tmp_path / "p.yaml"
+    assert mod.main(["--compile", "--output", str(out)]) == 0
+    tasks = dict(_all_tasks(yaml.safe_load(out.read_text())))
+    params = _cli.build_parser(name="plan_and_train", doc="", build=mod.build_pipeline,
+                               default_parallelism=1, local_defaults={})[1]
+    arguments = _cli.local_arguments(params, {})
+    run = _steps.stand_ins(arguments)
+    item = SimpleNamespace(instance_type="ml.p5.48xlarge", instance_count=1, precision="bf16",
+                           batch_size=1, activation_checkpointing=False)
+    checked = {
+        "sagemaker-training": mod.probe_arguments(arguments, **run, candidate=item,
+                                                  candidates=[item]),
+        "sagemaker-training-2": mod.train_arguments(arguments, **run,
+                                                    chosen=dict.fromkeys(mod.CHOSEN)),
+    }
+    for task, values in checked.items():
+        passed = {k for k in tasks[task]["inputs"]["parameters"]
+                  if not k.startswith("pipelinechannel--")}
+        assert set(values) == passed, task
+    assert mod.main(["--compile", "--output", str(out), "--probe-max-cost-usd", "-5"]) == 2
+    assert "max_cost_usd: -5" in capsys.readouterr().err
+
+
 def test_compile_writes_good_defaults_and_imports_no_torch(tmp_path):
     out = tmp_path / "p.yaml"
     code = ("import sys, json; from pipelines.precision_sweep import main; "
