@@ -1,7 +1,9 @@
-"""Steps both pipelines start with, so that they are declared once.
+"""Steps the pipelines share, so that they are declared once, and their argument check.
 
-Called inside a ``@dsl.pipeline`` function: each helper adds its task to the
-pipeline being built and returns it.
+Called inside a ``@dsl.pipeline`` function: each step helper adds its task to the
+pipeline being built and returns it. A pipeline builds a training task's arguments
+with one function (:func:`training_arguments` underneath) that its DSL and its
+``--compile``/``--run-local`` check both call, so the check checks what a run passes.
 """
 
 from collections.abc import Callable, Iterable, Mapping
@@ -53,13 +55,6 @@ def trainer_image_step(*, region: Any, prefix: str, repository: Any, instance_ty
         pipeline=pipeline,
     ).set_display_name("build trainer image")
     return task
-
-
-def model_arguments(**model: Any) -> dict[str, Any]:
-    """The model preset and dimension overrides, passed alike to every step that takes them."""
-    if set(model) != set(MODEL_KEYS):
-        raise TypeError(f"model_arguments needs exactly {sorted(MODEL_KEYS)}")
-    return model
 
 
 def training_arguments(arguments: Mapping[str, Any], *, exclude: tuple[str, ...] = (),

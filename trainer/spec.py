@@ -13,7 +13,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-from trainer.bounds import Bounds, unknown, within
+from trainer.bounds import Bounds, UnknownName, within
 from trainer.errors import FieldError
 
 MLP_TYPES = ("swiglu", "gelu")
@@ -185,7 +185,7 @@ def preset(name: str) -> ModelSpec:
     try:
         return PRESETS[name.lower()]
     except KeyError:
-        raise _invalid("model_preset", unknown("model_preset", name, PRESETS)) from None
+        raise UnknownName("model_preset", name, PRESETS) from None
 
 
 # ---- CLI flags shared by `python -m trainer` and `python -m components.memory_estimate` ----

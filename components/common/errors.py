@@ -54,15 +54,12 @@ class UserError(FieldError):
 
 
 def unknown_name(field: str, exc: ValueError) -> UserError:
-    """The trainer's "x='y': unknown; did you mean 'z'? choose one of ..." (a preset,
-    precision, instance type or GPU not in its catalog) as a UserError naming ``field``:
-    the value and the suggestion are the problem, the catalog the fix."""
-    problem, sep, choices = str(exc).split("=", 1)[-1].partition(" choose one of ")
-    problem = problem.rstrip(";")
-    if not problem.endswith((".", "?")):
-        problem += "."
-    return UserError(field, problem,
-                     f"choose one of {choices}." if sep else "")
+    """The trainer's ``UnknownName`` (a preset, precision, instance type or GPU not in its
+    catalog: the value and its "did you mean" are the problem, the catalog the fix) as a
+    UserError naming ``field`` (the caller's parameter, e.g. ``precisions``)."""
+    if isinstance(exc, FieldError):
+        return UserError(field, exc.problem, exc.fix)
+    return UserError(field, str(exc))
 
 
 CREDENTIALS_FIX = ("set AWS_PROFILE (after `aws configure` or `aws sso login`) or "
