@@ -148,7 +148,8 @@ def check_training(items: Iterable[Any], arguments: Callable[[Any], dict[str, An
 
     for item in items:
         values = {**arguments(item), "run_id": CHECK_RUN_ID, "task": "train"}
-        launcher.dry_run(TrainingJobConfig.from_values(values), say=lambda _line: None)
+        launcher.dry_run(TrainingJobConfig.from_values(values), say=lambda _line: None,
+                         refuse_unknown_price=False)
 
 
 def check_cleanup_policy(policy: Any) -> None:

@@ -284,6 +284,7 @@ BAD_RUN_LOCAL = [
     ("batch_tuning", ["--output-kms-key-id", "not-a-key"], "output_kms_key_id: 'not-a-key'"),
     ("batch_tuning", ["--max-cost-usd", "-5"], "max_cost_usd: -5"),
     ("batch_tuning", ["--volume-kms-key-id", "alias/x y"], "volume_kms_key_id"),
+    ("precision_sweep", ["--max-cost-usd", "10"], "exceeds $10.00"),  # 4 jobs x 24 h of p6
 ]
 
 
@@ -371,6 +372,16 @@ def test_the_argument_check_passes_the_training_step_what_the_compiled_pipeline_
     assert {k: checked[k] for k in ("max_cost_usd", "output_kms_key_id", "instance_hour_prices")
             } == {k: arguments[k] for k in ("max_cost_usd", "output_kms_key_id",
                                             "instance_hour_prices")}
+
+
+def test_a_budget_the_check_has_no_price_for_is_left_to_the_launch(tmp_path):
+    """A training plan's fee is looked up at launch (DescribeTrainingPlan): --compile does
+    not refuse a budget it cannot price."""
+    from pipelines import precision_sweep
+
+    plan = "arn:aws:sagemaker:us-west-2:123456789012:training-plan/p6-week"
+    assert precision_sweep.main(["--compile", "--output", str(tmp_path / "p.yaml"),
+                                 "--training-plan-arn", plan, "--max-cost-usd", "10"]) == 0
 
 
 def test_plan_and_train_checks_its_probes_and_its_training_as_compiled(tmp_path, capsys):

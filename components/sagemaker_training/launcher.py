@@ -59,18 +59,21 @@ def prepare(cfg: TrainingJobConfig, *, region: str | None = None) -> tuple[Resol
     return resolved, build_request(resolved)
 
 
-def dry_run(cfg: TrainingJobConfig, *, say: Callable[[str], None]) -> dict[str, Any]:
+def dry_run(cfg: TrainingJobConfig, *, say: Callable[[str], None],
+            refuse_unknown_price: bool = True) -> dict[str, Any]:
     """Everything a launch checks before its first AWS call, with no AWS call (the
     prices from ``instance_hour_prices`` or the shipped table; a training plan's fee is
     not looked up): the notes and the cost preview said, the request returned. What
-    ``--dry-run`` and the pipelines' argument check run."""
+    ``--dry-run`` and the pipelines' argument check run; the check passes
+    ``refuse_unknown_price=False``: a budget it has no price for is the launch's to check
+    (with the Price List API's price, or the plan's fee)."""
     resolved, request = prepare(cfg)
     for note in resolved.notes:
         say(note)
     check_follow_settings(cfg.poll_interval_seconds, cfg.max_outage_seconds,
                           cfg.stop_timeout_seconds)
     book = pricing.PriceBook(resolved.region, cfg.instance_hour_prices, lookup=False)
-    cost_preview(resolved, book, say=say)
+    cost_preview(resolved, book, say=say, refuse_unknown_price=refuse_unknown_price)
     return request
 
 
@@ -265,7 +268,8 @@ def cost_report(resolved: ResolvedConfig, job: Mapping[str, Any], cost: pricing.
 
 def cost_preview(resolved: ResolvedConfig, book: pricing.PriceBook, *,
                  plan: Mapping[str, Any] | None = None, budget_jobs: int | None = None,
-                 say: Callable[[str], None]) -> pricing.Cost | None:
+                 say: Callable[[str], None],
+                 refuse_unknown_price: bool = True) -> pricing.Cost | None:
     """Prints the worst case (and the plan's predicted cost, when it has one) and refuses a
     launch over ``max_cost_usd`` (``budget_jobs``: jobs of a sweep sharing that budget,
     default the resolved budget's, one per item of ``budget_items``);
@@ -279,7 +283,8 @@ def cost_preview(resolved: ResolvedConfig, book: pricing.PriceBook, *,
         say("worst case: the training plan's share of its UpfrontFee, looked up at launch "
             "(DescribeTrainingPlan; not in a dry run)")
         budget.check(None, instance_type=c.instance_type,
-                     missing="a dry run does not look up the training plan's fee")
+                     missing="a dry run does not look up the training plan's fee",
+                     refuse_unknown=refuse_unknown_price)
         return None
     price = job_price(resolved, book, plan)
     worst, missing = worst_case(resolved, book, plan, say)
@@ -289,7 +294,8 @@ def cost_preview(resolved: ResolvedConfig, book: pricing.PriceBook, *,
     if predicted:
         say(predicted)
     budget.check(worst, instance_type=missing or c.instance_type, jobs=budget_jobs,
-                 missing=book.missing(missing or c.instance_type))
+                 missing=book.missing(missing or c.instance_type),
+                 refuse_unknown=refuse_unknown_price)
     return worst
 
 

@@ -24,8 +24,6 @@ from components.common.training_job import MAX_RUNTIME_LIMIT_S
 from components.sagemaker_training import limits
 from trainer.spec import DIMENSION_BOUNDS
 
-DEFAULT_INSTANCE_TYPE = "ml.p6-b200.48xlarge"
-DEFAULT_MAX_RUNTIME_S = 24 * 3600
 MAX_VOLUME_SIZE_GB = 16384  # EBS gp2/gp3 ceiling (botocore has min 0 only)
 CHECKPOINT_LOCAL_PATH = "/opt/ml/checkpoints"
 
@@ -120,10 +118,15 @@ class Budget:
         return cls(float(max_cost_usd), jobs or 1)
 
     def check(self, worst: Any, *, instance_type: str, jobs: int | None = None,
-              missing: str = "") -> None:
+              missing: str = "", refuse_unknown: bool = True) -> None:
         """Refuses (UserError naming max_cost_usd) a worst case (a ``pricing.Cost``, None
-        without a price) that, times the jobs sharing the budget, exceeds the limit."""
+        without a price) that, times the jobs sharing the budget, exceeds the limit; a
+        budget with no price to check it against too, unless ``refuse_unknown`` is False
+        (a check that does not look up the prices the launch will)."""
         from components.common import pricing
+
+        if worst is None and not refuse_unknown:
+            return
 
         pricing.check_budget(self.limit_usd, worst, instance_type=instance_type,
                              jobs=jobs or self.jobs, missing=missing)
