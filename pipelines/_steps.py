@@ -1,15 +1,20 @@
-"""Steps both pipelines start with, so that they are declared once.
+"""Steps the pipelines share, so that they are declared once, and their argument check.
 
-Called inside a ``@dsl.pipeline`` function: each helper adds its task to the
-pipeline being built and returns it.
+Called inside a ``@dsl.pipeline`` function: each step helper adds its task to the
+pipeline being built and returns it. A pipeline builds a training task's arguments
+with one function (:func:`training_arguments` underneath) that its DSL and its
+``--compile``/``--run-local`` check both call, so the check checks what a run passes.
 """
 
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from kfp import dsl
 
 from components.build_image.component import build_image
 from components.cleanup.component import cleanup
+from components.common import cli
+from trainer.spec import DIMENSION_BOUNDS
 
 RUN_ID = dsl.PIPELINE_JOB_ID_PLACEHOLDER
 
@@ -52,13 +57,23 @@ def trainer_image_step(*, region: Any, prefix: str, repository: Any, instance_ty
     return task
 
 
-def model_arguments(**model: Any) -> dict[str, Any]:
-    """The model preset and dimension overrides, passed alike to every step that takes them."""
-    expected = {"model_preset", "num_layers", "hidden_size", "num_heads", "num_kv_heads",
-                "ffn_hidden_size", "vocab_size"}
-    if set(model) != expected:
-        raise TypeError(f"model_arguments needs exactly {sorted(expected)}")
-    return model
+def training_arguments(arguments: Mapping[str, Any], *, exclude: tuple[str, ...] = (),
+                       **step: Any) -> dict[str, Any]:
+    """What a pipeline passes to ``sagemaker_training``: every pipeline parameter the
+    component declares too, under the same name (one name, one meaning), except
+    ``exclude`` (a pipeline parameter of that name that means something else there, e.g.
+    the sweep's ``activation_checkpointing="auto"`` that the memory plan resolves), then
+    ``step``: what the task gets from other tasks, the loop item or the pipeline.
+
+    ``arguments``: the pipeline function's parameters (``locals()``, channels) in the
+    DSL, their values in the argument check, which so checks exactly what a run passes.
+    """
+    from components.sagemaker_training.component import sagemaker_training
+
+    declared = {p.name for p in cli.parameters(sagemaker_training)}
+    passed = {k: v for k, v in arguments.items()
+              if k in declared and k not in exclude and k not in step}
+    return {**passed, **step}
 
 
 def report_context(*, pipeline: str, instance_type: Any, instance_count: Any, region: Any,
@@ -70,8 +85,9 @@ def report_context(*, pipeline: str, instance_type: Any, instance_count: Any, re
 
 # ---- the pipelines' arguments, checked before anything starts or is compiled ----
 
-MODEL_KEYS = ("model_preset", "num_layers", "hidden_size", "num_heads", "num_kv_heads",
-              "ffn_hidden_size", "vocab_size")
+MODEL_KEYS = ("model_preset", *DIMENSION_BOUNDS)  # the preset and ModelSpec's dimensions
+# What an argument check passes where a run passes another task's output or a placeholder.
+CHECK_RUN_ID = "argument-check"
 
 
 def check_precision_names(field: str, names: list[Any]) -> list[str]:
@@ -91,58 +107,52 @@ def check_precision_names(field: str, names: list[Any]) -> list[str]:
     return [str(n) for n in names]
 
 
-def check_training_arguments(arguments: dict[str, Any], *, precisions: list[str],
-                             batch_size: int, activation_checkpointing: str,
-                             require_all_runnable: bool) -> None:
-    """Runs the checks the memory plan and every training step would run, in-process
-    (``--run-local`` before it starts, ``--compile`` before it writes).
+def stand_ins(arguments: Mapping[str, Any]) -> dict[str, str]:
+    """The values a run knows only once it runs, for the argument check: the trainer image
+    (build_image's output) in the role's account and the run's region, and the run's S3
+    prefix (with a stand-in run id)."""
+    role = str(arguments["role_arn"])
+    account = role.split(":")[4] if role.count(":") >= 5 else ""
+    return {"image_uri": f"{account or '123456789012'}.dkr.ecr.{arguments['region']}."
+                         f"amazonaws.com/{arguments['trainer_repository']}:ctx-000000000000",
+            "prefix": f"s3://{arguments['bucket']}/{arguments['s3_prefix']}/{CHECK_RUN_ID}"}
 
-    The memory plan is pure Python (no AWS call), and so is the training step's
-    validation (``launcher.prepare``), so a misspelled precision, model, hyperparameter
-    or capacity setting fails here, with the step's own message, before the local
-    backend starts or an image is built. ``arguments`` has every pipeline parameter.
-    """
+
+def check_bucket(bucket: Any) -> None:
     import re
 
-    from components.cleanup.plan import resolve_policy
     from components.common.errors import UserError
     from components.common.s3 import BUCKET_PATTERN
-    from components.memory_estimate.cli import with_defaults
-    from components.memory_estimate.run import run_component
-    from components.sagemaker_training import launcher
-    from components.sagemaker_training.request import (
-        TrainingJobConfig,
-        merge_precision_hyperparameters,
-    )
 
-    model = {k: arguments[k] for k in MODEL_KEYS}
-    a = arguments
-    if not re.fullmatch(BUCKET_PATTERN, str(a["bucket"])):
-        raise UserError("bucket", f"{a['bucket']!r} is not an S3 bucket name.",
+    if not re.fullmatch(BUCKET_PATTERN, str(bucket)):
+        raise UserError("bucket", f"{bucket!r} is not an S3 bucket name.",
                         "use 3-63 lowercase letters, digits, dots or hyphens, starting and "
                         "ending with a letter or digit (S3's bucket naming rules).")
-    plan = run_component(**with_defaults(dict(
-        instance_type=a["instance_type"], instance_count=a["instance_count"], **model,
-        seq_length=a["seq_length"], batch_size=batch_size, precisions=precisions,
-        activation_checkpointing=activation_checkpointing,
-        instance_hour_prices=a.get("instance_hour_prices") or None,
-        require_all_runnable=require_all_runnable)))
-    account = str(a["role_arn"]).split(":")[4] if str(a["role_arn"]).count(":") >= 5 else ""
-    image = (f"{account or '123456789012'}.dkr.ecr.{a['region']}.amazonaws.com/"
-             f"{a['trainer_repository']}:ctx-000000000000")
-    prefix = f"s3://{a['bucket']}/{a['s3_prefix']}/argument-check"
-    for precision in plan.runnable_precisions:
-        launcher.prepare(TrainingJobConfig(
-            image_uri=image, role_arn=a["role_arn"], **job_prefixes(prefix),
-            run_id="argument-check", region=a["region"], instance_type=a["instance_type"],
-            instance_count=a["instance_count"], precision=precision, **model,
-            seq_length=a["seq_length"], max_steps=a["max_steps"],
-            hyperparameters=merge_precision_hyperparameters(
-                a["hyperparameters"], a.get("precision_hyperparameters"), precision),
-            training_plan_arn=a["training_plan_arn"], use_spot=a["use_spot"],
-            max_wait_seconds=a["max_wait_seconds"], max_runtime_seconds=a["max_runtime_seconds"],
-            fallback_instances=list(a.get("fallback_instances") or []),
-            max_pending_seconds=a.get("max_pending_seconds", 0),
-            keep_alive_seconds=a.get("keep_alive_seconds", 0),
-            memory_plan=plan.plan))
-    resolve_policy(a["cleanup_policy"])
+
+
+def check_memory_plan(arguments: dict[str, Any]) -> Any:
+    """The memory plan a run computes, in-process (memory_estimate's own code, the
+    arguments the pipeline passes it): its outputs, or the UserError the step would fail with."""
+    from components.memory_estimate.cli import with_defaults
+    from components.memory_estimate.run import run_component
+
+    return run_component(**with_defaults(arguments))
+
+
+def check_training(items: Iterable[Any], arguments: Callable[[Any], dict[str, Any]]) -> None:
+    """Every training task a run would start (one per loop item), checked as the task
+    checks its parameters before the first AWS call (``launcher.dry_run``: validation,
+    the memory pre-flight, the budget), with ``arguments(item)`` the task's arguments."""
+    from components.sagemaker_training import launcher
+    from components.sagemaker_training.request import TrainingJobConfig
+
+    for item in items:
+        values = {**arguments(item), "run_id": CHECK_RUN_ID, "task": "train"}
+        launcher.dry_run(TrainingJobConfig.from_values(values), say=lambda _line: None,
+                         refuse_unknown_price=False)
+
+
+def check_cleanup_policy(policy: Any) -> None:
+    from components.cleanup.plan import resolve_policy
+
+    resolve_policy(policy)

@@ -12,6 +12,7 @@ an exit handler whose exit task is ``cleanup``.
 
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 if __package__ in (None, ""):  # `python pipelines/batch_tuning.py`
@@ -122,12 +123,8 @@ def build_pipeline(parallelism: int = DEFAULT_PARALLELISM) -> Any:
             codebuild_role_arn: CodeBuild service role (empty: the project's default).
             cleanup_policy: Per-kind cleanup policy overrides, e.g. {"logs": "delete"}.
         """
+        arguments = dict(locals())  # the pipeline's parameters, as the argument check has them
         prefix = _steps.run_prefix(bucket, s3_prefix)
-        model = _steps.model_arguments(
-            model_preset=model_preset, num_layers=num_layers, hidden_size=hidden_size,
-            num_heads=num_heads, num_kv_heads=num_kv_heads, ffn_hidden_size=ffn_hidden_size,
-            vocab_size=vocab_size,
-        )
         clean = _steps.cleanup_step(
             region=region, policy=cleanup_policy, prefix=prefix, repository=trainer_repository
         )
@@ -137,52 +134,14 @@ def build_pipeline(parallelism: int = DEFAULT_PARALLELISM) -> Any:
                 instance_type=instance_type, codebuild_role_arn=codebuild_role_arn,
                 pipeline=NAME,
             )
-            plan = memory_estimate(
-                instance_type=instance_type,
-                instance_count=instance_count,
-                **model,
-                seq_length=seq_length,
-                batch_size=0,
-                precisions=[precision],
-                activation_checkpointing=activation_checkpointing,
-                max_candidate_batch_size=max_batch_size,
-                instance_hour_prices=instance_hour_prices,
-                require_all_runnable=True,
-            ).set_display_name("memory plan")
+            plan = memory_estimate(**plan_arguments(arguments)).set_display_name("memory plan")
             with dsl.ParallelFor(
                 plan.outputs["batch_candidates"], parallelism=parallelism
             ) as candidate:
-                train = sagemaker_training(
-                    image_uri=image.outputs["image_uri"],
-                    role_arn=role_arn,
-                    **_steps.job_prefixes(prefix),
-                    region=region,
-                    instance_type=instance_type,
-                    instance_count=instance_count,
-                    precision=candidate.precision,
-                    batch_size=candidate.batch_size,
-                    activation_checkpointing=candidate.activation_checkpointing,
-                    **model,
-                    seq_length=seq_length,
-                    max_steps=max_steps,
-                    hyperparameters=hyperparameters,
-                    training_plan_arn=training_plan_arn,
-                    use_spot=use_spot,
-                    max_wait_seconds=max_wait_seconds,
-                    fallback_instances=fallback_instances,
-                    max_pending_seconds=max_pending_seconds,
-                    keep_alive_seconds=keep_alive_seconds,
-                    max_runtime_seconds=max_runtime_seconds,
-                    max_cost_usd=max_cost_usd,
-                    instance_hour_prices=instance_hour_prices,
-                    output_kms_key_id=output_kms_key_id,
-                    volume_kms_key_id=volume_kms_key_id,
-                    enable_network_isolation=enable_network_isolation,
-                    enable_inter_container_traffic_encryption=(
-                        enable_inter_container_traffic_encryption),
-                    budget_items=plan.outputs["batch_candidates"],
-                    pipeline=NAME,
-                ).set_display_name("train candidate")
+                train = sagemaker_training(**training_arguments(
+                    arguments, image_uri=image.outputs["image_uri"], prefix=prefix,
+                    candidate=candidate, candidates=plan.outputs["batch_candidates"],
+                )).set_display_name("train candidate")
                 logs = parse_logs(
                     job_name=train.outputs["job_name"],
                     region=region,
@@ -197,6 +156,27 @@ def build_pipeline(parallelism: int = DEFAULT_PARALLELISM) -> Any:
             ).set_display_name("rank candidates")
 
     return batch_tuning
+
+
+def plan_arguments(a: dict[str, Any]) -> dict[str, Any]:
+    """What the memory plan step is passed (the DSL's call and the argument check's)."""
+    return dict(
+        instance_type=a["instance_type"], instance_count=a["instance_count"],
+        **{k: a[k] for k in _steps.MODEL_KEYS}, seq_length=a["seq_length"], batch_size=0,
+        precisions=[a["precision"]], activation_checkpointing=a["activation_checkpointing"],
+        max_candidate_batch_size=a["max_batch_size"],
+        instance_hour_prices=a["instance_hour_prices"], require_all_runnable=True)
+
+
+def training_arguments(a: dict[str, Any], *, image_uri: Any, prefix: Any, candidate: Any,
+                       candidates: Any) -> dict[str, Any]:
+    """What each candidate's training task is passed (the DSL's call and the argument
+    check's): the pipeline's parameters of the component's names, the candidate's
+    precision, batch size and checkpointing."""
+    return _steps.training_arguments(
+        a, image_uri=image_uri, **_steps.job_prefixes(prefix), precision=candidate.precision,
+        batch_size=candidate.batch_size, activation_checkpointing=candidate.activation_checkpointing,
+        budget_items=candidates, pipeline=NAME)
 
 
 PIPELINE = build_pipeline()
@@ -218,14 +198,17 @@ def check_arguments(arguments: dict[str, Any]) -> None:
     before anything starts or is written; raises UserError."""
     from components.common.errors import UserError
 
-    precisions = _steps.check_precision_names("precision", [arguments["precision"]])
+    _steps.check_precision_names("precision", [arguments["precision"]])
     if int(arguments["max_batch_size"]) < 0:
         raise UserError("max_batch_size", f"{arguments['max_batch_size']!r} is negative.",
                         "pass 0 (no cap) or the largest batch size to try.")
-    _steps.check_training_arguments(
-        arguments, precisions=precisions, batch_size=0,
-        activation_checkpointing=arguments["activation_checkpointing"],
-        require_all_runnable=True)
+    _steps.check_bucket(arguments["bucket"])
+    plan = _steps.check_memory_plan(plan_arguments(arguments))
+    run = _steps.stand_ins(arguments)
+    _steps.check_training(plan.batch_candidates, lambda candidate: training_arguments(
+        arguments, image_uri=run["image_uri"], prefix=run["prefix"],
+        candidate=SimpleNamespace(**candidate), candidates=plan.batch_candidates))
+    _steps.check_cleanup_policy(arguments["cleanup_policy"])
 
 
 def main(argv: list[str] | None = None) -> int:

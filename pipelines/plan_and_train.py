@@ -15,6 +15,7 @@ case). All inside an exit handler whose exit task is ``cleanup``.
 
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 if __package__ in (None, ""):  # `python pipelines/plan_and_train.py`
@@ -127,21 +128,9 @@ def build_pipeline(parallelism: int = DEFAULT_PARALLELISM) -> Any:
             codebuild_role_arn: CodeBuild service role (empty: the project's default).
             cleanup_policy: Per-kind cleanup policy overrides, e.g. {"logs": "delete"}.
         """
+        arguments = dict(locals())  # the pipeline's parameters, as the argument check has them
         prefix = _steps.run_prefix(bucket, s3_prefix)
-        model = _steps.model_arguments(
-            model_preset=model_preset, num_layers=num_layers, hidden_size=hidden_size,
-            num_heads=num_heads, num_kv_heads=num_kv_heads, ffn_hidden_size=ffn_hidden_size,
-            vocab_size=vocab_size,
-        )
-        planning = dict(
-            training_tokens=training_tokens, **model, seq_length=seq_length,
-            max_batch_size=max_batch_size, deadline_hours=deadline_hours, max_cost_usd=max_cost_usd,
-            instance_types=instance_types, max_instance_count=max_instance_count,
-            precisions=precisions, capacity_modes=capacity_modes, region=region,
-            instance_hour_prices=instance_hour_prices, headroom=headroom,
-            runtime_margin=runtime_margin, startup_seconds=startup_seconds, rank_by=rank_by,
-            probe_count=probe_count,
-        )
+        planning = planning_arguments(arguments)
         clean = _steps.cleanup_step(
             region=region, policy=cleanup_policy, prefix=prefix, repository=trainer_repository
         )
@@ -154,20 +143,10 @@ def build_pipeline(parallelism: int = DEFAULT_PARALLELISM) -> Any:
             )
             with dsl.ParallelFor(plan.outputs["top_candidates"],
                                  parallelism=parallelism) as candidate:
-                probe = sagemaker_training(
-                    image_uri=image.outputs["image_uri"], role_arn=role_arn,
-                    **_steps.job_prefixes(f"{prefix}/probes"), region=region,
-                    instance_type=candidate.instance_type,
-                    instance_count=candidate.instance_count, precision=candidate.precision,
-                    batch_size=candidate.batch_size,
-                    activation_checkpointing=candidate.activation_checkpointing,
-                    **model, seq_length=seq_length, max_steps=probe_steps,
-                    hyperparameters=hyperparameters,
-                    max_runtime_seconds=probe_max_runtime_seconds,
-                    max_cost_usd=probe_max_cost_usd,
-                    instance_hour_prices=instance_hour_prices,
-                    budget_items=plan.outputs["top_candidates"], pipeline=NAME,
-                ).set_display_name("probe")
+                probe = sagemaker_training(**probe_arguments(
+                    arguments, image_uri=image.outputs["image_uri"], prefix=prefix,
+                    candidate=candidate, candidates=plan.outputs["top_candidates"],
+                )).set_display_name("probe")
                 probed = parse_logs(
                     job_name=probe.outputs["job_name"], region=region,
                     requested_precision=candidate.precision, run_label=candidate.label,
@@ -175,27 +154,52 @@ def build_pipeline(parallelism: int = DEFAULT_PARALLELISM) -> Any:
             chosen = plan_training(
                 **planning, probe_series=dsl.Collected(probed.outputs["series"]),
             ).set_display_name("re-rank on probes")
-            train = sagemaker_training(
-                image_uri=image.outputs["image_uri"], role_arn=role_arn,
-                **_steps.job_prefixes(prefix), region=region,
-                instance_type=chosen.outputs["instance_type"],
-                instance_count=chosen.outputs["instance_count"],
-                precision=chosen.outputs["precision"],
-                batch_size=chosen.outputs["batch_size"],
-                activation_checkpointing=chosen.outputs["activation_checkpointing"],
-                **model, seq_length=seq_length, max_steps=chosen.outputs["max_steps"],
-                hyperparameters=hyperparameters,
-                max_runtime_seconds=chosen.outputs["max_runtime_seconds"],
-                use_spot=chosen.outputs["use_spot"],
-                max_wait_seconds=chosen.outputs["max_wait_seconds"],
-                max_cost_usd=chosen.outputs["max_cost_usd"],
-                instance_hour_prices=instance_hour_prices, pipeline=NAME,
-            ).set_display_name("train")
+            train = sagemaker_training(**train_arguments(
+                arguments, image_uri=image.outputs["image_uri"], prefix=prefix,
+                chosen={k: chosen.outputs[k] for k in CHOSEN},
+            )).set_display_name("train")
             parse_logs(job_name=train.outputs["job_name"], region=region,
                        requested_precision=chosen.outputs["precision"],
                        ).set_display_name("parse training")
 
     return plan_and_train
+
+
+# The re-ranked plan's outputs the training step takes.
+CHOSEN = ("instance_type", "instance_count", "precision", "batch_size",
+          "activation_checkpointing", "max_steps", "max_runtime_seconds", "use_spot",
+          "max_wait_seconds", "max_cost_usd")
+
+
+def planning_arguments(a: dict[str, Any]) -> dict[str, Any]:
+    """What both plan steps are passed (the DSL's calls and the argument check's)."""
+    return {k: a[k] for k in (
+        "training_tokens", *_steps.MODEL_KEYS, "seq_length", "max_batch_size", "deadline_hours",
+        "max_cost_usd", "instance_types", "max_instance_count", "precisions", "capacity_modes",
+        "region", "instance_hour_prices", "headroom", "runtime_margin", "startup_seconds",
+        "rank_by", "probe_count")}
+
+
+def probe_arguments(a: dict[str, Any], *, image_uri: Any, prefix: Any, candidate: Any,
+                    candidates: Any) -> dict[str, Any]:
+    """What each probe's training task is passed (the DSL's call and the argument check's):
+    the pipeline's parameters of the component's names, the candidate's configuration, the
+    probes' steps, run time and budget."""
+    return _steps.training_arguments(
+        a, image_uri=image_uri, **_steps.job_prefixes(f"{prefix}/probes"),
+        instance_type=candidate.instance_type, instance_count=candidate.instance_count,
+        precision=candidate.precision, batch_size=candidate.batch_size,
+        activation_checkpointing=candidate.activation_checkpointing,
+        max_steps=a["probe_steps"], max_runtime_seconds=a["probe_max_runtime_seconds"],
+        max_cost_usd=a["probe_max_cost_usd"], budget_items=candidates, pipeline=NAME)
+
+
+def train_arguments(a: dict[str, Any], *, image_uri: Any, prefix: Any,
+                    chosen: dict[str, Any]) -> dict[str, Any]:
+    """What the final training task is passed: the pipeline's parameters of the
+    component's names and the re-ranked plan's choice (``CHOSEN``)."""
+    return _steps.training_arguments(a, image_uri=image_uri, **_steps.job_prefixes(prefix),
+                                     **chosen, pipeline=NAME)
 
 
 PIPELINE = build_pipeline()
@@ -228,16 +232,22 @@ def check_arguments(arguments: dict[str, Any]) -> None:
                         f"{' or '.join(CAPACITY_MODES)}.", "plan training plans with the "
                         "plan_training component and pass training_plan_arn to "
                         "sagemaker_training.")
-    planning = {k: arguments[k] for k in (
-        "training_tokens", *_steps.MODEL_KEYS, "seq_length", "max_batch_size", "deadline_hours",
-        "max_cost_usd",
-        "instance_types", "max_instance_count", "precisions", "capacity_modes",
-        "instance_hour_prices", "headroom", "runtime_margin", "startup_seconds", "rank_by",
-        "probe_count")}
-    out = run_component(**planning, region="", probes=None, show_top=10)
+    # region "": the shipped prices, no AWS Price List call before anything starts
+    out = run_component(**{**planning_arguments(arguments), "region": ""}, probes=None,
+                        show_top=10)
     problem = out.result.problem()
     if problem is not None:
         raise problem
+    # the probes and the training a run would start (the training as planned before the
+    # probes re-rank it), checked as their tasks check them
+    run = _steps.stand_ins(arguments)
+    _steps.check_training(out.top_candidates, lambda candidate: probe_arguments(
+        arguments, image_uri=run["image_uri"], prefix=run["prefix"],
+        candidate=SimpleNamespace(**candidate), candidates=out.top_candidates))
+    if out.parameters is not None:
+        _steps.check_training([out.parameters], lambda chosen: train_arguments(
+            arguments, image_uri=run["image_uri"], prefix=run["prefix"],
+            chosen={k: chosen[k] for k in CHOSEN}))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -140,12 +140,8 @@ def build_pipeline(parallelism: int = DEFAULT_PARALLELISM) -> Any:
             codebuild_role_arn: CodeBuild service role (empty: the project's default).
             cleanup_policy: Per-kind cleanup policy overrides, e.g. {"checkpoints": "delete"}.
         """
+        arguments = dict(locals())  # the pipeline's parameters, as the argument check has them
         prefix = _steps.run_prefix(bucket, s3_prefix)
-        model = _steps.model_arguments(
-            model_preset=model_preset, num_layers=num_layers, hidden_size=hidden_size,
-            num_heads=num_heads, num_kv_heads=num_kv_heads, ffn_hidden_size=ffn_hidden_size,
-            vocab_size=vocab_size,
-        )
         clean = _steps.cleanup_step(
             region=region, policy=cleanup_policy, prefix=prefix, repository=trainer_repository
         )
@@ -155,51 +151,15 @@ def build_pipeline(parallelism: int = DEFAULT_PARALLELISM) -> Any:
                 instance_type=instance_type, codebuild_role_arn=codebuild_role_arn,
                 pipeline=NAME,
             )
-            plan = memory_estimate(
-                instance_type=instance_type,
-                instance_count=instance_count,
-                **model,
-                seq_length=seq_length,
-                batch_size=batch_size,
-                precisions=precisions,
-                activation_checkpointing=activation_checkpointing,
-                instance_hour_prices=instance_hour_prices,
-                require_all_runnable=fail_on_unrunnable,
-            ).set_display_name("memory plan")
+            plan = memory_estimate(**plan_arguments(arguments)).set_display_name("memory plan")
             with dsl.ParallelFor(
                 plan.outputs["runnable_precisions"], parallelism=parallelism
             ) as precision:
-                train = sagemaker_training(
-                    image_uri=image.outputs["image_uri"],
-                    role_arn=role_arn,
-                    **_steps.job_prefixes(prefix),
-                    region=region,
-                    instance_type=instance_type,
-                    instance_count=instance_count,
-                    precision=precision,
-                    **model,
-                    seq_length=seq_length,
-                    max_steps=max_steps,
-                    hyperparameters=hyperparameters,
-                    precision_hyperparameters=precision_hyperparameters,
-                    training_plan_arn=training_plan_arn,
-                    use_spot=use_spot,
-                    max_wait_seconds=max_wait_seconds,
-                    fallback_instances=fallback_instances,
-                    max_pending_seconds=max_pending_seconds,
-                    keep_alive_seconds=keep_alive_seconds,
-                    max_runtime_seconds=max_runtime_seconds,
-                    max_cost_usd=max_cost_usd,
-                    instance_hour_prices=instance_hour_prices,
-                    output_kms_key_id=output_kms_key_id,
-                    volume_kms_key_id=volume_kms_key_id,
-                    enable_network_isolation=enable_network_isolation,
-                    enable_inter_container_traffic_encryption=(
-                        enable_inter_container_traffic_encryption),
-                    budget_items=plan.outputs["runnable_precisions"],
-                    memory_plan=plan.outputs["plan"],
-                    pipeline=NAME,
-                ).set_display_name("train")
+                train = sagemaker_training(**training_arguments(
+                    arguments, image_uri=image.outputs["image_uri"], prefix=prefix,
+                    precision=precision, precisions=plan.outputs["runnable_precisions"],
+                    plan=plan.outputs["plan"],
+                )).set_display_name("train")
                 logs = parse_logs(
                     job_name=train.outputs["job_name"],
                     region=region,
@@ -217,6 +177,28 @@ def build_pipeline(parallelism: int = DEFAULT_PARALLELISM) -> Any:
             ).set_display_name("compare convergence")
 
     return precision_sweep
+
+
+def plan_arguments(a: dict[str, Any]) -> dict[str, Any]:
+    """What the memory plan step is passed (the DSL's call and the argument check's)."""
+    return dict(
+        instance_type=a["instance_type"], instance_count=a["instance_count"],
+        **{k: a[k] for k in _steps.MODEL_KEYS}, seq_length=a["seq_length"],
+        batch_size=a["batch_size"], precisions=a["precisions"],
+        activation_checkpointing=a["activation_checkpointing"],
+        instance_hour_prices=a["instance_hour_prices"],
+        require_all_runnable=a["fail_on_unrunnable"])
+
+
+def training_arguments(a: dict[str, Any], *, image_uri: Any, prefix: Any, precision: Any,
+                       precisions: Any, plan: Any) -> dict[str, Any]:
+    """What each training task is passed (the DSL's call and the argument check's): the
+    sweep's parameters of the component's names, but the batch size and checkpointing,
+    which the memory plan resolves per precision."""
+    return _steps.training_arguments(
+        a, exclude=("batch_size", "activation_checkpointing"), image_uri=image_uri,
+        **_steps.job_prefixes(prefix), precision=precision, budget_items=precisions,
+        memory_plan=plan, pipeline=NAME)
 
 
 PIPELINE = build_pipeline()
@@ -246,10 +228,13 @@ def check_arguments(arguments: dict[str, Any]) -> None:
         if not float(arguments[key]) > 0:
             raise UserError(key, f"{arguments[key]!r} is not a positive number.",
                             "pass a relative tolerance such as 0.01.")
-    _steps.check_training_arguments(
-        arguments, precisions=precisions, batch_size=arguments["batch_size"],
-        activation_checkpointing=arguments["activation_checkpointing"],
-        require_all_runnable=arguments["fail_on_unrunnable"])
+    _steps.check_bucket(arguments["bucket"])
+    plan = _steps.check_memory_plan(plan_arguments(arguments))
+    run = _steps.stand_ins(arguments)
+    _steps.check_training(plan.runnable_precisions, lambda precision: training_arguments(
+        arguments, image_uri=run["image_uri"], prefix=run["prefix"], precision=precision,
+        precisions=plan.runnable_precisions, plan=plan.plan))
+    _steps.check_cleanup_policy(arguments["cleanup_policy"])
 
 
 def main(argv: list[str] | None = None) -> int:

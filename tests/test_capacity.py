@@ -15,7 +15,7 @@ from conftest import entrypoint, local_backend_with_bucket
 from components.common import pricing
 from components.common.errors import UserError
 from components.sagemaker_training import launcher
-from components.sagemaker_training.request import TrainingJobConfig
+from components.sagemaker_training.request import Budget, TrainingJobConfig
 
 IMAGE = "123456789012.dkr.ecr.us-west-2.amazonaws.com/kfp-sagemaker-trainer:test"
 ROLE = "arn:aws:iam::123456789012:role/SageMakerTraining"
@@ -105,8 +105,7 @@ def test_worst_case_is_the_costliest_preference_plus_the_warm_pools_keep_alive()
     assert sum("if SageMaker selects preference" in ln for ln in lines) == 2
     assert any("max_runtime_seconds + keep_alive_seconds" in ln for ln in lines)
     with pytest.raises(UserError) as err:
-        launcher.cost_preview(replace(resolved, config=replace(resolved.config,
-                                                               max_cost_usd=200.0)),
+        launcher.cost_preview(replace(resolved, budget=Budget(200.0)),
                               book(**{P6: 100.0, P5: 50.0}), say=lines.append)
     assert err.value.field == "max_cost_usd" and "$225.00" in err.value.problem
 
@@ -264,3 +263,30 @@ def test_launch_on_the_backend_reports_the_selected_type_and_costs_it(backend, c
     assert result.estimated_cost_usd == pytest.approx(2 * result.billable_seconds / 3600 * 50.0,
                                                       abs=1e-3)
     assert f"on 2 x {P5} (selected from the preferences)" in capsys.readouterr().out
+
+
+def test_a_parameter_declared_once_is_a_config_field_a_cli_flag_and_in_the_request(capsys,
+                                                                                monkeypatch):
+    """enable_infra_check was added as the signature's parameter and its use in the request
+    (issue 27's "one declaration"): the config, the CLI and the dry run follow."""
+    import json
+
+    from botocore.session import get_session
+    from botocore.validate import validate_parameters
+
+    from components.sagemaker_training.__main__ import main
+
+    _, request = launcher.prepare(cfg(enable_infra_check=True), region="us-west-2")
+    assert request["InfraCheckConfig"] == {"EnableInfraCheck": True}
+    shape = get_session().get_service_model("sagemaker").operation_model(
+        "CreateTrainingJob").input_shape
+    validate_parameters(request, shape)  # botocore's own check of what is sent
+    assert "InfraCheckConfig" not in launcher.prepare(cfg(), region="us-west-2")[1]
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")  # a dry run calls nothing
+    code = main(["--dry-run", "--run-id", "infra", "--image-uri", IMAGE, "--role-arn", ROLE,
+                 "--output-s3-uri", "s3://my-bucket/out", "--region", "us-west-2",
+                 "--model-preset", "tiny", "--batch-size", "2", "--seq-length", "32",
+                 "--enable-infra-check"])
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    assert json.loads(out.out)["InfraCheckConfig"] == {"EnableInfraCheck": True}

@@ -404,3 +404,19 @@ def test_the_trainer_suggests_the_closest_precision_too():
     with pytest.raises(config.ConfigError, match=r"--precision: 'bf61': unknown; did you mean "
                                                  r"'bf16' or 'fp16'\? choose one of fp32"):
         config.parse(["--precision", "bf61"], env={})
+
+
+def test_a_declaration_read_from_source_is_the_imported_signatures():
+    """The training config reads its component's signature from source (the KFP executor
+    cannot import a component module): the same parameters, kinds, defaults and help."""
+    from components.common import cli as common_cli
+    from components.sagemaker_training.component import sagemaker_training
+
+    placeholders = {"run_id": "r", "task": "t", "pipeline": "p"}
+    read = common_cli.source_parameters("components.sagemaker_training.component",
+                                        "sagemaker_training", defaults=placeholders)
+    imported = common_cli.parameters(sagemaker_training)
+    assert [p.name for p in read] == [p.name for p in imported]
+    assert [(p.kind, p.help) for p in read] == [(p.kind, p.help) for p in imported]
+    assert {p.name: p.default for p in read} == {
+        p.name: placeholders.get(p.name, p.default) for p in imported}

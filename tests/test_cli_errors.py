@@ -102,3 +102,45 @@ def test_cli_errors_prints_one_line_and_lets_a_bug_keep_its_traceback(capsys):
     assert err.startswith("error: AWS credentials: none found") and err.count("\n") == 1
     with pytest.raises(KeyError):
         bug()
+
+
+# ---- issue 27: errors carry their field; nobody reads it back from the text -------------
+
+
+def test_a_user_error_and_a_trainer_config_error_are_field_errors():
+    from trainer.config import ConfigError
+    from trainer.errors import FieldError
+
+    user = errors.UserError("max_steps", "0: must be >= 1.", "pass max_steps=1 or more.")
+    assert isinstance(user, FieldError) and str(user) == (
+        "max_steps: 0: must be >= 1. Fix: pass max_steps=1 or more.")
+    config = ConfigError("--lr: -1 is outside (0, inf).", "lr", "give lr a value in (0, inf)")
+    assert isinstance(config, FieldError) and (config.field, config.name) == ("lr", "lr")
+    assert str(config) == "--lr: -1 is outside (0, inf). Fix: give lr a value in (0, inf)"
+
+
+def test_an_unknown_name_carries_its_suggestion_and_its_choices():
+    from trainer import hardware
+
+    with pytest.raises(ValueError) as raised:
+        hardware.check_precision_name("fp9")
+    said = "'fp9': unknown; did you mean 'fp8' or 'fp32'?"
+    assert str(raised.value).startswith(f"precision={said} choose one of")
+    err = errors.unknown_name("precisions", raised.value)
+    assert (err.field, err.problem) == ("precisions", said)
+    assert err.fix == f"choose one of {', '.join(hardware.PRECISIONS)}."
+
+
+@pytest.mark.parametrize("dims, field", [({"num_kv_heads": 3}, "num_kv_heads"),
+                                         ({"num_heads": 7}, "num_heads"),
+                                         ({"model_preset": "9b"}, "model_preset")])
+def test_the_training_config_names_the_model_field_the_spec_refuses(dims, field):
+    from components.sagemaker_training.request import TrainingJobConfig, resolve
+
+    cfg = TrainingJobConfig(
+        image_uri="123456789012.dkr.ecr.us-west-2.amazonaws.com/trainer:t",
+        role_arn="arn:aws:iam::123456789012:role/R", output_s3_uri="s3://bucket/out",
+        run_id="fields", **{"model_preset": "8b", **dims})
+    with pytest.raises(errors.UserError) as err:
+        resolve(cfg, region="us-west-2")
+    assert err.value.field == field, err.value

@@ -173,3 +173,23 @@ def test_a_cost_reads_as_its_formula_and_its_source():
     assert str(pricing.cost(price, 1, 5400)).startswith("$94.94 (1 x 1.5 h x $63.30/h; ")
     eur = pricing.cost(pricing.Price(10.0, "training plan p", "EUR"), 1, 3600)
     assert str(eur).startswith("10.00 EUR (1 x 1 h x 10.00 EUR/h; ")
+
+
+@pytest.mark.parametrize("amount", [-5, -0.01, float("inf"), float("nan"), True])
+def test_resolve_refuses_a_budget_that_is_not_an_amount_naming_max_cost_usd(amount):
+    from components.sagemaker_training.request import resolve
+    from trainer.errors import FieldError
+
+    with pytest.raises(FieldError) as err:
+        resolve(cfg(max_cost_usd=amount), region="us-west-2")
+    assert isinstance(err.value, UserError) and err.value.field == "max_cost_usd"
+    assert "is not an amount" in err.value.problem and "0: no limit" in err.value.fix
+
+
+def test_resolve_parses_the_budget_once_for_the_jobs_that_share_it():
+    from components.sagemaker_training.request import Budget, resolve
+
+    resolved = resolve(cfg(max_cost_usd=12, budget_items=["bf16", "fp8", "mxfp8"]),
+                       region="us-west-2")
+    assert resolved.budget == Budget(12.0, 3)
+    assert resolve(cfg(), region="us-west-2").budget == Budget(0.0, 1)

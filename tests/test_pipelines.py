@@ -278,6 +278,13 @@ BAD_RUN_LOCAL = [
      "cannot all run"),
     ("batch_tuning", ["--precision", "mxfp9"], "did you mean 'mxfp8'"),
     ("batch_tuning", ["--max-batch-size", "-1"], "max_batch_size"),
+    # what the DSL passes to the training step is what the check checks (issue 27's drift)
+    ("precision_sweep", ["--output-kms-key-id", "not-a-key"], "output_kms_key_id: 'not-a-key'"),
+    ("precision_sweep", ["--max-cost-usd", "-5"], "max_cost_usd: -5"),
+    ("batch_tuning", ["--output-kms-key-id", "not-a-key"], "output_kms_key_id: 'not-a-key'"),
+    ("batch_tuning", ["--max-cost-usd", "-5"], "max_cost_usd: -5"),
+    ("batch_tuning", ["--volume-kms-key-id", "alias/x y"], "volume_kms_key_id"),
+    ("precision_sweep", ["--max-cost-usd", "10"], "exceeds $10.00"),  # 4 jobs x 24 h of p6
 ]
 
 
@@ -334,6 +341,76 @@ def test_compile_refuses_every_default_run_local_refuses_and_control_characters(
     err = capsys.readouterr().err
     assert code == 2 and message in err, err
     assert not out.exists()
+
+
+@pytest.mark.parametrize("module", ["precision_sweep", "batch_tuning"])
+def test_the_argument_check_passes_the_training_step_what_the_compiled_pipeline_passes(
+        module, tmp_path):
+    """The check and the DSL build the training task's arguments with one function, so
+    every parameter the compiled task receives from the pipeline is one the check checks."""
+    import importlib
+    from types import SimpleNamespace
+
+    from pipelines import _cli, _steps
+
+    mod = importlib.import_module(f"pipelines.{module}")
+    out = tmp_path / "p.yaml"
+    assert mod.main(["--compile", "--output", str(out)]) == 0
+    doc = yaml.safe_load(out.read_text())
+    compiled = next(t for name, t in _all_tasks(doc) if name == "sagemaker-training")
+    # (pipelinechannel--*: what the f-strings of the S3 prefixes are made of)
+    passed = {k for k in compiled["inputs"]["parameters"] if not k.startswith("pipelinechannel--")}
+    params = _cli.build_parser(name=module, doc="", build=mod.build_pipeline,
+                               default_parallelism=1, local_defaults={})[1]
+    arguments = _cli.local_arguments(params, {})
+    item = SimpleNamespace(precision="bf16", batch_size=1, activation_checkpointing=False)
+    loop = ({"precision": "bf16", "precisions": ["bf16"]} if module == "precision_sweep"
+            else {"candidate": item, "candidates": [item]})
+    extra = {"plan": "{}"} if module == "precision_sweep" else {}
+    checked = mod.training_arguments(arguments, **_steps.stand_ins(arguments), **loop, **extra)
+    assert set(checked) == passed
+    assert {k: checked[k] for k in ("max_cost_usd", "output_kms_key_id", "instance_hour_prices")
+            } == {k: arguments[k] for k in ("max_cost_usd", "output_kms_key_id",
+                                            "instance_hour_prices")}
+
+
+def test_a_budget_the_check_has_no_price_for_is_left_to_the_launch(tmp_path):
+    """A training plan's fee is looked up at launch (DescribeTrainingPlan): --compile does
+    not refuse a budget it cannot price."""
+    from pipelines import precision_sweep
+
+    plan = "arn:aws:sagemaker:us-west-2:123456789012:training-plan/p6-week"
+    assert precision_sweep.main(["--compile", "--output", str(tmp_path / "p.yaml"),
+                                 "--training-plan-arn", plan, "--max-cost-usd", "10"]) == 0
+
+
+def test_plan_and_train_checks_its_probes_and_its_training_as_compiled(tmp_path, capsys):
+    from types import SimpleNamespace
+
+    from pipelines import _cli, _steps
+    from pipelines import plan_and_train as mod
+
+    out = tmp_path / "p.yaml"
+    assert mod.main(["--compile", "--output", str(out)]) == 0
+    tasks = dict(_all_tasks(yaml.safe_load(out.read_text())))
+    params = _cli.build_parser(name="plan_and_train", doc="", build=mod.build_pipeline,
+                               default_parallelism=1, local_defaults={})[1]
+    arguments = _cli.local_arguments(params, {})
+    run = _steps.stand_ins(arguments)
+    item = SimpleNamespace(instance_type="ml.p5.48xlarge", instance_count=1, precision="bf16",
+                           batch_size=1, activation_checkpointing=False)
+    checked = {
+        "sagemaker-training": mod.probe_arguments(arguments, **run, candidate=item,
+                                                  candidates=[item]),
+        "sagemaker-training-2": mod.train_arguments(arguments, **run,
+                                                    chosen=dict.fromkeys(mod.CHOSEN)),
+    }
+    for task, values in checked.items():
+        passed = {k for k in tasks[task]["inputs"]["parameters"]
+                  if not k.startswith("pipelinechannel--")}
+        assert set(values) == passed, task
+    assert mod.main(["--compile", "--output", str(out), "--probe-max-cost-usd", "-5"]) == 2
+    assert "max_cost_usd: -5" in capsys.readouterr().err
 
 
 def test_compile_writes_good_defaults_and_imports_no_torch(tmp_path):

@@ -403,29 +403,24 @@ def test_enterprise_settings_reach_the_request_and_the_iam_policies_cover_them()
     assert "kms:GenerateDataKey" in actions["sagemaker-execution-policy"]  # SSE-KMS output
 
 
-def test_one_declaration_the_config_and_the_cli_follow_the_components_signature():
-    import dataclasses as dc
-    import inspect
-
-    from components.common import cli as common_cli
+def test_the_cli_help_shows_the_components_defaults():
     from components.sagemaker_training import __main__ as main_module
-    from components.sagemaker_training.component import sagemaker_training
 
-    signature = inspect.signature(sagemaker_training.python_func).parameters
-    placeholders = {"run_id", "task", "pipeline"}  # KFP placeholders in the component
-    for f in dc.fields(TrainingJobConfig):
-        assert f.name in signature, f"{f.name}: a config field that is not a parameter"
-        if f.name in placeholders or signature[f.name].default is inspect.Parameter.empty:
-            continue
-        default = f.default_factory() if f.default_factory is not dc.MISSING else f.default
-        declared = signature[f.name].default
-        assert default == (declared if declared is not None else type(default)()), f.name
-    parser, params = main_module.build_parser()
-    flags = {a.option_strings[0] for a in parser._actions if a.option_strings}
-    for p in common_cli.parameters(sagemaker_training, exclude=main_module.PIPELINE_ONLY):
-        assert p.flag in flags
-    help_text = parser.format_help()
+    help_text = main_module.build_parser()[0].format_help()
     assert "default: ml.p6-b200.48xlarge" in help_text and "(default: 100)" in help_text
+
+
+def test_a_config_takes_the_components_defaults_and_refuses_an_unknown_field():
+    cfg = TrainingJobConfig(image_uri=IMAGE, role_arn=ROLE, output_s3_uri="s3://b/o", run_id="r")
+    assert (cfg.instance_type, cfg.max_steps, cfg.task, cfg.pipeline) == (
+        "ml.p6-b200.48xlarge", 100, "sagemaker-training", "")
+    assert cfg.hyperparameters == {} and cfg.hyperparameters is not TrainingJobConfig(
+        image_uri=IMAGE, role_arn=ROLE, output_s3_uri="s3://b/o", run_id="r").hyperparameters
+    with pytest.raises(TypeError, match="batch_sise"):
+        TrainingJobConfig(image_uri=IMAGE, role_arn=ROLE, output_s3_uri="s3://b/o", run_id="r",
+                          batch_sise=4)
+    with pytest.raises(TypeError, match="run_id"):
+        TrainingJobConfig(image_uri=IMAGE, role_arn=ROLE, output_s3_uri="s3://b/o")
 
 
 @pytest.mark.parametrize("key", ["model-dir", "model_dir", "checkpoint-dir", "checkpoint_dir",

@@ -13,14 +13,27 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from trainer.errors import FieldError
+
 
 def unknown(field: str, name: str, choices: Any) -> str:
     """The one message for a name not among ``choices`` (a preset, a precision, an
     instance type): ``field='x': unknown; did you mean 'y'? choose one of ...``."""
-    names = [str(c) for c in choices]
-    close = difflib.get_close_matches(str(name), names, n=2, cutoff=0.5)
-    hint = f"did you mean {' or '.join(map(repr, close))}? " if close else ""
-    return f"{field}={name!r}: unknown; {hint}choose one of {', '.join(names)}"
+    return str(UnknownName(field, name, choices))
+
+
+class UnknownName(FieldError):
+    """A name not among ``choices``, as a ValueError whose text is :func:`unknown`'s;
+    ``problem``: the name and the "did you mean", ``fix``: the choices."""
+
+    def __init__(self, field: str, name: str, choices: Any) -> None:
+        names = [str(c) for c in choices]
+        close = difflib.get_close_matches(str(name), names, n=2, cutoff=0.5)
+        hint = f"did you mean {' or '.join(map(repr, close))}? " if close else ""
+        super().__init__(
+            field, f"{name!r}: unknown; {hint.strip()}" if close else f"{name!r}: unknown.",
+            f"choose one of {', '.join(names)}.",
+            text=f"{field}={name!r}: unknown; {hint}choose one of {', '.join(names)}")
 
 
 @dataclass(frozen=True)

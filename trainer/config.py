@@ -23,6 +23,7 @@ from typing import Any
 
 from trainer import hardware, spec
 from trainer.bounds import Bounds, unknown, within
+from trainer.errors import FieldError
 from trainer.spec import ModelSpec
 
 SM_DEFAULTS = {
@@ -34,18 +35,19 @@ SM_DEFAULTS = {
 }
 
 
-class ConfigError(ValueError):
+class ConfigError(FieldError):
     """A bad parameter: the message names it and what would be valid.
 
-    ``name``: the hyperparameter (flag without dashes) at fault, when one is; ``fix``: what
-    to do instead, when known (the text is ``problem`` then "Fix: " and ``fix``).
+    ``name`` (``field``): the hyperparameter (flag without dashes) at fault, when one is;
+    ``fix``: what to do instead, when known (the text is ``problem`` then "Fix: " and ``fix``).
     """
 
     def __init__(self, message: str, name: str = "", fix: str = "") -> None:
-        super().__init__(f"{message} Fix: {fix}" if fix else message)
-        self.problem = message
-        self.name = name
-        self.fix = fix
+        super().__init__(name, message, fix, text=f"{message} Fix: {fix}" if fix else message)
+
+    @property
+    def name(self) -> str:
+        return self.field
 
 
 def sm_path(name: str, env: Mapping[str, str] | None = None) -> str:

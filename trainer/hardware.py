@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from trainer.bounds import unknown
+from trainer.bounds import UnknownName
+from trainer.errors import FieldError
 
 # Precisions the trainer understands, in the order a sweep usually lists them.
 PRECISIONS = ("fp32", "bf16", "fp16", "fp8", "fp8-current", "fp8-block", "mxfp8", "nvfp4")
@@ -49,7 +50,7 @@ def precision_supported_on_cc(precision: str, cc: tuple[int, int]) -> bool:
 
 def check_precision_name(precision: str) -> str:
     if precision not in PRECISIONS:
-        raise ValueError(unknown("precision", precision, PRECISIONS))
+        raise UnknownName("precision", precision, PRECISIONS)
     return precision
 
 
@@ -176,14 +177,15 @@ def gpu(name: str) -> GPU:
         for short in GPUS:
             if words[1] == short.lower():
                 return GPUS[short]
-    raise ValueError(f"gpu={name!r}: unknown GPU; choose one of {', '.join(GPUS)}")
+    raise FieldError("gpu", f"{name!r}: unknown GPU.", f"choose one of {', '.join(GPUS)}.",
+                     text=f"gpu={name!r}: unknown GPU; choose one of {', '.join(GPUS)}")
 
 
 def instance_type(name: str) -> InstanceType:
     try:
         return INSTANCE_TYPES[name]
     except KeyError:
-        raise ValueError(unknown("instance_type", name, INSTANCE_TYPES)) from None
+        raise UnknownName("instance_type", name, INSTANCE_TYPES) from None
 
 
 def check_precision_for_gpu(precision: str, gpu_name: str, *, where: str = "") -> None:

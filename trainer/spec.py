@@ -13,11 +13,14 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-from trainer.bounds import Bounds, unknown, within
+from trainer.bounds import Bounds, UnknownName, within
+from trainer.errors import FieldError
 
 MLP_TYPES = ("swiglu", "gelu")
 NORM_TYPES = ("rmsnorm", "layernorm")
-# Each dimension's valid range, read by ModelSpec.validate and by the --num-layers... flags.
+# The model dimensions (ModelSpec's size fields, in its order: the one list every side
+# reads, the components' parameters and flags of those names included) and each one's
+# valid range, read by ModelSpec.validate and by the --num-layers... flags.
 # Generous: the largest open models (Llama 3.1 405B: 126 layers, hidden 16384, FFN 53248,
 # 128 heads; Gemma's 256k vocabulary) sit well inside; beyond them no B200 node fits one block.
 DIMENSION_BOUNDS: dict[str, Bounds] = {
@@ -28,6 +31,11 @@ DIMENSION_BOUNDS: dict[str, Bounds] = {
     "ffn_hidden_size": Bounds.parse("[1, 524288]"),
     "vocab_size": Bounds.parse("[0, 4194304]"),
 }
+
+
+def _invalid(field: str, text: str) -> FieldError:
+    """A ValueError (FieldError) whose text is ``text`` and whose field is ``field``."""
+    return FieldError(field, text, text=text)
 
 
 @dataclass(frozen=True)
@@ -50,40 +58,44 @@ class ModelSpec:
 
     def validate(self) -> ModelSpec:
         """Raises ValueError naming the field and what would be valid."""
-        for field in ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "ffn_hidden_size"):
+        for field in (f for f in DIMENSION_BOUNDS if f != "vocab_size"):
             value = getattr(self, field)
             if not isinstance(value, int) or value <= 0:
-                raise ValueError(f"{field}={value!r}: must be a positive integer")
+                raise _invalid(field, f"{field}={value!r}: must be a positive integer")
         if not isinstance(self.vocab_size, int) or self.vocab_size < 0:
-            raise ValueError(
+            raise _invalid(
+                "vocab_size",
                 f"vocab_size={self.vocab_size!r}: must be >= 0 (0 means no embedding or LM head)"
             )
         for field, bounds in DIMENSION_BOUNDS.items():
             if getattr(self, field) not in bounds:
-                raise ValueError(f"{field}={getattr(self, field)!r}: outside its valid range "
-                                 f"{bounds}")
+                raise _invalid(field, f"{field}={getattr(self, field)!r}: outside its valid "
+                               f"range {bounds}")
         if self.hidden_size % self.num_heads:
             divisors = [h for h in range(1, self.hidden_size + 1) if self.hidden_size % h == 0]
             near = sorted(divisors, key=lambda h: abs(h - self.num_heads))[:4]
-            raise ValueError(
+            raise _invalid(
+                "num_heads",
                 f"num_heads={self.num_heads} does not divide hidden_size={self.hidden_size}; "
                 f"valid nearby values: {sorted(near)}"
             )
         if self.num_heads % self.num_kv_heads:
-            raise ValueError(
+            raise _invalid(
+                "num_kv_heads",
                 f"num_kv_heads={self.num_kv_heads} must divide num_heads={self.num_heads} "
                 "(grouped-query attention); use num_kv_heads=num_heads for multi-head attention"
             )
         if self.rotary and self.head_dim % 2:
-            raise ValueError(
+            raise _invalid(
+                "hidden_size",
                 f"head_dim={self.head_dim} (hidden_size/num_heads) must be even for rotary embeddings"
             )
         if self.mlp not in MLP_TYPES:
-            raise ValueError(f"mlp={self.mlp!r}: must be one of {', '.join(MLP_TYPES)}")
+            raise _invalid("mlp", f"mlp={self.mlp!r}: must be one of {', '.join(MLP_TYPES)}")
         if self.norm not in NORM_TYPES:
-            raise ValueError(f"norm={self.norm!r}: must be one of {', '.join(NORM_TYPES)}")
+            raise _invalid("norm", f"norm={self.norm!r}: must be one of {', '.join(NORM_TYPES)}")
         if self.tie_embeddings and self.vocab_size == 0:
-            raise ValueError("tie_embeddings=True needs vocab_size > 0")
+            raise _invalid("tie_embeddings", "tie_embeddings=True needs vocab_size > 0")
         return self
 
     @property
@@ -173,18 +185,11 @@ def preset(name: str) -> ModelSpec:
     try:
         return PRESETS[name.lower()]
     except KeyError:
-        raise ValueError(unknown("model_preset", name, PRESETS)) from None
+        raise UnknownName("model_preset", name, PRESETS) from None
 
 
 # ---- CLI flags shared by `python -m trainer` and `python -m components.memory_estimate` ----
-_DIM_FLAGS = {
-    "num_layers": "--num-layers",
-    "hidden_size": "--hidden-size",
-    "num_heads": "--num-heads",
-    "num_kv_heads": "--num-kv-heads",
-    "ffn_hidden_size": "--ffn-hidden-size",
-    "vocab_size": "--vocab-size",
-}
+_DIM_FLAGS = {name: "--" + name.replace("_", "-") for name in DIMENSION_BOUNDS}
 
 
 def add_model_args(parser: argparse.ArgumentParser) -> None:

@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
+import functools
 import inspect
 import json
 import re
@@ -172,6 +174,70 @@ def parameters(func: Any, *, exclude: Iterable[str] = ()) -> list[Parameter]:
 def defaults(func: Any, *, exclude: Iterable[str] = ()) -> dict[str, Any]:
     """The declared defaults of ``func``'s command-line parameters (required ones left out)."""
     return {p.name: p.default for p in parameters(func, exclude=exclude) if not p.required}
+
+
+def source_parameters(module: str, function: str, *,
+                      defaults: dict[str, Any] | None = None) -> list[Parameter]:
+    """:func:`parameters` of ``module.function`` read from its source (``ast``), without
+    importing the module: a KFP component's module cannot be imported inside the KFP
+    executor (KFP's runtime leaves out the compile-time ``kfp.dsl``), where its body
+    still needs its declaration. ``defaults``: name -> the value outside KFP of a default
+    that is not a literal (a ``dsl.PIPELINE_*_PLACEHOLDER``); ``inspect.Parameter.empty``
+    makes it required."""
+    import ast
+    import importlib.util
+
+    spec = importlib.util.find_spec(module)
+    if spec is None or spec.origin is None:
+        raise ImportError(f"no module {module}")
+    with open(spec.origin, encoding="utf-8") as f:
+        tree = ast.parse(f.read(), spec.origin)
+    node = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == function)
+    given = defaults or {}
+    args = node.args.args + node.args.kwonlyargs
+    values = ([None] * (len(node.args.args) - len(node.args.defaults)) + node.args.defaults
+              + node.args.kw_defaults)
+    helps = {k: plain(v, [a.arg for a in args])
+             for k, v in doc_args(ast.get_docstring(node) or "").items()}
+    out = []
+    for arg, value in zip(args, values, strict=True):
+        text = ast.unparse(arg.annotation) if arg.annotation else ""
+        kind = KINDS.get(text.removeprefix("Optional[").removesuffix("]"))
+        if kind is None:
+            if re.match(r"^(Input|Output|InputPath|OutputPath)\b", text):
+                continue  # a KFP artifact or path, not a value
+            raise TypeError(f"{module}.{function}({arg.arg}): annotation {text!r} has no "
+                            f"command-line form; use one of {', '.join(KINDS)}")
+        if arg.arg in given:
+            default = given[arg.arg]
+        elif value is None:
+            default = inspect.Parameter.empty
+        else:
+            try:
+                default = ast.literal_eval(value)
+            except ValueError:
+                raise TypeError(f"{module}.{function}({arg.arg}): default "
+                                f"{ast.unparse(value)} is not a literal; give its value "
+                                "outside KFP in defaults") from None
+        out.append(Parameter(arg.arg, kind, default, helps.get(arg.arg, "")))
+    return out
+
+
+def dataclass_of(params: Iterable[Parameter], name: str) -> type:
+    """A keyword-only dataclass whose fields are ``params``: the same names, kinds and
+    defaults, so that a configuration type is derived from a component's signature
+    instead of copying it (a parameter added there is a field). A ``None`` or container
+    default becomes a fresh container of the parameter's kind."""
+    fields: list[tuple[str, type, Any]] = []
+    for p in params:
+        if p.required:
+            fields.append((p.name, p.kind, dataclasses.field()))
+        elif p.default is None or isinstance(p.default, list | dict):
+            fields.append((p.name, p.kind, dataclasses.field(
+                default_factory=functools.partial(p.kind, p.default or ()))))
+        else:
+            fields.append((p.name, p.kind, dataclasses.field(default=p.default)))
+    return dataclasses.make_dataclass(name, fields, kw_only=True)
 
 
 def parse_bool(text: str) -> bool:

@@ -26,6 +26,8 @@ import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from trainer.errors import FieldError
+
 USER_ERROR_EXIT_CODE = 2
 # The AWS endpoint stayed unreachable past the step's outage budget (sysexits'
 # EX_UNAVAILABLE): distinct from 1 (the remote work failed) and 2 (a user error).
@@ -34,27 +36,30 @@ AWS_CREDENTIALS_EXIT_CODE = 77
 AWS_REFUSED_EXIT_CODE = 1
 
 
-class UserError(ValueError):
+class UserError(FieldError):
+    """A problem the user can fix, raised before any side effect: ``field: problem Fix: fix``."""
+
     def __init__(self, field: str, problem: str, fix: str = "") -> None:
-        self.field = field
-        self.problem = problem
-        self.fix = fix
         text = f"{field}: {problem}"
         if fix:
             text += f" Fix: {fix}"
-        super().__init__(text)
+        super().__init__(field, problem, fix, text=text)
+
+    @classmethod
+    def of(cls, exc: FieldError, field: str = "", fix: str = "") -> UserError:
+        """``exc`` (a FieldError raised below the components: the trainer's catalog and
+        checks) as a UserError, its field, problem and fix carried (``field``/``fix``:
+        when the caller knows them better)."""
+        return cls(field or exc.field, exc.problem, fix or exc.fix)
 
 
 def unknown_name(field: str, exc: ValueError) -> UserError:
-    """The trainer's "x='y': unknown; did you mean 'z'? choose one of ..." (a preset,
-    precision, instance type or GPU not in its catalog) as a UserError naming ``field``:
-    the value and the suggestion are the problem, the catalog the fix."""
-    problem, sep, choices = str(exc).split("=", 1)[-1].partition(" choose one of ")
-    problem = problem.rstrip(";")
-    if not problem.endswith((".", "?")):
-        problem += "."
-    return UserError(field, problem,
-                     f"choose one of {choices}." if sep else "")
+    """The trainer's ``UnknownName`` (a preset, precision, instance type or GPU not in its
+    catalog: the value and its "did you mean" are the problem, the catalog the fix) as a
+    UserError naming ``field`` (the caller's parameter, e.g. ``precisions``)."""
+    if isinstance(exc, FieldError):
+        return UserError(field, exc.problem, exc.fix)
+    return UserError(field, str(exc))
 
 
 CREDENTIALS_FIX = ("set AWS_PROFILE (after `aws configure` or `aws sso login`) or "

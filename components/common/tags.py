@@ -10,6 +10,8 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from trainer.errors import FieldError
+
 TAG_PREFIX = "kfp-sagemaker"
 RUN_ID_KEY = f"{TAG_PREFIX}:run-id"
 PIPELINE_KEY = f"{TAG_PREFIX}:pipeline"
@@ -24,15 +26,18 @@ _BAD_VALUE_CHARS = re.compile(r"[^\w .:/=+\-@]", re.UNICODE)
 _RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:\-]{0,127}$")
 
 
+def _error(label: str, problem: str, *, field: str = "") -> FieldError:
+    """A FieldError whose text is ``label: problem`` (what callers print as it is)."""
+    return FieldError(field or label, problem, text=f"{label}: {problem}")
+
+
 def validate_run_id(run_id: str) -> str:
     """Refuses empty, wildcard or malformed run ids (cleanup relies on exact matches)."""
     if not run_id or not run_id.strip():
-        raise ValueError("run_id: empty; pass the KFP run id (dsl.PIPELINE_JOB_ID_PLACEHOLDER)")
+        raise _error("run_id", "empty; pass the KFP run id (dsl.PIPELINE_JOB_ID_PLACEHOLDER)")
     if any(c in run_id for c in "*?[]%") or not _RUN_ID_RE.match(run_id):
-        raise ValueError(
-            f"run_id={run_id!r}: malformed; expected letters, digits and . _ : - "
-            "(1-128 characters, no wildcards)"
-        )
+        raise _error(f"run_id={run_id!r}", "malformed; expected letters, digits and . _ : - "
+                     "(1-128 characters, no wildcards)", field="run_id")
     return run_id
 
 
@@ -54,13 +59,13 @@ def merge(base: dict[str, str], extra: dict[str, str] | None) -> dict[str, str]:
     merged = {**(extra or {}), **base}
     for key, value in merged.items():
         if not key or len(key) > MAX_KEY:
-            raise ValueError(f"tags: key {key!r} must be 1-{MAX_KEY} characters")
+            raise _error("tags", f"key {key!r} must be 1-{MAX_KEY} characters")
         if key.lower().startswith("aws:"):
-            raise ValueError(f"tags: key {key!r} uses the reserved 'aws:' prefix")
+            raise _error("tags", f"key {key!r} uses the reserved 'aws:' prefix")
         if len(value) > MAX_VALUE:
-            raise ValueError(f"tags: value of {key!r} is longer than {MAX_VALUE} characters")
+            raise _error("tags", f"value of {key!r} is longer than {MAX_VALUE} characters")
     if len(merged) > MAX_TAGS:
-        raise ValueError(f"tags: {len(merged)} tags, SageMaker allows at most {MAX_TAGS}")
+        raise _error("tags", f"{len(merged)} tags, SageMaker allows at most {MAX_TAGS}")
     return merged
 
 

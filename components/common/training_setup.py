@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from components.common.errors import UserError
+from components.common.errors import FieldError, UserError
 from trainer import hardware
 from trainer.config import LOSS_KERNELS  # the trainer's --loss-kernel choices
 from trainer.spec import ModelSpec
@@ -96,9 +96,8 @@ class TrainingSetup:
         """Raises UserError naming the field and what would be valid."""
         try:
             self.model.validate()
-        except ValueError as exc:
-            field_name = str(exc).split("=", 1)[0].split(" ", 1)[0]
-            raise UserError(field_name, str(exc), "fix the model dimensions.") from None
+        except FieldError as exc:  # ModelSpec names the field it refuses
+            raise UserError(exc.field, str(exc), "fix the model dimensions.") from None
         for name in ("batch_size", "seq_length", "world_size", "gradient_accumulation_steps"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:

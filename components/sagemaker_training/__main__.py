@@ -84,9 +84,9 @@ def build_parser() -> tuple[argparse.ArgumentParser, list[cli.Parameter]]:
     return parser, params
 
 
-def launch_arguments(args: argparse.Namespace,
-                     params: list[cli.Parameter]) -> tuple[Any, dict[str, Any]]:
-    """The TrainingJobConfig and the launcher's keyword arguments from parsed flags."""
+def launch_arguments(args: argparse.Namespace, params: list[cli.Parameter]) -> Any:
+    """The TrainingJobConfig of the parsed flags (with this command line's run id, task
+    and pipeline; ``--memory-plan @FILE`` read)."""
     from components.sagemaker_training.request import TrainingJobConfig
 
     values = cli.values(args, params)
@@ -98,12 +98,7 @@ def launch_arguments(args: argparse.Namespace,
                 values["memory_plan"] = f.read()
         except OSError as exc:
             raise UserError("memory_plan", f"cannot read {plan[1:]}: {exc}.") from None
-    return TrainingJobConfig.from_values(values), {
-        "instance_hour_prices": values.get("instance_hour_prices") or {},
-        "poll_interval_s": values["poll_interval_seconds"],
-        "max_outage_s": values["max_outage_seconds"],
-        "stop_timeout_s": values["stop_timeout_seconds"],
-    }
+    return TrainingJobConfig.from_values(values)
 
 
 # The output files of this command line, checked before the first AWS call.
@@ -137,21 +132,14 @@ def _main(args: argparse.Namespace, params: list[cli.Parameter], ctx: ExecutionC
     )
 
     try:
-        cfg, kwargs = launch_arguments(args, params)
+        cfg = launch_arguments(args, params)
         check_outputs(args)
         if args.dry_run:
-            resolved, request = launcher.prepare(cfg)
-            for note in resolved.notes:
-                print(note, file=sys.stderr)
-            launcher.check_follow_settings(kwargs["poll_interval_s"], kwargs["max_outage_s"],
-                                           kwargs["stop_timeout_s"])
-            book = launcher.pricing.PriceBook(resolved.region, kwargs["instance_hour_prices"],
-                                              lookup=False)  # a dry run makes no AWS call
-            launcher.cost_preview(resolved, book, say=lambda line: print(line, file=sys.stderr))
+            request = launcher.dry_run(cfg, say=lambda line: print(line, file=sys.stderr))
             print(launcher.request_json(request))
             return 0
         result = launcher.launch(cfg, resources_path=args.aws_resources_path,
-                                 raise_on_failure=False, ctx=ctx, **kwargs)
+                                 raise_on_failure=False, ctx=ctx)
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return USER_ERROR_EXIT_CODE

@@ -55,6 +55,7 @@ def sagemaker_training(
     volume_kms_key_id: str = "",
     enable_network_isolation: bool = False,
     enable_inter_container_traffic_encryption: bool = False,
+    enable_infra_check: bool = False,
     tags: Optional[dict] = None,
     memory_plan: str = "",
     override_memory_check: bool = False,
@@ -212,6 +213,9 @@ def sagemaker_training(
         enable_inter_container_traffic_encryption: Encrypt traffic between the
             instances of a multi-node job (EnableInterContainerTrafficEncryption;
             slower collectives).
+        enable_infra_check: Have SageMaker test the instances' hardware and the
+            cluster's network connectivity before training (InfraCheckConfig,
+            https://docs.aws.amazon.com/sagemaker/latest/APIReference/API_InfraCheckConfig.html).
         tags: Extra tags for the job (the run's kfp-sagemaker:* tags are always added).
         memory_plan: The ``plan`` output of memory_estimate; when given, its batch size
             and activation checkpointing for this precision are used, and a
@@ -271,14 +275,8 @@ def sagemaker_training(
     from components.sagemaker_training.launcher import launch
     from components.sagemaker_training.request import TrainingJobConfig
 
-    cfg = TrainingJobConfig.from_values(parameters)
-
     try:
-        result = launch(cfg, resources_path=aws_resources,
-                        instance_hour_prices=instance_hour_prices or {},
-                        poll_interval_s=poll_interval_seconds, max_outage_s=max_outage_seconds,
-                        stop_timeout_s=stop_timeout_seconds,
-                        budget_jobs=len(budget_items or []) or 1)
+        result = launch(TrainingJobConfig.from_values(parameters), resources_path=aws_resources)
     except Terminated as exc:
         print(f"error: {exc}", flush=True)
         raise SystemExit(TERMINATED_EXIT_CODE) from None

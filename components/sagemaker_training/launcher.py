@@ -59,6 +59,24 @@ def prepare(cfg: TrainingJobConfig, *, region: str | None = None) -> tuple[Resol
     return resolved, build_request(resolved)
 
 
+def dry_run(cfg: TrainingJobConfig, *, say: Callable[[str], None],
+            refuse_unknown_price: bool = True) -> dict[str, Any]:
+    """Everything a launch checks before its first AWS call, with no AWS call (the
+    prices from ``instance_hour_prices`` or the shipped table; a training plan's fee is
+    not looked up): the notes and the cost preview said, the request returned. What
+    ``--dry-run`` and the pipelines' argument check run; the check passes
+    ``refuse_unknown_price=False``: a budget it has no price for is the launch's to check
+    (with the Price List API's price, or the plan's fee)."""
+    resolved, request = prepare(cfg)
+    for note in resolved.notes:
+        say(note)
+    check_follow_settings(cfg.poll_interval_seconds, cfg.max_outage_seconds,
+                          cfg.stop_timeout_seconds)
+    book = pricing.PriceBook(resolved.region, cfg.instance_hour_prices, lookup=False)
+    cost_preview(resolved, book, say=say, refuse_unknown_price=refuse_unknown_price)
+    return request
+
+
 def check_training_plan(sagemaker: Any, resolved: ResolvedConfig) -> dict[str, Any]:
     """Confirms the plan is Active or Scheduled and reserves this instance type and count."""
     c = resolved.config
@@ -109,15 +127,20 @@ def launch(
     *,
     resources_path: str | None = None,
     instance_hour_prices: Mapping[str, Any] | None = None,
-    poll_interval_s: float = DEFAULT_POLL_INTERVAL_S,
-    max_outage_s: float = DEFAULT_MAX_OUTAGE_S,
-    stop_timeout_s: float = DEFAULT_STOP_TIMEOUT_S,
+    poll_interval_s: float | None = None,
+    max_outage_s: float | None = None,
+    stop_timeout_s: float | None = None,
     out: Callable[[str], None] | None = None,
     raise_on_failure: bool = True,
     ctx: ExecutionContext | None = None,
-    budget_jobs: int = 1,
+    budget_jobs: int | None = None,
 ) -> TrainingResult:
     """Runs the job to its end; raises UserError before any AWS call for bad parameters.
+
+    The settings not given here are the configuration's (``instance_hour_prices``,
+    ``poll_interval_seconds``, ``max_outage_seconds``, ``stop_timeout_seconds``, one
+    job per item of ``budget_items``: ``resolve``'s budget), as the component and the CLI
+    pass them.
 
     SIGTERM and SIGINT are handled from the first line on (an ``ExecutionContext``,
     or ``ctx`` when the caller holds one): the job is stopped and ``Terminated``
@@ -129,17 +152,25 @@ def launch(
     """
     with contextlib.ExitStack() as stack:
         ctx = ctx or stack.enter_context(ExecutionContext("sagemaker_training"))
-        return _launch(cfg, ctx, resources_path=resources_path,
-                       instance_hour_prices=instance_hour_prices,
-                       poll_interval_s=poll_interval_s, max_outage_s=max_outage_s,
-                       stop_timeout_s=stop_timeout_s, out=out or (lambda line: print(line, flush=True)),
-                       raise_on_failure=raise_on_failure, budget_jobs=budget_jobs)
+        return _launch(
+            cfg, ctx, resources_path=resources_path,
+            instance_hour_prices=(cfg.instance_hour_prices if instance_hour_prices is None
+                                  else instance_hour_prices),
+            poll_interval_s=_given(poll_interval_s, cfg.poll_interval_seconds),
+            max_outage_s=_given(max_outage_s, cfg.max_outage_seconds),
+            stop_timeout_s=_given(stop_timeout_s, cfg.stop_timeout_seconds),
+            out=out or (lambda line: print(line, flush=True)),
+            raise_on_failure=raise_on_failure, budget_jobs=budget_jobs)
+
+
+def _given(value: Any, configured: Any) -> Any:
+    return configured if value is None else value
 
 
 def _launch(cfg: TrainingJobConfig, ctx: ExecutionContext, *, resources_path: str | None,
             instance_hour_prices: Mapping[str, Any] | None, poll_interval_s: float,
             max_outage_s: float, stop_timeout_s: float, out: Callable[[str], None],
-            raise_on_failure: bool, budget_jobs: int) -> TrainingResult:
+            raise_on_failure: bool, budget_jobs: int | None) -> TrainingResult:
     check_follow_settings(poll_interval_s, max_outage_s, stop_timeout_s)
     if resources_path:
         resources.check_writable(resources_path, "aws_resources")
@@ -236,20 +267,24 @@ def cost_report(resolved: ResolvedConfig, job: Mapping[str, Any], cost: pricing.
 
 
 def cost_preview(resolved: ResolvedConfig, book: pricing.PriceBook, *,
-                 plan: Mapping[str, Any] | None = None, budget_jobs: int = 1,
-                 say: Callable[[str], None]) -> pricing.Cost | None:
+                 plan: Mapping[str, Any] | None = None, budget_jobs: int | None = None,
+                 say: Callable[[str], None],
+                 refuse_unknown_price: bool = True) -> pricing.Cost | None:
     """Prints the worst case (and the plan's predicted cost, when it has one) and refuses a
-    launch over ``max_cost_usd`` (``budget_jobs``: jobs of a sweep sharing that budget);
+    launch over ``max_cost_usd`` (``budget_jobs``: jobs of a sweep sharing that budget,
+    default the resolved budget's, one per item of ``budget_items``);
     returns the worst case, None without a price. ``plan``: the DescribeTrainingPlan of a
     job on a training plan (None in a dry run: its fee is then not known)."""
-    c = resolved.config
+    c, budget = resolved.config, resolved.budget
+    budget_jobs = budget.jobs if budget_jobs is None else budget_jobs
     if isinstance(budget_jobs, bool) or not isinstance(budget_jobs, int) or budget_jobs < 1:
         raise UserError("budget_jobs", f"{budget_jobs!r}: must be an integer >= 1.")
     if c.training_plan_arn and plan is None:
         say("worst case: the training plan's share of its UpfrontFee, looked up at launch "
             "(DescribeTrainingPlan; not in a dry run)")
-        pricing.check_budget(c.max_cost_usd, None, instance_type=c.instance_type,
-                             missing="a dry run does not look up the training plan's fee")
+        budget.check(None, instance_type=c.instance_type,
+                     missing="a dry run does not look up the training plan's fee",
+                     refuse_unknown=refuse_unknown_price)
         return None
     price = job_price(resolved, book, plan)
     worst, missing = worst_case(resolved, book, plan, say)
@@ -258,8 +293,9 @@ def cost_preview(resolved: ResolvedConfig, book: pricing.PriceBook, *,
     predicted = _predicted(resolved, price)
     if predicted:
         say(predicted)
-    pricing.check_budget(c.max_cost_usd, worst, instance_type=missing or c.instance_type,
-                         jobs=budget_jobs, missing=book.missing(missing or c.instance_type))
+    budget.check(worst, instance_type=missing or c.instance_type, jobs=budget_jobs,
+                 missing=book.missing(missing or c.instance_type),
+                 refuse_unknown=refuse_unknown_price)
     return worst
 
 

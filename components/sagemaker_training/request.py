@@ -9,19 +9,21 @@ launcher sends (and ``--dry-run`` prints).
 from __future__ import annotations
 
 import dataclasses
+import functools
+import inspect
 import json
+import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from components.common import naming, tags
-from components.common.errors import UserError, unknown_name
+from components.common import cli, naming, tags
+from components.common.errors import FieldError, UserError, unknown_name
 from components.common.s3 import split_s3_uri
 from components.common.training_job import MAX_RUNTIME_LIMIT_S
 from components.sagemaker_training import limits
+from trainer.spec import DIMENSION_BOUNDS
 
-DEFAULT_INSTANCE_TYPE = "ml.p6-b200.48xlarge"
-DEFAULT_MAX_RUNTIME_S = 24 * 3600
 MAX_VOLUME_SIZE_GB = 16384  # EBS gp2/gp3 ceiling (botocore has min 0 only)
 CHECKPOINT_LOCAL_PATH = "/opt/ml/checkpoints"
 
@@ -41,21 +43,9 @@ IMAGE_RE = re.compile(r"^[^\s]{1,255}$")
 ECR_IMAGE_RE = re.compile(r"^[a-z0-9]+(?:[._/-][a-z0-9]+)*(?::[\w][\w.-]{0,127})?"
                           r"(?:@sha256:[0-9a-f]{64})?$")
 
-# Hyperparameters the structured parameters own (the trainer's flag names, no dashes;
-# ``preset`` is the trainer's deprecated spelling of ``model-preset``).
-MODEL_DIMENSIONS = {
-    "num_layers": "num-layers",
-    "hidden_size": "hidden-size",
-    "num_heads": "num-heads",
-    "num_kv_heads": "num-kv-heads",
-    "ffn_hidden_size": "ffn-hidden-size",
-    "vocab_size": "vocab-size",
-}
-OWNED_HYPERPARAMETERS = {
-    "precision", "model-preset", "preset", "batch-size", "seq-length", "max-steps",
-    "activation-checkpointing",
-    *MODEL_DIMENSIONS.values(),
-}
+MODEL_DIMENSIONS = {name: name.replace("_", "-") for name in DIMENSION_BOUNDS}
+
+
 # Environment keys the container contract or the execution role own: SM_* is how
 # SageMaker tells the container its paths, hosts and hyperparameters (SM_HP_<NAME>
 # would bypass the hyperparameter checks above); credentials in Environment travel in
@@ -72,80 +62,74 @@ CUSTOM_SKIPPED = ("custom image: skipped the in-repo trainer's checks (its flag 
 SECRET_NAME_RE = re.compile(r"SECRET|PASSWORD|PASSWD|(^|_)TOKEN(_|$)|CREDENTIAL", re.IGNORECASE)
 
 
-@dataclass
-class TrainingJobConfig:
-    """What the component and the CLI take (same names, same defaults)."""
+# The parameters whose declared defaults are KFP placeholders (the run's id, the task's
+# and the pipeline's names) take these outside a pipeline; run_id is then required.
+OUTSIDE_KFP_DEFAULTS = {"run_id": inspect.Parameter.empty, "task": "sagemaker-training",
+                        "pipeline": ""}
+_Declared: Any = cli.dataclass_of(cli.source_parameters(
+    "components.sagemaker_training.component", "sagemaker_training",
+    defaults=OUTSIDE_KFP_DEFAULTS), "TrainingJobConfig")
 
-    image_uri: str
-    role_arn: str
-    output_s3_uri: str
-    run_id: str
-    task: str = "sagemaker-training"
-    pipeline: str = ""
-    region: str = ""
-    instance_type: str = DEFAULT_INSTANCE_TYPE
-    instance_count: int = 1
-    precision: str = "bf16"
-    model_preset: str = "8b"
-    num_layers: int = 0
-    hidden_size: int = 0
-    num_heads: int = 0
-    num_kv_heads: int = 0
-    ffn_hidden_size: int = 0
-    vocab_size: int = -1
-    batch_size: int = 8
-    seq_length: int = 2048
-    activation_checkpointing: bool = False
-    max_steps: int = 100
-    hyperparameters: dict[str, Any] = field(default_factory=dict)
-    environment: dict[str, Any] = field(default_factory=dict)
-    checkpoint_s3_uri: str = ""
-    checkpoint_s3_prefix: str = ""
-    input_channels: dict[str, str] = field(default_factory=dict)
-    training_plan_arn: str = ""
-    use_spot: bool = False
-    max_wait_seconds: int = 0
-    max_runtime_seconds: int = DEFAULT_MAX_RUNTIME_S
-    max_retry_attempts: int = 0
-    fallback_instances: list[dict[str, Any]] = field(default_factory=list)
-    max_pending_seconds: int = 0
-    keep_alive_seconds: int = 0
-    volume_size_gb: int = 500
-    vpc_subnet_ids: list[str] = field(default_factory=list)
-    vpc_security_group_ids: list[str] = field(default_factory=list)
-    output_kms_key_id: str = ""
-    volume_kms_key_id: str = ""
-    enable_network_isolation: bool = False
-    enable_inter_container_traffic_encryption: bool = False
-    tags: dict[str, str] = field(default_factory=dict)
-    memory_plan: str = ""
-    override_memory_check: bool = False
-    max_cost_usd: float = 0.0
-    job_name: str = ""
-    trainer: str = "in-repo"
-    entry_point: list[str] = field(default_factory=list)
-    metric_definitions: list[dict[str, str]] = field(default_factory=list)
-    endpoint_url: str = ""
+
+class TrainingJobConfig(_Declared):  # type: ignore[misc]
+    """The training component's parameters as values: a keyword-only dataclass derived
+    from its signature (the one declaration: names, kinds, defaults; a parameter added
+    there is a field here and a flag of the CLI). Nothing is checked here: ``resolve``
+    parses and checks every field."""
 
     @property
     def custom(self) -> bool:
         """A bring-your-own-image job (``trainer="custom"``)."""
-        return self.trainer == CUSTOM_TRAINER
-
+        return bool(self.trainer == CUSTOM_TRAINER)
 
     @classmethod
     def from_values(cls, values: dict[str, Any]) -> TrainingJobConfig:
-        """From the component's parameter values (its signature is the declaration; the
-        CLI's flags derive from it): the keys that are fields, None containers emptied,
-        ``precision_hyperparameters`` merged for this precision."""
-        kw = {f.name: values[f.name] for f in dataclasses.fields(cls) if f.name in values}
+        """From the component's parameter values (``locals()`` of its body, the CLI's
+        flags, a pipeline's argument check): the keys that are fields (not the output
+        artifacts), a None container emptied."""
+        kw = {}
         for f in dataclasses.fields(cls):
-            if f.name in kw and kw[f.name] is None and f.default_factory is not dataclasses.MISSING:
-                kw[f.name] = f.default_factory()
-        kw["hyperparameters"] = merge_precision_hyperparameters(
-            kw.get("hyperparameters"), values.get("precision_hyperparameters"),
-            kw.get("precision", "bf16"))
+            if f.name not in values:
+                continue
+            value = values[f.name]
+            if value is None and f.default_factory is not dataclasses.MISSING:
+                value = f.default_factory()
+            kw[f.name] = value
         return cls(**kw)
+
+
+@dataclass(frozen=True)
+class Budget:
+    """``max_cost_usd`` parsed: the USD limit (0: none) for the worst cases of ``jobs``
+    jobs together (the items of the ParallelFor this job is one of, ``budget_items``)."""
+
+    limit_usd: float
+    jobs: int = 1
+
+    @classmethod
+    def parse(cls, max_cost_usd: Any, budget_items: Any) -> Budget:
+        if isinstance(max_cost_usd, bool) or not isinstance(max_cost_usd, int | float) or not (
+                0 <= max_cost_usd < math.inf):
+            raise UserError("max_cost_usd", f"{max_cost_usd!r} is not an amount.",
+                            "pass USD as a number >= 0 (0: no limit).")
+        # kfp.local (2.17) hands a loop body the loop's item for an input that is the loop's
+        # own list: one job then (the pipelines' argument check sums the whole sweep's).
+        jobs = len(budget_items) if isinstance(budget_items, list) else 1
+        return cls(float(max_cost_usd), jobs or 1)
+
+    def check(self, worst: Any, *, instance_type: str, jobs: int | None = None,
+              missing: str = "", refuse_unknown: bool = True) -> None:
+        """Refuses (UserError naming max_cost_usd) a worst case (a ``pricing.Cost``, None
+        without a price) that, times the jobs sharing the budget, exceeds the limit; a
+        budget with no price to check it against too, unless ``refuse_unknown`` is False
+        (a check that does not look up the prices the launch will)."""
+        from components.common import pricing
+
+        if worst is None and not refuse_unknown:
+            return
+
+        pricing.check_budget(self.limit_usd, worst, instance_type=instance_type,
+                             jobs=jobs or self.jobs, missing=missing)
 
 
 @dataclass(frozen=True)
@@ -161,6 +145,7 @@ class ResolvedConfig:
     batch_size: int
     activation_checkpointing: bool
     notes: tuple[str, ...] = ()
+    budget: Budget = Budget(0.0)
 
     @property
     def training_plan_name(self) -> str:
@@ -187,14 +172,18 @@ def resolve(cfg: TrainingJobConfig, *, region: str | None = None) -> ResolvedCon
     """Validates everything that can be checked without AWS; raises UserError.
 
     The steps, in order: identity (run, task, job name), where (region, image,
-    role, output), hardware, model, the memory plan (or a pre-flight estimate),
-    capacity (on-demand / plan / spot, limits, checkpoints), network (channels,
+    role, output), the budget, hardware, model, the memory plan (or a pre-flight
+    estimate), capacity (on-demand / plan / spot, limits, checkpoints), network (channels,
     VPC), then the hyperparameters as the trainer will parse them, and tags.
     """
     from components.common.aws import resolve_region
 
     cfg = _identity(cfg)
+    cfg = dataclasses.replace(cfg, precision_hyperparameters={}, hyperparameters=(
+        merge_precision_hyperparameters(cfg.hyperparameters, cfg.precision_hyperparameters,
+                                        cfg.precision)))
     resolved_region = _where(cfg, resolve_region(region or cfg.region or None))
+    budget = Budget.parse(cfg.max_cost_usd, cfg.budget_items)
     _custom(cfg)
     _hardware(cfg)
     notes: list[str] = []
@@ -224,7 +213,7 @@ def resolve(cfg: TrainingJobConfig, *, region: str | None = None) -> ResolvedCon
             f"{cfg.checkpoint_s3_prefix.rstrip('/')}/{job_name}"))
         _check_s3("checkpoint_s3_prefix", cfg.checkpoint_s3_uri, "CheckpointConfig.S3Uri")
     return ResolvedConfig(cfg, resolved_region, job_name, hps, env, merged_tags, batch_size,
-                          checkpointing, tuple(notes))
+                          checkpointing, tuple(notes), budget)
 
 
 def _custom(cfg: TrainingJobConfig) -> None:
@@ -316,8 +305,8 @@ def _identity(cfg: TrainingJobConfig) -> TrainingJobConfig:
                         "(dsl.PIPELINE_JOB_ID_PLACEHOLDER) or any id unique to this run.")
     try:
         tags.validate_run_id(cfg.run_id)
-    except ValueError as exc:
-        raise UserError("run_id", str(exc).split(": ", 1)[-1] + ".",
+    except FieldError as exc:
+        raise UserError(exc.field, exc.problem + ".",
                         "use letters, digits and . _ : - only.") from None
     if not cfg.task.strip():
         raise UserError("task", "is empty.", "pass the pipeline task name.")
@@ -395,9 +384,9 @@ def _model(cfg: TrainingJobConfig) -> tuple[Any, dict[str, int]]:
                  if getattr(cfg, k) > (0 if k != "vocab_size" else -1)}
     try:
         model = spec.spec_from_values(cfg.model_preset or None, **overrides)
-    except ValueError as exc:
-        fld = "model_preset" if "preset" in str(exc) else next(
-            (k for k in MODEL_DIMENSIONS if k in str(exc)), "model dimensions")
+    except FieldError as exc:  # the field it names, when it is one of the parameters
+        fld = exc.field if exc.field in ("model_preset", *MODEL_DIMENSIONS) else \
+            "model dimensions"
         raise UserError(fld, str(exc) + ".", "pick a preset "
                         f"({', '.join(spec.PRESETS)}) or consistent dimensions.") from None
     for fld, value, low in (("batch_size", cfg.batch_size, 1), ("seq_length", cfg.seq_length, 2),
@@ -677,12 +666,9 @@ def _check_with_trainer(hps: dict[str, str], env: dict[str, str]) -> None:
 
     try:
         trainer_config.check_hyperparameters(hps, env)
-    except trainer_config.ConfigError as exc:
-        owned = {v: k for k, v in MODEL_DIMENSIONS.items()} | {
-            "model-preset": "model_preset", "batch-size": "batch_size", "seq-length": "seq_length",
-            "max-steps": "max_steps", "activation-checkpointing": "activation_checkpointing",
-            "precision": "precision"}
-        fld = owned.get(exc.name, "hyperparameters")
+    except trainer_config.ConfigError as exc:  # a flag a parameter owns names that parameter
+        fld = exc.field.replace("-", "_") if exc.field in owned_hyperparameters() \
+            and exc.field != "preset" else "hyperparameters"
         raise UserError(fld, f"the trainer would refuse it: {exc.problem.rstrip('.')}.",
                         exc.fix or "fix the value, or see python -m trainer --help for its flags."
                         ) from None
@@ -700,8 +686,8 @@ def _tags(cfg: TrainingJobConfig) -> dict[str, str]:
                      "_ . : / = + - @ (up to 256 characters).")
     try:
         merged = tags.merge(tags.run_tags(cfg.run_id, cfg.pipeline, "sagemaker_training"), extra)
-    except ValueError as exc:
-        raise UserError("tags", str(exc).split(": ", 1)[-1] + ".",
+    except FieldError as exc:
+        raise UserError(exc.field, exc.problem + ".",
                         "SageMaker allows 50 tags, keys up to 128 and values up to 256 "
                         "characters; 3 are taken by the run's tags.") from None
     limits.check("tags", "Tags", merged, "pass fewer tags (3 are the run's own).")
@@ -769,7 +755,7 @@ def _hyperparameters(cfg: TrainingJobConfig, *, model_overrides: dict[str, int],
     for key, value in (cfg.hyperparameters or {}).items():
         key = str(key)
         canonical = key.replace("_", "-")
-        if canonical in OWNED_HYPERPARAMETERS:
+        if canonical in owned_hyperparameters():
             param = {"preset": "model_preset"}.get(canonical, canonical.replace("-", "_"))
             raise UserError("hyperparameters", f"{key!r} is set by the {param} parameter.",
                             f"pass {param}=... instead of hyperparameters[{key!r}].")
@@ -783,6 +769,19 @@ def _hyperparameters(cfg: TrainingJobConfig, *, model_overrides: dict[str, int],
     limits.check("hyperparameters", "HyperParameters", hps,
                  f"pass fewer (this component sets {len(hps) - len(cfg.hyperparameters)} itself).")
     return hps
+
+
+@functools.cache
+def owned_hyperparameters() -> frozenset[str]:
+    """The trainer's flags that a parameter of the same name (with underscores) sets: a
+    hyperparameter of that name is refused (pass the parameter). ``preset`` is the
+    trainer's deprecated spelling of ``model-preset``."""
+    from trainer import config as trainer_config
+
+    flags = {f.name for f in trainer_config.flag_fields()} | {"model_preset", *DIMENSION_BOUNDS}
+    return frozenset({"preset"} | {f.name.replace("_", "-")
+                                   for f in dataclasses.fields(TrainingJobConfig)
+                                   if f.name in flags})
 
 
 def container_paths() -> dict[str, str]:
@@ -882,6 +881,8 @@ def build_request(r: ResolvedConfig) -> dict[str, Any]:
         request["EnableNetworkIsolation"] = True
     if c.enable_inter_container_traffic_encryption:
         request["EnableInterContainerTrafficEncryption"] = True
+    if c.enable_infra_check:
+        request["InfraCheckConfig"] = {"EnableInfraCheck": True}
     if c.use_spot:
         request["EnableManagedSpotTraining"] = True
         stopping["MaxWaitTimeInSeconds"] = c.max_wait_seconds
