@@ -20,6 +20,8 @@ import subprocess
 
 import pytest
 
+from catalog import logformat as lf
+from catalog.spec import PRESETS
 from components.compare_convergence.compare import Settings
 from components.compare_convergence.run import compare_files
 from components.compare_convergence.run import write_outputs as write_comparison
@@ -27,8 +29,6 @@ from components.parse_logs.parser import parse_bytes
 from components.parse_logs.report import write_outputs as write_series
 from components.rank_throughput.rank import html_report as ranking_html
 from components.rank_throughput.rank import load, rank
-from trainer import logformat as lf
-from trainer.spec import PRESETS
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = pytest.mark.skipif(

@@ -30,6 +30,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from catalog.precisions import LOW_PRECISIONS
+
 E4M3_MAX = 448.0
 E5M2_MAX = 57344.0
 E2M1_MAX = 6.0
@@ -193,7 +195,7 @@ class Numerics:
 
     @property
     def quantised(self) -> bool:
-        return self.precision in ("fp8", "fp8-current", "fp8-block", "mxfp8", "nvfp4")
+        return self.precision in LOW_PRECISIONS
 
     @property
     def delayed(self) -> bool:

@@ -22,19 +22,19 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from catalog import flags as config_mod
+from catalog import logformat
+from catalog.flags import ConfigError, TrainConfig
 from trainer import (
     checkpoint,
     data,
     emulation,
     gc_schedule,
-    logformat,
     metrics,
     parallel,
     precision,
 )
-from trainer import config as config_mod
 from trainer import loss as loss_mod
-from trainer.config import ConfigError, TrainConfig
 from trainer.model import CausalLM, init_weights
 
 SUMMARY_KEYS = (
@@ -106,7 +106,7 @@ def _block_precisions(cfg: TrainConfig) -> list[str]:
 
 
 def emulation_low() -> tuple[str, ...]:
-    from trainer.hardware import LOW_PRECISIONS
+    from catalog.precisions import LOW_PRECISIONS
 
     return LOW_PRECISIONS
 

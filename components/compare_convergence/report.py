@@ -11,6 +11,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from catalog import hardware
 from components.common import markdown as md
 from components.common import report_page, run_context
 from components.common.losses import DEFINITION as FINAL_LOSS_DEFINITION
@@ -22,7 +23,6 @@ from components.compare_convergence.compare import (
     Result,
     verdict_rows,
 )
-from trainer import hardware
 
 PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2",
            "#7f7f7f", "#bcbd22", "#17becf"]

@@ -267,7 +267,7 @@ def oom_kill_count() -> int:
 def describe_model(hyperparameters: dict[str, Any]) -> str:
     """The job's model and its size, when its hyperparameters name this project's trainer
     model (``preset`` / ``model-preset`` and dimensions); '' otherwise."""
-    from trainer import spec  # torch-free: the model spec shared by trainer and estimator
+    from catalog import spec  # torch-free: the model spec shared by trainer and estimator
 
     hps = {str(k).replace("-", "_"): v for k, v in hyperparameters.items()}
     preset = hps.get("preset") or hps.get("model_preset")

@@ -9,7 +9,7 @@ never loops over lines in Python. It works on whole byte buffers:
 - the fast pattern takes any non-space number and the numbers are then checked
   in bulk against the contract's number syntax; a buffer with a value the
   contract refuses is split again with the exact pattern (same result as
-  ``trainer.logformat.parse_step`` line by line, proven by the tests);
+  ``catalog.logformat.parse_step`` line by line, proven by the tests);
 - rare lines (errors, OOM, NCCL, SIGTERM, TE's fsdp.py prints, recipe phrases)
   are looked for in the noise only when a cheap ``needle in noise`` test says
   the buffer holds one, and only the lines holding the needle are examined.
@@ -17,7 +17,7 @@ never loops over lines in Python. It works on whole byte buffers:
 Bytes, not text: noise is never decoded, so non-UTF-8 output costs nothing and
 cannot raise; the few interesting lines are decoded with replacement.
 
-The line format itself belongs to :mod:`trainer.logformat`; the patterns here
+The line format itself belongs to :mod:`catalog.logformat`; the patterns here
 are built from that module's field list and recipe pattern.
 """
 
@@ -33,10 +33,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from trainer import logformat
-from trainer.hardware import TE_RECIPES
+from catalog import logformat
+from catalog.precisions import TE_RECIPES
 
-# The number syntax of trainer.logformat (same language), written so that a
+# The number syntax of catalog.logformat (same language), written so that a
 # hostile run of digits cannot make the regex engine backtrack quadratically.
 _NUM = rb"(?:[-+]?(?:\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|nan|inf))"
 TAG = logformat.TAG.encode()
@@ -105,7 +105,7 @@ _TE_RES = {
     "avg_iter_time_s": re.compile(r"Avg\. Iter\. Time: ([\d.eE+-]+)s"),
     "peak_memory_mb": re.compile(r"Peak Memory Use: ([\d.eE+-]+)MBs"),
 }
-# Phrases that confirm a recipe in TE's users' words (trainer.logformat.recipe_phrase
+# Phrases that confirm a recipe in TE's users' words (catalog.logformat.recipe_phrase
 # writes them; TE's fsdp.py prints the first one).
 _PHRASE_RE = re.compile(r"Using FP8 recipe: (\w+)|(MXFP8|NVFP4) enabled(?:: (\w+))?")
 _STREAM_RE = re.compile(r"(algo-\d+)-(\d+)$")
@@ -712,7 +712,7 @@ def _lines_holding(chunk: bytes, needle: bytes) -> Iterable[tuple[int, bytes]]:
 
 
 def _json_payload(rest: bytes) -> dict[str, Any] | None:
-    """The JSON object that ends the line, as trainer.logformat.parse_json reads it."""
+    """The JSON object that ends the line, as catalog.logformat.parse_json reads it."""
     text = _decode(rest).rstrip()
     if not (text.startswith("{") and text.endswith("}")):
         return None

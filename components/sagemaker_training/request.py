@@ -354,10 +354,11 @@ def _where(cfg: TrainingJobConfig, region: str) -> str:
 
 
 def _hardware(cfg: TrainingJobConfig) -> None:
-    from trainer import hardware
+    from catalog import hardware
+    from catalog.precisions import check_precision_name
 
     try:
-        hardware.check_precision_name(cfg.precision)
+        check_precision_name(cfg.precision)
     except ValueError as exc:  # with a "did you mean" for a misspelling
         raise unknown_name("precision", exc) from None
     try:
@@ -382,7 +383,7 @@ def _hardware(cfg: TrainingJobConfig) -> None:
 
 def _model(cfg: TrainingJobConfig) -> tuple[Any, dict[str, int]]:
     """The model the job trains (preset + overrides), and the overrides."""
-    from trainer import spec
+    from catalog import spec
 
     for fld, low in (*((k, 0) for k in MODEL_DIMENSIONS if k != "vocab_size"),
                      ("vocab_size", -1)):
@@ -542,7 +543,7 @@ def _capacity_controls(cfg: TrainingJobConfig) -> None:
     """Fallback instance types (ResourceConfig.InstancePreferences), the pending time-out
     (StoppingCondition.MaxPendingTimeInSeconds) and warm pools (KeepAlivePeriodInSeconds),
     within botocore's limits and SageMaker's exclusions."""
-    from trainer import hardware
+    from catalog import hardware
 
     fallbacks = cfg.fallback_instances or []
     if fallbacks:
@@ -673,7 +674,7 @@ def _network(cfg: TrainingJobConfig, region: str) -> None:
 
 def _check_with_trainer(hps: dict[str, str], env: dict[str, str]) -> None:
     """The request's hyperparameters as ``python -m trainer`` will parse and check them."""
-    from trainer import config as trainer_config
+    from catalog import flags as trainer_config
 
     try:
         trainer_config.check_hyperparameters(hps, env)
@@ -736,13 +737,13 @@ def merge_precision_hyperparameters(
     {"high-precision-lm-head": "true"}}``, as production FP4 recipes keep the LM
     head in high precision); each training task picks its own entry.
     """
-    from trainer import hardware
+    from catalog.precisions import PRECISIONS
 
     merged = dict(hyperparameters or {})
     for key, extra in (precision_hyperparameters or {}).items():
-        if key not in hardware.PRECISIONS:
+        if key not in PRECISIONS:
             raise UserError("precision_hyperparameters", f"key {key!r} is not a precision.",
-                            f"use one of {', '.join(hardware.PRECISIONS)}.")
+                            f"use one of {', '.join(PRECISIONS)}.")
         if not isinstance(extra, dict):
             raise UserError("precision_hyperparameters", f"the value for {key!r} must be a "
                             "mapping of hyperparameter name to value.",
@@ -788,7 +789,7 @@ def _hyperparameters(cfg: TrainingJobConfig, *, model_overrides: dict[str, int],
 def container_paths() -> dict[str, str]:
     """The trainer's hyperparameters that are container-contract paths, and the SM_*
     variable each is read from (the trainer's declarations: ``sm_path_of``)."""
-    from trainer import config as trainer_config
+    from catalog import flags as trainer_config
 
     return {f.name.replace("_", "-"): f.metadata["sm_path_of"]
             for f in trainer_config.flag_fields() if f.metadata.get("sm_path_of")}
