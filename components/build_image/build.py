@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from catalog.hardware import DEFAULT_INSTANCE_TYPE
 from components.build_image import codebuild as cb
 from components.build_image import context as ctx
 from components.build_image import ecr as ecr_mod
@@ -47,7 +48,6 @@ DEFAULT_DOCKERFILE = "images/trainer/Dockerfile"
 DEFAULT_PROJECT = "kfp-sagemaker-blackwell-image-build"
 DEFAULT_COMPUTE_TYPE = "BUILD_GENERAL1_LARGE"
 DEFAULT_TIMEOUT_MINUTES = 120
-DEFAULT_INSTANCE_TYPE = "ml.p6-b200.48xlarge"
 # The AWS PyTorch training DLC the article builds on. The SDK resolves the regional
 # registry and repository; this tag pins the exact image (the SDK's own tag for
 # version "2.9" is the floating alias "2.9-gpu-py312").

@@ -60,6 +60,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from catalog.hardware import DEFAULT_INSTANCE_TYPE
+from catalog.sagemaker import MAX_RUNTIME_SECONDS
 from components.common.naming import SAGEMAKER_NAME_RE
 from components.common.training_job import MAX_FAILURE_REASON, TERMINAL_STATUSES
 from components.local import container, plans, processes, storage
@@ -371,7 +373,7 @@ class TrainingJobExecutor:
         self,
         name: str,
         *,
-        instance_type: str = "ml.p6-b200.48xlarge",
+        instance_type: str = DEFAULT_INSTANCE_TYPE,
         instance_count: int = 1,
         status: str = "Active",
         region: str | None = None,
@@ -595,7 +597,7 @@ class TrainingJobExecutor:
 
     def _life_cycle(self, job: Job) -> None:
         sc = job.request.get("StoppingCondition") or {}
-        max_runtime = float(sc.get("MaxRuntimeInSeconds") or 86400)
+        max_runtime = float(sc.get("MaxRuntimeInSeconds") or MAX_RUNTIME_SECONDS)
         max_wait = float(sc.get("MaxWaitTimeInSeconds") or 0) if job.spot else 0.0
         while True:
             outcome, failure = self._attempt(job, max_runtime, max_wait)

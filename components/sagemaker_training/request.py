@@ -14,14 +14,14 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from catalog.hardware import DEFAULT_INSTANCE_TYPE
+from catalog.sagemaker import MAX_RUNTIME_SECONDS, parse_image
 from components.common import naming, tags
 from components.common.errors import UserError, unknown_name
 from components.common.s3 import split_s3_uri
 from components.common.training_job import MAX_RUNTIME_LIMIT_S
 from components.sagemaker_training import limits
 
-DEFAULT_INSTANCE_TYPE = "ml.p6-b200.48xlarge"
-DEFAULT_MAX_RUNTIME_S = 24 * 3600
 MAX_VOLUME_SIZE_GB = 16384  # EBS gp2/gp3 ceiling (botocore has min 0 only)
 CHECKPOINT_LOCAL_PATH = "/opt/ml/checkpoints"
 
@@ -36,10 +36,6 @@ KMS_KEY_RE = re.compile(
     r"|arn:aws[a-z-]*:kms:([a-z0-9-]+):\d{12}:(?:key/(?:mrk-)?[0-9a-f-]{32,36}"
     r"|alias/[a-zA-Z0-9/_-]{1,256}))$")
 CHANNEL_RE = re.compile(r"^[A-Za-z0-9.\-_]{1,64}$")
-IMAGE_RE = re.compile(r"^[^\s]{1,255}$")
-# <repository>:<tag> or <repository>[:<tag>]@sha256:<digest>, after the ECR host.
-ECR_IMAGE_RE = re.compile(r"^[a-z0-9]+(?:[._/-][a-z0-9]+)*(?::[\w][\w.-]{0,127})?"
-                          r"(?:@sha256:[0-9a-f]{64})?$")
 
 # Hyperparameters the structured parameters own (the trainer's flag names, no dashes;
 # ``preset`` is the trainer's deprecated spelling of ``model-preset``).
@@ -105,7 +101,7 @@ class TrainingJobConfig:
     training_plan_arn: str = ""
     use_spot: bool = False
     max_wait_seconds: int = 0
-    max_runtime_seconds: int = DEFAULT_MAX_RUNTIME_S
+    max_runtime_seconds: int = MAX_RUNTIME_SECONDS
     max_retry_attempts: int = 0
     fallback_instances: list[dict[str, Any]] = field(default_factory=list)
     max_pending_seconds: int = 0
@@ -332,12 +328,11 @@ def _identity(cfg: TrainingJobConfig) -> TrainingJobConfig:
 def _where(cfg: TrainingJobConfig, region: str) -> str:
     """The region (known to botocore), the image (in ECR), the role and the output prefix."""
     from components.common.aws import check_region
-    from components.common.ecr_images import ecr_registry_of
 
     check_region(region, "sagemaker")
     image = cfg.image_uri or ""
-    if not IMAGE_RE.match(image) or ecr_registry_of(image) is None \
-            or not ECR_IMAGE_RE.match(image.split("/", 1)[1]):
+    parsed = parse_image(image)
+    if parsed is None or not parsed.in_ecr:
         raise UserError("image_uri", f"{image!r} is not an image in Amazon ECR; SageMaker "
                         "training runs images from ECR only.",
                         "push the trainer with build_image and pass its image_uri output, "
