@@ -1,4 +1,7 @@
-"""Training configuration: CLI flags, SageMaker hyperparameters and environment.
+"""The trainer's flag table (``TrainConfig``): CLI flags, SageMaker hyperparameters and
+environment. ``python -m trainer`` parses its start with it, and the training launcher
+checks a job's hyperparameters against it before any AWS call (``check_hyperparameters``):
+one declaration, torch-free, read by both sides.
 
 Precedence: command-line flags > ``SM_HP_<NAME>`` variables and
 ``$SM_INPUT_CONFIG_DIR/hyperparameters.json`` (SM_HP_* wins over the file) >

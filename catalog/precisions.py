@@ -25,6 +25,10 @@ TE_RECIPES = {
 # The quantised formats (GEMM operands below 16 bits); the others are high precision.
 LOW_PRECISIONS = tuple(TE_RECIPES)
 HIGH_PRECISIONS = tuple(p for p in PRECISIONS if p not in TE_RECIPES)
+# The dtype of what a precision does not quantise: the gathered weights, the activations,
+# the GEMM outputs and the blocks kept in high precision (FSDP's MixedPrecision param
+# dtype). fp32 and fp16 keep their own; bf16 and every low precision use bf16.
+COMPUTE_DTYPE: dict[str, str] = {p: p if p in ("fp32", "fp16") else "bf16" for p in PRECISIONS}
 
 # Minimum CUDA compute capability per precision on the TE backend, and the
 # capabilities where a family is known not to run it: MXFP8 needs the datacenter

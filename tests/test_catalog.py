@@ -35,6 +35,9 @@ def test_precisions_split_into_high_and_low_and_every_one_has_a_risk_and_a_capab
     assert set(precisions.RISK) == set(precisions.MIN_CC) == set(precisions.PRECISIONS)
     assert precisions.risk("nvfp5") > max(precisions.RISK.values())
     assert [p for p in precisions.PRECISIONS if precisions.risk(p) == 0] == ["fp32", "bf16"]
+    assert {precisions.COMPUTE_DTYPE[p] for p in precisions.LOW_PRECISIONS} == {"bf16"}
+    assert [precisions.COMPUTE_DTYPE[p] for p in precisions.HIGH_PRECISIONS] == \
+        ["fp32", "bf16", "fp16"]
 
 
 @pytest.mark.parametrize(("reference", "parts"), [

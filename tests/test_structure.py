@@ -176,6 +176,12 @@ def test_the_trainer_image_has_every_package_the_trainer_imports():
     assert set(staged) == needed
 
 
+def test_the_components_image_installs_every_package():
+    """images/components/Dockerfile pip-installs the checkout: each package must be in it."""
+    dockerfile = (ROOT / "images" / "components" / "Dockerfile").read_text(encoding="utf-8")
+    assert set(re.findall(r"(?m)^COPY (\w+) \./\1$", dockerfile)) >= set(PACKAGES)
+
+
 def _component_imports(graph: dict[str, set[str]]) -> set[tuple[str, str]]:
     """(importer, imported) component packages: components.<a>... importing components.<b>..."""
     def package(module: str) -> str:

@@ -25,6 +25,7 @@ import torch.distributed as dist
 from catalog import flags as config_mod
 from catalog import logformat
 from catalog.flags import ConfigError, TrainConfig
+from catalog.precisions import COMPUTE_DTYPE
 from trainer import (
     checkpoint,
     data,
@@ -100,7 +101,7 @@ def lr_at(step: int, cfg: TrainConfig) -> float:
 
 def _block_precisions(cfg: TrainConfig) -> list[str]:
     kept = precision.high_precision_blocks(cfg.model.num_layers, cfg.high_precision_layers)
-    hp = "bf16" if cfg.precision not in ("fp32", "fp16") else cfg.precision
+    hp = COMPUTE_DTYPE[cfg.precision]
     low = cfg.precision in emulation_low()
     return [hp if i in kept and low else cfg.precision for i in range(cfg.model.num_layers)]
 

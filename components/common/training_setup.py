@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from catalog.flags import LOSS_KERNELS  # the trainer's --loss-kernel choices
-from catalog.precisions import LOW_PRECISIONS, PRECISIONS
+from catalog.precisions import COMPUTE_DTYPE, LOW_PRECISIONS, PRECISIONS
 from catalog.spec import ModelSpec
 from components.common.errors import UserError
 
@@ -71,7 +71,7 @@ class TrainingSetup:
     @property
     def compute_dtype(self) -> str:
         """The dtype of the gathered weights and the activations (FSDP MixedPrecision)."""
-        return {"fp32": "fp32", "fp16": "fp16"}.get(self.precision, "bf16")
+        return COMPUTE_DTYPE.get(self.precision, "bf16")
 
     @property
     def low_precision(self) -> bool:
