@@ -1,7 +1,7 @@
 """One progress line per training job, read from a local run's output (``--run-local``).
 
 kfp.local prints every task's log; the training step streams its job's log into
-it, so the trainer's own lines (``trainer/logformat.py``: the config with
+it, so the trainer's own lines (``catalog/logformat.py``: the config with
 ``max_steps``, then one ``step`` line per logged step) say where each job is.
 ``Progress.feed`` reads those lines and prints, per job:
 
@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from trainer import logformat
+from catalog import logformat
 
 ANSI_RE = re.compile(r"\x1b\[[0-9;]*m")
 EXECUTING_RE = re.compile(r"Executing task '([^']+)'")

@@ -11,10 +11,10 @@ from typing import Any
 
 from kfp import dsl
 
+from catalog.spec import DIMENSION_BOUNDS
 from components.build_image.component import build_image
 from components.cleanup.component import cleanup
 from components.common import cli
-from trainer.spec import DIMENSION_BOUNDS
 
 RUN_ID = dsl.PIPELINE_JOB_ID_PLACEHOLDER
 
@@ -92,16 +92,16 @@ CHECK_RUN_ID = "argument-check"
 
 def check_precision_names(field: str, names: list[Any]) -> list[str]:
     """Every name a precision the trainer knows, with a "did you mean" for a misspelling
-    (trainer.hardware.check_precision_name's)."""
+    (catalog.precisions.check_precision_name's)."""
+    from catalog.precisions import check_precision_name
     from components.common.errors import UserError, unknown_name
-    from trainer import hardware
 
     if not isinstance(names, list) or not names:
         raise UserError(field, f"{names!r} is not a non-empty list of precisions.",
                         'pass a JSON list, e.g. ["bf16", "fp8"] (or bf16,fp8 on a shell).')
     for name in names:
         try:
-            hardware.check_precision_name(name)
+            check_precision_name(name)
         except ValueError as exc:
             raise unknown_name(field, exc) from None
     return [str(n) for n in names]

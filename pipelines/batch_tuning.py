@@ -20,6 +20,7 @@ if __package__ in (None, ""):  # `python pipelines/batch_tuning.py`
 
 from kfp import dsl
 
+from catalog.hardware import DEFAULT_INSTANCE_TYPE
 from components.memory_estimate.component import memory_estimate
 from components.parse_logs.component import parse_logs
 from components.rank_throughput.component import rank_throughput
@@ -43,7 +44,7 @@ def build_pipeline(parallelism: int = DEFAULT_PARALLELISM) -> Any:
         bucket: str,
         region: str = "us-west-2",
         s3_prefix: str = "kfp-sagemaker-blackwell",
-        instance_type: str = "ml.p6-b200.48xlarge",
+        instance_type: str = DEFAULT_INSTANCE_TYPE,
         instance_count: int = 1,
         training_plan_arn: str = "",
         use_spot: bool = False,

@@ -22,6 +22,8 @@ if __package__ in (None, ""):  # `python pipelines/precision_sweep.py`
 
 from kfp import dsl
 
+from catalog.hardware import DEFAULT_INSTANCE_TYPE
+from catalog.sagemaker import MAX_RUNTIME_SECONDS
 from components.compare_convergence.component import compare_convergence
 from components.memory_estimate.component import memory_estimate
 from components.parse_logs.component import parse_logs
@@ -45,7 +47,7 @@ def build_pipeline(parallelism: int = DEFAULT_PARALLELISM) -> Any:
         bucket: str,
         region: str = "us-west-2",
         s3_prefix: str = "kfp-sagemaker-blackwell",
-        instance_type: str = "ml.p6-b200.48xlarge",
+        instance_type: str = DEFAULT_INSTANCE_TYPE,
         instance_count: int = 1,
         training_plan_arn: str = "",
         use_spot: bool = False,
@@ -53,7 +55,7 @@ def build_pipeline(parallelism: int = DEFAULT_PARALLELISM) -> Any:
         fallback_instances: list = [],  # noqa: B006 (KFP default)
         max_pending_seconds: int = 0,
         keep_alive_seconds: int = 0,
-        max_runtime_seconds: int = 86400,
+        max_runtime_seconds: int = MAX_RUNTIME_SECONDS,
         model_preset: str = "8b",
         num_layers: int = 0,
         hidden_size: int = 0,

@@ -141,7 +141,7 @@ def job_ended(sm, name, timeout=30):
 def losses(lines):
     """Loss per step of the trainer's step lines; a step logged again after a restart keeps
     its last value."""
-    from trainer import logformat
+    from catalog import logformat
 
     found = {}
     for line in lines:

@@ -223,7 +223,7 @@ def all_parsers(monkeypatch):
     """Every command line of the project: name -> its argparse parser."""
     import importlib
 
-    from trainer.config import build_parser as trainer_parser
+    from catalog.flags import build_parser as trainer_parser
 
     out = {}
     for name in COMPONENT_CLIS:
@@ -295,15 +295,16 @@ def test_a_misspelt_name_gets_a_did_you_mean_under_its_current_flag(argv, expect
 
 
 def test_the_one_place_each_name_is_checked_suggests_the_closest():
+    from catalog import hardware, spec
+    from catalog.precisions import check_precision_name
     from components.common import pricing
     from components.common.errors import UserError
     from components.plan_training.run import _instance_types
-    from trainer import hardware, spec
 
     with pytest.raises(ValueError, match=r"model_preset='smal': unknown; did you mean 'small'\?"):
         spec.preset("smal")
     with pytest.raises(ValueError, match=r"did you mean 'nvfp4'"):
-        hardware.check_precision_name("nvfp5")
+        check_precision_name("nvfp5")
     with pytest.raises(ValueError, match=r"did you mean 'ml.g6e.xlarge'"):
         hardware.instance_type("ml.g6e.xlarg")
     with pytest.raises(ValueError, match=r"unknown; choose one of"):  # nothing close: no guess
@@ -363,9 +364,9 @@ def test_one_idea_has_one_spelling_and_one_value_syntax_across_every_cli(monkeyp
 
 
 def test_switches_take_the_same_words_everywhere():
+    from catalog.flags import build_parser as trainer_parser
+    from catalog.flags import normalise_argv
     from components.memory_estimate.cli import build_parser as memory_parser
-    from trainer.config import build_parser as trainer_parser
-    from trainer.config import normalise_argv
 
     parser, _ = memory_parser()
     for argv, expected in [([], None), (["--activation-checkpointing"], "on"),
@@ -399,7 +400,7 @@ def test_old_spellings_still_work_with_a_note(capsys):
 
 
 def test_the_trainer_suggests_the_closest_precision_too():
-    from trainer import config
+    from catalog import flags as config
 
     with pytest.raises(config.ConfigError, match=r"--precision: 'bf61': unknown; did you mean "
                                                  r"'bf16' or 'fp16'\? choose one of fp32"):

@@ -108,8 +108,8 @@ def test_cli_errors_prints_one_line_and_lets_a_bug_keep_its_traceback(capsys):
 
 
 def test_a_user_error_and_a_trainer_config_error_are_field_errors():
-    from trainer.config import ConfigError
-    from trainer.errors import FieldError
+    from catalog.errors import FieldError
+    from catalog.flags import ConfigError
 
     user = errors.UserError("max_steps", "0: must be >= 1.", "pass max_steps=1 or more.")
     assert isinstance(user, FieldError) and str(user) == (
@@ -120,15 +120,15 @@ def test_a_user_error_and_a_trainer_config_error_are_field_errors():
 
 
 def test_an_unknown_name_carries_its_suggestion_and_its_choices():
-    from trainer import hardware
+    from catalog import precisions
 
     with pytest.raises(ValueError) as raised:
-        hardware.check_precision_name("fp9")
+        precisions.check_precision_name("fp9")
     said = "'fp9': unknown; did you mean 'fp8' or 'fp32'?"
     assert str(raised.value).startswith(f"precision={said} choose one of")
     err = errors.unknown_name("precisions", raised.value)
     assert (err.field, err.problem) == ("precisions", said)
-    assert err.fix == f"choose one of {', '.join(hardware.PRECISIONS)}."
+    assert err.fix == f"choose one of {', '.join(precisions.PRECISIONS)}."
 
 
 @pytest.mark.parametrize("dims, field", [({"num_kv_heads": 3}, "num_kv_heads"),

@@ -7,11 +7,11 @@ import time
 import pytest
 from botocore.exceptions import ClientError
 
+from catalog import logformat as lf
 from components.common.cloudwatch import TRAINING_JOBS_LOG_GROUP, LogTail, training_job_tail
 from components.common.errors import UserError
 from components.local import LocalBackend
 from components.parse_logs.source import parse_training_job
-from trainer import logformat as lf
 
 _names = itertools.count()
 

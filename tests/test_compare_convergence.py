@@ -10,6 +10,8 @@ from html.parser import HTMLParser
 
 import pytest
 
+from catalog import logformat as lf
+from catalog.spec import PRESETS
 from components.common import cli
 from components.common.errors import UserError
 from components.common.step_series import read_series
@@ -25,8 +27,6 @@ from components.compare_convergence.report import (
 from components.compare_convergence.run import compare_files
 from components.parse_logs.parser import parse_bytes
 from components.parse_logs.report import write_outputs
-from trainer import logformat as lf
-from trainer.spec import PRESETS
 
 FLOOR = 1.149
 

@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 from conftest import job_ended, local_backend_with_bucket, losses, wait_for
 
+from catalog import logformat
 from components.local import container
-from trainer import logformat
 
 ROOT = Path(__file__).resolve().parent.parent
 BUCKET = "container-contract"

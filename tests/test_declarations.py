@@ -56,7 +56,7 @@ def _component(cli_module: str) -> Any:
 
 def _parser(source: str) -> argparse.ArgumentParser:
     if source == "trainer":
-        from trainer.config import build_parser
+        from catalog.flags import build_parser
 
         return build_parser()
     if source in PIPELINES:

@@ -7,6 +7,7 @@ from dataclasses import replace
 
 import pytest
 
+from catalog import hardware
 from components.common import aws, pricing
 from components.common.errors import UserError
 from components.common.memory_plan import MemoryPlan, PrecisionPlan
@@ -17,7 +18,7 @@ from components.sagemaker_training.request import TrainingJobConfig
 IMAGE = "123456789012.dkr.ecr.us-west-2.amazonaws.com/kfp-sagemaker-trainer:test"
 ROLE = "arn:aws:iam::123456789012:role/SageMakerTraining"
 P6 = "ml.p6-b200.48xlarge"
-PRICE = pricing.DEFAULT_INSTANCE_HOUR_PRICES_USD[P6]
+PRICE = hardware.INSTANCE_TYPES[P6].price.usd_per_hour
 
 
 def book(**overrides) -> pricing.PriceBook:
@@ -46,7 +47,7 @@ def test_worst_case_is_instances_times_max_runtime_times_price_and_names_its_sou
     assert worst is not None and worst.amount == pytest.approx(2 * 2 * PRICE)
     [line] = [ln for ln in lines if ln.startswith("worst case")]
     assert f"(max_runtime_seconds): ${2 * 2 * PRICE:,.2f} (2 x 2 h x ${PRICE:,.2f}/h; " \
-        f"shipped table of {pricing.SHIPPED_DATE} (derived: 1.15 x EC2" in line, line
+        f"shipped table of {hardware.PRICES_CHECKED} (derived: 1.15 x EC2" in line, line
     assert line.endswith("verify)")
 
 
@@ -61,18 +62,19 @@ def test_spot_worst_case_is_max_wait_time_at_the_on_demand_rate():
 
 
 def test_shipped_table_has_the_june_2025_rates_and_every_row_a_source():
-    assert pricing.SHIPPED["ml.p5.48xlarge"].usd_per_hour == 63.296
-    assert pricing.SHIPPED["ml.p4d.24xlarge"].usd_per_hour == 25.25
+    shipped = {name: it.price for name, it in hardware.INSTANCE_TYPES.items() if it.price}
+    assert shipped["ml.p5.48xlarge"].usd_per_hour == 63.296
+    assert shipped["ml.p4d.24xlarge"].usd_per_hour == 25.25
     # SageMaker = 1.15 x EC2 for every pair checked; rows derived so say it
     assert PRICE == pytest.approx(1.15 * 113.9328) and PRICE == pytest.approx(131.02, abs=0.01)
     for itype in ("ml.p6-b200.48xlarge", "ml.p5en.48xlarge", "ml.p6-b300.48xlarge"):
-        assert pricing.SHIPPED[itype].source.startswith("derived: 1.15 x EC2"), itype
-    assert pricing.SHIPPED["ml.p5e.48xlarge"].usd_per_hour is None  # training plans only
-    for itype, row in pricing.SHIPPED.items():
+        assert shipped[itype].source.startswith("derived: 1.15 x EC2"), itype
+    assert shipped["ml.p5e.48xlarge"].usd_per_hour is None  # training plans only
+    for itype, row in shipped.items():
         assert row.source, itype
         if row.usd_per_hour is not None:
             source = book().price(itype).source
-            assert source.startswith(f"shipped table of {pricing.SHIPPED_DATE} (") \
+            assert source.startswith(f"shipped table of {hardware.PRICES_CHECKED} (") \
                 and source.endswith(": verify"), source
 
 
@@ -106,7 +108,7 @@ def test_a_budget_without_a_price_is_refused_saying_why_there_is_none():
 
 
 def test_the_plans_predicted_time_and_cost_are_shown_labelled_predicted(capsys):
-    from trainer import spec
+    from catalog import spec
 
     entry = PrecisionPlan(precision="bf16", supported=True, fits=True, batch_size=2,
                           activation_checkpointing=False, peak_bytes=2**30, step_seconds=0.5,
@@ -121,7 +123,7 @@ def test_the_plans_predicted_time_and_cost_are_shown_labelled_predicted(capsys):
     err = capsys.readouterr().err
     assert code == 0, err
     assert f"predicted: 7200 steps x 0.5 s = 1.00 h, ${PRICE:,.2f} (1 x 1 h x ${PRICE:,.2f}/h; " \
-        f"shipped table of {pricing.SHIPPED_DATE}" in err, err
+        f"shipped table of {hardware.PRICES_CHECKED}" in err, err
     assert "predicted, not measured" in err and "worst case (max_runtime_seconds): $" in err
 
 
@@ -177,8 +179,8 @@ def test_a_cost_reads_as_its_formula_and_its_source():
 
 @pytest.mark.parametrize("amount", [-5, -0.01, float("inf"), float("nan"), True])
 def test_resolve_refuses_a_budget_that_is_not_an_amount_naming_max_cost_usd(amount):
+    from catalog.errors import FieldError
     from components.sagemaker_training.request import resolve
-    from trainer.errors import FieldError
 
     with pytest.raises(FieldError) as err:
         resolve(cfg(max_cost_usd=amount), region="us-west-2")

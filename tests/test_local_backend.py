@@ -22,9 +22,9 @@ import pytest
 from botocore.exceptions import ClientError
 from conftest import entrypoint, job_ended, local_backend_with_bucket, serve
 
+from catalog import logformat
 from components.common import aws
 from components.local import auth
-from trainer import logformat
 
 ROOT = Path(__file__).resolve().parent.parent
 BUCKET = "local-backend-test"

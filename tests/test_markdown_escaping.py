@@ -8,6 +8,7 @@ from html.parser import HTMLParser
 
 import pytest
 
+from catalog import logformat as lf
 from components.common import cli
 from components.common import markdown as md
 from components.common.errors import UserError
@@ -17,7 +18,6 @@ from components.compare_convergence.report import MARKDOWN_COLUMNS, html_report,
 from components.compare_convergence.run import compare_files
 from components.parse_logs.parser import parse_bytes
 from components.parse_logs.report import write_outputs
-from trainer import logformat as lf
 
 LABEL = "<img src=x onerror=alert(1)>|x\ny"
 REASON = "<script>alert(2)</script> | **bold** [link](javascript:alert(3)) `code`"

@@ -7,14 +7,14 @@ import time
 
 import pytest
 
+from catalog import hardware
+from catalog.spec import PRESETS, preset
 from components.common.errors import USER_ERROR_EXIT_CODE, UserError
 from components.common.memory_plan import MemoryPlan
 from components.common.training_setup import TrainingSetup
 from components.memory_estimate import cli, estimator, planner, report
 from components.memory_estimate.estimator import estimate, phases
 from components.memory_estimate.run import run_component
-from trainer import hardware
-from trainer.spec import PRESETS, preset
 
 GiB = 2**30
 

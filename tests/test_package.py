@@ -59,10 +59,11 @@ def test_the_wheel_ships_what_installed_code_reads(installed):
     data = "kfp_sagemaker_blackwell-0.1.0.data/data/share/kfp-sagemaker-blackwell/"
     for path in ("images/trainer/Dockerfile", "images/components/Dockerfile",
                  "images/iam/pod-policy.json", "trainer/train.sh", "trainer/train.py",
+                 "catalog/flags.py",
                  "compiled/precision_sweep.yaml", "compiled/components/cleanup.yaml",
                  "LICENSE", "CHANGELOG.md"):
         assert data + path in names, path
-    for package in ("components", "pipelines", "trainer"):
+    for package in ("catalog", "components", "pipelines", "trainer"):
         assert f"{package}/py.typed" in names
     assert any(n.endswith(".dist-info/licenses/LICENSE") or n.endswith(".dist-info/LICENSE")
                for n in names)

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
+from catalog import logformat as lf
 from components.common.step_series import SERIES_SCHEMA, parse_series, read_series
 from components.parse_logs import parser as P
 from components.parse_logs.analysis import analyse
 from components.parse_logs.parser import LogParser, feed_blocks, parse_bytes
 from components.parse_logs.report import markdown, write_outputs
-from trainer import logformat as lf
 
 
 def step(i, loss=None, precision="fp8", emulated=False, **kw):

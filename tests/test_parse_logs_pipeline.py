@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from catalog import logformat as lf
+from catalog.spec import PRESETS
 from components.common.cloudwatch import TRAINING_JOBS_LOG_GROUP
 from components.local import LocalBackend
-from trainer import logformat as lf
-from trainer.spec import PRESETS
 
 pytestmark = pytest.mark.slow
 

@@ -8,12 +8,12 @@ import sys
 
 import pytest
 
+from catalog import hardware
+from catalog.spec import PRESETS
 from components.common.errors import UserError
 from components.memory_estimate import planner
 from components.memory_estimate.cli import with_defaults
 from components.memory_estimate.run import run_component
-from trainer import hardware
-from trainer.spec import PRESETS
 
 
 def _estimate(*args):

@@ -527,8 +527,8 @@ def test_the_readme_own_pipeline_snippet_runs_locally_through_run_pipeline(tmp_p
 
 
 def test_progress_prints_one_line_per_job_update_and_one_per_task():
+    from catalog import logformat as lf
     from pipelines._progress import Progress
-    from trainer import logformat as lf
 
     clock = iter(range(0, 1000, 5))
     out: list[str] = []

@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 from conftest import local_backend_with_bucket
 
+from catalog import hardware
+from catalog.spec import preset
 from components.common import cli, pricing
 from components.common.errors import USER_ERROR_EXIT_CODE, UserError
 from components.common.step_series import COLUMN_NAMES, SERIES_SCHEMA
@@ -24,8 +26,6 @@ from components.local.settings import OfferingTemplate
 from components.memory_estimate import estimator, planner
 from components.plan_training import report, run, search
 from components.plan_training.component import plan_training
-from trainer import hardware
-from trainer.spec import preset
 
 ROOT = Path(__file__).resolve().parent.parent
 P5, P5EN, P6 = "ml.p5.48xlarge", "ml.p5en.48xlarge", "ml.p6-b200.48xlarge"

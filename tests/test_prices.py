@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from conftest import STEP_SCRIPT, local_backend_with_bucket, training_config
 
+from catalog import hardware
 from components.common import aws, iam_policy, pricing
 from components.common.errors import UserError
 from components.local import pricing_api
@@ -109,7 +110,7 @@ def test_a_type_the_api_has_no_price_for_falls_back_to_the_shipped_table_and_say
     book = pricing.PriceBook("us-west-2")
     price = book.price(P6)  # the fixture, like our evidence, has no ml.p6-b200 SageMaker rate
     assert price == pricing.shipped_price(P6)
-    assert price.source.startswith(f"shipped table of {pricing.SHIPPED_DATE}")
+    assert price.source.startswith(f"shipped table of {hardware.PRICES_CHECKED}")
     assert book.notes == [f"the AWS Price List API has no on-demand training price for {P6} "
                           "in us-west-2: the shipped table's"]
     # a region the API has nothing for

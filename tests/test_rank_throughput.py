@@ -83,9 +83,9 @@ def test_html_report_embeds_a_png_per_chart_and_no_empty_memory_chart(tmp_path):
 
 
 def test_the_models_prediction_stands_beside_each_measured_run(tmp_path):
+    from catalog.spec import PRESETS
     from components.common import throughput
     from components.common.training_setup import TrainingSetup
-    from trainer.spec import PRESETS
 
     def gpu_run(run, batch, tps):
         meta = {"run": run, "precision": "fp8", "status": "completed", "emulated": False,
@@ -203,9 +203,9 @@ def test_rows_that_contradict_the_metadata_are_a_user_error_naming_the_row(tmp_p
 
 def test_batch_tuning_progress_lines_name_each_candidate(monkeypatch):
     """Issue 29.6: eight candidates read as eight settings, not eight times ``[fp8]``."""
+    from catalog import logformat as lf
     from pipelines import batch_tuning
     from pipelines._progress import Progress
-    from trainer import logformat as lf
 
     keys = ()
     import pipelines._cli as cli

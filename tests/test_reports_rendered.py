@@ -20,6 +20,8 @@ import subprocess
 
 import pytest
 
+from catalog import logformat as lf
+from catalog.spec import PRESETS
 from components.common import cli
 from components.compare_convergence.compare import Settings
 from components.compare_convergence.component import compare_convergence
@@ -29,8 +31,6 @@ from components.parse_logs.parser import parse_bytes
 from components.parse_logs.report import write_outputs as write_series
 from components.rank_throughput.rank import html_report as ranking_html
 from components.rank_throughput.rank import load, rank
-from trainer import logformat as lf
-from trainer.spec import PRESETS
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = pytest.mark.skipif(

@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 from conftest import local_backend_with_bucket, losses, wait_for
 
+from catalog import logformat
 from components.common import aws, pricing, resources, tags
 from components.common.cloudwatch import training_job_tail
 from components.common.errors import UserError
@@ -29,7 +30,6 @@ from components.local import LocalBackend
 from components.sagemaker_training import launcher
 from components.sagemaker_training.request import TrainingJobConfig
 from components.sagemaker_training.runner import TrainingJobFailed
-from trainer import logformat
 
 ROOT = Path(__file__).resolve().parent.parent
 BUCKET = "kfp-sagemaker-test"
@@ -96,8 +96,8 @@ def test_tiny_job_completes_and_its_logs_and_model_reach_cloudwatch_and_s3(backe
         "Starting", "Downloading", "Training", "Uploading", "Completed"]
     assert job["BillableTimeInSeconds"] == completed["billable_seconds"] > 0
     assert completed["estimated_cost_usd"] == pytest.approx(
-        completed["billable_seconds"] / 3600 * pricing.DEFAULT_INSTANCE_HOUR_PRICES_USD[
-            "ml.p6-b200.48xlarge"], abs=1e-3)
+        completed["billable_seconds"] / 3600
+        * pricing.shipped_price("ml.p6-b200.48xlarge").per_instance_hour, abs=1e-3)
 
     # The aws_resources record names the job; the Model artifact points at S3.
     record = resources.loads(completed["aws_resources"])
@@ -208,7 +208,7 @@ def test_two_instance_job_trains_across_two_local_hosts(backend):
     assert sorted(losses(logs["algo-1"])) == [1, 2, 3]
     assert result.billable_seconds == describe(backend, result.job_name)[
         "BillableTimeInSeconds"]
-    price = pricing.DEFAULT_INSTANCE_HOUR_PRICES_USD[cfg.instance_type]
+    price = pricing.shipped_price(cfg.instance_type).per_instance_hour
     assert result.estimated_cost_usd == round(result.billable_seconds * 2 / 3600 * price, 4)
 
 
@@ -244,8 +244,8 @@ def test_sigterm_to_the_component_stops_the_training_job_within_seconds(backend,
 
 # ---------------------------------------------------------------- validation
 def _plan_json(fits: bool = True, supported: bool = True) -> str:
+    from catalog import spec
     from components.common.memory_plan import MemoryPlan, PrecisionPlan
-    from trainer import spec
 
     entry = PrecisionPlan(precision="bf16", supported=supported, fits=fits, batch_size=6,
                           activation_checkpointing=True, peak_bytes=2**34,

@@ -1,4 +1,6 @@
-"""The shape of the house: no import cycles, no function body over 80 lines.
+"""The shape of the house: no import cycles, no function body over 80 lines, the catalog
+on the ground floor (it imports nothing of the project and only the standard library; every
+package may import it), and the trainer image holding every package the trainer imports.
 
 Read from the source with ``ast`` (nothing is imported), so a lazy import inside a
 function and an import under ``if TYPE_CHECKING:`` count like any other: a cycle
@@ -8,10 +10,12 @@ hidden that way is still a cycle for the reader.
 from __future__ import annotations
 
 import ast
+import re
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("components", "pipelines", "trainer")
+PACKAGES = ("catalog", "components", "pipelines", "trainer")
 MAX_FUNCTION_LINES = 80
 # KFP definitions: their body is their docstring (the component's documentation).
 KFP_DECORATORS = {"component", "pipeline", "container_component"}
@@ -114,6 +118,68 @@ def test_no_import_cycle_in_components_pipelines_trainer():
     modules = _modules()
     graph = {name: _imports(name, path, modules) for name, path in modules.items()}
     assert _cycles(graph) == []
+
+
+def _graph() -> dict[str, set[str]]:
+    modules = _modules()
+    return {name: _imports(name, path, modules) for name, path in modules.items()}
+
+
+def _top_level_imports(path: Path) -> set[str]:
+    """The top-level names of every module ``path`` imports (absolute imports)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            found.add(node.module.split(".")[0])
+    return found
+
+
+def test_the_catalog_imports_nothing_of_the_project():
+    graph = _graph()
+    catalog = {name for name in graph if name.split(".")[0] == "catalog"}
+    assert len(catalog) > 5
+    assert {(a, b) for a in catalog for b in graph[a] if b not in catalog} == set()
+
+
+def test_the_catalog_is_torch_free_standard_library_only():
+    for path in (ROOT / "catalog").rglob("*.py"):
+        outside = _top_level_imports(path) - set(sys.stdlib_module_names) - {"catalog"}
+        assert not outside, (path.name, outside)
+
+
+def _reached(graph: dict[str, set[str]], roots: set[str]) -> set[str]:
+    seen, todo = set(roots), list(roots)
+    while todo:
+        for child in graph[todo.pop()] - seen:
+            seen.add(child)
+            todo.append(child)
+    return seen
+
+
+def test_the_trainer_image_has_every_package_the_trainer_imports():
+    """images/trainer/Dockerfile COPYs into /opt/ml/code, and the local backend links into a
+    job's code dir (components/local/container.py's CODE_PACKAGES), every project package
+    the trainer reaches: the trainer and the catalog, nothing of components/ or pipelines/."""
+    graph = _graph()
+    reached = _reached(graph, {n for n in graph if n.split(".")[0] == "trainer"})
+    needed = {n.split(".")[0] for n in reached}
+    assert needed == {"trainer", "catalog"}
+    dockerfile = (ROOT / "images" / "trainer" / "Dockerfile").read_text(encoding="utf-8")
+    copied = set(re.findall(r"(?m)^COPY (\w+)/? /opt/ml/code/\1/?$", dockerfile))
+    assert copied == needed
+    tree = ast.parse((ROOT / "components" / "local" / "container.py").read_text("utf-8"))
+    staged = next(ast.literal_eval(node.value) for node in ast.walk(tree)
+                  if isinstance(node, ast.Assign)
+                  and any(getattr(t, "id", "") == "CODE_PACKAGES" for t in node.targets))
+    assert set(staged) == needed
+
+
+def test_the_components_image_installs_every_package():
+    """images/components/Dockerfile pip-installs the checkout: each package must be in it."""
+    dockerfile = (ROOT / "images" / "components" / "Dockerfile").read_text(encoding="utf-8")
+    assert set(re.findall(r"(?m)^COPY (\w+) \./\1$", dockerfile)) >= set(PACKAGES)
 
 
 def _component_imports(graph: dict[str, set[str]]) -> set[tuple[str, str]]:

@@ -13,11 +13,11 @@ from dataclasses import replace
 
 import pytest
 
+from catalog.precisions import PRECISIONS
+from catalog.spec import PRESETS
 from components.common import pricing, throughput
 from components.common.training_setup import TrainingSetup
 from components.memory_estimate import planner
-from trainer import hardware
-from trainer.spec import PRESETS
 
 
 def setup(preset="8b", precision="bf16", batch=1, seq=8192, ac=True, world=8, **kw):
@@ -53,7 +53,7 @@ def test_activation_checkpointing_costs_about_a_forward():
 def test_recipe_order_on_blackwell_for_a_large_model():
     """Per-tensor FP8 is the cheapest to quantise; current scaling adds an amax pass; block
     formats pay for scales; NVFP4's 4-bit GEMMs win on an 8B model despite its overheads."""
-    r = {p: tps(setup(precision=p, batch=2)) for p in hardware.PRECISIONS if p not in
+    r = {p: tps(setup(precision=p, batch=2)) for p in PRECISIONS if p not in
          ("fp32", "fp16")}
     assert r["nvfp4"] > r["fp8"] > r["fp8-current"] > r["bf16"]
     assert r["fp8"] > r["mxfp8"] > r["bf16"]
@@ -107,7 +107,7 @@ def test_nvlink_costs_a_few_percent_and_the_network_between_instances_more():
 def test_cost_uses_the_pricing_table_and_the_instance_count():
     s = setup(world=16)
     p = throughput.predict(s, "B200", instance_type="ml.p6-b200.48xlarge")
-    price = pricing.DEFAULT_INSTANCE_HOUR_PRICES_USD["ml.p6-b200.48xlarge"]
+    price = pricing.shipped_price("ml.p6-b200.48xlarge").per_instance_hour
     assert p.instance_count == 2
     expected = price * 2 / 3600 * 1e9 / (p.tokens_per_s_per_gpu * 16)
     assert p.cost_usd_per_billion_tokens == pytest.approx(expected)

@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from trainer import hardware, logformat, spec
+from catalog import hardware, logformat, spec
 
 
 def test_presets_have_the_advertised_sizes():

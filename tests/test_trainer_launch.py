@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from trainer import config, logformat
+from catalog import flags as config
+from catalog import logformat
 
 ROOT = Path(__file__).resolve().parent.parent
 TRAIN_SH = ROOT / "trainer" / "train.sh"

@@ -1,5 +1,5 @@
 """Every numeric trainer option declares its valid range once (``option(valid=...)`` in
-trainer/config.py); the trainer's parser, its in-process ``make`` and the launcher's dry run
+catalog/flags.py); the trainer's parser, its in-process ``make`` and the launcher's dry run
 all refuse a value outside it, naming the option, the range and the fix."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import typing
 
 import pytest
 
+from catalog import flags as config
+from catalog.flags import Bounds, TrainConfig
 from components.common import aws
-from trainer import config
-from trainer.config import Bounds, TrainConfig
 
 # (hyperparameter, value, range the message must quote): values that passed --dry-run and
 # failed only once the instances were up (issue 28 item 9).
@@ -143,7 +143,7 @@ def test_launcher_dry_run_accepts_in_range_hyperparameters(capsys, monkeypatch):
                                                 ("vocab-size", "-1", "[0, 4194304]"),
                                                 ("hidden-size", "1000000", "[1, 131072]")])
 def test_model_dimensions_have_their_ranges_too(name, value, shown):
-    from trainer import spec
+    from catalog import spec
 
     with pytest.raises(config.ConfigError) as hps:
         config.check_hyperparameters({name: value}, env={})

@@ -7,7 +7,9 @@ import math
 import pytest
 import torch
 
-from trainer import config, data, emulation, hardware, logformat, precision, train
+from catalog import flags as config
+from catalog import hardware, logformat
+from trainer import data, emulation, precision, train
 
 
 def _run(**kw):
@@ -191,8 +193,9 @@ def test_checkpointed_blocks_see_fp32_rotary_tables_in_forward_and_recomputation
     # raised CheckpointError (recomputed tensors' metadata differs).
     import dataclasses
 
+    from catalog import spec
     from trainer import model as tm
-    from trainer import parallel, spec
+    from trainer import parallel
 
     world = parallel.init("cpu")
     s = dataclasses.replace(spec.preset("tiny"), num_layers=2)

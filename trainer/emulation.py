@@ -30,6 +30,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from catalog.precisions import COMPUTE_DTYPE, LOW_PRECISIONS
+
 E4M3_MAX = 448.0
 E5M2_MAX = 57344.0
 E2M1_MAX = 6.0
@@ -193,7 +195,7 @@ class Numerics:
 
     @property
     def quantised(self) -> bool:
-        return self.precision in ("fp8", "fp8-current", "fp8-block", "mxfp8", "nvfp4")
+        return self.precision in LOW_PRECISIONS
 
     @property
     def delayed(self) -> bool:
@@ -201,7 +203,7 @@ class Numerics:
 
 
 def numerics_for(precision: str) -> Numerics:
-    out = {"fp32": None, "fp16": torch.float16}.get(precision, torch.bfloat16)
+    out = {"fp32": None, "fp16": torch.float16, "bf16": torch.bfloat16}[COMPUTE_DTYPE[precision]]
     return Numerics(precision, out)
 
 

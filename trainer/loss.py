@@ -24,7 +24,7 @@ import functools
 import torch
 import torch.nn.functional as F
 
-from trainer.config import LOSS_KERNELS as KERNELS
+from catalog.flags import LOSS_KERNELS as KERNELS
 
 
 def _cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:

@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from trainer import logformat
-from trainer.spec import ModelSpec
+from catalog import logformat
+from catalog.spec import ModelSpec
 
 
 def block_flops_per_token(spec: ModelSpec, seq_length: int) -> float:

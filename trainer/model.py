@@ -18,8 +18,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from catalog.spec import ModelSpec
 from trainer import emulation
-from trainer.spec import ModelSpec
 
 
 def root_output(t: torch.Tensor) -> torch.Tensor:

@@ -34,7 +34,7 @@ def resolve_device(choice: str) -> str:
     if choice == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     if choice == "cuda" and not torch.cuda.is_available():
-        from trainer.config import ConfigError
+        from catalog.flags import ConfigError
 
         raise ConfigError("device='cuda': no CUDA GPU is visible to PyTorch; use device=cpu or auto")
     return choice

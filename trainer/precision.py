@@ -7,8 +7,15 @@ from dataclasses import dataclass
 
 import torch
 
-from trainer import hardware
-from trainer.config import ConfigError
+from catalog import hardware
+from catalog.flags import ConfigError
+from catalog.precisions import (
+    LOW_PRECISIONS,
+    PRECISIONS,
+    TE_RECIPES,
+    check_precision_name,
+    precision_supported_on_cc,
+)
 
 
 @dataclass(frozen=True)
@@ -55,7 +62,7 @@ def _te_check(precision: str) -> None:
 
 def plan(precision: str, backend: str, device_type: str) -> Plan:
     """Resolves ``auto``, checks the precision against the device, and refuses what cannot run."""
-    hardware.check_precision_name(precision)
+    check_precision_name(precision)
     gpu_name = gpu_spec = None
     cc = None
     if device_type == "cuda":
@@ -65,7 +72,7 @@ def plan(precision: str, backend: str, device_type: str) -> Plan:
             gpu_spec = hardware.gpu(gpu_name)
         except ValueError:
             gpu_spec = None
-    low = precision in hardware.LOW_PRECISIONS
+    low = precision in LOW_PRECISIONS
     if backend == "auto":
         # On a GPU with TE, every precision uses the TE layers: runs of a precision sweep then
         # differ in the precision alone (same layers, same initialisation), and the measured
@@ -82,11 +89,11 @@ def plan(precision: str, backend: str, device_type: str) -> Plan:
         # Real numerics on a real GPU: the table first (the same check the planner runs).
         if gpu_spec is not None:
             hardware.check_precision_for_gpu(precision, gpu_spec.name)
-        elif cc is not None and not hardware.precision_supported_on_cc(precision, cc):
+        elif cc is not None and not precision_supported_on_cc(precision, cc):
             raise hardware.UnsupportedPrecisionError(
                 f"precision={precision!r} is not supported on {gpu_name} (compute capability "
                 f"{cc[0]}.{cc[1]}). Precisions it runs: "
-                f"{', '.join(p for p in hardware.PRECISIONS if hardware.precision_supported_on_cc(p, cc))}."
+                f"{', '.join(p for p in PRECISIONS if precision_supported_on_cc(p, cc))}."
             )
         if backend == "te":
             _te_check(precision)
@@ -97,7 +104,7 @@ def plan(precision: str, backend: str, device_type: str) -> Plan:
         param_dtype = torch.bfloat16
     else:
         param_dtype = None  # CPU: fp32 compute, 16-bit and low-precision GEMMs emulated
-    return Plan(precision, backend, emulated, hardware.TE_RECIPES.get(precision, "none"),
+    return Plan(precision, backend, emulated, TE_RECIPES.get(precision, "none"),
                 param_dtype, gpu_name, gpu_spec)
 
 

@@ -22,8 +22,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from catalog.flags import TrainConfig
 from trainer import parallel
-from trainer.config import TrainConfig
 from trainer.model import init_weights, root_output
 from trainer.precision import Plan, high_precision_blocks, te_recipe
 

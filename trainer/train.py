@@ -22,19 +22,20 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from catalog import flags as config_mod
+from catalog import logformat
+from catalog.flags import ConfigError, TrainConfig
+from catalog.precisions import COMPUTE_DTYPE
 from trainer import (
     checkpoint,
     data,
     emulation,
     gc_schedule,
-    logformat,
     metrics,
     parallel,
     precision,
 )
-from trainer import config as config_mod
 from trainer import loss as loss_mod
-from trainer.config import ConfigError, TrainConfig
 from trainer.model import CausalLM, init_weights
 
 SUMMARY_KEYS = (
@@ -100,13 +101,13 @@ def lr_at(step: int, cfg: TrainConfig) -> float:
 
 def _block_precisions(cfg: TrainConfig) -> list[str]:
     kept = precision.high_precision_blocks(cfg.model.num_layers, cfg.high_precision_layers)
-    hp = "bf16" if cfg.precision not in ("fp32", "fp16") else cfg.precision
+    hp = COMPUTE_DTYPE[cfg.precision]
     low = cfg.precision in emulation_low()
     return [hp if i in kept and low else cfg.precision for i in range(cfg.model.num_layers)]
 
 
 def emulation_low() -> tuple[str, ...]:
-    from trainer.hardware import LOW_PRECISIONS
+    from catalog.precisions import LOW_PRECISIONS
 
     return LOW_PRECISIONS
 

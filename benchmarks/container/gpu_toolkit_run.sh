@@ -34,7 +34,7 @@ nvidia-smi -L 2>/dev/null || echo "no GPU"
 
 root=$(mktemp -d /tmp/opt-ml-XXXX)   # the container's /opt/ml
 mkdir -p "$root"/input/config "$root"/input/data "$root"/model "$root"/output/data "$root"/checkpoints "$root"/code
-cp trainer/train.sh "$root"/code/train.sh && cp -r trainer "$root"/code/trainer
+cp trainer/train.sh "$root"/code/train.sh && cp -r trainer catalog "$root"/code/  # as the image
 cat > "$root"/input/config/hyperparameters.json <<'JSON'
 {"model-preset": "tiny", "backend": "BACKEND", "precision": "PRECISION", "batch-size": "8",
  "seq-length": "256", "max-steps": "400", "log-every": "1", "checkpoint-every": "0", "warmup-steps": "5"}

@@ -43,7 +43,7 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.gpu_record import machine  # noqa: E402
 
 # fsdp.py's block: -n 16 heads x -d 128 = hidden 2048, TransformerLayer FFN 3 x hidden, LayerNorm,
-# GELU, biases, dropout 0.1 (TE defaults): the te-fsdp-example preset (trainer/spec.py).
+# GELU, biases, dropout 0.1 (TE defaults): the te-fsdp-example preset (catalog/spec.py).
 HEADS, HEAD_DIM = 16, 128
 PRECISION_ARGS = {
     "bf16": ["--dtype", "bf16", "--no-fp8"],
@@ -111,9 +111,9 @@ def child_recipe(p: dict) -> str:
 
 def predicted(p: dict) -> dict:
     """The estimator's FSDP1 prediction (fsdp.py's settings), for packing and for the record."""
+    from catalog import spec as spec_mod
     from components.common import training_setup
     from components.memory_estimate import estimator
-    from trainer import spec as spec_mod
 
     model = spec_mod.preset("te-fsdp-example").replace(num_layers=p["layers"])
     dtype = "fp16" if p["precision"] == "fp16" else "bf16"

@@ -66,7 +66,8 @@ def grid(models: list[str], precisions: list[str], batches: list[int], seqs: lis
 def measure(combo: dict, num_layers: int | None, steps: int) -> dict:
     import torch
 
-    from trainer import config, train
+    from catalog import flags as config
+    from trainer import train
 
     overrides = {"num_layers": num_layers} if num_layers else {}
     backend = combo.get("backend", "te")

@@ -102,9 +102,9 @@ def loss(tokens: int = 8192, vocab: int = 128256) -> dict:
 
 
 def block(preset: str, batch: int, seq: int, checkpoint: bool) -> dict:
+    from catalog.spec import preset as get_preset
     from trainer import emulation
     from trainer.model import Block, rotary_tables
-    from trainer.spec import preset as get_preset
 
     spec = get_preset(preset)
     dev = torch.device("cuda")

@@ -31,8 +31,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from catalog import logformat as lf  # noqa: E402
 from components.parse_logs.source import parse_file  # noqa: E402
-from trainer import logformat as lf  # noqa: E402
 
 NOISE = [
     "[default{r}]:algo-1:{pid}:{pid} [{r}] NCCL INFO Channel {c:02d}/0 : {r}[{r}] -> {n}[{n}] via P2P/CUMEM/read",

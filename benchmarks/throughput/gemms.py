@@ -33,7 +33,7 @@ def shapes(widths: list[str]) -> list[dict]:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from measure import SHAPES
 
-    from trainer import spec as spec_mod
+    from catalog import spec as spec_mod
 
     out = []
     for w in widths:

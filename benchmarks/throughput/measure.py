@@ -40,7 +40,7 @@ from benchmarks.gpu_record import failed, released  # noqa: E402
 SCHEMA = {
     "name": "unique label of the configuration",
     "split": "calibration (fit the model on these) or validation (outside the calibration grid)",
-    "model": "the trainer's ModelSpec (trainer/spec.py) as a dict",
+    "model": "the trainer's ModelSpec (catalog/spec.py) as a dict",
     "preset": "the preset the shape comes from (num_layers may be overridden)",
     "precision / backend / batch_size / seq_length / activation_checkpointing / world_size":
         "the trainer's flags",
@@ -53,7 +53,7 @@ SCHEMA = {
     "tokens_per_s_per_gpu": "tokens_per_step / step_s",
     "flops_per_token": "ModelSpec.flops_per_token(seq, include_lm_head=True): 6N + 12 L H T",
     "tflops_per_gpu": "flops_per_token x tokens_per_s_per_gpu / 1e12",
-    "peak_tflops": "the GPU's dense peak for the precision's GEMM dtype (trainer/hardware.py)",
+    "peak_tflops": "the GPU's dense peak for the precision's GEMM dtype (catalog/hardware.py)",
     "mfu": "tflops_per_gpu / peak_tflops (fp8 precisions against the fp8 peak)",
     "mfu_bf16_peak": "tflops_per_gpu / the bf16 peak (comparable across precisions)",
     "peak_allocated_bytes / peak_reserved_bytes": "torch.cuda.max_memory_allocated / reserved over the run",
@@ -134,7 +134,7 @@ def configurations(split: str) -> list[dict]:
 
 
 def spec_of(combo: dict):
-    from trainer import spec as spec_mod
+    from catalog import spec as spec_mod
 
     return spec_mod.spec_from_values(combo["preset"], num_layers=combo["num_layers"])
 
@@ -185,7 +185,9 @@ def rates(combo: dict, step_s: float, flops_per_token: float, peak: float | None
 def measure(combo: dict, steps: int, warmup: int, clock: StepClock) -> dict:
     import torch
 
-    from trainer import config, hardware, train
+    from catalog import flags as config
+    from catalog import hardware
+    from trainer import train
 
     spec = spec_of(combo)
     cfg = config.make(combo["preset"], precision=combo["precision"], backend="te",

@@ -38,12 +38,11 @@ from typing import Any
 from kfp import dsl
 from kfp.dsl import python_component, yaml_component
 
+from catalog.sagemaker import parse_image
 from components import __version__
 
 DEFAULT_IMAGE_REPOSITORY = "public.ecr.aws/kfp-sagemaker-blackwell/components"
 IMAGE_ENV = "KFP_SAGEMAKER_COMPONENTS_IMAGE"
-IMAGE_REFERENCE_RE = re.compile(
-    r"^[a-z0-9.\-]+(?::\d+)?(?:/[a-z0-9._\-]+)+(?::[\w][\w.\-]{0,127}|@sha256:[0-9a-f]{64})?$")
 
 
 def components_image() -> str:
@@ -55,12 +54,13 @@ def components_image() -> str:
     and ``--build-components-image`` set); unset, the project's default repository.
     """
     reference = os.environ.get(IMAGE_ENV, "").strip() or DEFAULT_IMAGE_REPOSITORY
-    if not IMAGE_REFERENCE_RE.match(reference):
+    image = parse_image(reference)
+    if image is None:
         raise ValueError(
             f"{IMAGE_ENV}={reference!r} is not an image reference; give a repository "
             f"(<registry>/<name>, tagged {__version__}), <registry>/<name>:<tag> or "
             "<registry>/<name>@sha256:<digest>")
-    if "@" in reference or ":" in reference.rsplit("/", 1)[-1]:
+    if image.tag or image.digest:
         return reference
     return f"{reference}:{__version__}"
 

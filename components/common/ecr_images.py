@@ -6,13 +6,11 @@ build_image writes images there and sagemaker_training runs only images from the
 
 from __future__ import annotations
 
-import re
-
-_ECR_HOST_RE = re.compile(r"^(\d{12})\.dkr\.ecr\.([a-z0-9-]+)\.amazonaws\.com(\.cn)?$")
+from catalog.sagemaker import ECR_HOST_RE
 
 
 def ecr_registry_of(image: str) -> tuple[str, str] | None:
     """``(registry host, region)`` when ``image`` lives in a private ECR registry."""
     host = image.split("/", 1)[0] if "/" in image else ""
-    match = _ECR_HOST_RE.match(host)
-    return (host, match.group(2)) if match else None
+    match = ECR_HOST_RE.match(host)
+    return (host, match["region"]) if match else None

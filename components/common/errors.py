@@ -26,7 +26,7 @@ import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from trainer.errors import FieldError
+from catalog.errors import FieldError
 
 USER_ERROR_EXIT_CODE = 2
 # The AWS endpoint stayed unreachable past the step's outage budget (sysexits'

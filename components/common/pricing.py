@@ -18,7 +18,8 @@ all call it.
    the on-demand ``Hrs`` dimension in USD), cached per region for a day under the user's
    cache directory (``$KFP_SAGEMAKER_CACHE_DIR`` or ``$XDG_CACHE_HOME/kfp-sagemaker``);
    ``KFP_SAGEMAKER_PRICE_LIST=off`` skips it;
-3. the shipped table below, every row with its source and date.
+3. the shipped table (``catalog.hardware``: each instance type's price with its source,
+   checked on ``catalog.hardware.PRICES_CHECKED``).
 
 A training plan is paid up front: a job on a plan costs its share of the plan's
 ``UpfrontFee`` (``plan_price``: the fee per reserved instance-hour, in the plan's
@@ -39,6 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from catalog import hardware
 from components.common.errors import UserError
 
 # The Price List API has endpoints in these regions only; prices of every region come
@@ -48,42 +50,6 @@ PRICE_LIST_ENV = "KFP_SAGEMAKER_PRICE_LIST"  # "off": the shipped table only
 CACHE_DIR_ENV = "KFP_SAGEMAKER_CACHE_DIR"
 CACHE_SECONDS = 86400
 SERVICE_CODE = "AmazonSageMaker"
-
-SHIPPED_DATE = "2026-12-01"  # when the rows below were last checked
-
-
-@dataclass(frozen=True)
-class ShippedRow:
-    usd_per_hour: float | None  # None: no on-demand price (training plans only)
-    source: str
-
-
-# SageMaker training, on-demand, USD per instance-hour, us-west-2 / us-east-1. SageMaker's
-# rate has been 1.15x the EC2 on-demand rate for every pair checked (p4d and p5, before
-# and after the June 2025 price cut); rows derived that way say "derived: verify".
-_RATIO = 1.15
-SHIPPED: dict[str, ShippedRow] = {
-    "ml.p6-b200.48xlarge": ShippedRow(round(_RATIO * 113.9328, 4),
-                                      "derived: 1.15 x EC2 p6-b200.48xlarge on-demand 113.9328"),
-    "ml.p6-b300.48xlarge": ShippedRow(round(_RATIO * 142.416, 4),
-                                      "derived: 1.15 x EC2 p6-b300.48xlarge on-demand 142.416"),
-    "ml.p5en.48xlarge": ShippedRow(round(_RATIO * 63.296, 4),
-                                   "derived: 1.15 x EC2 p5en.48xlarge on-demand 63.296"),
-    "ml.p5.48xlarge": ShippedRow(63.296, "SageMaker training on-demand after the June 2025 "
-                                 "price cut (113.07 before)"),
-    "ml.p4d.24xlarge": ShippedRow(25.25, "SageMaker training on-demand after the June 2025 "
-                                  "price cut (37.69 before)"),
-    "ml.p4de.24xlarge": ShippedRow(47.11, "the table from before the June 2025 price cut, "
-                                   "not re-checked"),
-    "ml.g5.48xlarge": ShippedRow(20.36, "not confirmed against the AWS price list"),
-    "ml.g5.xlarge": ShippedRow(1.41, "not confirmed against the AWS price list"),
-    "ml.p5e.48xlarge": ShippedRow(None, "no on-demand price: sold through training plans only"),
-    "ml.p6e-gb200.36xlarge": ShippedRow(None, "no on-demand price: sold through training "
-                                        "plans only"),
-}
-DEFAULT_INSTANCE_HOUR_PRICES_USD: dict[str, float] = {
-    k: r.usd_per_hour for k, r in SHIPPED.items() if r.usd_per_hour is not None}
-
 
 @dataclass(frozen=True)
 class Price:
@@ -135,11 +101,18 @@ def money(amount: float, currency: str = "USD") -> str:
     return f"${amount:,.2f}" if currency == "USD" else f"{amount:,.2f} {currency}"
 
 
+def shipped_row(instance_type: str) -> hardware.ShippedPrice | None:
+    """The catalog's shipped price of an instance type (None: the catalog has none)."""
+    it = hardware.INSTANCE_TYPES.get(instance_type)
+    return it.price if it is not None else None
+
+
 def shipped_price(instance_type: str) -> Price | None:
-    row = SHIPPED.get(instance_type)
+    row = shipped_row(instance_type)
     if row is None or row.usd_per_hour is None:
         return None
-    return Price(row.usd_per_hour, f"shipped table of {SHIPPED_DATE} ({row.source}): verify")
+    return Price(row.usd_per_hour,
+                 f"shipped table of {hardware.PRICES_CHECKED} ({row.source}): verify")
 
 
 def check_overrides(overrides: Mapping[str, Any] | None) -> dict[str, float]:
@@ -193,7 +166,7 @@ class PriceBook:
 
     def missing(self, instance_type: str) -> str:
         """Why there is no price, and what to do (for messages)."""
-        row = SHIPPED.get(instance_type)
+        row = shipped_row(instance_type)
         why = f"{row.source}" if row else "not in the AWS Price List API nor the shipped table"
         return (f"no price for {instance_type} ({why}): pass instance_hour_prices="
                 f"{{\"{instance_type}\": <USD per hour>}}")

@@ -20,7 +20,7 @@ parse_logs) and the reader (``read_series``) both run, so parse_logs cannot writ
 compare_convergence and rank_throughput refuse. ``validate`` refuses, as a
 ``SeriesFormatError`` (a ``UserError`` naming ``file:line`` and the fix): a metadata
 value of another type (``"emulated": "no"``, ``"metrics": [1]``), a precision outside
-``trainer.hardware.PRECISIONS``, a cell that is not its column's type, a step outside
+``catalog.precisions.PRECISIONS``, a cell that is not its column's type, a step outside
 0..``MAX_STEP``, the same step twice with different values, and rows that contradict
 the metadata (precision, emulated, seed, entropy floor, run, tokens per step, the
 metrics' step count). Rows out of order are sorted; an identical repeat is kept once.
@@ -43,8 +43,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from catalog.precisions import PRECISIONS
 from components.common.errors import UserError
-from trainer.hardware import PRECISIONS
 
 SERIES_SCHEMA = "kfp-sagemaker/step-series/v1"
 

@@ -10,7 +10,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from trainer.errors import FieldError
+from catalog.errors import FieldError
 
 TAG_PREFIX = "kfp-sagemaker"
 RUN_ID_KEY = f"{TAG_PREFIX}:run-id"

@@ -26,7 +26,7 @@ does, each part timed at the rate that bounds it:
   faster than the host can issue it.
 
 Every constant is in :class:`Constants` with its source: GPU spec figures live in
-``trainer.hardware.GPUS`` (datasheets); efficiencies are calibrated on the trainer's
+``catalog.hardware.GPUS`` (datasheets); efficiencies are calibrated on the trainer's
 H200 runs (``benchmarks/throughput/``, ``benchmarks/trainer/``) or, for Blackwell, come
 from published GEMM measurements and are labelled "predicted, not measured".
 """
@@ -37,9 +37,9 @@ import math
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from catalog import hardware
 from components.common import pricing
 from components.common.training_setup import DTYPE_BYTES, TrainingSetup
-from trainer import hardware
 
 MODEL_NAME = "throughput model v1 (components/common/throughput.py)"
 HOPPER_SOURCE = f"predicted by the {MODEL_NAME}, calibrated on H200 trainer runs"

@@ -9,10 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from catalog.flags import LOSS_KERNELS  # the trainer's --loss-kernel choices
+from catalog.precisions import COMPUTE_DTYPE, LOW_PRECISIONS, PRECISIONS
+from catalog.spec import ModelSpec
 from components.common.errors import FieldError, UserError
-from trainer import hardware
-from trainer.config import LOSS_KERNELS  # the trainer's --loss-kernel choices
-from trainer.spec import ModelSpec
 
 # Bytes per element of the dtypes a user can name.
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
@@ -71,11 +71,11 @@ class TrainingSetup:
     @property
     def compute_dtype(self) -> str:
         """The dtype of the gathered weights and the activations (FSDP MixedPrecision)."""
-        return {"fp32": "fp32", "fp16": "fp16"}.get(self.precision, "bf16")
+        return COMPUTE_DTYPE.get(self.precision, "bf16")
 
     @property
     def low_precision(self) -> bool:
-        return self.precision in hardware.LOW_PRECISIONS
+        return self.precision in LOW_PRECISIONS
 
     def optimizer_settings(self) -> dict[str, Any]:
         """How parameters, gradients and optimizer states are kept (reports show these)."""
@@ -104,7 +104,7 @@ class TrainingSetup:
                 raise UserError(name, f"={value!r} must be a positive integer.", "")
         if isinstance(self.dropout, bool) or not isinstance(self.dropout, (int, float)) or not 0 <= self.dropout < 1:
             raise UserError("dropout", f"={self.dropout!r} must be a probability in [0, 1).", "use e.g. 0.1 or 0.")
-        _choice("precision", self.precision, hardware.PRECISIONS)
+        _choice("precision", self.precision, PRECISIONS)
         _choice("backend", self.backend, BACKENDS)
         _choice("param_dtype", self.stored_param_dtype, PARAM_DTYPES)
         _choice("optimizer_state_dtype", self.optimizer_state_dtype, OPTIMIZER_STATE_DTYPES)
@@ -115,7 +115,7 @@ class TrainingSetup:
         if self.quantized_model_init and not (self.low_precision and self.backend == "te"):
             raise UserError(
                 "quantized_model_init",
-                f"needs a low precision ({', '.join(hardware.LOW_PRECISIONS)}) on the te "
+                f"needs a low precision ({', '.join(LOW_PRECISIONS)}) on the te "
                 f"backend (got precision={self.precision}, backend={self.backend}).",
                 "turn quantized_model_init off.",
             )

@@ -44,14 +44,17 @@ from typing import Any
 
 import numpy as np
 
+from catalog import hardware
+from catalog.precisions import (
+    PRECISIONS,
+    RISK,  # the risk order, shared with plan_training
+)
+from catalog.spec import ModelSpec
 from components.common import throughput
 from components.common.errors import UserError
 from components.common.losses import final_loss
-from components.common.risk import RISK  # the risk order, shared with plan_training
 from components.common.step_series import FAILED_STATUSES, Series
 from components.common.training_setup import TrainingSetup
-from trainer import hardware
-from trainer.spec import ModelSpec
 
 NOT_COMPARED = "not compared"
 
@@ -109,9 +112,9 @@ class Settings:
         for name, ok, want in checks:
             if not ok:
                 raise UserError(name, f"{getattr(self, name)!r} is not valid.", f"use {want}.")
-        if self.baseline not in hardware.PRECISIONS:
+        if self.baseline not in PRECISIONS:
             raise UserError("baseline", f"{self.baseline!r} is not a precision the trainer "
-                            "knows.", f"name one of {', '.join(hardware.PRECISIONS)}, e.g. "
+                            "knows.", f"name one of {', '.join(PRECISIONS)}, e.g. "
                             "bf16.")
         return self
 
@@ -298,7 +301,7 @@ class Comparison:
 
 
 def _precision_order(p: str) -> tuple[int, str]:
-    return (hardware.PRECISIONS.index(p) if p in hardware.PRECISIONS else 99, p)
+    return (PRECISIONS.index(p) if p in PRECISIONS else 99, p)
 
 
 def _pair(base: Run, cand: Run, st: Settings) -> tuple[Pair | None, str]:
@@ -649,15 +652,15 @@ def _speed(res: Result, baseline: str, target: hardware.GPU, healthy_base: list[
         if timed == target.name:
             res.speedup, res.speedup_source = res.measured_speedup, f"measured on {timed}"
             return
-    if precision in hardware.PRECISIONS and not target.supports(precision):
+    if precision in PRECISIONS and not target.supports(precision):
         res.speedup_source = f"{precision} is not supported on {target.name}"
         res.reasons.append(f"{precision} does not run on {target.name}")
         return
     run = next((r for r in res.runs if _setup(r, precision)), None)
     base = next((r for r in healthy_base if _setup(r, baseline)), None)
-    if run is None or base is None or precision not in hardware.PRECISIONS:
+    if run is None or base is None or precision not in PRECISIONS:
         res.speedup_source = ("unknown: the series do not say the model and batch the "
-                              "throughput model needs" if precision in hardware.PRECISIONS
+                              "throughput model needs" if precision in PRECISIONS
                               else f"unknown: {precision} is not a known precision")
         return
     p = throughput.predict(_setup(run, precision), target)  # type: ignore[arg-type]

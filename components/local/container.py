@@ -13,7 +13,7 @@ Here each host gets ``<root>/<attempt>/algo-<n>/`` with the same layout::
     output/data/                        SM_OUTPUT_DATA_DIR, tarred to output.tar.gz
     checkpoints/                        SM_CHECKPOINT_DIR, synced with CheckpointConfig.S3Uri
 
-    code/                               the image's /opt/ml/code: train.sh and trainer/
+    code/                               the image's /opt/ml/code: train.sh, trainer/, catalog/
 
 A job without ``ContainerEntrypoint`` starts as SageMaker starts the trainer
 image: the image's entry point as PID 1 (``image_entry_point``), which runs the
@@ -46,6 +46,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+# The packages the trainer image COPYs into /opt/ml/code (images/trainer/Dockerfile).
+CODE_PACKAGES = ("trainer", "catalog")
 # Values the toolkit parses as JSON keep their JSON form; anything else is passed raw,
 # so SM_HP_PRECISION=bf16 while SM_HP_BATCH_SIZE=8 (sagemaker-training's behaviour).
 
@@ -136,13 +138,15 @@ class HostLayout:
             d.mkdir(parents=True, exist_ok=True)
 
     def stage_code(self, repo_root: Path) -> None:
-        """The image's /opt/ml/code (images/trainer/Dockerfile COPYs the same two things):
-        ``train.sh`` copied (the toolkit chmods it), ``trainer/`` linked to the checkout."""
+        """The image's /opt/ml/code (images/trainer/Dockerfile COPYs the same things):
+        ``train.sh`` copied (the toolkit chmods it), ``trainer/`` and ``catalog/`` (what
+        the trainer imports) linked to the checkout."""
         self.code_dir.mkdir(parents=True, exist_ok=True)
         shutil.copy2(repo_root / "trainer" / "train.sh", self.code_dir / "train.sh")
-        link = self.code_dir / "trainer"
-        if not link.exists():
-            link.symlink_to(repo_root / "trainer", target_is_directory=True)
+        for package in CODE_PACKAGES:
+            link = self.code_dir / package
+            if not link.exists():
+                link.symlink_to(repo_root / package, target_is_directory=True)
 
     def write_hosts(self, hosts: list[str]) -> None:
         """/etc/hosts for the container's mount namespace: every ``algo-<n>`` is this

@@ -19,6 +19,7 @@ import hashlib
 from collections.abc import Sequence
 from typing import Any
 
+from catalog.hardware import DEFAULT_INSTANCE_TYPE
 from components.common.naming import SAGEMAKER_NAME_RE
 from components.local.api import ApiError, validation
 from components.local.jobs import PLAN_STATUSES, TrainingPlan, now, training_plan_arn
@@ -150,7 +151,7 @@ class PlansApi:
         self,
         name: str,
         *,
-        instance_type: str = "ml.p6-b200.48xlarge",
+        instance_type: str = DEFAULT_INSTANCE_TYPE,
         instance_count: int = 1,
         status: str = "Active",
         region: str | None = None,

@@ -30,10 +30,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from catalog import logformat  # torch-free: the trainer's log line format
 from components.common.training_job import MAX_FAILURE_REASON
 from components.local.container import HostLayout
 from components.local.logship import LogShipper
-from trainer import logformat  # torch-free: the trainer's log line format
 
 TAIL_LINES = 30
 TAIL_CHARS = 700

@@ -23,6 +23,7 @@ import threading
 import time
 from pathlib import Path
 
+from catalog.sagemaker import MAX_RUNTIME_SECONDS
 from components.local import container, processes
 from components.local.capacity import (
     PENDING_TIMEOUT_MESSAGE,
@@ -124,7 +125,7 @@ class Supervisor:
     def _life_cycle(self, job: Job) -> None:
         state, latency = self.state, self.settings.latency
         sc = job.request.get("StoppingCondition") or {}
-        max_runtime = float(sc.get("MaxRuntimeInSeconds") or 86400)
+        max_runtime = float(sc.get("MaxRuntimeInSeconds") or MAX_RUNTIME_SECONDS)
         max_wait = float(sc.get("MaxWaitTimeInSeconds") or 0) if job.spot else 0.0
         while True:
             outcome, failure = self._attempt(job, max_runtime, max_wait)

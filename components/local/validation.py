@@ -22,20 +22,16 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from catalog.sagemaker import MAX_RUNTIME_SECONDS, parse_image
 from components.local import storage
 from components.local.api import ApiError, validation
 from components.local.jobs import Job
 from components.local.settings import ClientFactory
 
 # SageMaker's documented defaults (CreateTrainingJob's API reference).
-DEFAULT_MAX_RUNTIME_S = 86400  # StoppingCondition.MaxRuntimeInSeconds: one day
 DEFAULT_INPUT_MODE = "File"  # AlgorithmSpecification.TrainingInputMode
 DEFAULT_COMPRESSION = "GZIP"  # OutputDataConfig.CompressionType
 
-ECR_IMAGE_RE = re.compile(
-    r"^(?P<account>\d{12})\.dkr\.ecr\.(?P<region>[a-z0-9-]+)\.amazonaws\.com(?:\.cn)?/"
-    r"(?P<repo>[a-z0-9][a-z0-9._/-]*)(?::(?P<tag>[\w][\w.-]{0,127})|@(?P<digest>sha256:[0-9a-f]{64}))?$"
-)
 ROLE_ARN_RE = re.compile(r"^arn:aws[a-z-]*:iam::\d{12}:role/(?:[\w+=,.@-]+/)*(?P<name>[\w+=,.@-]+)$")
 # Training instance families with local NVMe instance storage (EC2's "Instance store volumes"):
 # SageMaker refuses a VolumeKmsKeyId for them (botocore's ResourceConfig.VolumeKmsKeyId doc).
@@ -176,7 +172,7 @@ def normalize_create_request(req: dict[str, Any]) -> dict[str, Any]:
     validate_create_request(req)
     out = copy.deepcopy(req)
     sc = out.setdefault("StoppingCondition", {})
-    sc.setdefault("MaxRuntimeInSeconds", DEFAULT_MAX_RUNTIME_S)
+    sc.setdefault("MaxRuntimeInSeconds", MAX_RUNTIME_SECONDS)
     out["AlgorithmSpecification"].setdefault("TrainingInputMode", DEFAULT_INPUT_MODE)
     out["OutputDataConfig"].setdefault("CompressionType", DEFAULT_COMPRESSION)
     for key in ("EnableNetworkIsolation", "EnableInterContainerTrafficEncryption",
@@ -280,7 +276,7 @@ def _check_spot(req: dict[str, Any]) -> None:
                              "supported with managed spot training.")
         if wait is None:
             raise validation("MaxWaitTimeInSeconds is required for managed spot training.")
-        if wait < sc.get("MaxRuntimeInSeconds", DEFAULT_MAX_RUNTIME_S):
+        if wait < sc.get("MaxRuntimeInSeconds", MAX_RUNTIME_SECONDS):
             raise validation("MaxWaitTimeInSeconds must be greater than or equal to "
                              "MaxRuntimeInSeconds.")
     elif wait is not None:
@@ -316,18 +312,17 @@ def check_resources(req: dict[str, Any], region: str, clients: ClientFactory, *,
 
 
 def _check_image(image: str, region: str, clients: ClientFactory) -> None:
-    m = ECR_IMAGE_RE.match(image)
-    if not m:
+    m = parse_image(image)
+    if m is None or not m.in_ecr:
         raise validation(f"TrainingImage {image} is not an Amazon ECR image URI "
                          "(<account>.dkr.ecr.<region>.amazonaws.com/<repository>[:tag|@digest]); "
                          "SageMaker pulls training images from ECR only.")
-    ident = {"imageDigest": m.group("digest")} if m.group("digest") else {
-        "imageTag": m.group("tag") or "latest"}
-    ecr = clients("ecr", m.group("region"))
-    if not _exists(lambda: ecr.describe_images(repositoryName=m.group("repo"),
+    ident = {"imageDigest": m.digest} if m.digest else {"imageTag": m.tag or "latest"}
+    ecr = clients("ecr", m.region)
+    if not _exists(lambda: ecr.describe_images(repositoryName=m.repository,
                                                imageIds=[ident])):
         raise validation(f"Requested image {image} not found in ECR (repository "
-                         f"{m.group('repo')} in {m.group('region')}). Push it first.")
+                         f"{m.repository} in {m.region}). Push it first.")
 
 
 def _exists(call: Callable[[], Any]) -> bool:

@@ -34,11 +34,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from catalog.spec import NORM_TYPES as MODEL_NORMS
 from components.common import cli, training_setup
 from components.common.errors import USER_ERROR_EXIT_CODE, UserError, cli_errors
 from components.memory_estimate import estimator, planner, report, run
 from components.memory_estimate.component import memory_estimate
-from trainer.spec import NORM_TYPES as MODEL_NORMS
 
 # Shapes only an output the pipeline reads (batch_candidates), not what this prints.
 PIPELINE_ONLY = ("max_candidate_batch_size",)

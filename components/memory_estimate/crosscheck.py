@@ -22,9 +22,9 @@ import sys
 from dataclasses import asdict
 from typing import Any
 
+from catalog.spec import ModelSpec
 from components.common.errors import UserError
 from components.common.training_setup import TrainingSetup
-from trainer.spec import ModelSpec
 
 
 def check_supported(setup: TrainingSetup) -> None:

@@ -41,12 +41,12 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from catalog import hardware
+from catalog.spec import ModelSpec
 from components.common.training_setup import (
     DTYPE_BYTES,
     TrainingSetup,
 )
-from trainer import hardware
-from trainer.spec import ModelSpec
 
 GiB = 2**30
 MiB = 2**20

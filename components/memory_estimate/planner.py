@@ -29,14 +29,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from catalog import hardware
+from catalog.precisions import PRECISIONS, check_precision_name
+from catalog.spec import ModelSpec
 from components.common import throughput
 from components.common.errors import UserError, unknown_name
 from components.common.memory_plan import MemoryPlan, PrecisionPlan
 from components.common.training_setup import TrainingSetup
 from components.memory_estimate import estimator
 from components.memory_estimate.estimator import Estimate
-from trainer import hardware
-from trainer.spec import ModelSpec
 
 CHECKPOINTING_MODES = ("auto", "on", "off")
 DEFAULT_HEADROOM = 0.05
@@ -151,10 +152,10 @@ class Request:
 
     def validate(self) -> Request:
         if not self.precisions:
-            raise UserError("precisions", "is empty.", f"list some of {', '.join(hardware.PRECISIONS)}.")
+            raise UserError("precisions", "is empty.", f"list some of {', '.join(PRECISIONS)}.")
         for p in self.precisions:
             try:
-                hardware.check_precision_name(p)
+                check_precision_name(p)
             except ValueError as exc:
                 raise unknown_name("precisions", exc) from None
         if len(set(self.precisions)) != len(self.precisions):
@@ -517,7 +518,7 @@ def model_from_parameters(params: Mapping[str, Any], **more: Any) -> ModelSpec:
 def model_from_values(preset: str | None = None, **dims: Any) -> ModelSpec:
     """A validated ModelSpec from a preset and explicit dimensions (None keeps the
     preset's); the trainer's ValueError becomes a UserError naming the field."""
-    from trainer.spec import spec_from_values
+    from catalog.spec import spec_from_values
 
     try:
         return spec_from_values(preset or None, **dims)

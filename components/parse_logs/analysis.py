@@ -11,11 +11,11 @@ import math
 import statistics
 from typing import Any
 
+from catalog import hardware
+from catalog.precisions import LOW_PRECISIONS, PRECISIONS
 from components.common.losses import final_loss
 from components.common.step_series import FAILED_STATUSES
 from components.parse_logs.parser import ParsedLog
-from trainer import hardware
-from trainer.hardware import LOW_PRECISIONS, PRECISIONS
 
 EVENTS_SCHEMA = "kfp-sagemaker/log-events/v1"
 GIB = 2**30

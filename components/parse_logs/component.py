@@ -27,7 +27,7 @@ def parse_logs(
     Reads every CloudWatch stream of the job (``/aws/sagemaker/TrainingJobs``,
     ``{job_name}/algo-N-{epoch}``: all hosts, and the new streams a spot restart
     adds) with full GetLogEvents pages and back-off on throttling, or a log file.
-    Understands the trainer's log format (``trainer/logformat.py``), TransformerEngine's
+    Understands the trainer's log format (``catalog/logformat.py``), TransformerEngine's
     ``examples/pytorch/fsdp/fsdp.py`` lines ("Using FP8 recipe", "Avg. Iter. Time",
     "Peak Memory Use") and the noise around them (torchrun/NCCL/TE warnings,
     tracebacks, progress bars, interleaved ranks, non-UTF-8 bytes). Never fails on

@@ -16,6 +16,7 @@ import re
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from catalog.precisions import TE_RECIPES
 from components.parse_logs.scan import (
     JSON_KINDS,
     MAX_LINE_CHARS,
@@ -26,7 +27,6 @@ from components.parse_logs.scan import (
     json_payload,
     lines_holding,
 )
-from trainer.hardware import TE_RECIPES
 
 _UNITS = {"B": 1, "bytes": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40,
           "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12}
@@ -52,7 +52,7 @@ _TE_RES = {
     "avg_iter_time_s": re.compile(r"Avg\. Iter\. Time: ([\d.eE+-]+)s"),
     "peak_memory_mb": re.compile(r"Peak Memory Use: ([\d.eE+-]+)MBs"),
 }
-# Phrases that confirm a recipe in TE's users' words (trainer.logformat.recipe_phrase
+# Phrases that confirm a recipe in TE's users' words (catalog.logformat.recipe_phrase
 # writes them; TE's fsdp.py prints the first one).
 _PHRASE_RE = re.compile(r"Using FP8 recipe: (\w+)|(MXFP8|NVFP4) enabled(?:: (\w+))?")
 _STREAM_RE = re.compile(r"(algo-\d+)-(\d+)$")

@@ -10,7 +10,7 @@ by concern:
 - this module keeps the step rows in order (a restart's re-run steps: the later lines
   win) and assembles the :class:`ParsedLog`.
 
-The line format itself belongs to :mod:`trainer.logformat`.
+The line format itself belongs to :mod:`catalog.logformat`.
 """
 
 from __future__ import annotations

@@ -14,11 +14,11 @@ import json
 import math
 from typing import Any
 
+from catalog import hardware
 from components.common import pricing
 from components.memory_estimate.estimator import GiB
 from components.plan_training import offerings, probes, search
 from components.plan_training.search import Candidate, SearchResult, risk_words
-from trainer import hardware
 
 CHOICE_SCHEMA = "kfp-sagemaker/training-choice/v1"
 CANDIDATES_SCHEMA = "kfp-sagemaker/training-candidates/v1"

@@ -14,12 +14,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from catalog import hardware
+from catalog.precisions import PRECISIONS
 from components.common import pricing
 from components.common.documents import VERDICTS_SCHEMA, read_document
 from components.common.errors import UserError, unknown_name
 from components.memory_estimate import planner
 from components.plan_training import probes, report, search
-from trainer import hardware
 
 
 @dataclass(frozen=True)
@@ -124,7 +125,7 @@ def goal_and_book(params: Mapping[str, Any], verdicts: str = ""
     modes = _choices("capacity_modes", params["capacity_modes"], search.CAPACITY_MODES)
     if not modes:
         raise UserError("capacity_modes", "is empty.", f"list some of {search.CAPACITY_MODES}.")
-    precisions = _choices("precisions", params["precisions"], hardware.PRECISIONS)
+    precisions = _choices("precisions", params["precisions"], PRECISIONS)
     probes = tuple(search.Probe.from_dict(p) for p in params["probes"] or [])
     model = planner.model_from_parameters(params)
     validated, notes = read_verdicts(verdicts) if verdicts else ({}, [])

@@ -37,13 +37,13 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from catalog import hardware
+from catalog.precisions import RISK_WORDS, risk
+from catalog.spec import ModelSpec
 from components.common import pricing, throughput
 from components.common.errors import UserError
-from components.common.risk import RISK_WORDS, risk
 from components.common.training_job import MAX_RUNTIME_LIMIT_S
 from components.memory_estimate import estimator, planner
-from trainer import hardware
-from trainer.spec import ModelSpec
 
 CAPACITY_MODES = ("on-demand", "spot", "training-plan")
 RANK_BY = ("cost", "time")
@@ -383,7 +383,7 @@ def _risk(goal: Goal, precision: str) -> tuple[int, str]:
     level = risk(precision)
     if precision in goal.validated:
         return level, goal.validated[precision]
-    return level, "not validated: no convergence sweep given (risk order of components/common/risk.py)"
+    return level, "not validated: no convergence sweep given (risk order of catalog/precisions.py)"
 
 
 def _hourly(goal: Goal, c: Config, mode: str, price: pricing.Price) -> Candidate:

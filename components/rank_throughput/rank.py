@@ -26,13 +26,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from catalog import hardware
+from catalog.spec import ModelSpec
 from components.common import markdown as md
 from components.common import report_page, run_context, throughput
 from components.common.errors import UserError
 from components.common.step_series import SeriesFormatError, read_series
 from components.common.training_setup import TrainingSetup
-from trainer import hardware
-from trainer.spec import ModelSpec
 
 
 @dataclass(frozen=True)

@@ -17,12 +17,13 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from catalog.sagemaker import parse_image
+from catalog.spec import DIMENSION_BOUNDS
 from components.common import cli, naming, tags
 from components.common.errors import FieldError, UserError, unknown_name
 from components.common.s3 import split_s3_uri
 from components.common.training_job import MAX_RUNTIME_LIMIT_S
 from components.sagemaker_training import limits
-from trainer.spec import DIMENSION_BOUNDS
 
 MAX_VOLUME_SIZE_GB = 16384  # EBS gp2/gp3 ceiling (botocore has min 0 only)
 CHECKPOINT_LOCAL_PATH = "/opt/ml/checkpoints"
@@ -38,10 +39,6 @@ KMS_KEY_RE = re.compile(
     r"|arn:aws[a-z-]*:kms:([a-z0-9-]+):\d{12}:(?:key/(?:mrk-)?[0-9a-f-]{32,36}"
     r"|alias/[a-zA-Z0-9/_-]{1,256}))$")
 CHANNEL_RE = re.compile(r"^[A-Za-z0-9.\-_]{1,64}$")
-IMAGE_RE = re.compile(r"^[^\s]{1,255}$")
-# <repository>:<tag> or <repository>[:<tag>]@sha256:<digest>, after the ECR host.
-ECR_IMAGE_RE = re.compile(r"^[a-z0-9]+(?:[._/-][a-z0-9]+)*(?::[\w][\w.-]{0,127})?"
-                          r"(?:@sha256:[0-9a-f]{64})?$")
 
 MODEL_DIMENSIONS = {name: name.replace("_", "-") for name in DIMENSION_BOUNDS}
 
@@ -321,12 +318,11 @@ def _identity(cfg: TrainingJobConfig) -> TrainingJobConfig:
 def _where(cfg: TrainingJobConfig, region: str) -> str:
     """The region (known to botocore), the image (in ECR), the role and the output prefix."""
     from components.common.aws import check_region
-    from components.common.ecr_images import ecr_registry_of
 
     check_region(region, "sagemaker")
     image = cfg.image_uri or ""
-    if not IMAGE_RE.match(image) or ecr_registry_of(image) is None \
-            or not ECR_IMAGE_RE.match(image.split("/", 1)[1]):
+    parsed = parse_image(image)
+    if parsed is None or not parsed.in_ecr:
         raise UserError("image_uri", f"{image!r} is not an image in Amazon ECR; SageMaker "
                         "training runs images from ECR only.",
                         "push the trainer with build_image and pass its image_uri output, "
@@ -343,10 +339,11 @@ def _where(cfg: TrainingJobConfig, region: str) -> str:
 
 
 def _hardware(cfg: TrainingJobConfig) -> None:
-    from trainer import hardware
+    from catalog import hardware
+    from catalog.precisions import check_precision_name
 
     try:
-        hardware.check_precision_name(cfg.precision)
+        check_precision_name(cfg.precision)
     except ValueError as exc:  # with a "did you mean" for a misspelling
         raise unknown_name("precision", exc) from None
     try:
@@ -371,7 +368,7 @@ def _hardware(cfg: TrainingJobConfig) -> None:
 
 def _model(cfg: TrainingJobConfig) -> tuple[Any, dict[str, int]]:
     """The model the job trains (preset + overrides), and the overrides."""
-    from trainer import spec
+    from catalog import spec
 
     for fld, low in (*((k, 0) for k in MODEL_DIMENSIONS if k != "vocab_size"),
                      ("vocab_size", -1)):
@@ -531,7 +528,7 @@ def _capacity_controls(cfg: TrainingJobConfig) -> None:
     """Fallback instance types (ResourceConfig.InstancePreferences), the pending time-out
     (StoppingCondition.MaxPendingTimeInSeconds) and warm pools (KeepAlivePeriodInSeconds),
     within botocore's limits and SageMaker's exclusions."""
-    from trainer import hardware
+    from catalog import hardware
 
     fallbacks = cfg.fallback_instances or []
     if fallbacks:
@@ -662,7 +659,7 @@ def _network(cfg: TrainingJobConfig, region: str) -> None:
 
 def _check_with_trainer(hps: dict[str, str], env: dict[str, str]) -> None:
     """The request's hyperparameters as ``python -m trainer`` will parse and check them."""
-    from trainer import config as trainer_config
+    from catalog import flags as trainer_config
 
     try:
         trainer_config.check_hyperparameters(hps, env)
@@ -722,13 +719,13 @@ def merge_precision_hyperparameters(
     {"high-precision-lm-head": "true"}}``, as production FP4 recipes keep the LM
     head in high precision); each training task picks its own entry.
     """
-    from trainer import hardware
+    from catalog.precisions import PRECISIONS
 
     merged = dict(hyperparameters or {})
     for key, extra in (precision_hyperparameters or {}).items():
-        if key not in hardware.PRECISIONS:
+        if key not in PRECISIONS:
             raise UserError("precision_hyperparameters", f"key {key!r} is not a precision.",
-                            f"use one of {', '.join(hardware.PRECISIONS)}.")
+                            f"use one of {', '.join(PRECISIONS)}.")
         if not isinstance(extra, dict):
             raise UserError("precision_hyperparameters", f"the value for {key!r} must be a "
                             "mapping of hyperparameter name to value.",
@@ -776,7 +773,7 @@ def owned_hyperparameters() -> frozenset[str]:
     """The trainer's flags that a parameter of the same name (with underscores) sets: a
     hyperparameter of that name is refused (pass the parameter). ``preset`` is the
     trainer's deprecated spelling of ``model-preset``."""
-    from trainer import config as trainer_config
+    from catalog import flags as trainer_config
 
     flags = {f.name for f in trainer_config.flag_fields()} | {"model_preset", *DIMENSION_BOUNDS}
     return frozenset({"preset"} | {f.name.replace("_", "-")
@@ -787,7 +784,7 @@ def owned_hyperparameters() -> frozenset[str]:
 def container_paths() -> dict[str, str]:
     """The trainer's hyperparameters that are container-contract paths, and the SM_*
     variable each is read from (the trainer's declarations: ``sm_path_of``)."""
-    from trainer import config as trainer_config
+    from catalog import flags as trainer_config
 
     return {f.name.replace("_", "-"): f.metadata["sm_path_of"]
             for f in trainer_config.flag_fields() if f.metadata.get("sm_path_of")}

@@ -13,8 +13,8 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-from trainer.bounds import Bounds, UnknownName, within
-from trainer.errors import FieldError
+from catalog.bounds import Bounds, UnknownName, within
+from catalog.errors import FieldError
 
 MLP_TYPES = ("swiglu", "gelu")
 NORM_TYPES = ("rmsnorm", "layernorm")

@@ -1,7 +1,7 @@
 """Valid ranges of numeric options, written once where the option is declared.
 
-Torch-free: the trainer's flags (trainer.config, trainer.spec) and the launcher's
-check of hyperparameters (through trainer.config) read the same declaration.
+Torch-free: the trainer's flags (catalog.flags, catalog.spec) and the launcher's
+check of hyperparameters (through catalog.flags) read the same declaration.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from trainer.errors import FieldError
+from catalog.errors import FieldError
 
 
 def unknown(field: str, name: str, choices: Any) -> str:

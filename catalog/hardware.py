@@ -1,58 +1,21 @@
-"""GPUs, SageMaker instance types and which precisions they run.
+"""GPUs, SageMaker instance types with their prices, and which precisions they run.
 
 Torch-free: the planner (memory estimate, training component validation) uses
-this table to refuse a precision before any AWS call, and the trainer uses the
-same table at start-up against the real device.
+this table to refuse a precision before any AWS call, the trainer uses the
+same table at start-up against the real device, and the price book
+(components/common/pricing.py) falls back to each instance type's shipped price.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from trainer.bounds import UnknownName
-from trainer.errors import FieldError
+from catalog.bounds import UnknownName
+from catalog.errors import FieldError
+from catalog.precisions import MIN_CC, PRECISIONS, precision_supported_on_cc
 
-# Precisions the trainer understands, in the order a sweep usually lists them.
-PRECISIONS = ("fp32", "bf16", "fp16", "fp8", "fp8-current", "fp8-block", "mxfp8", "nvfp4")
-
-# TransformerEngine recipe class per low-precision format (transformer_engine.common.recipe).
-TE_RECIPES = {
-    "fp8": "DelayedScaling",
-    "fp8-current": "Float8CurrentScaling",
-    "fp8-block": "Float8BlockScaling",
-    "mxfp8": "MXFP8BlockScaling",
-    "nvfp4": "NVFP4BlockScaling",
-}
-LOW_PRECISIONS = tuple(TE_RECIPES)
-
-# Minimum CUDA compute capability per precision on the TE backend, and the
-# maximum (exclusive) where a family is known not to run it: MXFP8 needs the
-# datacenter Blackwell family (sm_100/sm_103), not consumer Blackwell (sm_120).
-_MIN_CC: dict[str, tuple[int, int]] = {
-    "fp32": (0, 0),
-    "bf16": (8, 0),
-    "fp16": (7, 0),
-    "fp8": (8, 9),
-    "fp8-current": (8, 9),
-    "fp8-block": (9, 0),
-    "mxfp8": (10, 0),
-    "nvfp4": (10, 0),
-}
-_EXCLUDED_CC: dict[str, tuple[tuple[int, int], ...]] = {"mxfp8": ((12, 0), (12, 1))}
-
-
-def precision_supported_on_cc(precision: str, cc: tuple[int, int]) -> bool:
-    check_precision_name(precision)
-    if cc in _EXCLUDED_CC.get(precision, ()):
-        return False
-    return cc >= _MIN_CC[precision]
-
-
-def check_precision_name(precision: str) -> str:
-    if precision not in PRECISIONS:
-        raise UnknownName("precision", precision, PRECISIONS)
-    return precision
-
+# The instance type every component and pipeline defaults to.
+DEFAULT_INSTANCE_TYPE = "ml.p6-b200.48xlarge"
 
 @dataclass(frozen=True)
 class GPU:
@@ -124,6 +87,34 @@ _GPU_ALIASES = {
 }
 
 
+# When the shipped prices below were last checked.
+PRICES_CHECKED = "2026-12-01"
+
+
+@dataclass(frozen=True)
+class ShippedPrice:
+    """SageMaker training's on-demand price of an instance type, USD per instance-hour, and
+    where it comes from (shown with every cost priced from it)."""
+
+    usd_per_hour: float | None  # None: no on-demand price (training plans only)
+    source: str
+
+
+# SageMaker training, on-demand, USD per instance-hour, us-west-2 / us-east-1. SageMaker's
+# rate has been 1.15x the EC2 on-demand rate for every pair checked (p4d and p5, before
+# and after the June 2025 price cut); prices derived that way say "derived: verify".
+_RATIO = 1.15
+
+
+def _derived(ec2_type: str, ec2_usd: float) -> ShippedPrice:
+    return ShippedPrice(round(_RATIO * ec2_usd, 4),
+                        f"derived: 1.15 x EC2 {ec2_type} on-demand {ec2_usd}")
+
+
+_CUT = "SageMaker training on-demand after the June 2025 price cut"
+_UNCONFIRMED = "not confirmed against the AWS price list"
+
+
 @dataclass(frozen=True)
 class InstanceType:
     name: str
@@ -132,6 +123,8 @@ class InstanceType:
     # Network bandwidth between instances in Gbit/s (EFA where the type has it; AWS
     # instance-type pages: p5/p5e/p5en/p6-b200 3200, p6-b300 6400, p4d/p4de 400).
     network_gbps: float = 0.0
+    # The shipped on-demand price (None: none shipped; the Price List API may know it).
+    price: ShippedPrice | None = None
 
     @property
     def gpu_spec(self) -> GPU:
@@ -141,20 +134,27 @@ class InstanceType:
 INSTANCE_TYPES: dict[str, InstanceType] = {
     it.name: it
     for it in (
-        InstanceType("ml.p6-b200.48xlarge", "B200", 8, 3200),
-        InstanceType("ml.p6-b300.48xlarge", "B300", 8, 6400),
-        InstanceType("ml.p5.48xlarge", "H100", 8, 3200),
-        InstanceType("ml.p5e.48xlarge", "H200", 8, 3200),
-        InstanceType("ml.p5en.48xlarge", "H200", 8, 3200),
-        InstanceType("ml.p4d.24xlarge", "A100-40GB", 8, 400),
-        InstanceType("ml.p4de.24xlarge", "A100", 8, 400),
+        InstanceType("ml.p6-b200.48xlarge", "B200", 8, 3200,
+                     _derived("p6-b200.48xlarge", 113.9328)),
+        InstanceType("ml.p6-b300.48xlarge", "B300", 8, 6400,
+                     _derived("p6-b300.48xlarge", 142.416)),
+        InstanceType("ml.p5.48xlarge", "H100", 8, 3200,
+                     ShippedPrice(63.296, f"{_CUT} (113.07 before)")),
+        InstanceType("ml.p5e.48xlarge", "H200", 8, 3200,
+                     ShippedPrice(None, "no on-demand price: sold through training plans only")),
+        InstanceType("ml.p5en.48xlarge", "H200", 8, 3200, _derived("p5en.48xlarge", 63.296)),
+        InstanceType("ml.p4d.24xlarge", "A100-40GB", 8, 400,
+                     ShippedPrice(25.25, f"{_CUT} (37.69 before)")),
+        InstanceType("ml.p4de.24xlarge", "A100", 8, 400,
+                     ShippedPrice(47.11, "the table from before the June 2025 price cut, "
+                                  "not re-checked")),
         InstanceType("ml.g6e.48xlarge", "L40S", 8, 400),
         InstanceType("ml.g6e.12xlarge", "L40S", 4, 100),
         InstanceType("ml.g6e.xlarge", "L40S", 1, 20),
         InstanceType("ml.g6.48xlarge", "L4", 8, 100),
         InstanceType("ml.g6.xlarge", "L4", 1, 10),
-        InstanceType("ml.g5.48xlarge", "A10G", 8, 100),
-        InstanceType("ml.g5.xlarge", "A10G", 1, 10),
+        InstanceType("ml.g5.48xlarge", "A10G", 8, 100, ShippedPrice(20.36, _UNCONFIRMED)),
+        InstanceType("ml.g5.xlarge", "A10G", 1, 10, ShippedPrice(1.41, _UNCONFIRMED)),
     )
 }
 
@@ -194,7 +194,7 @@ def check_precision_for_gpu(precision: str, gpu_name: str, *, where: str = "") -
     if spec.supports(precision):
         return
     cc = ".".join(map(str, spec.compute_capability))
-    need = ".".join(map(str, _MIN_CC[precision]))
+    need = ".".join(map(str, MIN_CC[precision]))
     on = f" ({where})" if where else ""
     hint = ""
     if precision in ("mxfp8", "nvfp4"):

@@ -1,4 +1,7 @@
-"""Training configuration: CLI flags, SageMaker hyperparameters and environment.
+"""The trainer's flag table (``TrainConfig``): CLI flags, SageMaker hyperparameters and
+environment. ``python -m trainer`` parses its start with it, and the training launcher
+checks a job's hyperparameters against it before any AWS call (``check_hyperparameters``):
+one declaration, torch-free, read by both sides.
 
 Precedence: command-line flags > ``SM_HP_<NAME>`` variables and
 ``$SM_INPUT_CONFIG_DIR/hyperparameters.json`` (SM_HP_* wins over the file) >
@@ -21,10 +24,11 @@ from dataclasses import Field, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from trainer import hardware, spec
-from trainer.bounds import Bounds, unknown, within
-from trainer.errors import FieldError
-from trainer.spec import ModelSpec
+from catalog import spec
+from catalog.bounds import Bounds, unknown, within
+from catalog.errors import FieldError
+from catalog.precisions import LOW_PRECISIONS, PRECISIONS, check_precision_name
+from catalog.spec import ModelSpec
 
 SM_DEFAULTS = {
     "SM_MODEL_DIR": "/opt/ml/model",
@@ -95,9 +99,9 @@ class TrainConfig:
     trainer`` and a SageMaker hyperparameter (the same name without dashes)."""
 
     model: ModelSpec
-    # The model's flags (--model-preset and one per dimension) are ModelSpec's, in trainer.spec.
+    # The model's flags (--model-preset and one per dimension) are ModelSpec's, in catalog.spec.
     model_preset: str | None = None
-    precision: str = option("bf16", "numerics of the GEMMs", choices=hardware.PRECISIONS)
+    precision: str = option("bf16", "numerics of the GEMMs", choices=PRECISIONS)
     backend: str = option(
         "auto", "te: TransformerEngine layers (GPU); torch: plain PyTorch, low precisions "
         "emulated; auto: te on a GPU with TE installed (every precision), torch otherwise",
@@ -182,7 +186,7 @@ class TrainConfig:
     def validate(self, env: Mapping[str, str] | None = None) -> TrainConfig:
         """Checks every value; ``env``: the job's environment (default: this process's)."""
         env = os.environ if env is None else env
-        hardware.check_precision_name(self.precision)
+        check_precision_name(self.precision)
         for f in flag_fields():
             bounds, value = f.metadata["valid"], getattr(self, f.name)
             if bounds is not None and value is not None and value not in bounds:
@@ -200,7 +204,7 @@ class TrainConfig:
             )
         if self.data_dir and not self.model.vocab_size:
             raise ConfigError("data-dir: token files need a language model (vocab-size > 0)")
-        if self.quantized_model_init and self.precision not in hardware.LOW_PRECISIONS:
+        if self.quantized_model_init and self.precision not in LOW_PRECISIONS:
             raise ConfigError(f"quantized-model-init: needs an FP8/FP4 precision, not {self.precision}")
         if self.quantized_model_init and env.get("TRAINER_EXPERIMENTAL_QUANTIZED_INIT") != "1":
             raise ConfigError(
@@ -266,7 +270,7 @@ def _flag_type(f: Field[Any], hints: Mapping[str, Any]) -> type:
 
 def bounds_of(name: str) -> Bounds | None:
     """The valid range declared for the option ``name`` (flag without dashes), if any: a
-    TrainConfig field's ``valid``, or a model dimension's (trainer.spec)."""
+    TrainConfig field's ``valid``, or a model dimension's (catalog.spec)."""
     attr = name.replace("-", "_")
     for f in flag_fields():
         if f.name == attr:
@@ -287,7 +291,7 @@ def range_fix(name: str) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """``python -m trainer``'s flags: the model's (trainer.spec) and one per TrainConfig field."""
+    """``python -m trainer``'s flags: the model's (catalog.spec) and one per TrainConfig field."""
     p = _Parser(
         prog="python -m trainer",
         description=(
