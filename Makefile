@@ -21,12 +21,12 @@ $(STAMP): setup.cfg pyproject.toml constraints.txt
 install: $(STAMP)
 
 compile: $(STAMP)
-	$(PY) -m pipelines.compile
+	$(PY) -m kfp_sagemaker_blackwell.pipelines.compile
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
-	$(PY) images/iam/lint.py
+	$(PY) -m kfp_sagemaker_blackwell.iam.lint
 	$(VENV)/bin/hadolint images/trainer/Dockerfile images/components/Dockerfile
 
 test: lint

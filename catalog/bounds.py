@@ -1,7 +1,7 @@
 """Valid ranges of numeric options, written once where the option is declared.
 
-Torch-free: the trainer's flags (catalog.flags, catalog.spec) and the launcher's
-check of hyperparameters (through catalog.flags) read the same declaration.
+Torch-free: the trainer's flags (kfp_sagemaker_blackwell.catalog.flags, kfp_sagemaker_blackwell.catalog.spec) and the launcher's
+check of hyperparameters (through kfp_sagemaker_blackwell.catalog.flags) read the same declaration.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from catalog.errors import FieldError
+from kfp_sagemaker_blackwell.catalog.errors import FieldError
 
 
 def unknown(field: str, name: str, choices: Any) -> str:

@@ -1,7 +1,7 @@
 """The error for a value that one named field cannot take (torch-free, imports nothing).
 
 ``FieldError(field, problem, fix)`` is the base of the components' ``UserError``
-(``components.common.errors``) and of the trainer's ``ConfigError``: whoever re-raises
+(``kfp_sagemaker_blackwell.common.errors``) and of the trainer's ``ConfigError``: whoever re-raises
 or reports one reads ``exc.field`` instead of recovering the field from the text, and
 the text is each subclass's own (a ``UserError`` reads ``field: problem Fix: fix``).
 """

@@ -1,5 +1,5 @@
 """The trainer's flag table (``TrainConfig``): CLI flags, SageMaker hyperparameters and
-environment. ``python -m trainer`` parses its start with it, and the training launcher
+environment. ``python -m kfp_sagemaker_blackwell.trainer`` parses its start with it, and the training launcher
 checks a job's hyperparameters against it before any AWS call (``check_hyperparameters``):
 one declaration, torch-free, read by both sides.
 
@@ -24,11 +24,15 @@ from dataclasses import Field, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from catalog import spec
-from catalog.bounds import Bounds, unknown, within
-from catalog.errors import FieldError
-from catalog.precisions import LOW_PRECISIONS, PRECISIONS, check_precision_name
-from catalog.spec import ModelSpec
+from kfp_sagemaker_blackwell.catalog import spec
+from kfp_sagemaker_blackwell.catalog.bounds import Bounds, unknown, within
+from kfp_sagemaker_blackwell.catalog.errors import FieldError
+from kfp_sagemaker_blackwell.catalog.precisions import (
+    LOW_PRECISIONS,
+    PRECISIONS,
+    check_precision_name,
+)
+from kfp_sagemaker_blackwell.catalog.spec import ModelSpec
 
 SM_DEFAULTS = {
     "SM_MODEL_DIR": "/opt/ml/model",
@@ -96,10 +100,10 @@ def option(default: Any = None, help: str = "", *, group: str = TRAINING,
 @dataclass
 class TrainConfig:
     """Everything a training run is given; each field but the model is a flag of ``python -m
-    trainer`` and a SageMaker hyperparameter (the same name without dashes)."""
+    kfp_sagemaker_blackwell.trainer`` and a SageMaker hyperparameter (the same name without dashes)."""
 
     model: ModelSpec
-    # The model's flags (--model-preset and one per dimension) are ModelSpec's, in catalog.spec.
+    # The model's flags (--model-preset and one per dimension) are ModelSpec's, in kfp_sagemaker_blackwell.catalog.spec.
     model_preset: str | None = None
     precision: str = option("bf16", "numerics of the GEMMs", choices=PRECISIONS)
     backend: str = option(
@@ -270,7 +274,7 @@ def _flag_type(f: Field[Any], hints: Mapping[str, Any]) -> type:
 
 def bounds_of(name: str) -> Bounds | None:
     """The valid range declared for the option ``name`` (flag without dashes), if any: a
-    TrainConfig field's ``valid``, or a model dimension's (catalog.spec)."""
+    TrainConfig field's ``valid``, or a model dimension's (kfp_sagemaker_blackwell.catalog.spec)."""
     attr = name.replace("-", "_")
     for f in flag_fields():
         if f.name == attr:
@@ -291,9 +295,9 @@ def range_fix(name: str) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """``python -m trainer``'s flags: the model's (catalog.spec) and one per TrainConfig field."""
+    """``python -m kfp_sagemaker_blackwell.trainer``'s flags: the model's (kfp_sagemaker_blackwell.catalog.spec) and one per TrainConfig field."""
     p = _Parser(
-        prog="python -m trainer",
+        prog="python -m kfp_sagemaker_blackwell.trainer",
         description=(
             "Causal-LM trainer (FSDP2 + TransformerEngine, or plain PyTorch with emulated "
             "FP8/MXFP8/NVFP4 numerics). Every flag can also be given as a SageMaker hyperparameter "
@@ -379,7 +383,7 @@ def check_hyperparameters(hps: Mapping[str, Any],
                           env: Mapping[str, str] | None = None) -> TrainConfig:
     """What the trainer will make of these hyperparameters at start, without starting it.
 
-    The same parser and checks as ``python -m trainer`` (so a launcher cannot drift
+    The same parser and checks as ``python -m kfp_sagemaker_blackwell.trainer`` (so a launcher cannot drift
     from the trainer): the validated TrainConfig, or a ConfigError whose ``name`` is
     the hyperparameter at fault (unknown names get a "did you mean"). ``env``: the
     job's environment variables.

@@ -3,16 +3,16 @@
 Torch-free: the planner (memory estimate, training component validation) uses
 this table to refuse a precision before any AWS call, the trainer uses the
 same table at start-up against the real device, and the price book
-(components/common/pricing.py) falls back to each instance type's shipped price.
+(planning/pricing.py) falls back to each instance type's shipped price.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from catalog.bounds import UnknownName
-from catalog.errors import FieldError
-from catalog.precisions import MIN_CC, PRECISIONS, precision_supported_on_cc
+from kfp_sagemaker_blackwell.catalog.bounds import UnknownName
+from kfp_sagemaker_blackwell.catalog.errors import FieldError
+from kfp_sagemaker_blackwell.catalog.precisions import MIN_CC, PRECISIONS, precision_supported_on_cc
 
 # The instance type every component and pipeline defaults to.
 DEFAULT_INSTANCE_TYPE = "ml.p6-b200.48xlarge"

@@ -9,7 +9,7 @@ order for the recommendation (compare_convergence) and the planner (plan_trainin
 
 from __future__ import annotations
 
-from catalog.bounds import UnknownName
+from kfp_sagemaker_blackwell.catalog.bounds import UnknownName
 
 # Precisions the trainer understands, in the order a sweep usually lists them.
 PRECISIONS = ("fp32", "bf16", "fp16", "fp8", "fp8-current", "fp8-block", "mxfp8", "nvfp4")

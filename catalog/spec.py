@@ -13,8 +13,8 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-from catalog.bounds import Bounds, UnknownName, within
-from catalog.errors import FieldError
+from kfp_sagemaker_blackwell.catalog.bounds import Bounds, UnknownName, within
+from kfp_sagemaker_blackwell.catalog.errors import FieldError
 
 MLP_TYPES = ("swiglu", "gelu")
 NORM_TYPES = ("rmsnorm", "layernorm")
@@ -188,7 +188,7 @@ def preset(name: str) -> ModelSpec:
         raise UnknownName("model_preset", name, PRESETS) from None
 
 
-# ---- CLI flags shared by `python -m trainer` and `python -m components.memory_estimate` ----
+# ---- CLI flags shared by `python -m kfp_sagemaker_blackwell.trainer` and `python -m kfp_sagemaker_blackwell.components.memory_estimate` ----
 _DIM_FLAGS = {name: "--" + name.replace("_", "-") for name in DIMENSION_BOUNDS}
 
 
@@ -230,7 +230,7 @@ def add_model_args(parser: argparse.ArgumentParser) -> None:
 
 def _deprecated(old: str, new: str) -> type[argparse.Action]:
     """A flag's old spelling: stores like ``new`` after a one-line note on stderr (the
-    trainer's copy of components.common.cli.deprecated; trainer/ imports nothing from
+    trainer's copy of kfp_sagemaker_blackwell.common.cli.deprecated; trainer/ imports nothing from
     components/)."""
 
     class Deprecated(argparse._StoreAction):

@@ -2,7 +2,7 @@
 
 Importing this package is cheap (no kfp, boto3, torch or SageMaker SDK): each
 component lives in its own sub-package, e.g.
-``from components.sagemaker_training import sagemaker_training``.
+``from kfp_sagemaker_blackwell.components.sagemaker_training import sagemaker_training``.
 """
 
 __version__ = "0.1.0"

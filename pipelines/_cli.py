@@ -1,7 +1,7 @@
 """The command line every pipeline module shares: ``--compile`` and ``--run-local``.
 
 Pipeline parameters become flags (``--model-preset small``, ``--precisions
-bf16,fp8``) derived by ``components.common.cli`` from the pipeline function: its
+bf16,fp8``) derived by ``kfp_sagemaker_blackwell.common.cli`` from the pipeline function: its
 signature gives the flags and defaults, its docstring's ``Args:`` the help, so
 ``--help`` documents them without a second copy. Both modes check the values
 before anything happens, with one check (:func:`refuse`: the pipeline module's
@@ -20,9 +20,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from components.common import cli
-from components.common.errors import cli_errors
-from components.common.shipped import CHECKOUT
+from kfp_sagemaker_blackwell.common import cli
+from kfp_sagemaker_blackwell.common.errors import cli_errors
+from kfp_sagemaker_blackwell.common.shipped import CHECKOUT
 
 
 def build_parser(
@@ -110,8 +110,8 @@ def main(
         # (role_arn and bucket, when not given, are a run's own: stand-ins are checked).
         if refused := refuse(check, local_arguments(params, overrides), "Nothing was written."):
             return refused
-        from components.common.component import components_image
-        from pipelines.compile import compile_one
+        from kfp_sagemaker_blackwell.common.component import components_image
+        from kfp_sagemaker_blackwell.pipelines.compile import compile_one
 
         out = args.output or CHECKOUT / "compiled" / f"{name}.yaml"
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -135,7 +135,7 @@ def refuse(check: Callable[[dict[str, Any]], None] | None, arguments: dict[str, 
            nothing_done: str) -> int:
     """Checks ``arguments`` (every pipeline parameter) as ``--compile`` and ``--run-local``
     both do; prints the UserError and returns its exit code, or returns 0 when they pass."""
-    from components.common.errors import USER_ERROR_EXIT_CODE, UserError
+    from kfp_sagemaker_blackwell.common.errors import USER_ERROR_EXIT_CODE, UserError
 
     try:
         refuse_control_characters(arguments)
@@ -155,7 +155,7 @@ def refuse_control_characters(arguments: dict[str, Any]) -> None:
     """
     import unicodedata
 
-    from components.common.errors import UserError
+    from kfp_sagemaker_blackwell.common.errors import UserError
 
     def walk(field: str, value: Any) -> None:
         if isinstance(value, dict):
@@ -178,7 +178,7 @@ def refuse_control_characters(arguments: dict[str, Any]) -> None:
 def local_arguments(params: list[cli.Parameter], given: dict[str, Any]) -> dict[str, Any]:
     """Every pipeline parameter's value: the pipeline's defaults, the local role and
     bucket (a local run's; stand-ins for ``--compile``'s check), then ``given``."""
-    from pipelines import local
+    from kfp_sagemaker_blackwell.pipelines import local
 
     out = {p.name: p.default for p in params if not p.required}
     out.update(role_arn=local.LOCAL_ROLE_ARN, bucket=local.LOCAL_BUCKET)
@@ -196,7 +196,7 @@ def run_local(
     verbose: bool = False,
     progress_label_keys: tuple[str, ...] = (),
 ) -> int:
-    from pipelines import _progress, local
+    from kfp_sagemaker_blackwell.pipelines import _progress, local
 
     log_file = runs_dir.resolve() / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}.log"
     shown = {k: v for k, v in arguments.items()

@@ -44,7 +44,7 @@ def check_version(version: str | None = None) -> str:
             f"kfp {version} is installed, but the local-run fixes in "
             f"pipelines/_kfp_local_fixes.py were written for kfp {', '.join(FIXED_VERSIONS)} "
             "(they patch private kfp.local functions). Local runs (--run-local, "
-            "pipelines.local.run_pipeline) need one of those versions: pip install "
+            "kfp_sagemaker_blackwell.pipelines.local.run_pipeline) need one of those versions: pip install "
             f"'kfp=={FIXED_VERSIONS[-1]}.*' (constraints.txt pins the tested one). Compiling "
             "and running on a Kubeflow cluster do not use these fixes and work with kfp>=2.17.")
     return version

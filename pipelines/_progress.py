@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from catalog import logformat
+from kfp_sagemaker_blackwell.catalog import logformat
 
 ANSI_RE = re.compile(r"\x1b\[[0-9;]*m")
 EXECUTING_RE = re.compile(r"Executing task '([^']+)'")

@@ -4,7 +4,7 @@ Each component's inputs and outputs (name, KFP type, default, the docstring's
 ``Args:``/``Returns:`` text) come from its ``component_spec``, the same source the
 compiled YAML and the KFP UI use, so the README cannot drift from the code; the
 table of contents lists the README's ``##`` and ``###`` headings with GitHub's
-anchors. ``python -m pipelines.compile`` rewrites both between their marker
+anchors. ``python -m kfp_sagemaker_blackwell.pipelines.compile`` rewrites both between their marker
 comments, and ``tests/test_readme.py`` fails when the checked-in README differs.
 """
 
@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 BEGIN = ("<!-- component-reference: generated from each component's signature and "
-         "docstring by `python -m pipelines.compile`; do not edit by hand -->")
+         "docstring by `python -m kfp_sagemaker_blackwell.pipelines.compile`; do not edit by hand -->")
 END = "<!-- end component-reference -->"
-TOC_BEGIN = ("<!-- toc: generated from the headings by `python -m pipelines.compile`; "
+TOC_BEGIN = ("<!-- toc: generated from the headings by `python -m kfp_sagemaker_blackwell.pipelines.compile`; "
              "do not edit by hand -->")
 TOC_END = "<!-- end toc -->"
 

@@ -11,10 +11,10 @@ from typing import Any
 
 from kfp import dsl
 
-from catalog.spec import DIMENSION_BOUNDS
-from components.build_image.component import build_image
-from components.cleanup.component import cleanup
-from components.common import cli
+from kfp_sagemaker_blackwell.catalog.spec import DIMENSION_BOUNDS
+from kfp_sagemaker_blackwell.common import cli
+from kfp_sagemaker_blackwell.components.build_image.component import build_image
+from kfp_sagemaker_blackwell.components.cleanup.component import cleanup
 
 RUN_ID = dsl.PIPELINE_JOB_ID_PLACEHOLDER
 
@@ -68,7 +68,7 @@ def training_arguments(arguments: Mapping[str, Any], *, exclude: tuple[str, ...]
     ``arguments``: the pipeline function's parameters (``locals()``, channels) in the
     DSL, their values in the argument check, which so checks exactly what a run passes.
     """
-    from components.sagemaker_training.component import sagemaker_training
+    from kfp_sagemaker_blackwell.components.sagemaker_training.component import sagemaker_training
 
     declared = {p.name for p in cli.parameters(sagemaker_training)}
     passed = {k: v for k, v in arguments.items()
@@ -78,7 +78,7 @@ def training_arguments(arguments: Mapping[str, Any], *, exclude: tuple[str, ...]
 
 def report_context(*, pipeline: str, instance_type: Any, instance_count: Any, region: Any,
                    model_preset: Any) -> dict[str, Any]:
-    """What a report step is told about its run (``components.common.run_context``)."""
+    """What a report step is told about its run (``kfp_sagemaker_blackwell.common.run_context``)."""
     return {"pipeline": pipeline, "run_id": RUN_ID, "instance_type": instance_type,
             "instance_count": instance_count, "region": region, "model_preset": model_preset}
 
@@ -92,9 +92,9 @@ CHECK_RUN_ID = "argument-check"
 
 def check_precision_names(field: str, names: list[Any]) -> list[str]:
     """Every name a precision the trainer knows, with a "did you mean" for a misspelling
-    (catalog.precisions.check_precision_name's)."""
-    from catalog.precisions import check_precision_name
-    from components.common.errors import UserError, unknown_name
+    (kfp_sagemaker_blackwell.catalog.precisions.check_precision_name's)."""
+    from kfp_sagemaker_blackwell.catalog.precisions import check_precision_name
+    from kfp_sagemaker_blackwell.common.errors import UserError, unknown_name
 
     if not isinstance(names, list) or not names:
         raise UserError(field, f"{names!r} is not a non-empty list of precisions.",
@@ -121,8 +121,8 @@ def stand_ins(arguments: Mapping[str, Any]) -> dict[str, str]:
 def check_bucket(bucket: Any) -> None:
     import re
 
-    from components.common.errors import UserError
-    from components.common.s3 import BUCKET_PATTERN
+    from kfp_sagemaker_blackwell.common.errors import UserError
+    from kfp_sagemaker_blackwell.common.s3 import BUCKET_PATTERN
 
     if not re.fullmatch(BUCKET_PATTERN, str(bucket)):
         raise UserError("bucket", f"{bucket!r} is not an S3 bucket name.",
@@ -133,8 +133,8 @@ def check_bucket(bucket: Any) -> None:
 def check_memory_plan(arguments: dict[str, Any]) -> Any:
     """The memory plan a run computes, in-process (memory_estimate's own code, the
     arguments the pipeline passes it): its outputs, or the UserError the step would fail with."""
-    from components.memory_estimate.cli import with_defaults
-    from components.memory_estimate.run import run_component
+    from kfp_sagemaker_blackwell.components.memory_estimate.cli import with_defaults
+    from kfp_sagemaker_blackwell.components.memory_estimate.run import run_component
 
     return run_component(**with_defaults(arguments))
 
@@ -143,8 +143,8 @@ def check_training(items: Iterable[Any], arguments: Callable[[Any], dict[str, An
     """Every training task a run would start (one per loop item), checked as the task
     checks its parameters before the first AWS call (``launcher.dry_run``: validation,
     the memory pre-flight, the budget), with ``arguments(item)`` the task's arguments."""
-    from components.sagemaker_training import launcher
-    from components.sagemaker_training.request import TrainingJobConfig
+    from kfp_sagemaker_blackwell.components.sagemaker_training import launcher
+    from kfp_sagemaker_blackwell.components.sagemaker_training.request import TrainingJobConfig
 
     for item in items:
         values = {**arguments(item), "run_id": CHECK_RUN_ID, "task": "train"}
@@ -153,6 +153,6 @@ def check_training(items: Iterable[Any], arguments: Callable[[Any], dict[str, An
 
 
 def check_cleanup_policy(policy: Any) -> None:
-    from components.cleanup.plan import resolve_policy
+    from kfp_sagemaker_blackwell.components.cleanup.plan import resolve_policy
 
     resolve_policy(policy)

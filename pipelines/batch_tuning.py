@@ -20,12 +20,12 @@ if __package__ in (None, ""):  # `python pipelines/batch_tuning.py`
 
 from kfp import dsl
 
-from catalog.hardware import DEFAULT_INSTANCE_TYPE
-from components.memory_estimate.component import memory_estimate
-from components.parse_logs.component import parse_logs
-from components.rank_throughput.component import rank_throughput
-from components.sagemaker_training.component import sagemaker_training
-from pipelines import _steps
+from kfp_sagemaker_blackwell.catalog.hardware import DEFAULT_INSTANCE_TYPE
+from kfp_sagemaker_blackwell.components.memory_estimate.component import memory_estimate
+from kfp_sagemaker_blackwell.components.parse_logs.component import parse_logs
+from kfp_sagemaker_blackwell.components.rank_throughput.component import rank_throughput
+from kfp_sagemaker_blackwell.components.sagemaker_training.component import sagemaker_training
+from kfp_sagemaker_blackwell.pipelines import _steps
 
 NAME = "batch-tuning"
 DEFAULT_PARALLELISM = 2
@@ -197,7 +197,7 @@ LOCAL_DEFAULTS: dict[str, Any] = {
 def check_arguments(arguments: dict[str, Any]) -> None:
     """Checks a run's arguments (``--run-local``) or the compiled defaults (``--compile``)
     before anything starts or is written; raises UserError."""
-    from components.common.errors import UserError
+    from kfp_sagemaker_blackwell.common.errors import UserError
 
     _steps.check_precision_names("precision", [arguments["precision"]])
     if int(arguments["max_batch_size"]) < 0:
@@ -213,7 +213,7 @@ def check_arguments(arguments: dict[str, Any]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from pipelines import _cli
+    from kfp_sagemaker_blackwell.pipelines import _cli
 
     return _cli.main(
         argv,

@@ -1,4 +1,4 @@
-"""Regenerates everything under ``compiled/``: ``python -m pipelines.compile``.
+"""Regenerates everything under ``compiled/``: ``python -m kfp_sagemaker_blackwell.pipelines.compile``.
 
 - ``compiled/<pipeline>.yaml`` for each pipeline module in ``pipelines/`` that
   defines ``PIPELINE`` (a ``@dsl.pipeline`` function);
@@ -13,7 +13,7 @@ for. For your own registry, one command builds and pushes the components image
 CodeBuild; skipped when the content-addressed tag is already in ECR) and
 compiles everything for it::
 
-    python -m pipelines.compile --build-components-image --s3-uri s3://<bucket>/kfp-sagemaker \\
+    python -m kfp_sagemaker_blackwell.pipelines.compile --build-components-image --s3-uri s3://<bucket>/kfp-sagemaker \\
         --region us-west-2 --codebuild-role-arn arn:aws:iam::<acct>:role/kfp-sagemaker-codebuild
 
 or, with an image you built yourself, ``--components-image <registry>/<repo>:<tag>``.
@@ -33,9 +33,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from components.common.cli import plain
-from components.common.errors import cli_errors
-from components.common.shipped import CHECKOUT
+from kfp_sagemaker_blackwell.common.cli import plain
+from kfp_sagemaker_blackwell.common.errors import cli_errors
+from kfp_sagemaker_blackwell.common.shipped import CHECKOUT
 
 COMPILED = CHECKOUT / "compiled"
 IMAGE_HEADER = "# Components image: "
@@ -44,12 +44,12 @@ COMPONENTS_REPOSITORY = "kfp-sagemaker-blackwell/components"
 
 
 def header(image: str) -> str:
-    from components.common.component import DEFAULT_IMAGE_REPOSITORY
+    from kfp_sagemaker_blackwell.common.component import DEFAULT_IMAGE_REPOSITORY
 
     note = ("the project's default name, NOT a published image: " if
             image.startswith(DEFAULT_IMAGE_REPOSITORY + ":") else "")
     return (f"{IMAGE_HEADER}{image}\n"
-            f"# ({note}compile for your registry with `python -m pipelines.compile "
+            f"# ({note}compile for your registry with `python -m kfp_sagemaker_blackwell.pipelines.compile "
             "--build-components-image ...`, README \"On AWS\")\n")
 
 
@@ -63,15 +63,15 @@ def compiled_image(path: Path) -> str:
 def discover_components() -> dict[str, object]:
     from kfp.dsl.base_component import BaseComponent
 
-    import components
+    import kfp_sagemaker_blackwell.components
 
     found: dict[str, object] = {}
-    for info in sorted(pkgutil.iter_modules(components.__path__), key=lambda i: i.name):
+    for info in sorted(pkgutil.iter_modules(kfp_sagemaker_blackwell.components.__path__), key=lambda i: i.name):
         if not info.ispkg or info.name.startswith("_") or info.name in ("common", "local"):
             continue
-        if not (Path(components.__path__[0]) / info.name / "component.py").exists():
+        if not (Path(kfp_sagemaker_blackwell.components.__path__[0]) / info.name / "component.py").exists():
             continue
-        module = importlib.import_module(f"components.{info.name}.component")
+        module = importlib.import_module(f"kfp_sagemaker_blackwell.components.{info.name}.component")
         comps = [v for v in vars(module).values() if isinstance(v, BaseComponent)]
         if len(comps) != 1:
             raise RuntimeError(
@@ -83,13 +83,13 @@ def discover_components() -> dict[str, object]:
 
 
 def discover_pipelines() -> dict[str, object]:
-    import pipelines
+    import kfp_sagemaker_blackwell.pipelines
 
     found: dict[str, object] = {}
-    for info in sorted(pkgutil.iter_modules(pipelines.__path__), key=lambda i: i.name):
+    for info in sorted(pkgutil.iter_modules(kfp_sagemaker_blackwell.pipelines.__path__), key=lambda i: i.name):
         if info.ispkg or info.name.startswith("_") or info.name in ("compile", "local"):
             continue
-        module = importlib.import_module(f"pipelines.{info.name}")
+        module = importlib.import_module(f"kfp_sagemaker_blackwell.pipelines.{info.name}")
         if hasattr(module, "PIPELINE"):
             found[info.name] = module.PIPELINE
     return found
@@ -111,10 +111,10 @@ def compile_all(out_dir: Path = COMPILED, *, verbose: bool = True,
     The components image is fixed when the component modules are imported, so a
     ``components_image`` other than this process's is compiled in a fresh process.
     """
-    from components.common import component as declaration
+    from kfp_sagemaker_blackwell.common import component as declaration
 
     if components_image and components_image != declaration.components_image():
-        subprocess.run([sys.executable, "-m", "pipelines.compile", "--output-dir", str(out_dir),
+        subprocess.run([sys.executable, "-m", "kfp_sagemaker_blackwell.pipelines.compile", "--output-dir", str(out_dir),
                         "--components-image", components_image] + ([] if verbose else ["-q"]),
                        check=True, cwd=CHECKOUT)
         return sorted(out_dir.rglob("*.yaml"))
@@ -138,10 +138,10 @@ def compile_all(out_dir: Path = COMPILED, *, verbose: bool = True,
 
 def build_components_image(args: argparse.Namespace) -> str:
     """Builds and pushes the components image with build_image; returns its URI (digest)."""
-    from components import __version__
-    from components.build_image import build as b
-    from components.build_image.component import build_image
-    from components.common.cli import declared
+    from kfp_sagemaker_blackwell.common.cli import declared
+    from kfp_sagemaker_blackwell.components import __version__
+    from kfp_sagemaker_blackwell.components.build_image import build as b
+    from kfp_sagemaker_blackwell.components.build_image.component import build_image
 
     result = b.build_image(b.BuildRequest.from_parameters(declared(
         build_image, run_id=f"components-image-{__version__}", region=args.region,
@@ -149,7 +149,7 @@ def build_components_image(args: argparse.Namespace) -> str:
         codebuild_role_arn=args.codebuild_role_arn, pipeline="compile")),
         log=lambda line: print(line, file=sys.stderr, flush=True))
     if result.outcome == "not-built":
-        from components.common.errors import UserError
+        from kfp_sagemaker_blackwell.common.errors import UserError
 
         raise UserError("build_components_image", result.message,
                         "run it against AWS (not the local backend) or with a Docker daemon.")
@@ -161,7 +161,7 @@ def parser() -> argparse.ArgumentParser:
     # example kept whole (RawDescriptionHelpFormatter keeps its line breaks).
     text = plain(__doc__ or "").split("\n\n")
     p = argparse.ArgumentParser(
-        prog="python -m pipelines.compile", description=text[0],
+        prog="python -m kfp_sagemaker_blackwell.pipelines.compile", description=text[0],
         epilog="\n\n".join(text[1:5]), formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--output-dir", type=Path, default=COMPILED, help="default: compiled/")
     image = p.add_mutually_exclusive_group()
@@ -178,7 +178,7 @@ def parser() -> argparse.ArgumentParser:
                    help="--build-components-image: ECR repository (default %(default)s)")
     p.add_argument("--codebuild-role-arn", default="",
                    help="--build-components-image: CodeBuild service role, needed to create "
-                   "the CodeBuild project the first time (images/iam/)")
+                   "the CodeBuild project the first time (iam/)")
     p.add_argument("-q", "--quiet", action="store_true", help="do not list the files written")
     return p
 
@@ -188,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     image = args.components_image
     if args.build_components_image:
-        from components.common.errors import USER_ERROR_EXIT_CODE, UserError
+        from kfp_sagemaker_blackwell.common.errors import USER_ERROR_EXIT_CODE, UserError
 
         try:
             image = build_components_image(args)
@@ -196,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {exc}", file=sys.stderr)
             return USER_ERROR_EXIT_CODE
     if image:
-        from components.common.component import IMAGE_ENV
+        from kfp_sagemaker_blackwell.common.component import IMAGE_ENV
 
         os.environ[IMAGE_ENV] = image  # read when the component modules are imported
     try:
@@ -206,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     readme = CHECKOUT / "README.md"
     if args.output_dir == COMPILED and readme.exists():  # a checkout: its README's reference
-        from pipelines import _reference
+        from kfp_sagemaker_blackwell.pipelines import _reference
 
         if _reference.update(readme, discover_components()) and not args.quiet:
             print(f"wrote {readme.name} (component reference)")

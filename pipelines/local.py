@@ -1,6 +1,6 @@
 """Run a pipeline built from these components on this machine: ``run_pipeline``.
 
-    from pipelines.local import run_pipeline
+    from kfp_sagemaker_blackwell.pipelines.local import run_pipeline
 
     result = run_pipeline(my_pipeline, {"model_preset": "tiny", "max_steps": 10})
     print(result.state, result.run_dir)          # SUCCEEDED runs/<stamp>/<pipeline>-<time>
@@ -10,7 +10,7 @@
 components (imported from ``components.*.component`` or loaded from
 ``compiled/components/*.yaml``). It
 
-1. starts the local backend (``components.local.LocalBackend``: S3, ECR, CloudWatch
+1. starts the local backend (``kfp_sagemaker_blackwell.local_backend.LocalBackend``: S3, ECR, CloudWatch
    Logs, IAM, CodeBuild and SageMaker training jobs on 127.0.0.1, jobs run by a local
    executor on this machine's CPU or GPU) and points every boto3 client of this
    process and of the task subprocesses at it (``AWS_ENDPOINT_URL``, fake credentials);
@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from pipelines import _kfp_local_fixes
+from kfp_sagemaker_blackwell.pipelines import _kfp_local_fixes
 
 LOCAL_BUCKET = "kfp-sagemaker-local"
 # The local executor never assumes the role; a well-formed ARN keeps validation identical to AWS.
@@ -86,7 +86,7 @@ class LocalRun:
 
 ANSI_RE = re.compile(r"\x1b\[[0-9;]*m")
 # The lines of a failed task's log that say why: the exception ending a traceback
-# (``components.common.errors.UserError: field: problem Fix: ...`` included), a CLI's
+# (``kfp_sagemaker_blackwell.common.errors.UserError: field: problem Fix: ...`` included), a CLI's
 # ``error: ...`` line.
 CAUSE_RE = re.compile(r"^(error: |[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)\b:?)")
 
@@ -99,7 +99,7 @@ def plain(text: str) -> str:
 def failure_causes(log_text: str, limit: int = 4) -> dict[str, list[str]]:
     """Per task that finished with FAILURE, the last ``limit`` lines of its log that say why
     (the traceback's exception line, ``error:`` lines), else its last lines."""
-    from pipelines._progress import EXECUTING_RE, FINISHED_RE
+    from kfp_sagemaker_blackwell.pipelines._progress import EXECUTING_RE, FINISHED_RE
 
     out: dict[str, list[str]] = {}
     task, lines = "", list[str]()
@@ -121,7 +121,7 @@ def failure_causes(log_text: str, limit: int = 4) -> dict[str, list[str]]:
 def local_aws(region: str = "us-west-2", *, buckets: tuple[str, ...] = (LOCAL_BUCKET,)
               ) -> Iterator[Any]:
     """Starts the local backend and exports its endpoint to this process's environment."""
-    from components.local import LocalBackend
+    from kfp_sagemaker_blackwell.local_backend import LocalBackend
 
     saved = dict(os.environ)
     with LocalBackend(region=region) as backend:

@@ -23,10 +23,10 @@ if __package__ in (None, ""):  # `python pipelines/plan_and_train.py`
 
 from kfp import dsl
 
-from components.parse_logs.component import parse_logs
-from components.plan_training.component import plan_training
-from components.sagemaker_training.component import sagemaker_training
-from pipelines import _steps
+from kfp_sagemaker_blackwell.components.parse_logs.component import parse_logs
+from kfp_sagemaker_blackwell.components.plan_training.component import plan_training
+from kfp_sagemaker_blackwell.components.sagemaker_training.component import sagemaker_training
+from kfp_sagemaker_blackwell.pipelines import _steps
 
 NAME = "plan-and-train"
 DEFAULT_PARALLELISM = 3
@@ -223,8 +223,8 @@ LOCAL_DEFAULTS: dict[str, Any] = {
 def check_arguments(arguments: dict[str, Any]) -> None:
     """Checks a run's arguments before anything starts (``--run-local``): the planner runs
     in-process (no AWS call without a region) and must choose something; raises UserError."""
-    from components.common.errors import UserError
-    from components.plan_training.run import run_component
+    from kfp_sagemaker_blackwell.common.errors import UserError
+    from kfp_sagemaker_blackwell.components.plan_training.run import run_component
 
     modes = [str(m) for m in arguments["capacity_modes"] or []]
     if not modes or any(m not in CAPACITY_MODES for m in modes):
@@ -251,7 +251,7 @@ def check_arguments(arguments: dict[str, Any]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from pipelines import _cli
+    from kfp_sagemaker_blackwell.pipelines import _cli
 
     return _cli.main(
         argv,

@@ -22,13 +22,13 @@ if __package__ in (None, ""):  # `python pipelines/precision_sweep.py`
 
 from kfp import dsl
 
-from catalog.hardware import DEFAULT_INSTANCE_TYPE
-from catalog.sagemaker import MAX_RUNTIME_SECONDS
-from components.compare_convergence.component import compare_convergence
-from components.memory_estimate.component import memory_estimate
-from components.parse_logs.component import parse_logs
-from components.sagemaker_training.component import sagemaker_training
-from pipelines import _steps
+from kfp_sagemaker_blackwell.catalog.hardware import DEFAULT_INSTANCE_TYPE
+from kfp_sagemaker_blackwell.catalog.sagemaker import MAX_RUNTIME_SECONDS
+from kfp_sagemaker_blackwell.components.compare_convergence.component import compare_convergence
+from kfp_sagemaker_blackwell.components.memory_estimate.component import memory_estimate
+from kfp_sagemaker_blackwell.components.parse_logs.component import parse_logs
+from kfp_sagemaker_blackwell.components.sagemaker_training.component import sagemaker_training
+from kfp_sagemaker_blackwell.pipelines import _steps
 
 NAME = "precision-sweep"
 DEFAULT_PARALLELISM = 4
@@ -220,7 +220,7 @@ LOCAL_DEFAULTS: dict[str, Any] = {
 def check_arguments(arguments: dict[str, Any]) -> None:
     """Checks a run's arguments (``--run-local``) or the compiled defaults (``--compile``)
     before anything starts or is written; raises UserError."""
-    from components.common.errors import UserError
+    from kfp_sagemaker_blackwell.common.errors import UserError
 
     precisions = _steps.check_precision_names("precisions", arguments["precisions"])
     if arguments["baseline"] not in precisions:
@@ -240,7 +240,7 @@ def check_arguments(arguments: dict[str, Any]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from pipelines import _cli
+    from kfp_sagemaker_blackwell.pipelines import _cli
 
     return _cli.main(
         argv,

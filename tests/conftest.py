@@ -23,7 +23,7 @@ def local_backend_with_bucket(bucket, **backend_kwargs):
     """
     import pytest
 
-    from components.local import LocalBackend
+    from kfp_sagemaker_blackwell.local_backend import LocalBackend
 
     with LocalBackend(**backend_kwargs) as b, pytest.MonkeyPatch.context() as mp:
         for key, value in b.env().items():
@@ -51,13 +51,13 @@ def entrypoint(interpreter, code):
 
 
 def serve(*args, env=None):
-    """Starts ``python -m components.local serve ARGS``; returns (process, url, environment):
+    """Starts ``python -m kfp_sagemaker_blackwell.local_backend serve ARGS``; returns (process, url, environment):
     the environment is ``env`` (default: this one) plus what its ``export`` line printed
     (endpoint and this start's credentials). Its stderr is drained in a thread from then on."""
     import subprocess
     import threading
 
-    proc = subprocess.Popen([sys.executable, "-m", "components.local", "serve", *args],
+    proc = subprocess.Popen([sys.executable, "-m", "kfp_sagemaker_blackwell.local_backend", "serve", *args],
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=dict(os.environ if env is None else env))
     assert proc.stdout is not None and proc.stderr is not None
@@ -93,7 +93,7 @@ _run_ids = itertools.count()
 def training_config(bucket, run_prefix, **changes):
     """A TrainingJobConfig of the tiny model writing to ``bucket``, in a run of its own
     (``{run_prefix}-{pid}-{n}``), with ``changes`` applied."""
-    from components.sagemaker_training.request import TrainingJobConfig
+    from kfp_sagemaker_blackwell.components.sagemaker_training.request import TrainingJobConfig
 
     return TrainingJobConfig(
         image_uri=TEST_IMAGE, role_arn=TEST_ROLE, output_s3_uri=f"s3://{bucket}/out",
@@ -141,7 +141,7 @@ def job_ended(sm, name, timeout=30):
 def losses(lines):
     """Loss per step of the trainer's step lines; a step logged again after a restart keeps
     its last value."""
-    from catalog import logformat
+    from kfp_sagemaker_blackwell.catalog import logformat
 
     found = {}
     for line in lines:
@@ -155,7 +155,7 @@ def client_hooks(monkeypatch, *modules):
     """Botocore event hooks on every client made through ``aws.client`` (and through the
     ``client`` name each of ``modules`` bound at its import): ``hooks.append((event,
     handler))`` registers ``handler`` on the clients made from then on."""
-    from components.common import aws
+    from kfp_sagemaker_blackwell.common import aws
 
     registered = []
     real = aws.client

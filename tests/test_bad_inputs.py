@@ -18,15 +18,15 @@ from typing import Any
 import pytest
 from conftest import local_backend_with_bucket
 
-from components.common import aws
+from kfp_sagemaker_blackwell.common import aws
 
 BUCKET = "kfp-sagemaker-bad-inputs"
 IMAGE = "123456789012.dkr.ecr.us-west-2.amazonaws.com/kfp-sagemaker-trainer:test"
 ROLE = "arn:aws:iam::123456789012:role/SageMakerTraining"
 # How each command is called in-process: the module holding its ``main(argv)``.
 MAINS = {
-    "components.sagemaker_training": "components.sagemaker_training.__main__",
-    "components.memory_estimate": "components.memory_estimate.cli",
+    "kfp_sagemaker_blackwell.components.sagemaker_training": "kfp_sagemaker_blackwell.components.sagemaker_training.__main__",
+    "kfp_sagemaker_blackwell.components.memory_estimate": "kfp_sagemaker_blackwell.components.memory_estimate.cli",
 }
 
 # A valid tiny launch; each case below breaks one thing.
@@ -54,8 +54,8 @@ def many(flag: str, prefix: str, n: int) -> list[str]:
     return [flag, ",".join(f"{prefix}{i:08x}" for i in range(n))]
 
 
-TRAINING = "components.sagemaker_training"
-MEMORY = "components.memory_estimate"
+TRAINING = "kfp_sagemaker_blackwell.components.sagemaker_training"
+MEMORY = "kfp_sagemaker_blackwell.components.memory_estimate"
 SPOT = ("--use-spot", "--checkpoint-s3-uri", f"s3://{BUCKET}/ckpt")
 
 CASES: list[tuple[str, str, list[str], str]] = [

@@ -16,13 +16,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from components.build_image import build as b
-from components.build_image import codebuild as cb
-from components.build_image import context as ctx
-from components.build_image.component import build_image
-from components.common import build_marks, cli
-from components.common.errors import UserError
-from components.common.shipped import CHECKOUT
+from kfp_sagemaker_blackwell.common import build_marks, cli
+from kfp_sagemaker_blackwell.common.errors import UserError
+from kfp_sagemaker_blackwell.common.shipped import CHECKOUT
+from kfp_sagemaker_blackwell.components.build_image import build as b
+from kfp_sagemaker_blackwell.components.build_image import codebuild as cb
+from kfp_sagemaker_blackwell.components.build_image import context as ctx
+from kfp_sagemaker_blackwell.components.build_image.component import build_image
 
 DOCKERFILE = """\
 # syntax=docker/dockerfile:1
@@ -206,7 +206,7 @@ def test_base_image_comes_from_the_override_or_the_lookup_with_the_pinned_tag():
 
 def test_without_the_sagemaker_sdk_the_error_names_the_base_image_override():
     code = ("import sys; sys.modules['sagemaker'] = None; "
-            "from components.build_image.build import lookup_dlc; lookup_dlc('us-west-2', "
+            "from kfp_sagemaker_blackwell.components.build_image.build import lookup_dlc; lookup_dlc('us-west-2', "
             "'ml.p6-b200.48xlarge')")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          cwd=CHECKOUT)
@@ -287,7 +287,7 @@ def test_failure_summary_names_failed_phases_and_messages():
 def test_cli_prints_the_tag_without_aws_and_exits_2_on_user_errors(tmp_path):
     root = make_tree(tmp_path / "a")
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
-    base = [sys.executable, "-m", "components.build_image", "--context-dir", str(root),
+    base = [sys.executable, "-m", "kfp_sagemaker_blackwell.components.build_image", "--context-dir", str(root),
             "--dockerfile", "docker/Dockerfile", "--base-image", "example.com/base:1"]
     out = subprocess.run(base + ["--run-id", "r1", "--print-tag"], capture_output=True,
                          text=True, cwd=CHECKOUT, env=env)
@@ -301,7 +301,7 @@ def test_cli_prints_the_tag_without_aws_and_exits_2_on_user_errors(tmp_path):
 
 
 def test_cli_pipeline_flag_tags_the_build_and_pipeline_name_is_its_old_spelling(capsys):
-    from components.build_image.__main__ import build_parser
+    from kfp_sagemaker_blackwell.components.build_image.__main__ import build_parser
 
     _, values = cli.parse(build_parser(), ["--run-id", "r", "--pipeline", "sweep"])
     assert b.BuildRequest.from_parameters(values).pipeline == "sweep"

@@ -28,12 +28,13 @@ import pytest
 import yaml
 from botocore.exceptions import EndpointConnectionError
 
-from components.build_image import build as b
-from components.build_image import codebuild as cb
-from components.build_image import ecr as ecr_mod
-from components.build_image.component import build_image
-from components.common import aws, build_marks, cli, iam_policy, resources, tags
-from components.common.errors import UserError
+from kfp_sagemaker_blackwell.common import aws, build_marks, cli, resources, tags
+from kfp_sagemaker_blackwell.common.errors import UserError
+from kfp_sagemaker_blackwell.components.build_image import build as b
+from kfp_sagemaker_blackwell.components.build_image import codebuild as cb
+from kfp_sagemaker_blackwell.components.build_image import ecr as ecr_mod
+from kfp_sagemaker_blackwell.components.build_image.component import build_image
+from kfp_sagemaker_blackwell.iam import policy as iam_policy
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -182,7 +183,7 @@ def write_checkout(root: Path) -> None:
 
 @pytest.fixture
 def backend(monkeypatch):
-    from components.local import LocalBackend
+    from kfp_sagemaker_blackwell.local_backend import LocalBackend
 
     with LocalBackend() as local:
         for key, value in local.env().items():

@@ -11,13 +11,17 @@ from typing import Any
 import pytest
 from conftest import local_backend_with_bucket
 
-from components.common.errors import UserError
-from components.common.step_series import read_series
-from components.parse_logs import metric_defs
-from components.parse_logs.report import write_outputs
-from components.parse_logs.source import parse_training_job
-from components.sagemaker_training import launcher
-from components.sagemaker_training.request import CUSTOM_SKIPPED, TrainingJobConfig, resolve
+from kfp_sagemaker_blackwell.common.errors import UserError
+from kfp_sagemaker_blackwell.common.step_series import read_series
+from kfp_sagemaker_blackwell.components.parse_logs import metric_defs
+from kfp_sagemaker_blackwell.components.parse_logs.report import write_outputs
+from kfp_sagemaker_blackwell.components.parse_logs.source import parse_training_job
+from kfp_sagemaker_blackwell.components.sagemaker_training import launcher
+from kfp_sagemaker_blackwell.components.sagemaker_training.request import (
+    CUSTOM_SKIPPED,
+    TrainingJobConfig,
+    resolve,
+)
 
 BUCKET = "kfp-sagemaker-byo"
 IMAGE = "123456789012.dkr.ecr.us-west-2.amazonaws.com/team-trainer:1.0"

@@ -12,10 +12,10 @@ import pytest
 from botocore.exceptions import ClientError
 from conftest import entrypoint, local_backend_with_bucket
 
-from components.common import pricing
-from components.common.errors import UserError
-from components.sagemaker_training import launcher
-from components.sagemaker_training.request import Budget, TrainingJobConfig
+from kfp_sagemaker_blackwell.common.errors import UserError
+from kfp_sagemaker_blackwell.components.sagemaker_training import launcher
+from kfp_sagemaker_blackwell.components.sagemaker_training.request import Budget, TrainingJobConfig
+from kfp_sagemaker_blackwell.planning import pricing
 
 IMAGE = "123456789012.dkr.ecr.us-west-2.amazonaws.com/kfp-sagemaker-trainer:test"
 ROLE = "arn:aws:iam::123456789012:role/SageMakerTraining"
@@ -274,7 +274,7 @@ def test_a_parameter_declared_once_is_a_config_field_a_cli_flag_and_in_the_reque
     from botocore.session import get_session
     from botocore.validate import validate_parameters
 
-    from components.sagemaker_training.__main__ import main
+    from kfp_sagemaker_blackwell.components.sagemaker_training.__main__ import main
 
     _, request = launcher.prepare(cfg(enable_infra_check=True), region="us-west-2")
     assert request["InfraCheckConfig"] == {"EnableInfraCheck": True}

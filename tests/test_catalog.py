@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from catalog import hardware, precisions
-from catalog.hardware import DEFAULT_INSTANCE_TYPE
-from catalog.sagemaker import MAX_RUNTIME_SECONDS, parse_image
+from kfp_sagemaker_blackwell.catalog import hardware, precisions
+from kfp_sagemaker_blackwell.catalog.hardware import DEFAULT_INSTANCE_TYPE
+from kfp_sagemaker_blackwell.catalog.sagemaker import MAX_RUNTIME_SECONDS, parse_image
 
 ROOT = Path(__file__).resolve().parent.parent
 ECR = "123456789012.dkr.ecr.us-west-2.amazonaws.com"
@@ -65,7 +65,7 @@ def test_what_is_not_an_image_reference(reference):
 
 
 def test_the_components_image_setting_reads_the_catalogs_grammar(monkeypatch):
-    from components.common import component
+    from kfp_sagemaker_blackwell.common import component
 
     monkeypatch.setenv(component.IMAGE_ENV, f"{ECR}/components")
     assert component.components_image() == f"{ECR}/components:{component.__version__}"
@@ -87,11 +87,11 @@ def test_kfp_definitions_default_to_the_catalogs_instance_type_and_runtime():
     """KFP embeds a component's source in its YAML, where a module's constants do not
     exist: a KFP definition writes the default as a literal, so this test holds it to
     the catalog's (everything else references the catalog)."""
-    for module, name in (("components.sagemaker_training.component", "sagemaker_training"),
-                         ("components.build_image.component", "build_image"),
-                         ("components.memory_estimate.component", "memory_estimate")):
+    for module, name in (("kfp_sagemaker_blackwell.components.sagemaker_training.component", "sagemaker_training"),
+                         ("kfp_sagemaker_blackwell.components.build_image.component", "build_image"),
+                         ("kfp_sagemaker_blackwell.components.memory_estimate.component", "memory_estimate")):
         assert _component_default(module, name, "instance_type") == DEFAULT_INSTANCE_TYPE
-    assert _component_default("components.sagemaker_training.component",
+    assert _component_default("kfp_sagemaker_blackwell.components.sagemaker_training.component",
                               "sagemaker_training", "max_runtime_seconds") == MAX_RUNTIME_SECONDS
 
 
@@ -112,4 +112,4 @@ def test_the_default_instance_type_and_max_runtime_are_written_once():
         "components/memory_estimate/component.py"}
     # pricing.py's CACHE_SECONDS is a day of price cache, not a runtime
     assert _literal_sites(r"\b86400\b|(?<!\* )\b24 \* 3600\b") == {
-        "components/sagemaker_training/component.py", "components/common/pricing.py"}
+        "components/sagemaker_training/component.py", "planning/pricing.py"}

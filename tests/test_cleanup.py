@@ -17,13 +17,14 @@ import urllib.parse
 import pytest
 from test_build_image_flow import CodeBuildWorker, write_checkout
 
-from components.build_image import build as b
-from components.build_image.component import build_image
-from components.cleanup import plan as plan_mod
-from components.cleanup.run import cleanup
-from components.common import aws, build_marks, cli, iam_policy, tags
-from components.common.errors import UserError
-from components.common.shipped import CHECKOUT
+from kfp_sagemaker_blackwell.common import aws, build_marks, cli, tags
+from kfp_sagemaker_blackwell.common.errors import UserError
+from kfp_sagemaker_blackwell.common.shipped import CHECKOUT
+from kfp_sagemaker_blackwell.components.build_image import build as b
+from kfp_sagemaker_blackwell.components.build_image.component import build_image
+from kfp_sagemaker_blackwell.components.cleanup import plan as plan_mod
+from kfp_sagemaker_blackwell.components.cleanup.run import cleanup
+from kfp_sagemaker_blackwell.iam import policy as iam_policy
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -86,7 +87,7 @@ def wait_for(predicate, what: str, timeout: float = 60.0) -> None:
 @pytest.fixture
 def world(monkeypatch, tmp_path):
     """Run A's and run B's resources plus untagged ones, with jobs running."""
-    from components.local import LocalBackend
+    from kfp_sagemaker_blackwell.local_backend import LocalBackend
 
     with LocalBackend(max_concurrent_jobs=6, stop_grace_s=2, log_flush_s=0.1) as backend:
         for key, value in backend.env().items():
@@ -341,7 +342,7 @@ def test_bad_policy_is_refused_before_any_call(tmp_path, monkeypatch):
 
 
 def test_cli_refuses_a_wildcard_run_id_with_exit_code_2():
-    out = subprocess.run([sys.executable, "-m", "components.cleanup", "--run-id", "*",
+    out = subprocess.run([sys.executable, "-m", "kfp_sagemaker_blackwell.components.cleanup", "--run-id", "*",
                           "--region", "us-west-2", "--dry-run"], capture_output=True, text=True,
                          cwd=CHECKOUT, env={"PATH": "/usr/bin:/bin",
                                                   "AWS_ENDPOINT_URL": "http://127.0.0.1:9"})
@@ -352,7 +353,7 @@ def test_cli_refuses_a_wildcard_run_id_with_exit_code_2():
 def shared_world(monkeypatch):
     """Run A's job and image, and run B's job that resumed from A's checkpoints and whose
     image has the same digest as A's (both pushed the same content)."""
-    from components.local import LocalBackend
+    from kfp_sagemaker_blackwell.local_backend import LocalBackend
 
     with LocalBackend(max_concurrent_jobs=2, stop_grace_s=2, log_flush_s=0.1) as backend:
         for key, value in backend.env().items():
@@ -419,7 +420,7 @@ def test_a_delete_never_takes_another_runs_data_lying_under_this_runs_prefixes(m
     """Run B's output paths lie under run A's job prefixes (its output prefix and its
     checkpoint prefix), and an object run A tagged lies inside run B's output: cleanup
     of run A with every delete policy leaves all of run B's data, and says why."""
-    from components.local import LocalBackend
+    from kfp_sagemaker_blackwell.local_backend import LocalBackend
 
     with LocalBackend(max_concurrent_jobs=4, stop_grace_s=2, log_flush_s=0.1) as backend:
         for key, value in backend.env().items():

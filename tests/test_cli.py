@@ -1,4 +1,4 @@
-"""The one-declaration command lines (components/common/cli.py)."""
+"""The one-declaration command lines (common/cli.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from components.common import cli
+from kfp_sagemaker_blackwell.common import cli
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -115,7 +115,7 @@ def test_an_annotation_without_a_command_line_form_is_refused():
 
 
 def test_kfp_artifacts_are_not_flags():
-    from components.memory_estimate.component import memory_estimate
+    from kfp_sagemaker_blackwell.components.memory_estimate.component import memory_estimate
 
     names = [p.name for p in cli.parameters(memory_estimate)]
     assert "report" not in names and "metrics" not in names and "model_preset" in names
@@ -153,7 +153,7 @@ def test_mode_only_flags_are_refused_in_the_other_mode(tmp_path):
 def _rank_series(tmp_path, run, batch, tps, status="completed"):
     import json
 
-    from components.common.step_series import COLUMN_NAMES, SERIES_SCHEMA
+    from kfp_sagemaker_blackwell.common.step_series import COLUMN_NAMES, SERIES_SCHEMA
 
     meta = {"run": run, "precision": "fp8", "status": status, "emulated": False,
             "failure_reason": "" if tps else "CUDA out of memory",
@@ -165,8 +165,8 @@ def _rank_series(tmp_path, run, batch, tps, status="completed"):
 
 
 def test_rank_throughput_has_a_cli_derived_from_its_component(tmp_path, capsys):
-    from components.rank_throughput.__main__ import build_parser, main
-    from components.rank_throughput.component import rank_throughput
+    from kfp_sagemaker_blackwell.components.rank_throughput.__main__ import build_parser, main
+    from kfp_sagemaker_blackwell.components.rank_throughput.component import rank_throughput
 
     _, params = build_parser()
     assert [p.name for p in params] == [p.name for p in cli.parameters(rank_throughput)]
@@ -189,7 +189,7 @@ def test_rank_throughput_has_a_cli_derived_from_its_component(tmp_path, capsys):
 
 def test_rank_throughput_cli_runs_as_a_module(tmp_path):
     series = [_rank_series(tmp_path, "b4", 4, 9000.0), _rank_series(tmp_path, "b8", 8, 9500.0)]
-    done = subprocess.run([sys.executable, "-m", "components.rank_throughput", *series],
+    done = subprocess.run([sys.executable, "-m", "kfp_sagemaker_blackwell.components.rank_throughput", *series],
                           capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert done.returncode == 0, done.stderr
     assert "**Best: batch 8" in done.stdout
@@ -204,7 +204,7 @@ def _pipeline_parser(name, monkeypatch):
     """The parser a pipeline module's main builds (caught as it is built, then --help)."""
     import importlib
 
-    from pipelines import _cli
+    from kfp_sagemaker_blackwell.pipelines import _cli
 
     built = []
     real = _cli.build_parser
@@ -215,7 +215,7 @@ def _pipeline_parser(name, monkeypatch):
 
     monkeypatch.setattr(_cli, "build_parser", keep)
     with pytest.raises(SystemExit):
-        importlib.import_module(f"pipelines.{name}").main(["--help"])
+        importlib.import_module(f"kfp_sagemaker_blackwell.pipelines.{name}").main(["--help"])
     return built[0][0]
 
 
@@ -223,12 +223,12 @@ def all_parsers(monkeypatch):
     """Every command line of the project: name -> its argparse parser."""
     import importlib
 
-    from catalog.flags import build_parser as trainer_parser
+    from kfp_sagemaker_blackwell.catalog.flags import build_parser as trainer_parser
 
     out = {}
     for name in COMPONENT_CLIS:
         module = "cli" if name == "memory_estimate" else "__main__"
-        out[name] = importlib.import_module(f"components.{name}.{module}").build_parser()[0]
+        out[name] = importlib.import_module(f"kfp_sagemaker_blackwell.components.{name}.{module}").build_parser()[0]
     for name in PIPELINE_CLIS:
         out[f"pipelines/{name}"] = _pipeline_parser(name, monkeypatch)
     out["trainer"] = trainer_parser()
@@ -246,7 +246,7 @@ def test_every_help_renders_without_rest_markup(monkeypatch, capsys):
         text = parser.format_help()
         assert not REST.findall(text), f"{name} --help shows reST markup: {REST.findall(text)}"
     assert not REST.findall(
-        subprocess.run([sys.executable, "-m", "pipelines.compile", "--help"], capture_output=True,
+        subprocess.run([sys.executable, "-m", "kfp_sagemaker_blackwell.pipelines.compile", "--help"], capture_output=True,
                        text=True, cwd=ROOT, timeout=120).stdout)
 
 
@@ -280,9 +280,9 @@ def test_plain_turns_rest_into_terminal_text():
      "error: model_preset: 'smal': unknown; did you mean 'small'? Fix: choose one of tiny,"),
     (["pipelines/precision_sweep.py", "--run-local", "--model-preset", "7b"],
      "model_preset: '7b': unknown; did you mean '8b'"),
-    (["-m", "components.memory_estimate", "--model-preset", "small", "--precisions", "bf61"],
+    (["-m", "kfp_sagemaker_blackwell.components.memory_estimate", "--model-preset", "small", "--precisions", "bf61"],
      "precisions: 'bf61': unknown; did you mean 'bf16'"),
-    (["-m", "components.memory_estimate", "--model-preset", "small", "--instance-type",
+    (["-m", "kfp_sagemaker_blackwell.components.memory_estimate", "--model-preset", "small", "--instance-type",
       "ml.p5.48xlarg"], "instance_type: 'ml.p5.48xlarg': unknown; did you mean 'ml.p5.48xlarge'"),
 ])
 def test_a_misspelt_name_gets_a_did_you_mean_under_its_current_flag(argv, expected, tmp_path):
@@ -295,11 +295,11 @@ def test_a_misspelt_name_gets_a_did_you_mean_under_its_current_flag(argv, expect
 
 
 def test_the_one_place_each_name_is_checked_suggests_the_closest():
-    from catalog import hardware, spec
-    from catalog.precisions import check_precision_name
-    from components.common import pricing
-    from components.common.errors import UserError
-    from components.plan_training.run import _instance_types
+    from kfp_sagemaker_blackwell.catalog import hardware, spec
+    from kfp_sagemaker_blackwell.catalog.precisions import check_precision_name
+    from kfp_sagemaker_blackwell.common.errors import UserError
+    from kfp_sagemaker_blackwell.components.plan_training.run import _instance_types
+    from kfp_sagemaker_blackwell.planning import pricing
 
     with pytest.raises(ValueError, match=r"model_preset='smal': unknown; did you mean 'small'\?"):
         spec.preset("smal")
@@ -364,9 +364,9 @@ def test_one_idea_has_one_spelling_and_one_value_syntax_across_every_cli(monkeyp
 
 
 def test_switches_take_the_same_words_everywhere():
-    from catalog.flags import build_parser as trainer_parser
-    from catalog.flags import normalise_argv
-    from components.memory_estimate.cli import build_parser as memory_parser
+    from kfp_sagemaker_blackwell.catalog.flags import build_parser as trainer_parser
+    from kfp_sagemaker_blackwell.catalog.flags import normalise_argv
+    from kfp_sagemaker_blackwell.components.memory_estimate.cli import build_parser as memory_parser
 
     parser, _ = memory_parser()
     for argv, expected in [([], None), (["--activation-checkpointing"], "on"),
@@ -384,8 +384,10 @@ def test_switches_take_the_same_words_everywhere():
 
 
 def test_old_spellings_still_work_with_a_note(capsys):
-    from components.memory_estimate.cli import build_parser as memory_parser
-    from components.sagemaker_training.__main__ import build_parser as training_parser
+    from kfp_sagemaker_blackwell.components.memory_estimate.cli import build_parser as memory_parser
+    from kfp_sagemaker_blackwell.components.sagemaker_training.__main__ import (
+        build_parser as training_parser,
+    )
 
     parser, _ = memory_parser()
     assert parser.parse_args(["--gradient-accumulation-steps", "4"]).grad_accum_steps == 4
@@ -400,7 +402,7 @@ def test_old_spellings_still_work_with_a_note(capsys):
 
 
 def test_the_trainer_suggests_the_closest_precision_too():
-    from catalog import flags as config
+    from kfp_sagemaker_blackwell.catalog import flags as config
 
     with pytest.raises(config.ConfigError, match=r"--precision: 'bf61': unknown; did you mean "
                                                  r"'bf16' or 'fp16'\? choose one of fp32"):
@@ -410,11 +412,11 @@ def test_the_trainer_suggests_the_closest_precision_too():
 def test_a_declaration_read_from_source_is_the_imported_signatures():
     """The training config reads its component's signature from source (the KFP executor
     cannot import a component module): the same parameters, kinds, defaults and help."""
-    from components.common import cli as common_cli
-    from components.sagemaker_training.component import sagemaker_training
+    from kfp_sagemaker_blackwell.common import cli as common_cli
+    from kfp_sagemaker_blackwell.components.sagemaker_training.component import sagemaker_training
 
     placeholders = {"run_id": "r", "task": "t", "pipeline": "p"}
-    read = common_cli.source_parameters("components.sagemaker_training.component",
+    read = common_cli.source_parameters("kfp_sagemaker_blackwell.components.sagemaker_training.component",
                                         "sagemaker_training", defaults=placeholders)
     imported = common_cli.parameters(sagemaker_training)
     assert [p.name for p in read] == [p.name for p in imported]

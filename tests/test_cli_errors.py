@@ -1,5 +1,5 @@
 """Issue 29.5: what AWS refuses reaches the user as one line naming the field and the fix,
-with an exit code that means one thing (components/common/errors.py), never a traceback."""
+with an exit code that means one thing (common/errors.py), never a traceback."""
 
 import os
 import subprocess
@@ -9,8 +9,8 @@ import pytest
 from botocore import exceptions as bx
 from conftest import serve
 
-from components.common import errors
-from components.common.shipped import CHECKOUT
+from kfp_sagemaker_blackwell.common import errors
+from kfp_sagemaker_blackwell.common.shipped import CHECKOUT
 
 
 def _client_error(code, message, operation, **extra):
@@ -30,7 +30,7 @@ def test_a_missing_bucket_against_serve_is_one_line_naming_the_field():
     proc, _, env = serve()
     try:
         out = subprocess.run(
-            [sys.executable, "-m", "components.sagemaker_training", "--run-id", "e29",
+            [sys.executable, "-m", "kfp_sagemaker_blackwell.components.sagemaker_training", "--run-id", "e29",
              "--task", "train", "--image-uri",
              "123456789012.dkr.ecr.us-west-2.amazonaws.com/kfp-sagemaker-trainer:test",
              "--role-arn", "arn:aws:iam::123456789012:role/SageMakerTraining", "--region",
@@ -50,7 +50,7 @@ def test_a_missing_bucket_against_serve_is_one_line_naming_the_field():
 
 def test_no_credentials_for_build_components_image_is_one_line_and_exit_77(tmp_path):
     out = subprocess.run(
-        [sys.executable, "-m", "pipelines.compile", "--build-components-image", "--s3-uri",
+        [sys.executable, "-m", "kfp_sagemaker_blackwell.pipelines.compile", "--build-components-image", "--s3-uri",
          "s3://some-bucket/p", "--region", "us-west-2", "--output-dir", str(tmp_path)],
         capture_output=True, text=True, cwd=CHECKOUT, env=_no_aws_env(), timeout=120)
     assert out.returncode == errors.AWS_CREDENTIALS_EXIT_CODE, out.stderr[-2000:]
@@ -108,8 +108,8 @@ def test_cli_errors_prints_one_line_and_lets_a_bug_keep_its_traceback(capsys):
 
 
 def test_a_user_error_and_a_trainer_config_error_are_field_errors():
-    from catalog.errors import FieldError
-    from catalog.flags import ConfigError
+    from kfp_sagemaker_blackwell.catalog.errors import FieldError
+    from kfp_sagemaker_blackwell.catalog.flags import ConfigError
 
     user = errors.UserError("max_steps", "0: must be >= 1.", "pass max_steps=1 or more.")
     assert isinstance(user, FieldError) and str(user) == (
@@ -120,7 +120,7 @@ def test_a_user_error_and_a_trainer_config_error_are_field_errors():
 
 
 def test_an_unknown_name_carries_its_suggestion_and_its_choices():
-    from catalog import precisions
+    from kfp_sagemaker_blackwell.catalog import precisions
 
     with pytest.raises(ValueError) as raised:
         precisions.check_precision_name("fp9")
@@ -135,7 +135,10 @@ def test_an_unknown_name_carries_its_suggestion_and_its_choices():
                                          ({"num_heads": 7}, "num_heads"),
                                          ({"model_preset": "9b"}, "model_preset")])
 def test_the_training_config_names_the_model_field_the_spec_refuses(dims, field):
-    from components.sagemaker_training.request import TrainingJobConfig, resolve
+    from kfp_sagemaker_blackwell.components.sagemaker_training.request import (
+        TrainingJobConfig,
+        resolve,
+    )
 
     cfg = TrainingJobConfig(
         image_uri="123456789012.dkr.ecr.us-west-2.amazonaws.com/trainer:t",

@@ -1,4 +1,4 @@
-"""LogTail (components/common/cloudwatch.py) and parse_logs' CloudWatch source, against the
+"""LogTail (common/cloudwatch.py) and parse_logs' CloudWatch source, against the
 local backend (moto's CloudWatch Logs on 127.0.0.1)."""
 
 import itertools
@@ -7,11 +7,15 @@ import time
 import pytest
 from botocore.exceptions import ClientError
 
-from catalog import logformat as lf
-from components.common.cloudwatch import TRAINING_JOBS_LOG_GROUP, LogTail, training_job_tail
-from components.common.errors import UserError
-from components.local import LocalBackend
-from components.parse_logs.source import parse_training_job
+from kfp_sagemaker_blackwell.catalog import logformat as lf
+from kfp_sagemaker_blackwell.common.cloudwatch import (
+    TRAINING_JOBS_LOG_GROUP,
+    LogTail,
+    training_job_tail,
+)
+from kfp_sagemaker_blackwell.common.errors import UserError
+from kfp_sagemaker_blackwell.components.parse_logs.source import parse_training_job
+from kfp_sagemaker_blackwell.local_backend import LocalBackend
 
 _names = itertools.count()
 

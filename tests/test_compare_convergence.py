@@ -10,23 +10,23 @@ from html.parser import HTMLParser
 
 import pytest
 
-from catalog import logformat as lf
-from catalog.spec import PRESETS
-from components.common import cli
-from components.common.errors import UserError
-from components.common.step_series import read_series
-from components.compare_convergence.compare import Settings, compare
-from components.compare_convergence.component import compare_convergence
-from components.compare_convergence.report import (
+from kfp_sagemaker_blackwell.catalog import logformat as lf
+from kfp_sagemaker_blackwell.catalog.spec import PRESETS
+from kfp_sagemaker_blackwell.common import cli
+from kfp_sagemaker_blackwell.common.errors import UserError
+from kfp_sagemaker_blackwell.common.step_series import read_series
+from kfp_sagemaker_blackwell.components.compare_convergence.compare import Settings, compare
+from kfp_sagemaker_blackwell.components.compare_convergence.component import compare_convergence
+from kfp_sagemaker_blackwell.components.compare_convergence.report import (
     html_report,
     markdown,
     metrics,
     numerics_note,
     verdicts_json,
 )
-from components.compare_convergence.run import compare_files
-from components.parse_logs.parser import parse_bytes
-from components.parse_logs.report import write_outputs
+from kfp_sagemaker_blackwell.components.compare_convergence.run import compare_files
+from kfp_sagemaker_blackwell.components.parse_logs.parser import parse_bytes
+from kfp_sagemaker_blackwell.components.parse_logs.report import write_outputs
 
 FLOOR = 1.149
 
@@ -208,8 +208,8 @@ def _emulated(tmp_path, model, batch, seq, world=1):
 
 
 def test_emulated_runs_get_the_throughput_models_prediction_for_the_target(tmp_path):
-    from components.common import throughput
-    from components.common.training_setup import TrainingSetup
+    from kfp_sagemaker_blackwell.planning import throughput
+    from kfp_sagemaker_blackwell.planning.training_setup import TrainingSetup
 
     paths = _emulated(tmp_path, "8b", 2, 8192)
     cmp = run_compare(paths)
@@ -457,7 +457,7 @@ def test_html_report_structure_what_a_browser_would_show(tmp_path):
 
 def _drawn(monkeypatch, draw, cmp):
     """The matplotlib figure a report figure function draws (instead of its PNG)."""
-    from components.compare_convergence import report
+    from kfp_sagemaker_blackwell.components.compare_convergence import report
 
     figs = []
     monkeypatch.setattr(report, "_png", lambda fig: figs.append(fig) or "png")
@@ -467,7 +467,7 @@ def _drawn(monkeypatch, draw, cmp):
 
 def test_figures_show_the_final_window_legends_and_a_labelled_difference_axis(tmp_path,
                                                                              monkeypatch):
-    from components.compare_convergence import report
+    from kfp_sagemaker_blackwell.components.compare_convergence import report
 
     paths = [write_run(tmp_path, "bf16", curve()),
              write_run(tmp_path, "fp8", curve(offset=0.003)),
@@ -493,7 +493,7 @@ def test_figures_show_the_final_window_legends_and_a_labelled_difference_axis(tm
 
 def test_cli_writes_the_reports_and_exits_by_outcome(tmp_path):
     ok = [write_run(tmp_path, "bf16", curve()), write_run(tmp_path, "fp8", curve(), tps=2000.0)]
-    cmd = [sys.executable, "-m", "components.compare_convergence"]
+    cmd = [sys.executable, "-m", "kfp_sagemaker_blackwell.components.compare_convergence"]
     out = subprocess.run(cmd + [str(p) for p in ok] + ["--html", str(tmp_path / "r.html"),
                                                        "--json"],
                          capture_output=True, text=True)
@@ -514,8 +514,8 @@ def test_series_round_trip_keeps_what_compare_needs(tmp_path):
 
 
 def test_final_loss_has_one_definition_in_parse_logs_and_compare_convergence(tmp_path):
-    from components.common.losses import final_loss
-    from components.parse_logs.analysis import analyse
+    from kfp_sagemaker_blackwell.common.losses import final_loss
+    from kfp_sagemaker_blackwell.components.parse_logs.analysis import analyse
 
     losses = curve(steps=57, noise=0.05)
     paths = [write_run(tmp_path, "bf16", losses), write_run(tmp_path, "fp8", losses)]
@@ -560,7 +560,7 @@ def _refused(tmp_path, hostile, *match):
     """The hostile file is refused: read_series raises a UserError naming the file and
     the fix; in a sweep it is left out, the report is partial and names it, and no row of
     it passes."""
-    from components.common.step_series import SeriesFormatError
+    from kfp_sagemaker_blackwell.common.step_series import SeriesFormatError
 
     with pytest.raises(SeriesFormatError) as err:
         read_series(hostile)
@@ -691,7 +691,7 @@ def test_a_number_cell_that_is_not_a_number_is_refused(tmp_path):
 
 def test_the_writer_refuses_what_the_reader_refuses(tmp_path):
     """One contract: parse_logs cannot write a series compare_convergence would refuse."""
-    from components.common.step_series import SeriesFormatError
+    from kfp_sagemaker_blackwell.common.step_series import SeriesFormatError
 
     lines = [lf.format_step(lf.StepRecord(s, 2.0, 1e-3, 1.0, 1.0, 1.0, 1.0, 0.3, 1.0, 1.0,
                                           "fp8", False)) for s in (1, 2, 3)]
@@ -703,7 +703,7 @@ def test_the_writer_refuses_what_the_reader_refuses(tmp_path):
 
 
 def test_the_cli_puts_the_given_run_context_on_top(tmp_path, capsys):
-    from components.compare_convergence.__main__ import main
+    from kfp_sagemaker_blackwell.components.compare_convergence.__main__ import main
 
     paths = [write_run(tmp_path, "bf16", curve()), write_run(tmp_path, "fp8", curve(offset=0.001))]
     main([*map(str, paths), "--run-context", "run_id=r9", "--run-context", "pipeline=mine",

@@ -5,9 +5,9 @@ import sys
 
 import yaml
 
-from components.common.component import components_image
-from components.common.shipped import CHECKOUT
-from pipelines.compile import COMPILED, compile_all, compiled_image
+from kfp_sagemaker_blackwell.common.component import components_image
+from kfp_sagemaker_blackwell.common.shipped import CHECKOUT
+from kfp_sagemaker_blackwell.pipelines.compile import COMPILED, compile_all, compiled_image
 
 
 def _normalise(text: str) -> list[str]:
@@ -48,7 +48,7 @@ def test_every_compiled_file_names_the_image_its_steps_run_in():
 
 def test_compiling_for_another_image_changes_only_the_image(tmp_path):
     mine = "123456789012.dkr.ecr.us-west-2.amazonaws.com/team/components@sha256:" + "0f" * 32
-    out = subprocess.run([sys.executable, "-m", "pipelines.compile", "--output-dir",
+    out = subprocess.run([sys.executable, "-m", "kfp_sagemaker_blackwell.pipelines.compile", "--output-dir",
                           str(tmp_path), "--components-image", mine], cwd=CHECKOUT,
                          capture_output=True, text=True, check=True).stdout
     assert f"components image: {mine}" in out
@@ -57,7 +57,7 @@ def test_compiling_for_another_image_changes_only_the_image(tmp_path):
         assert compiled_image(theirs) == mine and _executor_images(theirs) == {mine}
         ours = _normalise(path.read_text())[2:]
         assert _normalise(theirs.read_text().replace(mine, components_image()))[2:] == ours
-    bad = subprocess.run([sys.executable, "-m", "pipelines.compile", "--output-dir",
+    bad = subprocess.run([sys.executable, "-m", "kfp_sagemaker_blackwell.pipelines.compile", "--output-dir",
                           str(tmp_path), "--components-image", "not an image"], cwd=CHECKOUT,
                          capture_output=True, text=True)
     assert bad.returncode == 2 and "not an image reference" in bad.stderr

@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 from conftest import job_ended, local_backend_with_bucket, losses, wait_for
 
-from catalog import logformat
-from components.local import container
+from kfp_sagemaker_blackwell.catalog import logformat
+from kfp_sagemaker_blackwell.local_backend import container
 
 ROOT = Path(__file__).resolve().parent.parent
 BUCKET = "container-contract"
@@ -224,7 +224,7 @@ def test_jobs_die_with_a_backend_killed_by_sigkill(tmp_path):
     script = textwrap.dedent(f"""
         import sys, time
         sys.path.insert(0, {str(ROOT / 'tests')!r})
-        from components.local import LocalBackend
+        from kfp_sagemaker_blackwell.local_backend import LocalBackend
         with LocalBackend(stop_grace_s=1) as b:
             b.client("s3").create_bucket(Bucket="{BUCKET}",
                 CreateBucketConfiguration={{"LocationConstraint": b.region}})

@@ -4,8 +4,8 @@ import sys
 
 import pytest
 
-from components.common import aws
-from components.common.errors import UserError
+from kfp_sagemaker_blackwell.common import aws
+from kfp_sagemaker_blackwell.common.errors import UserError
 
 
 def test_import_components_is_fast_and_loads_no_heavy_library():
@@ -23,7 +23,7 @@ def test_import_components_is_fast_and_loads_no_heavy_library():
 
 def test_importing_every_component_module_loads_no_torch_or_sagemaker_sdk():
     code = (
-        "import sys, json; from pipelines.compile import discover_components, "
+        "import sys, json; from kfp_sagemaker_blackwell.pipelines.compile import discover_components, "
         "discover_pipelines; discover_components(); discover_pipelines(); "
         "print(json.dumps([m for m in ('torch','transformer_engine','sagemaker') "
         "if m in sys.modules]))"
@@ -35,8 +35,8 @@ def test_importing_every_component_module_loads_no_torch_or_sagemaker_sdk():
 def test_component_helper_sets_image_no_kfp_install_and_no_cache_for_aws(tmp_path):
     from kfp import compiler, dsl
 
-    from components import __version__
-    from components.common.component import component, components_image
+    from kfp_sagemaker_blackwell.common.component import component, components_image
+    from kfp_sagemaker_blackwell.components import __version__
 
     @component(aws=True)
     def touches_aws(x: int) -> int:
@@ -65,8 +65,8 @@ def test_component_helper_sets_image_no_kfp_install_and_no_cache_for_aws(tmp_pat
 
 
 def test_components_image_takes_a_repository_or_a_full_reference(monkeypatch):
-    from components import __version__
-    from components.common.component import components_image
+    from kfp_sagemaker_blackwell.common.component import components_image
+    from kfp_sagemaker_blackwell.components import __version__
 
     digest = "sha256:" + "ab" * 32
     for given, expected in (
@@ -103,7 +103,7 @@ def test_package_version_matches_setup_cfg():
     import configparser
     from pathlib import Path
 
-    from components import __version__
+    from kfp_sagemaker_blackwell.components import __version__
 
     cfg = configparser.ConfigParser()
     cfg.read(Path(__file__).resolve().parent.parent / "setup.cfg")

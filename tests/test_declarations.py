@@ -15,20 +15,20 @@ from typing import Any
 
 import pytest
 
-from components.common import cli
+from kfp_sagemaker_blackwell.common import cli
 
 # CLI module -> (component module, component name). Every module has build_parser().
 CLIS = {
-    "components.memory_estimate.cli": ("components.memory_estimate.component", "memory_estimate"),
-    "components.build_image.__main__": ("components.build_image.component", "build_image"),
-    "components.cleanup.__main__": ("components.cleanup.component", "cleanup"),
-    "components.parse_logs.__main__": ("components.parse_logs.component", "parse_logs"),
-    "components.compare_convergence.__main__": ("components.compare_convergence.component",
+    "kfp_sagemaker_blackwell.components.memory_estimate.cli": ("kfp_sagemaker_blackwell.components.memory_estimate.component", "memory_estimate"),
+    "kfp_sagemaker_blackwell.components.build_image.__main__": ("kfp_sagemaker_blackwell.components.build_image.component", "build_image"),
+    "kfp_sagemaker_blackwell.components.cleanup.__main__": ("kfp_sagemaker_blackwell.components.cleanup.component", "cleanup"),
+    "kfp_sagemaker_blackwell.components.parse_logs.__main__": ("kfp_sagemaker_blackwell.components.parse_logs.component", "parse_logs"),
+    "kfp_sagemaker_blackwell.components.compare_convergence.__main__": ("kfp_sagemaker_blackwell.components.compare_convergence.component",
                                                 "compare_convergence"),
-    "components.sagemaker_training.__main__": ("components.sagemaker_training.component",
+    "kfp_sagemaker_blackwell.components.sagemaker_training.__main__": ("kfp_sagemaker_blackwell.components.sagemaker_training.component",
                                                "sagemaker_training"),
-    "components.plan_training.__main__": ("components.plan_training.component", "plan_training"),
-    "components.rank_throughput.__main__": ("components.rank_throughput.component",
+    "kfp_sagemaker_blackwell.components.plan_training.__main__": ("kfp_sagemaker_blackwell.components.plan_training.component", "plan_training"),
+    "kfp_sagemaker_blackwell.components.rank_throughput.__main__": ("kfp_sagemaker_blackwell.components.rank_throughput.component",
                                             "rank_throughput"),
 }
 # What is not yet converted: (test, source) -> why. Strict, so that a marker must go the
@@ -37,7 +37,7 @@ NOT_YET: dict[tuple[str, str], str] = {}
 # Parameters that two declarations still spell two ways: name set -> why. The test fails
 # when one is fixed, so that it is struck here.
 SPLIT: dict[frozenset[str], str] = {}
-PIPELINES = ("pipelines.precision_sweep", "pipelines.batch_tuning", "pipelines.plan_and_train")
+PIPELINES = ("kfp_sagemaker_blackwell.pipelines.precision_sweep", "kfp_sagemaker_blackwell.pipelines.batch_tuning", "kfp_sagemaker_blackwell.pipelines.plan_and_train")
 # Names that mean the same parameter even though they differ by more than a unit suffix.
 SYNONYMS = [{"preset", "model_preset"}, {"pipeline", "pipeline_name"},
             {"poll_interval", "poll_interval_s", "poll_interval_seconds"}]
@@ -56,11 +56,11 @@ def _component(cli_module: str) -> Any:
 
 def _parser(source: str) -> argparse.ArgumentParser:
     if source == "trainer":
-        from catalog.flags import build_parser
+        from kfp_sagemaker_blackwell.catalog.flags import build_parser
 
         return build_parser()
     if source in PIPELINES:
-        from pipelines import _cli
+        from kfp_sagemaker_blackwell.pipelines import _cli
 
         mod = importlib.import_module(source)
         return _cli.build_parser(name=source.split(".")[-1], doc=mod.__doc__ or "",
@@ -98,7 +98,7 @@ def test_every_component_parameter_is_a_cli_flag_with_the_components_default(cli
             continue
         if p.flag not in action.option_strings:
             problems.append(f"{p.name}: spelled {action.option_strings}, not {p.flag}")
-        # None: the CLI takes the declaration's default (components.common.cli.values)
+        # None: the CLI takes the declaration's default (kfp_sagemaker_blackwell.common.cli.values)
         if action.default is not None and action.default != p.default:
             problems.append(f"{p.name}: CLI default {action.default!r} != {p.default!r}")
     assert not problems, problems
@@ -148,9 +148,9 @@ def test_every_cli_spells_a_parameter_as_the_components_do(source):
 
 
 def test_compare_settings_take_the_components_defaults_and_name_a_bad_parameter():
-    from components.common.errors import UserError
-    from components.compare_convergence.compare import Settings
-    from components.compare_convergence.component import compare_convergence
+    from kfp_sagemaker_blackwell.common.errors import UserError
+    from kfp_sagemaker_blackwell.components.compare_convergence.compare import Settings
+    from kfp_sagemaker_blackwell.components.compare_convergence.component import compare_convergence
 
     settings = Settings.from_parameters(cli.declared(compare_convergence))
     assert (settings.baseline, settings.loss_tolerance_rel, settings.align_by) == (
@@ -163,9 +163,9 @@ def test_compare_settings_take_the_components_defaults_and_name_a_bad_parameter(
 
 
 def test_a_build_request_takes_the_components_defaults_and_names_a_bad_parameter():
-    from components.build_image.build import BuildRequest
-    from components.build_image.component import build_image
-    from components.common.errors import UserError
+    from kfp_sagemaker_blackwell.common.errors import UserError
+    from kfp_sagemaker_blackwell.components.build_image.build import BuildRequest
+    from kfp_sagemaker_blackwell.components.build_image.component import build_image
 
     request = BuildRequest.from_parameters(cli.declared(build_image, run_id="r"))
     assert (request.repository, request.timeout_minutes, request.builder) == (
@@ -178,9 +178,9 @@ def test_a_build_request_takes_the_components_defaults_and_names_a_bad_parameter
 
 
 def test_cleanup_defaults_are_the_components():
-    from components.cleanup.component import cleanup
-    from components.cleanup.plan import DEFAULT_MAX_OBJECTS
-    from components.cleanup.run import DEFAULT_STOP_WAIT_S
+    from kfp_sagemaker_blackwell.components.cleanup.component import cleanup
+    from kfp_sagemaker_blackwell.components.cleanup.plan import DEFAULT_MAX_OBJECTS
+    from kfp_sagemaker_blackwell.components.cleanup.run import DEFAULT_STOP_WAIT_S
 
     declared = cli.defaults(cleanup)
     assert (declared["max_objects"], declared["stop_wait_seconds"]) == (DEFAULT_MAX_OBJECTS,

@@ -1,5 +1,5 @@
 """The JSON documents components hand each other are read in one place
-(components/common/documents.py): whatever the user passes, an error that names the
+(common/documents.py): whatever the user passes, an error that names the
 parameter and what to pass, never a traceback."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ import json
 
 import pytest
 
-from components.common.documents import VERDICTS_SCHEMA, read_document
-from components.common.errors import UserError
-from components.common.memory_plan import MemoryPlan
-from components.plan_training.run import read_verdicts
+from kfp_sagemaker_blackwell.common.documents import VERDICTS_SCHEMA, read_document
+from kfp_sagemaker_blackwell.common.errors import UserError
+from kfp_sagemaker_blackwell.components.plan_training.run import read_verdicts
+from kfp_sagemaker_blackwell.planning.memory_plan import MemoryPlan
 
 DEEP = '{"a": ' * 100_000 + "1" + "}" * 100_000  # past what json.loads takes
 READERS = [

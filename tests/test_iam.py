@@ -1,4 +1,4 @@
-"""The IAM policies in images/iam, the offline evaluator, and the API-call recorder."""
+"""The IAM policies in iam, the offline evaluator, and the API-call recorder."""
 
 from __future__ import annotations
 
@@ -10,9 +10,10 @@ import sys
 
 import pytest
 
-from components.common import aws, iam_policy
-from components.common.aws import ApiCall
-from components.common.iam_policy import Authorization, evaluate
+from kfp_sagemaker_blackwell.common import aws
+from kfp_sagemaker_blackwell.common.aws import ApiCall
+from kfp_sagemaker_blackwell.iam import policy as iam_policy
+from kfp_sagemaker_blackwell.iam.policy import Authorization, evaluate
 
 ACCOUNT = "123456789012"
 POD = iam_policy.pod_policy(bucket="my-bucket", s3_prefix="kfp/", region="us-west-2",
@@ -151,7 +152,7 @@ def test_codebuild_role_may_pull_the_dlc_and_push_only_to_the_projects_repositor
 
 def test_recorder_captures_calls_here_and_in_child_processes_only_inside_the_block(
         tmp_path, monkeypatch):
-    from components.local import LocalBackend
+    from kfp_sagemaker_blackwell.local_backend import LocalBackend
 
     with LocalBackend() as backend:
         for key, value in backend.env().items():
@@ -161,7 +162,7 @@ def test_recorder_captures_calls_here_and_in_child_processes_only_inside_the_blo
                          CreateBucketConfiguration={"LocationConstraint": backend.region})
         with aws.record_calls(str(tmp_path / "calls.jsonl")) as recording:
             s3.list_objects_v2(Bucket="before", Prefix="x/")
-            child = "from components.common import aws; aws.client('s3').head_bucket(Bucket='before')"
+            child = "from kfp_sagemaker_blackwell.common import aws; aws.client('s3').head_bucket(Bucket='before')"
             subprocess.run([sys.executable, "-c", child], check=True,
                            cwd=iam_policy.POLICY_DIR.parent.parent)
         s3.list_objects_v2(Bucket="before")  # after the block: not recorded
@@ -181,7 +182,7 @@ def test_the_iam_lint_passes_and_would_catch_a_bad_policy():
     from pathlib import Path
 
     root = Path(__file__).resolve().parent.parent
-    out = subprocess.run([sys.executable, str(root / "images" / "iam" / "lint.py")],
+    out = subprocess.run([sys.executable, str(root / "iam" / "lint.py")],
                          capture_output=True, text=True)
     assert out.returncode == 0 and "3 policies, 0 finding(s)" in out.stdout, out.stdout
     with warnings.catch_warnings():

@@ -7,13 +7,14 @@ from dataclasses import replace
 
 import pytest
 
-from catalog import hardware
-from components.common import aws, pricing
-from components.common.errors import UserError
-from components.common.memory_plan import MemoryPlan, PrecisionPlan
-from components.sagemaker_training import __main__ as cli
-from components.sagemaker_training import launcher
-from components.sagemaker_training.request import TrainingJobConfig
+from kfp_sagemaker_blackwell.catalog import hardware
+from kfp_sagemaker_blackwell.common import aws
+from kfp_sagemaker_blackwell.common.errors import UserError
+from kfp_sagemaker_blackwell.components.sagemaker_training import __main__ as cli
+from kfp_sagemaker_blackwell.components.sagemaker_training import launcher
+from kfp_sagemaker_blackwell.components.sagemaker_training.request import TrainingJobConfig
+from kfp_sagemaker_blackwell.planning import pricing
+from kfp_sagemaker_blackwell.planning.memory_plan import MemoryPlan, PrecisionPlan
 
 IMAGE = "123456789012.dkr.ecr.us-west-2.amazonaws.com/kfp-sagemaker-trainer:test"
 ROLE = "arn:aws:iam::123456789012:role/SageMakerTraining"
@@ -108,7 +109,7 @@ def test_a_budget_without_a_price_is_refused_saying_why_there_is_none():
 
 
 def test_the_plans_predicted_time_and_cost_are_shown_labelled_predicted(capsys):
-    from catalog import spec
+    from kfp_sagemaker_blackwell.catalog import spec
 
     entry = PrecisionPlan(precision="bf16", supported=True, fits=True, batch_size=2,
                           activation_checkpointing=False, peak_bytes=2**30, step_seconds=0.5,
@@ -128,7 +129,7 @@ def test_the_plans_predicted_time_and_cost_are_shown_labelled_predicted(capsys):
 
 
 def test_the_sweeps_pass_their_items_so_the_budget_covers_every_job():
-    from pipelines import batch_tuning, precision_sweep
+    from kfp_sagemaker_blackwell.pipelines import batch_tuning, precision_sweep
 
     for module, items in ((precision_sweep, "runnable_precisions"),
                           (batch_tuning, "batch_candidates")):
@@ -142,7 +143,7 @@ def test_the_sweeps_pass_their_items_so_the_budget_covers_every_job():
 
 
 def test_both_pipelines_pass_instance_hour_prices_to_the_plan_and_every_training_job():
-    from pipelines import batch_tuning, precision_sweep
+    from kfp_sagemaker_blackwell.pipelines import batch_tuning, precision_sweep
 
     for module in (precision_sweep, batch_tuning):
         spec = module.PIPELINE.pipeline_spec
@@ -156,8 +157,8 @@ def test_both_pipelines_pass_instance_hour_prices_to_the_plan_and_every_training
 
 
 def test_the_memory_plan_prices_with_the_users_rate_and_names_it():
-    from components.memory_estimate.cli import with_defaults
-    from components.memory_estimate.run import run_component
+    from kfp_sagemaker_blackwell.components.memory_estimate.cli import with_defaults
+    from kfp_sagemaker_blackwell.components.memory_estimate.run import run_component
 
     plan = MemoryPlan.from_json(run_component(**with_defaults(dict(
         model_preset="1b", seq_length=1024, batch_size=2, precisions=["bf16"],
@@ -179,8 +180,8 @@ def test_a_cost_reads_as_its_formula_and_its_source():
 
 @pytest.mark.parametrize("amount", [-5, -0.01, float("inf"), float("nan"), True])
 def test_resolve_refuses_a_budget_that_is_not_an_amount_naming_max_cost_usd(amount):
-    from catalog.errors import FieldError
-    from components.sagemaker_training.request import resolve
+    from kfp_sagemaker_blackwell.catalog.errors import FieldError
+    from kfp_sagemaker_blackwell.components.sagemaker_training.request import resolve
 
     with pytest.raises(FieldError) as err:
         resolve(cfg(max_cost_usd=amount), region="us-west-2")
@@ -189,7 +190,7 @@ def test_resolve_refuses_a_budget_that_is_not_an_amount_naming_max_cost_usd(amou
 
 
 def test_resolve_parses_the_budget_once_for_the_jobs_that_share_it():
-    from components.sagemaker_training.request import Budget, resolve
+    from kfp_sagemaker_blackwell.components.sagemaker_training.request import Budget, resolve
 
     resolved = resolve(cfg(max_cost_usd=12, budget_items=["bf16", "fp8", "mxfp8"]),
                        region="us-west-2")

@@ -35,12 +35,16 @@ from conftest import (
     wait_for,
 )
 
-from components.common import aws, remote_job, resources
-from components.common.errors import AWS_UNREACHABLE_EXIT_CODE, UserError
-from components.common.execution_context import TERMINATED_EXIT_CODE, ExecutionContext, Terminated
-from components.sagemaker_training import __main__ as cli
-from components.sagemaker_training import launcher
-from components.sagemaker_training.request import TrainingJobConfig
+from kfp_sagemaker_blackwell.common import aws, remote_job, resources
+from kfp_sagemaker_blackwell.common.errors import AWS_UNREACHABLE_EXIT_CODE, UserError
+from kfp_sagemaker_blackwell.common.execution_context import (
+    TERMINATED_EXIT_CODE,
+    ExecutionContext,
+    Terminated,
+)
+from kfp_sagemaker_blackwell.components.sagemaker_training import __main__ as cli
+from kfp_sagemaker_blackwell.components.sagemaker_training import launcher
+from kfp_sagemaker_blackwell.components.sagemaker_training.request import TrainingJobConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 BUCKET = "kfp-sagemaker-faults"
@@ -181,7 +185,7 @@ def test_the_command_line_exits_143_on_sigterm_and_on_ctrl_c_at_random_instants(
         cfg = config(steps=400)
         name = launcher.prepare(cfg)[0].job_name
         proc = subprocess.Popen(
-            [sys.executable, "-m", "components.sagemaker_training", *training_cli_args(cfg)],
+            [sys.executable, "-m", "kfp_sagemaker_blackwell.components.sagemaker_training", *training_cli_args(cfg)],
             cwd=ROOT, env={**os.environ, **backend.env()}, stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT, text=True)
         try:
@@ -208,7 +212,7 @@ def test_kill_9_then_rerun_reattaches_to_the_same_job(backend, tmp_path):
         name = launcher.prepare(cfg)[0].job_name
         record = tmp_path / f"{name}.json"
         proc = subprocess.Popen(
-            [sys.executable, "-m", "components.sagemaker_training",
+            [sys.executable, "-m", "kfp_sagemaker_blackwell.components.sagemaker_training",
              *training_cli_args(cfg, "--aws-resources-path", str(record))],
             cwd=ROOT, env={**os.environ, **backend.env()}, stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL)

@@ -22,9 +22,9 @@ import pytest
 from botocore.exceptions import ClientError
 from conftest import entrypoint, job_ended, local_backend_with_bucket, serve
 
-from catalog import logformat
-from components.common import aws
-from components.local import auth
+from kfp_sagemaker_blackwell.catalog import logformat
+from kfp_sagemaker_blackwell.common import aws
+from kfp_sagemaker_blackwell.local_backend import auth
 
 ROOT = Path(__file__).resolve().parent.parent
 BUCKET = "local-backend-test"
@@ -281,7 +281,7 @@ def test_serve_prints_the_endpoint_and_runs_until_sigterm(monkeypatch):
             proc.kill()
 
 
-LOCAL_PACKAGE = ROOT / "components" / "local"
+LOCAL_PACKAGE = ROOT / "local_backend"
 
 
 def test_executor_gets_settings_and_a_client_factory_not_the_backend():
@@ -290,7 +290,7 @@ def test_executor_gets_settings_and_a_client_factory_not_the_backend():
         for node in ast.walk(ast.parse(path.read_text())):
             names = ([node.module or ""] if isinstance(node, ast.ImportFrom)
                      else [a.name for a in node.names] if isinstance(node, ast.Import) else [])
-            if any(n == "components.local.backend" for n in names):
+            if any(n == "kfp_sagemaker_blackwell.local_backend.backend" for n in names):
                 importers.add(path.name)
     assert importers == {"__init__.py", "__main__.py"}  # nothing the backend imports
 
@@ -374,7 +374,7 @@ def test_stopping_condition_defaults_to_sagemakers_one_day(backend):
 
 @pytest.fixture(scope="module")
 def strict():
-    from components.local import LocalBackend
+    from kfp_sagemaker_blackwell.local_backend import LocalBackend
 
     with LocalBackend(strict_resources=True, quotas={"ml.p6-b200.48xlarge": 2},
                       stop_grace_s=1.0) as b:
@@ -643,7 +643,7 @@ def test_serve_answers_training_plans_quotas_and_spot_interruptions(tmp_path, mo
         admin("PUT", "/_local/quotas", {"ml.p6-b200.48xlarge": 2})
         sm.create_training_job(**request("served-two", "exit 0"))
         wait_secondary(sm, "served-spot", "Training")
-        out = subprocess.run([sys.executable, "-m", "components.local", "interrupt-spot",
+        out = subprocess.run([sys.executable, "-m", "kfp_sagemaker_blackwell.local_backend", "interrupt-spot",
                               "served-spot", "--endpoint-url", url], cwd=ROOT, env=env,
                              capture_output=True, text=True, timeout=30)
         assert out.returncode == 0, out.stderr

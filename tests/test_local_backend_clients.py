@@ -1,4 +1,4 @@
-"""Real clients nobody here wrote, against ``python -m components.local serve``.
+"""Real clients nobody here wrote, against ``python -m kfp_sagemaker_blackwell.local_backend serve``.
 
 - the AWS CLI (``aws`` on PATH): create / describe / list with filters and pages / stop /
   ``wait training-job-completed-or-stopped`` / logs;
@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 from conftest import entrypoint, job_ended, serve
 
-from components.common import aws
+from kfp_sagemaker_blackwell.common import aws
 
 ROOT = Path(__file__).resolve().parent.parent
 BUCKET = "clients-bucket"

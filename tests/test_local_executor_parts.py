@@ -12,13 +12,13 @@ from typing import Any
 
 import pytest
 
-from components.local.api import ApiError
-from components.local.capacity import Capacity, Stopped
-from components.local.jobs import Job, now, training_job_arn
-from components.local.jobs_api import JobsApi, check_entry_point
-from components.local.plans import PlansApi
-from components.local.settings import ExecutorSettings
-from components.local.state import ExecutorState
+from kfp_sagemaker_blackwell.local_backend.api import ApiError
+from kfp_sagemaker_blackwell.local_backend.capacity import Capacity, Stopped
+from kfp_sagemaker_blackwell.local_backend.jobs import Job, now, training_job_arn
+from kfp_sagemaker_blackwell.local_backend.jobs_api import JobsApi, check_entry_point
+from kfp_sagemaker_blackwell.local_backend.plans import PlansApi
+from kfp_sagemaker_blackwell.local_backend.settings import ExecutorSettings
+from kfp_sagemaker_blackwell.local_backend.state import ExecutorState
 
 P6, P5 = "ml.p6-b200.48xlarge", "ml.p5.48xlarge"
 REGION = "us-west-2"

@@ -2,7 +2,7 @@
 
 from kfp import dsl
 
-from pipelines.local import failure_causes, run_pipeline, summarise
+from kfp_sagemaker_blackwell.pipelines.local import failure_causes, run_pipeline, summarise
 
 
 @dsl.component(install_kfp_package=False, base_image="python:3.11")

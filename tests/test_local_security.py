@@ -279,8 +279,8 @@ def test_create_refuses_values_outside_botocores_model(backend, change, field):
 
 
 def test_the_walker_understands_every_pattern_of_the_served_operations():
-    from components.local.backend import INTERCEPTED
-    from components.local.validation import model_pattern, service_model
+    from kfp_sagemaker_blackwell.local_backend.backend import INTERCEPTED
+    from kfp_sagemaker_blackwell.local_backend.validation import model_pattern, service_model
 
     seen: dict[str, Any] = {}
 
@@ -336,7 +336,7 @@ def test_hostile_s3_keys_fail_the_job_and_write_nothing_outside_its_tree(backend
 
 
 def test_a_key_named_like_the_prefix_with_dots_is_refused(backend, tmp_path):
-    from components.local import storage
+    from kfp_sagemaker_blackwell.local_backend import storage
 
     s3 = backend.client("s3")
     s3.put_object(Bucket=BUCKET, Key="dots/..", Body=b"x")
@@ -364,7 +364,7 @@ def test_a_signed_chunked_upload_is_verified_against_its_whole_body(backend):
 
 
 def test_every_start_has_its_own_credentials_and_no_other_works(backend):
-    from components.local import LocalBackend
+    from kfp_sagemaker_blackwell.local_backend import LocalBackend
 
     with LocalBackend() as other:
         assert other.credentials != backend.credentials

@@ -7,14 +7,15 @@ import time
 
 import pytest
 
-from catalog import hardware
-from catalog.spec import PRESETS, preset
-from components.common.errors import USER_ERROR_EXIT_CODE, UserError
-from components.common.memory_plan import MemoryPlan
-from components.common.training_setup import TrainingSetup
-from components.memory_estimate import cli, estimator, planner, report
-from components.memory_estimate.estimator import estimate, phases
-from components.memory_estimate.run import run_component
+from kfp_sagemaker_blackwell.catalog import hardware
+from kfp_sagemaker_blackwell.catalog.spec import PRESETS, preset
+from kfp_sagemaker_blackwell.common.errors import USER_ERROR_EXIT_CODE, UserError
+from kfp_sagemaker_blackwell.components.memory_estimate import cli, report
+from kfp_sagemaker_blackwell.components.memory_estimate.run import run_component
+from kfp_sagemaker_blackwell.planning import estimator, planner
+from kfp_sagemaker_blackwell.planning.estimator import estimate, phases
+from kfp_sagemaker_blackwell.planning.memory_plan import MemoryPlan
+from kfp_sagemaker_blackwell.planning.training_setup import TrainingSetup
 
 GiB = 2**30
 
@@ -94,7 +95,7 @@ def test_te_quantised_weight_copies_follow_the_format_byte_sizes(precision, gpu,
 
 
 def test_block_activations_match_the_tensors_trainer_blocks_save_on_an_h200():
-    # benchmarks/memory/probe_h200.json measured trainer.model.Block (bf16) saving
+    # benchmarks/memory/probe_h200.json measured kfp_sagemaker_blackwell.trainer.model.Block (bf16) saving
     # these bytes per token beyond its (pre-existing) input; the estimator counts
     # the input too (the previous block's output, saved once per block).
     measured_without_input = {"1b": 93320.125, "te-fsdp-example": 53328.125, "8b": 170120.25}
@@ -184,9 +185,9 @@ def test_an_estimate_takes_under_10_ms_and_imports_no_torch():
     for _ in range(100):
         estimate(s, gpu)
     assert (time.perf_counter() - t0) / 100 < 0.010
-    code = ("import sys; import components.memory_estimate.run; "
+    code = ("import sys; import kfp_sagemaker_blackwell.components.memory_estimate.run; "
             "print([m for m in ('torch', 'kfp', 'transformer_engine') if m in sys.modules]); "
-            "import components.memory_estimate.cli; "
+            "import kfp_sagemaker_blackwell.components.memory_estimate.cli; "
             "print([m for m in ('torch', 'transformer_engine') if m in sys.modules])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["[]", "[]"]
@@ -424,7 +425,7 @@ def test_cli_user_error_exits_2_naming_the_field(capsys):
 
 
 def test_cli_help_explains_itself():
-    out = subprocess.run([sys.executable, "-m", "components.memory_estimate", "--help"],
+    out = subprocess.run([sys.executable, "-m", "kfp_sagemaker_blackwell.components.memory_estimate", "--help"],
                          capture_output=True, text=True, check=True).stdout
     assert "largest micro-batch" in out and "--instance-type" in out and "te-fsdp-example" in out
 
@@ -464,7 +465,7 @@ def test_markdown_shows_the_breakdown_in_gib():
 def test_fsdp_mem_tracker_cross_check_agrees_on_a_block_stack():
     # PyTorch's FakeTensor-based tracker on the trainer's model (CPU, world size 2):
     # the blocks' parameters, gradients, states and activations agree within 10%.
-    from components.memory_estimate import crosscheck
+    from kfp_sagemaker_blackwell.components.memory_estimate import crosscheck
 
     s = TrainingSetup(preset("te-fsdp-example").replace(num_layers=2), 1, 1024,
                       backend="torch", world_size=2)
@@ -528,10 +529,10 @@ def test_component_training_parameters_are_training_setup_fields_with_its_defaul
     # (optimizer and dropout among them, issue 25) are TrainingSetup's fields, same defaults.
     import dataclasses
 
-    from components.common import cli as common_cli
-    from components.common.training_setup import TrainingSetup
-    from components.memory_estimate import run
-    from components.memory_estimate.component import memory_estimate
+    from kfp_sagemaker_blackwell.common import cli as common_cli
+    from kfp_sagemaker_blackwell.components.memory_estimate import run
+    from kfp_sagemaker_blackwell.components.memory_estimate.component import memory_estimate
+    from kfp_sagemaker_blackwell.planning.training_setup import TrainingSetup
 
     declared = common_cli.defaults(memory_estimate)
     fields = {f.name: f.default for f in dataclasses.fields(TrainingSetup)}
@@ -545,7 +546,7 @@ def test_component_training_parameters_are_training_setup_fields_with_its_defaul
 def test_a_plan_checks_its_training_setup_once_not_per_estimate(monkeypatch):
     # Values parsed once (issue 27): the request is checked where it is made; the hundreds
     # of setups its search estimates and predicts differ only in what that check covered.
-    from components.common.training_setup import TrainingSetup
+    from kfp_sagemaker_blackwell.planning.training_setup import TrainingSetup
 
     calls = []
     check = TrainingSetup.validate

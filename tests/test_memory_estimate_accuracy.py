@@ -86,9 +86,9 @@ def test_runs_that_ran_out_of_memory_are_predicted_not_to_fit_and_runs_that_ran_
 def test_largest_batch_at_zero_headroom_is_the_largest_the_trainer_ran_or_one_below(preset, seq):
     import dataclasses
 
-    from catalog import hardware
-    from catalog.spec import preset as get_preset
-    from components.memory_estimate import planner
+    from kfp_sagemaker_blackwell.catalog import hardware
+    from kfp_sagemaker_blackwell.catalog.spec import preset as get_preset
+    from kfp_sagemaker_blackwell.planning import planner
 
     # The H200 lent here reports 150,109,880,320 bytes (probe_h200.json).
     h200 = dataclasses.replace(hardware.gpu("H200"), memory_bytes=150_109_880_320)
@@ -113,7 +113,7 @@ def test_peak_reserved_is_predicted_on_configuration_families_the_fit_never_saw(
     # Over-prediction is the safe side; the boundary constraints push 3b checkpointed up.
     assert -6.0 <= held["worst_under_gib"] and held["worst_over_gib"] <= 7.5, compare.reserve_report()
     # The shipped constants are the fit on all of them, not tuned by hand.
-    from components.memory_estimate import estimator as est
+    from kfp_sagemaker_blackwell.planning import estimator as est
 
     fitted = compare.fit_reserve(rows)
     assert est.RESERVE_COEFFICIENTS[0] == pytest.approx(fitted[0], abs=0.01 * 2**30)
@@ -187,9 +187,9 @@ def test_reserved_peak_of_the_compiled_loss_run_is_not_under_predicted():
     # a recorded reserve (1b, batch 4, seq 4096, TE, one H200: 44,612,749,824 allocated,
     # 50,193,235,968 reserved; benchmarks/trainer/raw/like_for_like_h200.log). The old reserve
     # took 0.85 x fp32 logits the compiled loss never makes.
-    from catalog.spec import preset
-    from components.common.training_setup import TrainingSetup
-    from components.memory_estimate.estimator import estimate
+    from kfp_sagemaker_blackwell.catalog.spec import preset
+    from kfp_sagemaker_blackwell.planning.estimator import estimate
+    from kfp_sagemaker_blackwell.planning.training_setup import TrainingSetup
 
     e = estimate(TrainingSetup(preset("1b"), 4, 4096, "bf16", loss_kernel="compiled"), "H200")
     assert 50_193_235_968 <= e.peak_reserved_bytes <= 1.08 * 50_193_235_968
@@ -245,9 +245,9 @@ def test_estimate_matches_the_compiled_and_eager_loss_peaks_measured_on_an_h200(
     # 4096, TE backend, one H200): the compiled cross-entropy's 18.5 GiB saving is modelled.
     import json
 
-    from catalog.spec import preset
-    from components.common.training_setup import TrainingSetup
-    from components.memory_estimate.estimator import estimate
+    from kfp_sagemaker_blackwell.catalog.spec import preset
+    from kfp_sagemaker_blackwell.planning.estimator import estimate
+    from kfp_sagemaker_blackwell.planning.training_setup import TrainingSetup
 
     runs = json.loads(LIKE_FOR_LIKE.read_text())
     for kernel, key in (("eager", f"1b-b4/trainer-te/{precision}"),
@@ -278,8 +278,8 @@ def test_cli_describes_te_fsdp_py_and_matches_the_python_api_on_its_h200_grid(ca
     import json
     import statistics
 
-    from components.memory_estimate import cli
-    from components.memory_estimate.estimator import estimate
+    from kfp_sagemaker_blackwell.components.memory_estimate import cli
+    from kfp_sagemaker_blackwell.planning.estimator import estimate
 
     compare = _compare_module()
     errors = []

@@ -1,6 +1,6 @@
 import pytest
 
-from components.common import naming, resources, tags
+from kfp_sagemaker_blackwell.common import naming, resources, tags
 
 
 @pytest.mark.parametrize(

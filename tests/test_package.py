@@ -58,7 +58,7 @@ def test_the_wheel_ships_what_installed_code_reads(installed):
     names = zipfile.ZipFile(wheel).namelist()
     data = "kfp_sagemaker_blackwell-0.1.0.data/data/share/kfp-sagemaker-blackwell/"
     for path in ("images/trainer/Dockerfile", "images/components/Dockerfile",
-                 "images/iam/pod-policy.json", "trainer/train.sh", "trainer/train.py",
+                 "iam/pod-policy.json", "trainer/train.sh", "trainer/train.py",
                  "catalog/flags.py",
                  "compiled/precision_sweep.yaml", "compiled/components/cleanup.yaml",
                  "LICENSE", "CHANGELOG.md"):
@@ -71,19 +71,19 @@ def test_the_wheel_ships_what_installed_code_reads(installed):
 
 def test_the_installed_package_runs_outside_the_checkout(installed, tmp_path):
     python, _, _ = installed
-    where = _run(python, tmp_path, "-c", "import components; print(components.__file__)")
+    where = _run(python, tmp_path, "-c", "import kfp_sagemaker_blackwell.components; print(kfp_sagemaker_blackwell.components.__file__)")
     assert str(ROOT) not in where.stdout and "venv" in where.stdout
 
-    estimate = _run(python, tmp_path, "-m", "components.memory_estimate", "--preset", "tiny",
+    estimate = _run(python, tmp_path, "-m", "kfp_sagemaker_blackwell.components.memory_estimate", "--preset", "tiny",
                     "--gpu", "H100", "--world-size", "1", "--batch-size", "1", "--seq-length",
                     "32", "--precision", "bf16", "--json")
     assert json.loads(estimate.stdout)
 
-    policy = _run(python, tmp_path, "-c", "from components.common import iam_policy; "
-                  "print(len(iam_policy.pod_policy(bucket='b')['Statement']))")
+    policy = _run(python, tmp_path, "-c", "from kfp_sagemaker_blackwell.iam import policy; "
+                  "print(len(policy.pod_policy(bucket='b')['Statement']))")
     assert int(policy.stdout) > 5
 
-    tag_args = ("-m", "components.build_image", "--run-id", "x", "--print-tag",
+    tag_args = ("-m", "kfp_sagemaker_blackwell.components.build_image", "--run-id", "x", "--print-tag",
                 "--base-image", "example.com/base:1")
     tag = json.loads(_run(python, tmp_path, *tag_args).stdout)
     checkout = json.loads(subprocess.run([sys.executable, *tag_args], cwd=ROOT,
@@ -92,10 +92,10 @@ def test_the_installed_package_runs_outside_the_checkout(installed, tmp_path):
 
 
 def test_the_installed_cleanup_dry_runs_against_the_local_backend(installed, tmp_path):
-    from components.local import LocalBackend
+    from kfp_sagemaker_blackwell.local_backend import LocalBackend
 
     python, _, _ = installed
     with LocalBackend() as backend:
-        out = _run(python, tmp_path, "-m", "components.cleanup", "--run-id", "run-1",
+        out = _run(python, tmp_path, "-m", "kfp_sagemaker_blackwell.components.cleanup", "--run-id", "run-1",
                    "--region", backend.region, "--dry-run", env=backend.env())
     assert "Cleanup plan (dry run)" in out.stdout

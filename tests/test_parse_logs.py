@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from catalog import logformat as lf
-from components.common.step_series import SERIES_SCHEMA, parse_series, read_series
-from components.parse_logs import parser as P
-from components.parse_logs.analysis import analyse
-from components.parse_logs.parser import LogParser, feed_blocks, parse_bytes
-from components.parse_logs.report import markdown, write_outputs
+from kfp_sagemaker_blackwell.catalog import logformat as lf
+from kfp_sagemaker_blackwell.common.step_series import SERIES_SCHEMA, parse_series, read_series
+from kfp_sagemaker_blackwell.components.parse_logs import parser as P
+from kfp_sagemaker_blackwell.components.parse_logs.analysis import analyse
+from kfp_sagemaker_blackwell.components.parse_logs.parser import LogParser, feed_blocks, parse_bytes
+from kfp_sagemaker_blackwell.components.parse_logs.report import markdown, write_outputs
 
 
 def step(i, loss=None, precision="fp8", emulated=False, **kw):
@@ -391,10 +391,10 @@ def test_a_run_without_steps_still_writes_its_precision_and_failure(tmp_path):
 
 
 def test_the_series_writer_refuses_a_log_the_readers_would_refuse(tmp_path):
-    """Issue 28.10: one contract for writer and readers (components.common.step_series):
+    """Issue 28.10: one contract for writer and readers (kfp_sagemaker_blackwell.common.step_series):
     step lines in a precision the trainer does not know, or in two precisions, do not
     become a series; the error names the row."""
-    from components.common.step_series import SeriesFormatError
+    from kfp_sagemaker_blackwell.common.step_series import SeriesFormatError
 
     unknown = start_lines() + [step(1), step(2, precision="x_y"), step(3)]
     with pytest.raises(SeriesFormatError, match=r"s\.csv:4.*column precision: 'x_y'"):
@@ -420,7 +420,7 @@ def test_a_file_that_is_not_a_series_is_refused_with_its_name(tmp_path):
 def test_cli_reads_a_file_and_stdin_and_prints_json(tmp_path):
     log = tmp_path / "train.log"
     log.write_text("\n".join(start_lines() + [step(i) for i in range(1, 6)]) + "\n")
-    cmd = [sys.executable, "-m", "components.parse_logs", "--requested-precision", "fp8",
+    cmd = [sys.executable, "-m", "kfp_sagemaker_blackwell.components.parse_logs", "--requested-precision", "fp8",
            "--json"]
     out = subprocess.run(cmd + ["--file", str(log), "--series", str(tmp_path / "s.csv")],
                          capture_output=True, text=True, check=True)
@@ -439,7 +439,7 @@ def test_cli_reads_a_file_and_stdin_and_prints_json(tmp_path):
 
 
 def test_cli_help_explains_the_sources():
-    out = subprocess.run([sys.executable, "-m", "components.parse_logs", "--help"],
+    out = subprocess.run([sys.executable, "-m", "kfp_sagemaker_blackwell.components.parse_logs", "--help"],
                          capture_output=True, text=True, check=True).stdout
     assert "--job" in out and "--file" in out and "CloudWatch" in out
 
@@ -453,7 +453,7 @@ def test_cli_fails_by_default_when_the_log_could_not_be_read(tmp_path):
     empty.write_text("")
     garbage = tmp_path / "garbage.log"
     garbage.write_bytes(b"\xff\xfe not a trainer line\n" * 3)
-    cmd = [sys.executable, "-m", "components.parse_logs", "--json", "--file"]
+    cmd = [sys.executable, "-m", "kfp_sagemaker_blackwell.components.parse_logs", "--json", "--file"]
     for log, status in ((empty, "no_logs"), (garbage, "no_steps")):
         out = subprocess.run(cmd + [str(log)], capture_output=True, text=True)
         assert out.returncode == 1, (log, out.stderr)
@@ -472,7 +472,7 @@ class _Out:
 
 
 def test_component_step_fails_when_the_log_could_not_be_read(tmp_path):
-    from components.parse_logs.component import parse_logs
+    from kfp_sagemaker_blackwell.components.parse_logs.component import parse_logs
 
     (tmp_path / "empty.log").write_text("")
     log = _Out(tmp_path / "empty.log")

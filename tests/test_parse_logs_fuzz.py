@@ -1,14 +1,14 @@
 """Fuzz: random and hostile lines never crash the parser, never slow it to a crawl, and the
-bulk parser reads exactly the step lines catalog.logformat's own expression reads."""
+bulk parser reads exactly the step lines kfp_sagemaker_blackwell.catalog.logformat's own expression reads."""
 
 import math
 import random
 import time
 
-from catalog import logformat as lf
-from components.parse_logs.analysis import analyse
-from components.parse_logs.parser import LogParser, feed_blocks, parse_bytes
-from components.parse_logs.report import events_document, markdown
+from kfp_sagemaker_blackwell.catalog import logformat as lf
+from kfp_sagemaker_blackwell.components.parse_logs.analysis import analyse
+from kfp_sagemaker_blackwell.components.parse_logs.parser import LogParser, feed_blocks, parse_bytes
+from kfp_sagemaker_blackwell.components.parse_logs.report import events_document, markdown
 
 SEED = 20261129
 ALPHABET = "0123456789.-+eEnaif =[]{}\":,_steploss\r\t|x"
@@ -71,7 +71,7 @@ def _random_line(rng: random.Random) -> str:
 
 
 def _exact_reference(lines: list[str]) -> list[int]:
-    """The steps catalog.logformat's own expression finds, line by line."""
+    """The steps kfp_sagemaker_blackwell.catalog.logformat's own expression finds, line by line."""
     return [int(m.group(1)) for line in lines for m in lf.STEP_RE.finditer(line)]
 
 

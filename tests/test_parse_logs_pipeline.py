@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from catalog import logformat as lf
-from catalog.spec import PRESETS
-from components.common.cloudwatch import TRAINING_JOBS_LOG_GROUP
-from components.local import LocalBackend
+from kfp_sagemaker_blackwell.catalog import logformat as lf
+from kfp_sagemaker_blackwell.catalog.spec import PRESETS
+from kfp_sagemaker_blackwell.common.cloudwatch import TRAINING_JOBS_LOG_GROUP
+from kfp_sagemaker_blackwell.local_backend import LocalBackend
 
 pytestmark = pytest.mark.slow
 
@@ -61,8 +61,8 @@ def test_sweep_parses_cloudwatch_per_precision_and_compares_the_collected_series
         cloudwatch_jobs, tmp_path):
     from kfp import dsl, local
 
-    from components.compare_convergence import compare_convergence
-    from components.parse_logs import parse_logs
+    from kfp_sagemaker_blackwell.components.compare_convergence import compare_convergence
+    from kfp_sagemaker_blackwell.components.parse_logs import parse_logs
 
     items = [{"job": job, "precision": p} for p, job in cloudwatch_jobs.items()]
 

@@ -3,12 +3,12 @@ the bf16 peak beside the precision's own, and rank_throughput ranking by the med
 
 import json
 
-from catalog import logformat as lf
-from components.common.step_series import COLUMN_NAMES, SERIES_SCHEMA
-from components.parse_logs.analysis import analyse
-from components.parse_logs.parser import parse_bytes
-from components.parse_logs.report import markdown
-from components.rank_throughput.rank import load, rank
+from kfp_sagemaker_blackwell.catalog import logformat as lf
+from kfp_sagemaker_blackwell.common.step_series import COLUMN_NAMES, SERIES_SCHEMA
+from kfp_sagemaker_blackwell.components.parse_logs.analysis import analyse
+from kfp_sagemaker_blackwell.components.parse_logs.parser import parse_bytes
+from kfp_sagemaker_blackwell.components.parse_logs.report import markdown
+from kfp_sagemaker_blackwell.components.rank_throughput.rank import load, rank
 
 
 def _log(tps_per_step, summary=None, gpu="NVIDIA H200"):

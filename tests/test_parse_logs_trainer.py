@@ -1,4 +1,4 @@
-"""Real trainer logs (python -m trainer on the CPU) round-trip through the parser, including a
+"""Real trainer logs (python -m kfp_sagemaker_blackwell.trainer on the CPU) round-trip through the parser, including a
 stop-and-resume that looks like a spot restart (a second log stream)."""
 
 import subprocess
@@ -6,10 +6,10 @@ import sys
 
 import pytest
 
-from components.common.step_series import read_series
-from components.parse_logs.analysis import analyse
-from components.parse_logs.parser import LogParser
-from components.parse_logs.report import write_outputs
+from kfp_sagemaker_blackwell.common.step_series import read_series
+from kfp_sagemaker_blackwell.components.parse_logs.analysis import analyse
+from kfp_sagemaker_blackwell.components.parse_logs.parser import LogParser
+from kfp_sagemaker_blackwell.components.parse_logs.report import write_outputs
 
 pytestmark = pytest.mark.slow
 

@@ -8,16 +8,16 @@ import sys
 
 import pytest
 
-from catalog import hardware
-from catalog.spec import PRESETS
-from components.common.errors import UserError
-from components.memory_estimate import planner
-from components.memory_estimate.cli import with_defaults
-from components.memory_estimate.run import run_component
+from kfp_sagemaker_blackwell.catalog import hardware
+from kfp_sagemaker_blackwell.catalog.spec import PRESETS
+from kfp_sagemaker_blackwell.common.errors import UserError
+from kfp_sagemaker_blackwell.components.memory_estimate.cli import with_defaults
+from kfp_sagemaker_blackwell.components.memory_estimate.run import run_component
+from kfp_sagemaker_blackwell.planning import planner
 
 
 def _estimate(*args):
-    return subprocess.run([sys.executable, "-m", "components.memory_estimate", *args],
+    return subprocess.run([sys.executable, "-m", "kfp_sagemaker_blackwell.components.memory_estimate", *args],
                           capture_output=True, text=True, timeout=120)
 
 
@@ -109,7 +109,7 @@ def test_a_series_file_with_one_huge_line_is_refused_in_bounded_memory(tmp_path)
             f.write(chunk)
     code = (
         "import resource, sys\n"
-        "from components.compare_convergence.run import load\n"
+        "from kfp_sagemaker_blackwell.components.compare_convergence.run import load\n"
         "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
         f"series, problems = load([{str(huge)!r}])\n"
         "after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
@@ -120,13 +120,13 @@ def test_a_series_file_with_one_huge_line_is_refused_in_bounded_memory(tmp_path)
     count, grew_mib, problem = out.stdout.split(" ", 2)
     assert count == "0" and int(grew_mib) < 16, out.stdout
     assert "longer than 1 MiB" in problem and "huge.csv" in problem
-    cli = subprocess.run([sys.executable, "-m", "components.compare_convergence", str(huge)],
+    cli = subprocess.run([sys.executable, "-m", "kfp_sagemaker_blackwell.components.compare_convergence", str(huge)],
                          capture_output=True, text=True, timeout=120)
     assert cli.returncode == 2 and "longer than 1 MiB" in cli.stderr
 
 
 def test_rank_throughput_names_a_file_that_is_not_a_series(tmp_path):
-    from components.rank_throughput.rank import load
+    from kfp_sagemaker_blackwell.components.rank_throughput.rank import load
 
     bad = tmp_path / "bad.csv"
     bad.write_bytes(b"y" * ((1 << 20) + 10))

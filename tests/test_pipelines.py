@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pipelines.compile import COMPILED
+from kfp_sagemaker_blackwell.pipelines.compile import COMPILED
 
 ROOT = Path(__file__).resolve().parent.parent
 AWS_TASKS = {"build-image", "sagemaker-training", "parse-logs", "cleanup"}
@@ -131,7 +131,7 @@ def test_kfp_local_fixes_loop_over_named_outputs_and_outer_outputs(tmp_path):
 
     from kfp import dsl, local
 
-    from pipelines import _kfp_local_fixes
+    from kfp_sagemaker_blackwell.pipelines import _kfp_local_fixes
 
     @dsl.component(install_kfp_package=False)
     def plan() -> NamedTuple("Outputs", [("items", list), ("doc", str)]):  # noqa: F821
@@ -163,7 +163,7 @@ def test_kfp_local_fixes_loop_over_named_outputs_and_outer_outputs(tmp_path):
 def test_kfp_local_fixes_refuse_kfp_versions_they_were_not_written_for(monkeypatch):
     import kfp
 
-    from pipelines import _kfp_local_fixes as fixes
+    from kfp_sagemaker_blackwell.pipelines import _kfp_local_fixes as fixes
 
     assert fixes.check_version() == kfp.__version__  # the pinned one is supported
     for version in ("2.16.0", "2.18.0", "3.0.0"):
@@ -189,9 +189,10 @@ TINY = {
 
 @pytest.mark.slow
 def test_local_sweep_completes_with_report_recommendation_and_cleanup(tmp_path):
-    from components.common import aws, iam_policy
-    from pipelines import local as _local
-    from pipelines.precision_sweep import build_pipeline
+    from kfp_sagemaker_blackwell.common import aws
+    from kfp_sagemaker_blackwell.iam import policy as iam_policy
+    from kfp_sagemaker_blackwell.pipelines import local as _local
+    from kfp_sagemaker_blackwell.pipelines.precision_sweep import build_pipeline
 
     args = {**TINY, "instance_type": "ml.p5e.48xlarge", "precisions": ["bf16", "fp8", "mxfp8"]}
     with _local.local_aws() as backend, aws.record_calls() as recording:
@@ -218,8 +219,8 @@ def test_local_sweep_completes_with_report_recommendation_and_cleanup(tmp_path):
 
 @pytest.mark.slow
 def test_a_failing_precision_still_runs_cleanup_and_reports_the_failure(tmp_path):
-    from pipelines import local as _local
-    from pipelines.precision_sweep import build_pipeline
+    from kfp_sagemaker_blackwell.pipelines import local as _local
+    from kfp_sagemaker_blackwell.pipelines.precision_sweep import build_pipeline
 
     args = {
         **TINY,
@@ -246,8 +247,8 @@ def test_a_failing_precision_still_runs_cleanup_and_reports_the_failure(tmp_path
 
 @pytest.mark.slow
 def test_unrunnable_precision_can_fail_the_run_before_any_training(tmp_path):
-    from pipelines import local as _local
-    from pipelines.precision_sweep import build_pipeline
+    from kfp_sagemaker_blackwell.pipelines import local as _local
+    from kfp_sagemaker_blackwell.pipelines.precision_sweep import build_pipeline
 
     args = {**TINY, "instance_type": "ml.p5e.48xlarge", "precisions": ["bf16", "nvfp4"],
             "fail_on_unrunnable": True}
@@ -307,13 +308,13 @@ def test_run_local_refuses_bad_arguments_before_anything_starts(module, argv, me
                                                                 capsys, monkeypatch):
     import importlib
 
-    from components.local import LocalBackend
+    from kfp_sagemaker_blackwell.local_backend import LocalBackend
 
     def no_backend(*args, **kwargs):
         raise AssertionError("the local backend was started for bad arguments")
 
     monkeypatch.setattr(LocalBackend, "__init__", no_backend)
-    main = importlib.import_module(f"pipelines.{module}").main
+    main = importlib.import_module(f"kfp_sagemaker_blackwell.pipelines.{module}").main
     try:
         code = main(["--run-local", "--runs-dir", str(tmp_path / "runs"), *argv])
     except SystemExit as exc:  # argparse's own errors (a malformed JSON list)
@@ -333,7 +334,7 @@ def test_compile_refuses_every_default_run_local_refuses_and_control_characters(
     import importlib
 
     out = tmp_path / "p.yaml"
-    main = importlib.import_module(f"pipelines.{module}").main
+    main = importlib.import_module(f"kfp_sagemaker_blackwell.pipelines.{module}").main
     try:
         code = main(["--compile", "--output", str(out), *argv])
     except SystemExit as exc:  # argparse's own errors (a malformed JSON list)
@@ -351,9 +352,9 @@ def test_the_argument_check_passes_the_training_step_what_the_compiled_pipeline_
     import importlib
     from types import SimpleNamespace
 
-    from pipelines import _cli, _steps
+    from kfp_sagemaker_blackwell.pipelines import _cli, _steps
 
-    mod = importlib.import_module(f"pipelines.{module}")
+    mod = importlib.import_module(f"kfp_sagemaker_blackwell.pipelines.{module}")
     out = tmp_path / "p.yaml"
     assert mod.main(["--compile", "--output", str(out)]) == 0
     doc = yaml.safe_load(out.read_text())
@@ -377,7 +378,7 @@ def test_the_argument_check_passes_the_training_step_what_the_compiled_pipeline_
 def test_a_budget_the_check_has_no_price_for_is_left_to_the_launch(tmp_path):
     """A training plan's fee is looked up at launch (DescribeTrainingPlan): --compile does
     not refuse a budget it cannot price."""
-    from pipelines import precision_sweep
+    from kfp_sagemaker_blackwell.pipelines import precision_sweep
 
     plan = "arn:aws:sagemaker:us-west-2:123456789012:training-plan/p6-week"
     assert precision_sweep.main(["--compile", "--output", str(tmp_path / "p.yaml"),
@@ -387,8 +388,8 @@ def test_a_budget_the_check_has_no_price_for_is_left_to_the_launch(tmp_path):
 def test_plan_and_train_checks_its_probes_and_its_training_as_compiled(tmp_path, capsys):
     from types import SimpleNamespace
 
-    from pipelines import _cli, _steps
-    from pipelines import plan_and_train as mod
+    from kfp_sagemaker_blackwell.pipelines import _cli, _steps
+    from kfp_sagemaker_blackwell.pipelines import plan_and_train as mod
 
     out = tmp_path / "p.yaml"
     assert mod.main(["--compile", "--output", str(out)]) == 0
@@ -415,7 +416,7 @@ def test_plan_and_train_checks_its_probes_and_its_training_as_compiled(tmp_path,
 
 def test_compile_writes_good_defaults_and_imports_no_torch(tmp_path):
     out = tmp_path / "p.yaml"
-    code = ("import sys, json; from pipelines.precision_sweep import main; "
+    code = ("import sys, json; from kfp_sagemaker_blackwell.pipelines.precision_sweep import main; "
             f"rc = main(['--compile', '--output', {str(out)!r}, '--bucket', 'my-bucket', "
             "'--precisions', 'bf16,fp8', '--hyperparameters', 'lr=3e-4']); "
             "print(json.dumps([rc, [m for m in ('torch', 'transformer_engine') "
@@ -430,7 +431,7 @@ def test_compile_writes_good_defaults_and_imports_no_torch(tmp_path):
 
 
 def test_compile_all_refuses_a_components_image_with_a_newline(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "pipelines.compile", "--output-dir",
+    done = subprocess.run([sys.executable, "-m", "kfp_sagemaker_blackwell.pipelines.compile", "--output-dir",
                            str(tmp_path), "--components-image", "r.io/a/b:1\ninjected: x"],
                           capture_output=True, text=True, cwd=ROOT)
     assert done.returncode == 2 and "is not an image reference" in done.stderr, done.stderr
@@ -472,8 +473,8 @@ def test_the_readme_snippet_compiles_with_caching_off_and_retries_for_aws_steps(
 def test_a_component_behaves_the_same_from_yaml_as_from_python(tmp_path):
     """Every shipped component YAML, loaded with load_component (by name or path), gives
     tasks the settings of the Python component; the pipelines' tasks have them too."""
-    from components.common.component import load_component, task_defaults
-    from pipelines.compile import discover_components
+    from kfp_sagemaker_blackwell.common.component import load_component, task_defaults
+    from kfp_sagemaker_blackwell.pipelines.compile import discover_components
 
     python = discover_components()
     for name, comp in python.items():
@@ -490,7 +491,7 @@ def test_a_component_behaves_the_same_from_yaml_as_from_python(tmp_path):
 def test_load_component_refuses_a_yaml_this_package_does_not_define(tmp_path):
     from kfp import compiler, dsl
 
-    from components.common.component import load_component
+    from kfp_sagemaker_blackwell.common.component import load_component
 
     @dsl.component(base_image="python:3.11")
     def someone_elses(x: int) -> int:
@@ -507,7 +508,7 @@ def test_load_component_refuses_a_yaml_this_package_does_not_define(tmp_path):
 @pytest.mark.slow
 def test_the_readme_own_pipeline_snippet_runs_locally_through_run_pipeline(tmp_path,
                                                                            monkeypatch):
-    from pipelines import local
+    from kfp_sagemaker_blackwell.pipelines import local
 
     define, run_it = _readme_blocks("### Using a component in your own pipeline")
     monkeypatch.chdir(ROOT)  # the snippet loads compiled/components/*.yaml by relative path
@@ -527,8 +528,8 @@ def test_the_readme_own_pipeline_snippet_runs_locally_through_run_pipeline(tmp_p
 
 
 def test_progress_prints_one_line_per_job_update_and_one_per_task():
-    from catalog import logformat as lf
-    from pipelines._progress import Progress
+    from kfp_sagemaker_blackwell.catalog import logformat as lf
+    from kfp_sagemaker_blackwell.pipelines._progress import Progress
 
     clock = iter(range(0, 1000, 5))
     out: list[str] = []
@@ -561,7 +562,7 @@ def _compiled_fresh(tmp_path):
     """Every pipeline module's PIPELINE, compiled now (not the checked-in files)."""
     from kfp import compiler
 
-    from pipelines.compile import discover_pipelines
+    from kfp_sagemaker_blackwell.pipelines.compile import discover_pipelines
 
     for name, pipeline in discover_pipelines().items():
         out = tmp_path / f"{name}.yaml"
@@ -589,7 +590,10 @@ _LOOP_FED_VALUES = {"precision": ("bf16", "fp8"), "batch_size": (1, 2),
 
 
 def _job_name(**overrides):
-    from components.sagemaker_training.request import TrainingJobConfig, resolve
+    from kfp_sagemaker_blackwell.components.sagemaker_training.request import (
+        TrainingJobConfig,
+        resolve,
+    )
 
     base = dict(image_uri="123456789012.dkr.ecr.us-west-2.amazonaws.com/t:ctx-1",
                 role_arn="arn:aws:iam::123456789012:role/r", output_s3_uri="s3://bucket/p/output",
@@ -641,8 +645,12 @@ def test_no_two_training_jobs_of_a_pipeline_can_share_a_checkpoint_or_output_pre
 
 
 def test_checkpoint_s3_prefix_gives_the_job_checkpoints_named_after_it():
-    from components.common.errors import UserError
-    from components.sagemaker_training.request import TrainingJobConfig, build_request, resolve
+    from kfp_sagemaker_blackwell.common.errors import UserError
+    from kfp_sagemaker_blackwell.components.sagemaker_training.request import (
+        TrainingJobConfig,
+        build_request,
+        resolve,
+    )
 
     cfg = TrainingJobConfig(
         image_uri="123456789012.dkr.ecr.us-west-2.amazonaws.com/t:ctx-1",

@@ -17,15 +17,15 @@ from pathlib import Path
 import pytest
 from conftest import local_backend_with_bucket
 
-from catalog import hardware
-from catalog.spec import preset
-from components.common import cli, pricing
-from components.common.errors import USER_ERROR_EXIT_CODE, UserError
-from components.common.step_series import COLUMN_NAMES, SERIES_SCHEMA
-from components.local.settings import OfferingTemplate
-from components.memory_estimate import estimator, planner
-from components.plan_training import report, run, search
-from components.plan_training.component import plan_training
+from kfp_sagemaker_blackwell.catalog import hardware
+from kfp_sagemaker_blackwell.catalog.spec import preset
+from kfp_sagemaker_blackwell.common import cli
+from kfp_sagemaker_blackwell.common.errors import USER_ERROR_EXIT_CODE, UserError
+from kfp_sagemaker_blackwell.common.step_series import COLUMN_NAMES, SERIES_SCHEMA
+from kfp_sagemaker_blackwell.components.plan_training import report, run, search
+from kfp_sagemaker_blackwell.components.plan_training.component import plan_training
+from kfp_sagemaker_blackwell.local_backend.settings import OfferingTemplate
+from kfp_sagemaker_blackwell.planning import estimator, planner, pricing
 
 ROOT = Path(__file__).resolve().parent.parent
 P5, P5EN, P6 = "ml.p5.48xlarge", "ml.p5en.48xlarge", "ml.p6-b200.48xlarge"
@@ -170,9 +170,9 @@ def test_spot_is_costed_at_most_on_demand_and_its_worst_case_is_max_wait():
 
 
 def test_the_choice_is_what_sagemaker_training_launches_within_its_spend_guard():
-    from components.sagemaker_training import launcher
-    from components.sagemaker_training.component import sagemaker_training
-    from components.sagemaker_training.request import TrainingJobConfig
+    from kfp_sagemaker_blackwell.components.sagemaker_training import launcher
+    from kfp_sagemaker_blackwell.components.sagemaker_training.component import sagemaker_training
+    from kfp_sagemaker_blackwell.components.sagemaker_training.request import TrainingJobConfig
 
     out = plan(instance_types=[P5, P6], max_instance_count=2, seq_length=8192,
                capacity_modes=["on-demand"])
@@ -203,7 +203,7 @@ def test_a_probe_corrects_the_prediction_and_says_so():
              "activation_checkpointing": top.activation_checkpointing, "world_size": 1,
              "tokens_per_s_per_gpu": 1000.0, "source": "probe-job-1"}
     # the probe ran on 1 GPU: its ratio to the prediction there scales the 8-GPU prediction
-    from components.common import throughput
+    from kfp_sagemaker_blackwell.planning import throughput
 
     hw = planner.resolve_hardware(instance_type=P5)
     setup = planner.Request(preset("8b"), 8192, hw).setup(
@@ -277,7 +277,7 @@ def backend():
 
 
 def test_a_plan_candidate_costs_the_offerings_upfront_fee_for_the_runs_hours(backend):
-    from components.common import aws
+    from kfp_sagemaker_blackwell.common import aws
 
     with aws.record_calls() as recording:
         out = plan(instance_types=[P5, P6], max_instance_count=2, seq_length=8192,
@@ -324,7 +324,7 @@ def test_a_deadline_asks_for_offerings_that_end_in_time(backend):
 
 
 def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "components.plan_training", *args], cwd=ROOT,
+    return subprocess.run([sys.executable, "-m", "kfp_sagemaker_blackwell.components.plan_training", *args], cwd=ROOT,
                           capture_output=True, text=True, timeout=120,
                           env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})})
 
@@ -341,9 +341,9 @@ def _readme_example() -> tuple[list[str], list[str]]:
     """The README's worked example: its command (argv) and its table's lines."""
     text = (ROOT / "README.md").read_text(encoding="utf-8")
     section = text.split("## Plan a training run", 1)[1].split("\n## ", 1)[0]
-    command = re.search(r"```(?:bash|sh)?\n(python -m components\.plan_training.*?)\n```",
+    command = re.search(r"```(?:bash|sh)?\n(python -m kfp_sagemaker_blackwell.components\.plan_training.*?)\n```",
                         section, re.S)
-    assert command, "the README's planner section has no python -m components.plan_training"
+    assert command, "the README's planner section has no python -m kfp_sagemaker_blackwell.components.plan_training"
     argv = command.group(1).replace("\\\n", " ").split()[3:]
     table = [ln for ln in section.splitlines() if ln.startswith("|")]
     return argv, table
@@ -368,7 +368,7 @@ def _tasks(spec):
 
 
 def test_the_pipeline_trains_what_the_re_ranking_chose_within_its_spend_guard():
-    from pipelines import plan_and_train
+    from kfp_sagemaker_blackwell.pipelines import plan_and_train
 
     tasks = _tasks(plan_and_train.PIPELINE.pipeline_spec)
     train = tasks["sagemaker-training-2"].inputs.parameters
@@ -389,7 +389,7 @@ def test_the_pipeline_trains_what_the_re_ranking_chose_within_its_spend_guard():
 
 
 def test_run_local_refuses_a_capacity_the_pipeline_cannot_launch():
-    from pipelines import plan_and_train
+    from kfp_sagemaker_blackwell.pipelines import plan_and_train
 
     with pytest.raises(UserError, match="capacity_modes"):
         plan_and_train.check_arguments({**cli.defaults(plan_and_train.PIPELINE.pipeline_func),
@@ -403,9 +403,10 @@ def test_run_local_refuses_a_capacity_the_pipeline_cannot_launch():
 
 @pytest.mark.slow
 def test_plan_probe_re_rank_and_train_run_end_to_end_on_the_local_backend(tmp_path):
-    from components.common import aws, iam_policy
-    from pipelines import local as _local
-    from pipelines import plan_and_train
+    from kfp_sagemaker_blackwell.common import aws
+    from kfp_sagemaker_blackwell.iam import policy as iam_policy
+    from kfp_sagemaker_blackwell.pipelines import local as _local
+    from kfp_sagemaker_blackwell.pipelines import plan_and_train
 
     args = {**cli.defaults(plan_and_train.PIPELINE.pipeline_func), **plan_and_train.LOCAL_DEFAULTS}
     with _local.local_aws() as backend, aws.record_calls() as recording:
@@ -485,7 +486,7 @@ def test_probes_on_the_candidates_gpu_re_rank_the_probed_candidates_on_measured_
 def test_a_search_checks_the_goal_once_not_each_candidate(monkeypatch):
     # Values parsed once (issue 27): run.goal_and_book checks the goal; the search's
     # requests and setups (thousands) are not checked again.
-    from components.common.training_setup import TrainingSetup
+    from kfp_sagemaker_blackwell.planning.training_setup import TrainingSetup
 
     calls = []
     for owner, name in ((TrainingSetup, "validate"), (planner.Request, "validate")):

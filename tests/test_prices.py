@@ -18,13 +18,15 @@ from typing import Any
 import pytest
 from conftest import STEP_SCRIPT, local_backend_with_bucket, training_config
 
-from catalog import hardware
-from components.common import aws, iam_policy, pricing
-from components.common.errors import UserError
-from components.local import pricing_api
-from components.local.settings import OfferingTemplate
-from components.sagemaker_training import launcher
-from components.sagemaker_training.request import TrainingJobConfig
+from kfp_sagemaker_blackwell.catalog import hardware
+from kfp_sagemaker_blackwell.common import aws
+from kfp_sagemaker_blackwell.common.errors import UserError
+from kfp_sagemaker_blackwell.components.sagemaker_training import launcher
+from kfp_sagemaker_blackwell.components.sagemaker_training.request import TrainingJobConfig
+from kfp_sagemaker_blackwell.iam import policy as iam_policy
+from kfp_sagemaker_blackwell.local_backend import pricing_api
+from kfp_sagemaker_blackwell.local_backend.settings import OfferingTemplate
+from kfp_sagemaker_blackwell.planning import pricing
 
 BUCKET = "kfp-sagemaker-prices"
 P5, P6 = "ml.p5.48xlarge", "ml.p6-b200.48xlarge"

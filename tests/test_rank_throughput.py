@@ -5,9 +5,14 @@ from html.parser import HTMLParser
 
 import pytest
 
-from components.common.errors import UserError
-from components.common.step_series import COLUMN_NAMES, SERIES_SCHEMA
-from components.rank_throughput.rank import html_report, load, markdown, rank
+from kfp_sagemaker_blackwell.common.errors import UserError
+from kfp_sagemaker_blackwell.common.step_series import COLUMN_NAMES, SERIES_SCHEMA
+from kfp_sagemaker_blackwell.components.rank_throughput.rank import (
+    html_report,
+    load,
+    markdown,
+    rank,
+)
 
 
 def _series(tmp_path, run, *, batch, ac, tps, mem, status="completed", emulated=False,
@@ -83,9 +88,9 @@ def test_html_report_embeds_a_png_per_chart_and_no_empty_memory_chart(tmp_path):
 
 
 def test_the_models_prediction_stands_beside_each_measured_run(tmp_path):
-    from catalog.spec import PRESETS
-    from components.common import throughput
-    from components.common.training_setup import TrainingSetup
+    from kfp_sagemaker_blackwell.catalog.spec import PRESETS
+    from kfp_sagemaker_blackwell.planning import throughput
+    from kfp_sagemaker_blackwell.planning.training_setup import TrainingSetup
 
     def gpu_run(run, batch, tps):
         meta = {"run": run, "precision": "fp8", "status": "completed", "emulated": False,
@@ -136,7 +141,7 @@ def test_the_plans_prediction_fills_the_predicted_column(tmp_path):
 
 
 def test_chart_labels_name_each_candidate_and_do_not_overlap(tmp_path, monkeypatch):
-    from components.rank_throughput import rank as module
+    from kfp_sagemaker_blackwell.components.rank_throughput import rank as module
 
     paths = [_series(tmp_path, f"b{b}-{ac}", batch=b, ac=ac, tps=100.0 * b, mem=b + 1.0)
              for b in (1, 2, 4, 8) for ac in (False, True)]
@@ -203,12 +208,12 @@ def test_rows_that_contradict_the_metadata_are_a_user_error_naming_the_row(tmp_p
 
 def test_batch_tuning_progress_lines_name_each_candidate(monkeypatch):
     """Issue 29.6: eight candidates read as eight settings, not eight times ``[fp8]``."""
-    from catalog import logformat as lf
-    from pipelines import batch_tuning
-    from pipelines._progress import Progress
+    from kfp_sagemaker_blackwell.catalog import logformat as lf
+    from kfp_sagemaker_blackwell.pipelines import batch_tuning
+    from kfp_sagemaker_blackwell.pipelines._progress import Progress
 
     keys = ()
-    import pipelines._cli as cli
+    import kfp_sagemaker_blackwell.pipelines._cli as cli
 
     def capture(argv, **kwargs):
         nonlocal keys

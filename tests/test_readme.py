@@ -24,11 +24,11 @@ from pathlib import Path
 
 import pytest
 
-from components import __version__
-from components.common.component import DEFAULT_IMAGE_REPOSITORY
-from components.common.shipped import CHECKOUT
-from pipelines import _reference
-from pipelines.compile import COMPILED, compiled_image, discover_components
+from kfp_sagemaker_blackwell.common.component import DEFAULT_IMAGE_REPOSITORY
+from kfp_sagemaker_blackwell.common.shipped import CHECKOUT
+from kfp_sagemaker_blackwell.components import __version__
+from kfp_sagemaker_blackwell.pipelines import _reference
+from kfp_sagemaker_blackwell.pipelines.compile import COMPILED, compiled_image, discover_components
 
 README = CHECKOUT / "README.md"
 MARKER_RE = re.compile(r"^<!-- readme-test: (local|aws) -->$")
@@ -52,15 +52,15 @@ NOT_RUN = {
         "minutes of training; tests/test_pipelines.py runs batch tuning locally",
     "python pipelines/plan_and_train.py --run-local":
         "minutes of training; tests/test_plan_training.py runs plan_and_train locally",
-    "python -m pipelines.compile":
+    "python -m kfp_sagemaker_blackwell.pipelines.compile":
         "rewrites compiled/ and the README in place; tests/test_compiled.py and "
         "test_generated_parts_of_the_readme_are_fresh check what it would write",
-    "python -m trainer --model-preset small --precision fp8 --max-steps 200":
+    "python -m kfp_sagemaker_blackwell.trainer --model-preset small --precision fp8 --max-steps 200":
         "200 steps of the small model (minutes on 2 cores); the tiny trainer runs below and "
         "tests/test_trainer_training.py trains",
     "bash trainer/train.sh --model-preset 8b --precision mxfp8 --batch-size 4":
         "an 8B model in MXFP8: needs Blackwell GPUs (SageMaker's entry point)",
-    "python -m components.local serve":
+    "python -m kfp_sagemaker_blackwell.local_backend serve":
         "a server that runs until stopped; tests/test_local_backend_clients.py drives it",
     "export AWS_ENDPOINT_URL=http://127.0.0.1:<port> AWS_ACCESS_KEY_ID=LOCAL... "
     "AWS_SECRET_ACCESS_KEY=... AWS_REGION=us-west-2 ...":
@@ -198,7 +198,7 @@ def test_generated_parts_of_the_readme_are_fresh():
     text = README.read_text(encoding="utf-8")
     assert text == _reference.regenerate(text, discover_components()), (
         "the README's table of contents or component reference is stale: run "
-        "`python -m pipelines.compile`")
+        "`python -m kfp_sagemaker_blackwell.pipelines.compile`")
 
 
 def test_component_reference_lists_every_input_with_type_and_default():
@@ -228,7 +228,7 @@ def test_the_article_is_named_and_linked_once():
 
 
 def test_compile_help_shows_its_whole_example_as_plain_text():
-    done = subprocess.run([sys.executable, "-m", "pipelines.compile", "--help"], cwd=CHECKOUT,
+    done = subprocess.run([sys.executable, "-m", "kfp_sagemaker_blackwell.pipelines.compile", "--help"], cwd=CHECKOUT,
                           capture_output=True, text=True, check=True)
     assert "--codebuild-role-arn arn:aws:iam::<acct>:role/kfp-sagemaker-codebuild" in done.stdout
     assert "or, with an image you built yourself, --components-image" in done.stdout
@@ -265,7 +265,7 @@ def test_version_image_tag_and_changelog_agree():
         image = compiled_image(path)
         assert image == f"{DEFAULT_IMAGE_REPOSITORY}:{__version__}", (
             f"{path.relative_to(CHECKOUT)} was compiled for {image!r}, not the package "
-            f"version's image: run `python -m pipelines.compile`")
+            f"version's image: run `python -m kfp_sagemaker_blackwell.pipelines.compile`")
 
 
 def test_changelog_keeps_unreleased_changes_above_the_latest_release():

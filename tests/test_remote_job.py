@@ -1,4 +1,4 @@
-"""The one remote-job runner (components/common/remote_job.py), through each of its users.
+"""The one remote-job runner (common/remote_job.py), through each of its users.
 
 Each user (the training runner, CodeBuild's wait, cleanup's stop-and-wait) must ride
 out a transient failure in the middle of its polling and stop its job on SIGTERM.
@@ -22,14 +22,14 @@ import pytest
 from botocore.exceptions import EndpointConnectionError
 from botocore.stub import Stubber
 
-from components.cleanup import run as cleanup_run
-from components.cleanup.plan import Action, Plan
-from components.common import aws
-from components.common.build_marks import CodeBuildBuild
-from components.common.execution_context import ExecutionContext, Terminated
-from components.common.remote_job import RemoteJobRunner
-from components.common.training_job import TrainingJob
-from components.sagemaker_training.runner import TrainingJobRunner
+from kfp_sagemaker_blackwell.common import aws
+from kfp_sagemaker_blackwell.common.build_marks import CodeBuildBuild
+from kfp_sagemaker_blackwell.common.execution_context import ExecutionContext, Terminated
+from kfp_sagemaker_blackwell.common.remote_job import RemoteJobRunner
+from kfp_sagemaker_blackwell.common.training_job import TrainingJob
+from kfp_sagemaker_blackwell.components.cleanup import run as cleanup_run
+from kfp_sagemaker_blackwell.components.cleanup.plan import Action, Plan
+from kfp_sagemaker_blackwell.components.sagemaker_training.runner import TrainingJobRunner
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -22,14 +22,15 @@ from typing import Any
 import pytest
 from conftest import local_backend_with_bucket, losses, wait_for
 
-from catalog import logformat
-from components.common import aws, pricing, resources, tags
-from components.common.cloudwatch import training_job_tail
-from components.common.errors import UserError
-from components.local import LocalBackend
-from components.sagemaker_training import launcher
-from components.sagemaker_training.request import TrainingJobConfig
-from components.sagemaker_training.runner import TrainingJobFailed
+from kfp_sagemaker_blackwell.catalog import logformat
+from kfp_sagemaker_blackwell.common import aws, resources, tags
+from kfp_sagemaker_blackwell.common.cloudwatch import training_job_tail
+from kfp_sagemaker_blackwell.common.errors import UserError
+from kfp_sagemaker_blackwell.components.sagemaker_training import launcher
+from kfp_sagemaker_blackwell.components.sagemaker_training.request import TrainingJobConfig
+from kfp_sagemaker_blackwell.components.sagemaker_training.runner import TrainingJobFailed
+from kfp_sagemaker_blackwell.local_backend import LocalBackend
+from kfp_sagemaker_blackwell.planning import pricing
 
 ROOT = Path(__file__).resolve().parent.parent
 BUCKET = "kfp-sagemaker-test"
@@ -76,7 +77,7 @@ def completed(backend, tmp_path_factory):
     """One tiny job run through the KFP component under kfp.local."""
     from kfp import local
 
-    from components.sagemaker_training import sagemaker_training
+    from kfp_sagemaker_blackwell.components.sagemaker_training import sagemaker_training
 
     root = tmp_path_factory.mktemp("kfp-root")
     local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(root))
@@ -217,7 +218,7 @@ def test_sigterm_to_the_component_stops_the_training_job_within_seconds(backend,
     name = launcher.prepare(cfg)[0].job_name
     record = tmp_path / "aws_resources.json"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "components.sagemaker_training", "--run-id", cfg.run_id,
+        [sys.executable, "-m", "kfp_sagemaker_blackwell.components.sagemaker_training", "--run-id", cfg.run_id,
          "--task", cfg.task, "--image-uri", IMAGE, "--role-arn", ROLE,
          "--output-s3-uri", cfg.output_s3_uri, "--model-preset", "tiny", "--batch-size", "4",
          "--seq-length", "32", "--max-steps", "2000", "--hyperparameters", "log-every=1",
@@ -244,8 +245,8 @@ def test_sigterm_to_the_component_stops_the_training_job_within_seconds(backend,
 
 # ---------------------------------------------------------------- validation
 def _plan_json(fits: bool = True, supported: bool = True) -> str:
-    from catalog import spec
-    from components.common.memory_plan import MemoryPlan, PrecisionPlan
+    from kfp_sagemaker_blackwell.catalog import spec
+    from kfp_sagemaker_blackwell.planning.memory_plan import MemoryPlan, PrecisionPlan
 
     entry = PrecisionPlan(precision="bf16", supported=supported, fits=fits, batch_size=6,
                           activation_checkpointing=True, peak_bytes=2**34,
@@ -337,7 +338,7 @@ def test_dry_run_prints_the_exact_request_without_calling_aws(tmp_path):
     cfg = tiny("run-dry", use_spot=True, checkpoint_s3_uri=f"s3://{BUCKET}/ckpt/dry",
                max_wait_seconds=172800, precision="mxfp8", region="us-west-2")
     env = {**os.environ, "AWS_ENDPOINT_URL": "http://127.0.0.1:9"}
-    argv = [sys.executable, "-m", "components.sagemaker_training", "--dry-run",
+    argv = [sys.executable, "-m", "kfp_sagemaker_blackwell.components.sagemaker_training", "--dry-run",
             "--run-id", cfg.run_id, "--task", cfg.task, "--pipeline", cfg.pipeline,
             "--image-uri", IMAGE, "--role-arn", ROLE, "--output-s3-uri", cfg.output_s3_uri,
             "--region", "us-west-2", "--precision", "mxfp8", "--model-preset", "tiny",
@@ -353,14 +354,16 @@ def test_dry_run_prints_the_exact_request_without_calling_aws(tmp_path):
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "max_wait_seconds" in bad.stderr
 
-    help_text = subprocess.run([sys.executable, "-m", "components.sagemaker_training", "--help"],
+    help_text = subprocess.run([sys.executable, "-m", "kfp_sagemaker_blackwell.components.sagemaker_training", "--help"],
                                cwd=ROOT, capture_output=True, text=True, timeout=60).stdout
     for flag in ("--training-plan-arn", "--use-spot", "--memory-plan", "--dry-run"):
         assert flag in help_text
 
 
 def test_precision_hyperparameters_apply_only_to_their_precision():
-    from components.sagemaker_training.request import merge_precision_hyperparameters
+    from kfp_sagemaker_blackwell.components.sagemaker_training.request import (
+        merge_precision_hyperparameters,
+    )
 
     by_precision = {"nvfp4": {"high-precision-lm-head": "true"}, "fp8": {"lr": "1e-4"}}
     assert merge_precision_hyperparameters({"lr": "3e-4"}, by_precision, "nvfp4") == {
@@ -376,7 +379,9 @@ def test_precision_hyperparameters_apply_only_to_their_precision():
     [({"fp9": {"lr": "1"}}, "not a precision"), ({"fp8": "lr=1"}, "must be a mapping")],
 )
 def test_bad_precision_hyperparameters_name_the_field(by_precision, field_text):
-    from components.sagemaker_training.request import merge_precision_hyperparameters
+    from kfp_sagemaker_blackwell.components.sagemaker_training.request import (
+        merge_precision_hyperparameters,
+    )
 
     with pytest.raises(UserError, match=field_text) as exc:
         merge_precision_hyperparameters({}, by_precision, "fp8")
@@ -394,7 +399,7 @@ def test_enterprise_settings_reach_the_request_and_the_iam_policies_cover_them()
     assert request["EnableInterContainerTrafficEncryption"] is True
     _, plain = launcher.prepare(tiny("run-kms"))
     assert "KmsKeyId" not in plain["OutputDataConfig"] and "EnableNetworkIsolation" not in plain
-    policies = {name: json.loads((ROOT / "images" / "iam" / f"{name}.json").read_text())
+    policies = {name: json.loads((ROOT / "iam" / f"{name}.json").read_text())
                 for name in ("pod-policy", "sagemaker-execution-policy")}
     actions = {name: {a for s in p["Statement"] if "kms:ViaService" in json.dumps(s)
                       for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])}
@@ -404,7 +409,7 @@ def test_enterprise_settings_reach_the_request_and_the_iam_policies_cover_them()
 
 
 def test_the_cli_help_shows_the_components_defaults():
-    from components.sagemaker_training import __main__ as main_module
+    from kfp_sagemaker_blackwell.components.sagemaker_training import __main__ as main_module
 
     help_text = main_module.build_parser()[0].format_help()
     assert "default: ml.p6-b200.48xlarge" in help_text and "(default: 100)" in help_text

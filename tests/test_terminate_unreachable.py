@@ -1,7 +1,7 @@
 """SIGTERM to a step that follows remote work, with the backend process really gone (issue 31).
 
 The local backend runs in its own process here (``served``: a ``LocalBackend``
-started the way ``python -m components.local serve`` starts it, its ``env()``
+started the way ``python -m kfp_sagemaker_blackwell.local_backend serve`` starts it, its ``env()``
 read back from the process, so whatever credentials it hands out are used),
 and the test SIGKILLs that process: the port is closed, every request is
 refused, nothing is simulated. Both orders are tested for each step that
@@ -31,13 +31,13 @@ import conftest
 import pytest
 from conftest import STEP_SCRIPT, client_hooks, training_cli_args
 
-from components.build_image import build as b
-from components.cleanup import run as cleanup_run
-from components.common import aws, resources
-from components.common.execution_context import TERMINATED_EXIT_CODE
-from components.sagemaker_training import __main__ as training_cli
-from components.sagemaker_training import launcher
-from components.sagemaker_training.request import TrainingJobConfig
+from kfp_sagemaker_blackwell.common import aws, resources
+from kfp_sagemaker_blackwell.common.execution_context import TERMINATED_EXIT_CODE
+from kfp_sagemaker_blackwell.components.build_image import build as b
+from kfp_sagemaker_blackwell.components.cleanup import run as cleanup_run
+from kfp_sagemaker_blackwell.components.sagemaker_training import __main__ as training_cli
+from kfp_sagemaker_blackwell.components.sagemaker_training import launcher
+from kfp_sagemaker_blackwell.components.sagemaker_training.request import TrainingJobConfig
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -48,7 +48,7 @@ CODEBUILD_ROLE = "arn:aws:iam::123456789012:role/kfp-sagemaker-codebuild"
 DEADLINE_S = 10.0  # issue 31: SIGTERM to the exit, backend gone
 SERVE = r"""
 import json, signal, sys, threading
-from components.local import LocalBackend
+from kfp_sagemaker_blackwell.local_backend import LocalBackend
 done = threading.Event()
 for sig in (signal.SIGTERM, signal.SIGINT):
     signal.signal(sig, lambda *a: done.set())
@@ -201,7 +201,7 @@ def test_training_backend_gone_then_sigterm_exits_143_within_10_s(served, tmp_pa
     name = launcher.prepare(cfg)[0].job_name
     record = tmp_path / "aws_resources.json"
     code, elapsed, text = sigterm_after_the_outage(
-        "components.sagemaker_training", training_args(cfg, "--aws-resources-path", str(record)),
+        "kfp_sagemaker_blackwell.components.sagemaker_training", training_args(cfg, "--aws-resources-path", str(record)),
         served, tmp_path / "launcher.log", busy=lambda: served.secondary(name) == "Training",
         riding="retrying for up to 300 s")
     assert code == TERMINATED_EXIT_CODE, text
@@ -264,7 +264,7 @@ def build_args(checkout: Path, run_id: str) -> list[str]:
 @pytest.mark.parametrize("order", ["outage-then-sigterm", "sigterm-then-outage"])
 def test_build_image_sigterm_with_the_backend_gone_exits_143_within_10_s(
         served, hooks, capsys, tmp_path, order):
-    from components.build_image import __main__ as build_cli
+    from kfp_sagemaker_blackwell.components.build_image import __main__ as build_cli
 
     write_checkout(tmp_path / "checkout")
     term = Terminate()
@@ -322,7 +322,7 @@ def test_cleanup_waiting_for_a_stop_then_backend_gone_then_sigterm_exits_143(ser
         assert served.status(name) == "Stopping"
 
     code, elapsed, text = sigterm_after_the_outage(
-        "components.cleanup", cleanup_args(cfg.run_id), served, log,
+        "kfp_sagemaker_blackwell.components.cleanup", cleanup_args(cfg.run_id), served, log,
         busy=lambda: "to stop" in log.read_text(), then=still_stopping,
         riding="retrying for up to")
     assert code == TERMINATED_EXIT_CODE, text
@@ -332,7 +332,7 @@ def test_cleanup_waiting_for_a_stop_then_backend_gone_then_sigterm_exits_143(ser
 
 
 def test_cleanup_sigterm_then_backend_gone_before_the_stop_exits_143(served, hooks, capsys):
-    from components.cleanup import __main__ as cleanup_cli
+    from kfp_sagemaker_blackwell.components.cleanup import __main__ as cleanup_cli
 
     cfg, name = create_job(served, ignore_sigterm=False)
     term = Terminate()

@@ -60,8 +60,8 @@ def test_b200_llama3_8b_predictions_fall_inside_the_published_ranges():
 def test_one_billion_parameter_presets_gain_modestly_from_fp8_on_b200():
     """The article: small models gain modestly from low precision (quantisation and host
     overhead eat the gain). The 1b preset at the plan's batch gains less than the 8B."""
-    from catalog.spec import PRESETS
-    from components.memory_estimate import planner
+    from kfp_sagemaker_blackwell.catalog.spec import PRESETS
+    from kfp_sagemaker_blackwell.planning import planner
 
     def gain(preset, seq):
         plan = planner.plan(planner.Request(
@@ -79,9 +79,9 @@ def test_compiled_loss_runs_measured_after_the_grid_are_predicted_within_8_perce
     # grid was measured), timed on one H200 by benchmarks/trainer/like_for_like.py.
     import json
 
-    from catalog.spec import preset
-    from components.common import throughput
-    from components.common.training_setup import TrainingSetup
+    from kfp_sagemaker_blackwell.catalog.spec import preset
+    from kfp_sagemaker_blackwell.planning import throughput
+    from kfp_sagemaker_blackwell.planning.training_setup import TrainingSetup
 
     runs = json.loads((ROOT / "benchmarks" / "trainer" / "raw" / "like_for_like_h200.json").read_text())
     for precision in ("bf16", "fp8"):

@@ -1,4 +1,4 @@
-"""The throughput and cost model (components/common/throughput.py): its behaviour.
+"""The throughput and cost model (planning/throughput.py): its behaviour.
 
 Its accuracy against the trainer's H200 measurements is in
 tests/test_throughput_accuracy.py.
@@ -13,11 +13,10 @@ from dataclasses import replace
 
 import pytest
 
-from catalog.precisions import PRECISIONS
-from catalog.spec import PRESETS
-from components.common import pricing, throughput
-from components.common.training_setup import TrainingSetup
-from components.memory_estimate import planner
+from kfp_sagemaker_blackwell.catalog.precisions import PRECISIONS
+from kfp_sagemaker_blackwell.catalog.spec import PRESETS
+from kfp_sagemaker_blackwell.planning import planner, pricing, throughput
+from kfp_sagemaker_blackwell.planning.training_setup import TrainingSetup
 
 
 def setup(preset="8b", precision="bf16", batch=1, seq=8192, ac=True, world=8, **kw):
@@ -194,7 +193,7 @@ def test_plan_entries_carry_the_prediction():
         assert e.tokens_per_s_per_gpu == pytest.approx(
             throughput.predict(s, "B200").tokens_per_s_per_gpu, rel=1e-4)
     # the plan's JSON round-trips with the new keys
-    from components.common.memory_plan import MemoryPlan
+    from kfp_sagemaker_blackwell.planning.memory_plan import MemoryPlan
 
     again = MemoryPlan.from_json(result.plan.to_json())
     assert again.precisions["fp8"].step_seconds == result.plan.precisions["fp8"].step_seconds
@@ -207,7 +206,7 @@ def test_unsupported_precisions_carry_no_prediction():
 
 
 def _cli(*args):
-    return subprocess.run([sys.executable, "-m", "components.memory_estimate", *args],
+    return subprocess.run([sys.executable, "-m", "kfp_sagemaker_blackwell.components.memory_estimate", *args],
                           capture_output=True, text=True, timeout=120)
 
 
@@ -224,7 +223,7 @@ def test_cli_json_with_one_precision_and_batch_has_the_top_level_keys():
 
 
 def test_markdown_shows_the_prediction_labelled():
-    from components.memory_estimate import report
+    from kfp_sagemaker_blackwell.components.memory_estimate import report
 
     md = report.markdown(_plan())
     assert "Predicted speed and cost (throughput model; predicted, not measured)" in md

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from catalog import flags as config
-from catalog import logformat
-from trainer import checkpoint, train
+from kfp_sagemaker_blackwell.catalog import flags as config
+from kfp_sagemaker_blackwell.catalog import logformat
+from kfp_sagemaker_blackwell.trainer import checkpoint, train
 
 COMMON = dict(seq_length=32, batch_size=2, max_steps=6, warmup_steps=2, log_every=1)
 STEP4, STEP2 = "step_00000004", "step_00000002"

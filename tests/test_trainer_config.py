@@ -1,7 +1,7 @@
 """The trainer's flags are TrainConfig's fields: one declaration, read by the parser.
 
-``python -m trainer``'s flags (and so its SageMaker hyperparameter names) come from the
-TrainConfig fields declared with ``option()``, the model's from ModelSpec (catalog.spec);
+``python -m kfp_sagemaker_blackwell.trainer``'s flags (and so its SageMaker hyperparameter names) come from the
+TrainConfig fields declared with ``option()``, the model's from ModelSpec (kfp_sagemaker_blackwell.catalog.spec);
 a flag added by hand, or a field declared without a flag, fails here.
 """
 
@@ -14,9 +14,9 @@ import sys
 
 import pytest
 
-from catalog import flags as config
-from catalog.flags import TrainConfig
-from catalog.spec import ModelSpec
+from kfp_sagemaker_blackwell.catalog import flags as config
+from kfp_sagemaker_blackwell.catalog.flags import TrainConfig
+from kfp_sagemaker_blackwell.catalog.spec import ModelSpec
 
 MODEL_FLAGS = {f.name for f in dataclasses.fields(ModelSpec)} | {"model_preset"}
 

@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from catalog import hardware, logformat, spec
+from kfp_sagemaker_blackwell.catalog import hardware, logformat, spec
 
 
 def test_presets_have_the_advertised_sizes():

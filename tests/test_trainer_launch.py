@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from catalog import flags as config
-from catalog import logformat
+from kfp_sagemaker_blackwell.catalog import flags as config
+from kfp_sagemaker_blackwell.catalog import logformat
 
 ROOT = Path(__file__).resolve().parent.parent
 TRAIN_SH = ROOT / "trainer" / "train.sh"
@@ -131,7 +131,7 @@ def test_train_sh_reads_multi_node_hosts(tmp_path):
     out = subprocess.run(["bash", str(TRAIN_SH), "--precision", "fp8"], env=env, capture_output=True, text=True,
                          timeout=60).stdout
     assert ("ARGS -m torch.distributed.run --nproc_per_node=8 --nnodes=3 --node_rank=1 "
-            "--master_addr=algo-1 --master_port=29500 -m trainer --precision fp8") in out
+            "--master_addr=algo-1 --master_port=29500 -m kfp_sagemaker_blackwell.trainer --precision fp8") in out
 
 
 def test_sigterm_saves_a_checkpoint_and_exits_zero(tmp_path):

@@ -4,7 +4,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from trainer import loss
+from kfp_sagemaker_blackwell.trainer import loss
 
 
 def test_cross_entropy_is_fp32_mean_over_every_token():

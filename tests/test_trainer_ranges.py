@@ -10,9 +10,9 @@ import typing
 
 import pytest
 
-from catalog import flags as config
-from catalog.flags import Bounds, TrainConfig
-from components.common import aws
+from kfp_sagemaker_blackwell.catalog import flags as config
+from kfp_sagemaker_blackwell.catalog.flags import Bounds, TrainConfig
+from kfp_sagemaker_blackwell.common import aws
 
 # (hyperparameter, value, range the message must quote): values that passed --dry-run and
 # failed only once the instances were up (issue 28 item 9).
@@ -114,7 +114,7 @@ DRY_RUN = ["--dry-run", "--run-id", "ranges", "--task", "train",
 @pytest.mark.parametrize("name, value, shown", BAD)
 def test_launcher_dry_run_refuses_out_of_range_hyperparameters_before_any_aws_call(
         name, value, shown, capsys, monkeypatch):
-    from components.sagemaker_training.__main__ import main
+    from kfp_sagemaker_blackwell.components.sagemaker_training.__main__ import main
 
     monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")  # nothing listens there
     with aws.record_calls() as recording:
@@ -128,7 +128,7 @@ def test_launcher_dry_run_refuses_out_of_range_hyperparameters_before_any_aws_ca
 
 
 def test_launcher_dry_run_accepts_in_range_hyperparameters(capsys, monkeypatch):
-    from components.sagemaker_training.__main__ import main
+    from kfp_sagemaker_blackwell.components.sagemaker_training.__main__ import main
 
     monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
     code = main(DRY_RUN + ["--hyperparameters", "beta1=0.8", "--hyperparameters", "beta2=0.99",
@@ -143,7 +143,7 @@ def test_launcher_dry_run_accepts_in_range_hyperparameters(capsys, monkeypatch):
                                                 ("vocab-size", "-1", "[0, 4194304]"),
                                                 ("hidden-size", "1000000", "[1, 131072]")])
 def test_model_dimensions_have_their_ranges_too(name, value, shown):
-    from catalog import spec
+    from kfp_sagemaker_blackwell.catalog import spec
 
     with pytest.raises(config.ConfigError) as hps:
         config.check_hyperparameters({name: value}, env={})
@@ -157,7 +157,7 @@ def test_model_dimensions_have_their_ranges_too(name, value, shown):
 
 
 def test_launcher_dry_run_refuses_a_model_dimension_out_of_range(capsys, monkeypatch):
-    from components.sagemaker_training.__main__ import main
+    from kfp_sagemaker_blackwell.components.sagemaker_training.__main__ import main
 
     monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
     with aws.record_calls() as recording:

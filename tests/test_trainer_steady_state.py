@@ -9,9 +9,9 @@ import warnings
 import pytest
 import torch
 
-from catalog import flags as config
-from catalog import logformat, spec
-from trainer import gc_schedule, metrics, model, train
+from kfp_sagemaker_blackwell.catalog import flags as config
+from kfp_sagemaker_blackwell.catalog import logformat, spec
+from kfp_sagemaker_blackwell.trainer import gc_schedule, metrics, model, train
 
 
 def _meter(peak=1979.0, bf16_peak=989.0, warmup=2):

@@ -7,9 +7,9 @@ import math
 import pytest
 import torch
 
-from catalog import flags as config
-from catalog import hardware, logformat
-from trainer import data, emulation, precision, train
+from kfp_sagemaker_blackwell.catalog import flags as config
+from kfp_sagemaker_blackwell.catalog import hardware, logformat
+from kfp_sagemaker_blackwell.trainer import data, emulation, precision, train
 
 
 def _run(**kw):
@@ -166,7 +166,7 @@ def test_summary_has_the_contract_keys_and_metrics_file(tmp_path):
 
 
 def test_token_files_from_text_train_and_report_no_entropy_floor(tmp_path):
-    from trainer import make_tokens
+    from kfp_sagemaker_blackwell.trainer import make_tokens
 
     text = tmp_path / "corpus.txt"
     text.write_text("the quick brown fox jumps over the lazy dog. " * 200)
@@ -193,9 +193,9 @@ def test_checkpointed_blocks_see_fp32_rotary_tables_in_forward_and_recomputation
     # raised CheckpointError (recomputed tensors' metadata differs).
     import dataclasses
 
-    from catalog import spec
-    from trainer import model as tm
-    from trainer import parallel
+    from kfp_sagemaker_blackwell.catalog import spec
+    from kfp_sagemaker_blackwell.trainer import model as tm
+    from kfp_sagemaker_blackwell.trainer import parallel
 
     world = parallel.init("cpu")
     s = dataclasses.replace(spec.preset("tiny"), num_layers=2)

@@ -1,8 +1,8 @@
-"""``python -m trainer``: see trainer/README.md and ``python -m trainer --help``."""
+"""``python -m kfp_sagemaker_blackwell.trainer``: see trainer/README.md and ``python -m kfp_sagemaker_blackwell.trainer --help``."""
 
 import sys
 
-from trainer.train import main
+from kfp_sagemaker_blackwell.trainer.train import main
 
 if __name__ == "__main__":
     sys.exit(main())

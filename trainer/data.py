@@ -18,7 +18,7 @@ Token files (``--data-dir`` or ``SM_CHANNEL_TRAIN``). A directory of ``*.bin``
 files, each a flat little-endian array of token ids, with an optional
 ``meta.json``: ``{"dtype": "uint16" | "uint32", "vocab_size": N}`` (uint16 when
 absent). Training windows of ``seq_length + 1`` tokens start at uniformly drawn
-positions. ``python -m trainer.make_tokens`` writes this format from text files
+positions. ``python -m kfp_sagemaker_blackwell.trainer.make_tokens`` writes this format from text files
 (byte-level, vocab 256).
 """
 
@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from trainer.model import _mix
+from kfp_sagemaker_blackwell.trainer.model import _mix
 
 
 class SyntheticMarkov:

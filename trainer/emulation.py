@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from catalog.precisions import COMPUTE_DTYPE, LOW_PRECISIONS
+from kfp_sagemaker_blackwell.catalog.precisions import COMPUTE_DTYPE, LOW_PRECISIONS
 
 E4M3_MAX = 448.0
 E5M2_MAX = 57344.0

@@ -24,7 +24,7 @@ import functools
 import torch
 import torch.nn.functional as F
 
-from catalog.flags import LOSS_KERNELS as KERNELS
+from kfp_sagemaker_blackwell.catalog.flags import LOSS_KERNELS as KERNELS
 
 
 def _cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:

@@ -1,6 +1,6 @@
 """Turn text files into the trainer's token-file format (byte-level: vocab 256).
 
-    python -m trainer.make_tokens --out data/ corpus1.txt corpus2.txt
+    python -m kfp_sagemaker_blackwell.trainer.make_tokens --out data/ corpus1.txt corpus2.txt
 
 Writes ``data/train_000.bin`` (little-endian uint16 token ids, one flat array:
 every file's UTF-8 bytes, documents separated by token 0) and ``data/meta.json``
@@ -43,7 +43,7 @@ def convert(paths: list[Path], out: Path, shard_tokens: int = 1 << 30) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m trainer.make_tokens", description=__doc__,
+    ap = argparse.ArgumentParser(prog="python -m kfp_sagemaker_blackwell.trainer.make_tokens", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("inputs", nargs="+", type=Path, help="text files")
     ap.add_argument("--out", required=True, type=Path, help="output directory")

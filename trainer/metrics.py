@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from catalog import logformat
-from catalog.spec import ModelSpec
+from kfp_sagemaker_blackwell.catalog import logformat
+from kfp_sagemaker_blackwell.catalog.spec import ModelSpec
 
 
 def block_flops_per_token(spec: ModelSpec, seq_length: int) -> float:

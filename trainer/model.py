@@ -1,10 +1,10 @@
 """The decoder-only causal LM in plain PyTorch (the ``torch`` backend).
 
 No parallelism or precision policy lives here: FSDP2 and mixed precision are
-applied by ``trainer.parallel``. Activation checkpointing is the ``checkpoint_blocks``
-flag that ``forward`` reads (set by ``trainer.train`` from the configuration):
+applied by ``kfp_sagemaker_blackwell.trainer.parallel``. Activation checkpointing is the ``checkpoint_blocks``
+flag that ``forward`` reads (set by ``kfp_sagemaker_blackwell.trainer.train`` from the configuration):
 each block is then run under ``torch.utils.checkpoint`` (non-reentrant) and
-recomputed in backward. The only precision hook is each linear layer's :class:`trainer.emulation.Numerics`, which is plain
+recomputed in backward. The only precision hook is each linear layer's :class:`kfp_sagemaker_blackwell.trainer.emulation.Numerics`, which is plain
 ``F.linear`` on real hardware dtypes and an emulated low-precision GEMM
 otherwise. With ``vocab_size=0`` the model is a bare block stack (TE's fsdp.py
 shape): it takes hidden states and returns hidden states.
@@ -18,8 +18,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from catalog.spec import ModelSpec
-from trainer import emulation
+from kfp_sagemaker_blackwell.catalog.spec import ModelSpec
+from kfp_sagemaker_blackwell.trainer import emulation
 
 
 def root_output(t: torch.Tensor) -> torch.Tensor:

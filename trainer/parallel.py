@@ -1,7 +1,7 @@
 """Process group, device and FSDP2, applied to a plain model.
 
 Activation checkpointing is not applied here: it is the models' ``checkpoint_blocks``
-flag, read in their ``forward`` (``trainer.model``, ``trainer.te_backend``).
+flag, read in their ``forward`` (``kfp_sagemaker_blackwell.trainer.model``, ``kfp_sagemaker_blackwell.trainer.te_backend``).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def resolve_device(choice: str) -> str:
     if choice == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     if choice == "cuda" and not torch.cuda.is_available():
-        from catalog.flags import ConfigError
+        from kfp_sagemaker_blackwell.catalog.flags import ConfigError
 
         raise ConfigError("device='cuda': no CUDA GPU is visible to PyTorch; use device=cpu or auto")
     return choice
@@ -43,7 +43,7 @@ def resolve_device(choice: str) -> str:
 def init(device_type: str) -> World:
     """Joins the torchrun process group (env://), or makes a one-process group when run in-process.
 
-    An existing group is reused, so ``trainer.train.run`` can be called repeatedly."""
+    An existing group is reused, so ``kfp_sagemaker_blackwell.trainer.train.run`` can be called repeatedly."""
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     local_world = int(os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("WORLD_SIZE", "1")))
     if device_type == "cuda":

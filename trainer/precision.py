@@ -7,9 +7,9 @@ from dataclasses import dataclass
 
 import torch
 
-from catalog import hardware
-from catalog.flags import ConfigError
-from catalog.precisions import (
+from kfp_sagemaker_blackwell.catalog import hardware
+from kfp_sagemaker_blackwell.catalog.flags import ConfigError
+from kfp_sagemaker_blackwell.catalog.precisions import (
     LOW_PRECISIONS,
     PRECISIONS,
     TE_RECIPES,

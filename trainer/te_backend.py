@@ -22,10 +22,10 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from catalog.flags import TrainConfig
-from trainer import parallel
-from trainer.model import init_weights, root_output
-from trainer.precision import Plan, high_precision_blocks, te_recipe
+from kfp_sagemaker_blackwell.catalog.flags import TrainConfig
+from kfp_sagemaker_blackwell.trainer import parallel
+from kfp_sagemaker_blackwell.trainer.model import init_weights, root_output
+from kfp_sagemaker_blackwell.trainer.precision import Plan, high_precision_blocks, te_recipe
 
 # The residual stream's layout through the TE blocks: "bshd" (batch first, as the rest of the
 # model) or "sbhd" (sequence first, TE's default and fsdp.py's; the model then transposes the

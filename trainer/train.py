@@ -1,7 +1,7 @@
 """The training loop, readable top to bottom: ``run(config) -> summary``.
 
 ``run`` can be called repeatedly in one process (the GPU memory grid and the
-tests do); ``main`` is ``python -m trainer``: it parses the configuration,
+tests do); ``main`` is ``python -m kfp_sagemaker_blackwell.trainer``: it parses the configuration,
 calls ``run`` and turns failures into SageMaker's failure file and exit code.
 """
 
@@ -22,11 +22,11 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from catalog import flags as config_mod
-from catalog import logformat
-from catalog.flags import ConfigError, TrainConfig
-from catalog.precisions import COMPUTE_DTYPE
-from trainer import (
+from kfp_sagemaker_blackwell.catalog import flags as config_mod
+from kfp_sagemaker_blackwell.catalog import logformat
+from kfp_sagemaker_blackwell.catalog.flags import ConfigError, TrainConfig
+from kfp_sagemaker_blackwell.catalog.precisions import COMPUTE_DTYPE
+from kfp_sagemaker_blackwell.trainer import (
     checkpoint,
     data,
     emulation,
@@ -35,8 +35,8 @@ from trainer import (
     parallel,
     precision,
 )
-from trainer import loss as loss_mod
-from trainer.model import CausalLM, init_weights
+from kfp_sagemaker_blackwell.trainer import loss as loss_mod
+from kfp_sagemaker_blackwell.trainer.model import CausalLM, init_weights
 
 SUMMARY_KEYS = (
     "status", "steps", "final_loss", "tokens", "tokens_per_s", "tokens_per_s_per_gpu", "tflops_per_gpu",
@@ -107,7 +107,7 @@ def _block_precisions(cfg: TrainConfig) -> list[str]:
 
 
 def emulation_low() -> tuple[str, ...]:
-    from catalog.precisions import LOW_PRECISIONS
+    from kfp_sagemaker_blackwell.catalog.precisions import LOW_PRECISIONS
 
     return LOW_PRECISIONS
 
@@ -389,7 +389,7 @@ def _start(cfg, plan, world, log, state: _RunState) -> None:
     log.json("data", state.source.describe())
 
     if plan.backend == "te":
-        from trainer import te_backend
+        from kfp_sagemaker_blackwell.trainer import te_backend
 
         state.model = te_backend.build(cfg, world, plan)
     else:
@@ -570,7 +570,7 @@ def _autocast_factory(cfg: TrainConfig, plan: precision.Plan):
 
     if plan.backend != "te":
         return contextlib.nullcontext
-    from trainer import te_backend
+    from kfp_sagemaker_blackwell.trainer import te_backend
 
     return te_backend.autocast_factory(cfg, plan)
 
@@ -586,7 +586,7 @@ def _batch(source, cfg: TrainConfig, world: parallel.World, step: int, micro: in
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m trainer``: 0 when completed or stopped after a checkpoint, 1 on failure
+    """``python -m kfp_sagemaker_blackwell.trainer``: 0 when completed or stopped after a checkpoint, 1 on failure
     (with $SM_OUTPUT_DIR/failure written), 2 on a configuration error."""
     argv = sys.argv[1:] if argv is None else argv
     if any(a in ("-h", "--help") for a in argv):

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # SageMaker entry point (SAGEMAKER_PROGRAM=train.sh): torchrun over this node's GPUs and the
-# job's hosts, running `python -m trainer`. Arguments are passed through to the trainer.
+# job's hosts, running `python -m kfp_sagemaker_blackwell.trainer`. Arguments are passed through to the trainer.
 #
 #   nproc per node  SM_NUM_GPUS when > 0, else TRAINER_NPROC_PER_NODE (default 1)
 #   hosts           SM_HOSTS (JSON list) + SM_CURRENT_HOST, else $SM_INPUT_CONFIG_DIR/resourceconfig.json
@@ -56,7 +56,7 @@ else
 fi
 
 echo "[train.sh] torchrun nproc_per_node=$nproc nnodes=${nnodes:-1} node_rank=${node_rank:-0} port=$port"
-"$PY" -m torch.distributed.run --nproc_per_node="$nproc" "${launch[@]}" -m trainer "$@" &
+"$PY" -m torch.distributed.run --nproc_per_node="$nproc" "${launch[@]}" -m kfp_sagemaker_blackwell.trainer "$@" &
 child=$!
 
 forward_term() {

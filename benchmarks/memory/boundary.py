@@ -111,9 +111,9 @@ def parse_configurations(text: str) -> tuple[tuple[str, int | None, int, bool, s
 def predicted_largest(preset: str, num_layers: int | None, seq: int, ac: bool, precision: str,
                       gpu_memory_bytes: int, gpu: str = "H200", backend: str = "te") -> int:
     """The planner's largest batch at zero headroom on a GPU of ``gpu_memory_bytes``."""
-    from catalog import hardware
-    from catalog.spec import preset as get_preset
-    from components.memory_estimate import planner
+    from kfp_sagemaker_blackwell.catalog import hardware
+    from kfp_sagemaker_blackwell.catalog.spec import preset as get_preset
+    from kfp_sagemaker_blackwell.planning import planner
 
     model = get_preset(preset)
     if num_layers:

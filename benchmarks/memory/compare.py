@@ -34,10 +34,9 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from catalog import hardware  # noqa: E402
-from catalog.spec import ModelSpec  # noqa: E402
-from components.common import training_setup  # noqa: E402
-from components.memory_estimate import estimator  # noqa: E402
+from kfp_sagemaker_blackwell.catalog import hardware  # noqa: E402
+from kfp_sagemaker_blackwell.catalog.spec import ModelSpec  # noqa: E402
+from kfp_sagemaker_blackwell.planning import estimator, training_setup  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 GRID = HERE / "h200_grid.json"
@@ -129,7 +128,7 @@ def fsdp1_setup(result: dict[str, Any]) -> training_setup.TrainingSetup:
     (foreach) moments in the parameter dtype (bf16, or fp16 for ``--precision fp16``;
     fp16 moments take bf16's 2 bytes); FSDP1 with an fp32 gradient reduction;
     te.TransformerLayer's default hidden dropout 0.1."""
-    from catalog.spec import preset
+    from kfp_sagemaker_blackwell.catalog.spec import preset
 
     dtype = "fp16" if result["precision"] == "fp16" else "bf16"
     return training_setup.TrainingSetup(
@@ -255,7 +254,7 @@ def boundary_constraints(rows: list[Row]) -> list[tuple[list[float], float, bool
 
 def boundary_setup(b: dict[str, Any], batch: int) -> training_setup.TrainingSetup:
     """The trainer's setup of a boundary_h200.json configuration at ``batch``."""
-    from catalog.spec import preset
+    from kfp_sagemaker_blackwell.catalog.spec import preset
 
     model = preset(b["preset"])
     if b.get("num_layers"):

@@ -111,9 +111,8 @@ def child_recipe(p: dict) -> str:
 
 def predicted(p: dict) -> dict:
     """The estimator's FSDP1 prediction (fsdp.py's settings), for packing and for the record."""
-    from catalog import spec as spec_mod
-    from components.common import training_setup
-    from components.memory_estimate import estimator
+    from kfp_sagemaker_blackwell.catalog import spec as spec_mod
+    from kfp_sagemaker_blackwell.planning import estimator, training_setup
 
     model = spec_mod.preset("te-fsdp-example").replace(num_layers=p["layers"])
     dtype = "fp16" if p["precision"] == "fp16" else "bf16"

@@ -1,7 +1,7 @@
 """Measure the trainer's peak GPU memory over a grid of configurations (one process per world size).
 
 Writes the data the memory estimator is checked against (benchmarks/memory/h200_grid.json):
-for each configuration, ``trainer.train.run`` trains a few steps and the peak of
+for each configuration, ``kfp_sagemaker_blackwell.trainer.train.run`` trains a few steps and the peak of
 ``torch.cuda.max_memory_allocated`` / ``max_memory_reserved`` over those steps is recorded
 (status "oom" when it ran out of memory). Model, optimizer and caches are freed between
 configurations (the trainer drops its references; gc + empty_cache here), and the peak counters
@@ -66,8 +66,8 @@ def grid(models: list[str], precisions: list[str], batches: list[int], seqs: lis
 def measure(combo: dict, num_layers: int | None, steps: int) -> dict:
     import torch
 
-    from catalog import flags as config
-    from trainer import train
+    from kfp_sagemaker_blackwell.catalog import flags as config
+    from kfp_sagemaker_blackwell.trainer import train
 
     overrides = {"num_layers": num_layers} if num_layers else {}
     backend = combo.get("backend", "te")

@@ -1,6 +1,6 @@
 """Measures the per-tensor constants of the memory estimator on a CUDA GPU.
 
-The estimator (components/memory_estimate/estimator.py) adds up tensors; this
+The estimator (planning/estimator.py) adds up tensors; this
 probe measures the pieces it cannot take from a formula, one at a time, with
 ``torch.cuda.memory_allocated`` / ``max_memory_allocated`` and
 ``torch.cuda.mem_get_info``:
@@ -9,7 +9,7 @@ probe measures the pieces it cannot take from a formula, one at a time, with
   loaded cuBLAS / flash-attention kernels), before and after NCCL initialisation;
 - ``loss``: bytes per logit element of ``F.cross_entropy(logits.float(), t)`` (the
   trainer's loss) at the forward and backward peaks, with the logits held;
-- ``block``: bytes per token one trainer block (``trainer.model.Block``, 16-bit
+- ``block``: bytes per token one trainer block (``kfp_sagemaker_blackwell.trainer.model.Block``, 16-bit
   parameters as FSDP2's MixedPrecisionPolicy gives them) saves for backward, and
   the extra transient peak of its backward, with and without checkpointing;
 - ``adamw``: transient bytes of a fused AdamW step.
@@ -102,9 +102,9 @@ def loss(tokens: int = 8192, vocab: int = 128256) -> dict:
 
 
 def block(preset: str, batch: int, seq: int, checkpoint: bool) -> dict:
-    from catalog.spec import preset as get_preset
-    from trainer import emulation
-    from trainer.model import Block, rotary_tables
+    from kfp_sagemaker_blackwell.catalog.spec import preset as get_preset
+    from kfp_sagemaker_blackwell.trainer import emulation
+    from kfp_sagemaker_blackwell.trainer.model import Block, rotary_tables
 
     spec = get_preset(preset)
     dev = torch.device("cuda")

@@ -33,7 +33,7 @@ def shapes(widths: list[str]) -> list[dict]:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from measure import SHAPES
 
-    from catalog import spec as spec_mod
+    from kfp_sagemaker_blackwell.catalog import spec as spec_mod
 
     out = []
     for w in widths:
@@ -52,7 +52,7 @@ def time_linear(shape: dict, recipe_name: str, tokens: int, warmup: int, reps: i
     import torch
     import transformer_engine.pytorch as te
 
-    from trainer.precision import te_recipe
+    from kfp_sagemaker_blackwell.trainer.precision import te_recipe
 
     k, n = shape["in_features"], shape["out_features"]
     lin = te.Linear(k, n, bias=False, params_dtype=torch.bfloat16, device="cuda")

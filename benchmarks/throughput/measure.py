@@ -1,7 +1,7 @@
 """Measure the trainer's steady-state step time over a grid of configurations, on one GPU, in one process.
 
 Writes the data the throughput model is calibrated and checked against
-(benchmarks/throughput/h200_grid.json). For each configuration ``trainer.train.run`` (TE
+(benchmarks/throughput/h200_grid.json). For each configuration ``kfp_sagemaker_blackwell.trainer.train.run`` (TE
 backend) trains ``--steps`` steps on synthetic tokens; a global optimizer-step post-hook
 (``torch.optim.optimizer.register_optimizer_step_post_hook``, as in
 benchmarks/trainer/steady_timer.py) synchronises CUDA and time-stamps every step, and the
@@ -134,15 +134,14 @@ def configurations(split: str) -> list[dict]:
 
 
 def spec_of(combo: dict):
-    from catalog import spec as spec_mod
+    from kfp_sagemaker_blackwell.catalog import spec as spec_mod
 
     return spec_mod.spec_from_values(combo["preset"], num_layers=combo["num_layers"])
 
 
 def predicted_peak_bytes(combo: dict) -> int:
     """The memory estimator's device peak for the configuration (to keep the grid on the GPU)."""
-    from components.common import training_setup
-    from components.memory_estimate import estimator
+    from kfp_sagemaker_blackwell.planning import estimator, training_setup
 
     setup = training_setup.TrainingSetup(model=spec_of(combo), batch_size=combo["batch_size"],
                                     seq_length=combo["seq_length"], precision=combo["precision"],
@@ -185,9 +184,9 @@ def rates(combo: dict, step_s: float, flops_per_token: float, peak: float | None
 def measure(combo: dict, steps: int, warmup: int, clock: StepClock) -> dict:
     import torch
 
-    from catalog import flags as config
-    from catalog import hardware
-    from trainer import train
+    from kfp_sagemaker_blackwell.catalog import flags as config
+    from kfp_sagemaker_blackwell.catalog import hardware
+    from kfp_sagemaker_blackwell.trainer import train
 
     spec = spec_of(combo)
     cfg = config.make(combo["preset"], precision=combo["precision"], backend="te",

@@ -10,7 +10,7 @@
 
 Reads ``h200_grid.json`` beside this file (records with the configuration, ``status``,
 ``tokens_per_s_per_gpu`` and ``split``: ``calibration`` or ``validation``), predicts each
-with ``components.common.throughput`` and reports, per split, the error of the
+with ``kfp_sagemaker_blackwell.planning.throughput`` and reports, per split, the error of the
 predicted tokens/s per GPU (predicted / measured - 1) and of the predicted speed-up of
 each low precision over bf16 in the same configuration (predicted - measured).
 """
@@ -29,10 +29,10 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from catalog import hardware  # noqa: E402
-from catalog.spec import ModelSpec  # noqa: E402
-from components.common import throughput  # noqa: E402
-from components.common.training_setup import TrainingSetup  # noqa: E402
+from kfp_sagemaker_blackwell.catalog import hardware  # noqa: E402
+from kfp_sagemaker_blackwell.catalog.spec import ModelSpec  # noqa: E402
+from kfp_sagemaker_blackwell.planning import throughput  # noqa: E402
+from kfp_sagemaker_blackwell.planning.training_setup import TrainingSetup  # noqa: E402
 
 GRID = Path(__file__).with_name("h200_grid.json")
 
@@ -62,7 +62,7 @@ def blackwell_rows(gpu: str = "B200") -> list[tuple[str, str, float, float, floa
     """(configuration, precision, predicted tokens/s per GPU, predicted speed-up, MFU) for
     the Llama-3-8B shape at sequence 8192 on 8 GPUs: batch 1 with activation checkpointing
     (the published torchtitan setting) and the memory plan's choice (batch 3, none)."""
-    from catalog.spec import PRESETS
+    from kfp_sagemaker_blackwell.catalog.spec import PRESETS
 
     out = []
     for batch, ac in ((1, True), (3, False)):

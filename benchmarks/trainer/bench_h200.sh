@@ -42,7 +42,7 @@ trainer() {  # $1 = label, $2 = GPUs, rest = trainer flags
 small() {  # a short run of a small model on one GPU: $1 = label, rest = trainer flags
   local label=$1; shift
   echo "### $label args=$*"
-  CUDA_VISIBLE_DEVICES=$GPU timeout 180 python3 -m trainer --log-every 1 --model-dir "" --output-data-dir "" \
+  CUDA_VISIBLE_DEVICES=$GPU timeout 180 python3 -m kfp_sagemaker_blackwell.trainer --log-every 1 --model-dir "" --output-data-dir "" \
     --output-dir /tmp/o_small "$@" 2>&1 | grep -E "\[trainer\] (step|checkpoint|event)|Error" | cut -c1-200 | tail -8
 }
 

@@ -4,7 +4,7 @@
         --levers sbhd,keep-params -- <trainer flags>
 
 A lever is a setting the trainer has in code but does not (yet) offer as a flag; this harness sets
-it before ``trainer.train.main`` runs, so a lever that pays can be measured before it becomes an
+it before ``kfp_sagemaker_blackwell.trainer.train.main`` runs, so a lever that pays can be measured before it becomes an
 option or a default, and one that does not leaves nothing behind. Levers:
 
 - ``sbhd``: TE blocks on a sequence-first residual stream (``te_backend.INPUT_FORMAT``), as fsdp.py.
@@ -29,7 +29,7 @@ LEVERS = ("sbhd", "keep-params", "bf16-masters", "compiled-loss", "eager-loss")
 
 def apply(levers: list[str]) -> list[str]:
     """Sets the levers; returns the trainer flags they stand for (if any)."""
-    from trainer import parallel, te_backend
+    from kfp_sagemaker_blackwell.trainer import parallel, te_backend
 
     unknown = [x for x in levers if x not in LEVERS]
     if unknown:
@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     flags = apply(levers)
     print(f"[levers] applied: {','.join(levers) or 'none'}", flush=True)
     rest = a.trainer_args[1:] if a.trainer_args[:1] == ["--"] else a.trainer_args
-    from trainer.train import main as train_main
+    from kfp_sagemaker_blackwell.trainer.train import main as train_main
 
     return train_main([*rest, *flags])
 

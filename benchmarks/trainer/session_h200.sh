@@ -17,7 +17,7 @@ B=$(cd "$(dirname "$0")" && pwd)
 torch_stall() {  # the te-fsdp-example shape on the torch backend, 30 steps, both collectors
   for gc in 0 50; do
     echo "### torch bf16 te-fsdp-example b4 s4096 --gc-every $gc"
-    timeout 150 python3 -m trainer --model-preset te-fsdp-example --seq-length 4096 --batch-size 4 \
+    timeout 150 python3 -m kfp_sagemaker_blackwell.trainer --model-preset te-fsdp-example --seq-length 4096 --batch-size 4 \
       --precision bf16 --backend torch --max-steps 30 --timing-warmup-steps 3 --log-every 1 \
       --gc-every $gc --checkpoint-dir "" --model-dir "" --output-data-dir "" --output-dir /tmp/bg_out 2>&1 \
       | grep -E "\[trainer\] (step|summary|event)|Error|error|returned a view" | cut -c1-3000

@@ -14,7 +14,7 @@ skips its warm-up steps); tokens/s, TFLOP/s and MFU are of the median iteration.
         --warmup 2 --tokens-per-iter 131072 --flops-per-token 10.875e9 --peak-tflops 989 \\
         -- fsdp.py -k 24 -b 16 -s 8192 -i 8 ...
 
-``-m MODULE`` runs a module instead of a script (``-m trainer`` for the trainer, so that every
+``-m MODULE`` runs a module instead of a script (``-m kfp_sagemaker_blackwell.trainer`` for the trainer, so that every
 figure of a comparison comes from this one timer). ``--profile-iters A:B`` also records a
 ``torch.profiler`` trace of iterations A+1..B (1-based, after warm-up) and prints where the GPU
 time goes: one ``steady_profile`` JSON line with the share of each kernel category (GEMM,

@@ -1,8 +1,8 @@
 """Image build: the trainer (or components) image, content-addressed, built with CodeBuild.
 
-``from components.build_image import build_image`` gives the KFP component (kfp is
+``from kfp_sagemaker_blackwell.components.build_image import build_image`` gives the KFP component (kfp is
 imported only then); ``build``, ``context``, ``codebuild`` and ``ecr`` are plain
-Python. CLI: ``python -m components.build_image --help``.
+Python. CLI: ``python -m kfp_sagemaker_blackwell.components.build_image --help``.
 """
 
 from typing import Any
@@ -10,7 +10,7 @@ from typing import Any
 
 def __getattr__(name: str) -> Any:
     if name == "build_image":
-        from components.build_image.component import build_image
+        from kfp_sagemaker_blackwell.components.build_image.component import build_image
 
         return build_image
     raise AttributeError(name)

@@ -1,4 +1,4 @@
-"""``python -m components.build_image``: build an image with CodeBuild (or reuse it) from a laptop.
+"""``python -m kfp_sagemaker_blackwell.components.build_image``: build an image with CodeBuild (or reuse it) from a laptop.
 
 Builds an image from this package's checkout with AWS CodeBuild and pushes it to
 ECR, unless its content-addressed tag (a hash of the Dockerfile, the files it
@@ -8,15 +8,15 @@ flags and their defaults are the build_image component's parameters.
 Examples::
 
     # the trainer image, in the pipeline's account and region
-    python -m components.build_image --run-id manual-2026-11-29 \\
+    python -m kfp_sagemaker_blackwell.components.build_image --run-id manual-2026-11-29 \\
         --s3-uri s3://my-bucket/kfp-sagemaker --codebuild-role-arn arn:aws:iam::123456789012:role/kfp-sagemaker-codebuild
 
     # the components image (its tag must be the package version: see images/components/Dockerfile)
-    python -m components.build_image --run-id manual-1 --dockerfile images/components/Dockerfile \\
+    python -m kfp_sagemaker_blackwell.components.build_image --run-id manual-1 --dockerfile images/components/Dockerfile \\
         --pipeline manual --repository kfp-sagemaker-blackwell/components --s3-uri s3://my-bucket/kfp-sagemaker
 
     # just print the content-addressed tag (no AWS call)
-    python -m components.build_image --run-id x --print-tag --base-image example.com/base:1
+    python -m kfp_sagemaker_blackwell.components.build_image --run-id x --print-tag --base-image example.com/base:1
 """
 
 from __future__ import annotations
@@ -25,16 +25,20 @@ import argparse
 import json
 import sys
 
-from components.build_image import build as b
-from components.build_image.component import build_image
-from components.common import cli
-from components.common.errors import (
+from kfp_sagemaker_blackwell.common import cli
+from kfp_sagemaker_blackwell.common.errors import (
     AWS_UNREACHABLE_EXIT_CODE,
     USER_ERROR_EXIT_CODE,
     UserError,
     cli_errors,
 )
-from components.common.execution_context import TERMINATED_EXIT_CODE, AwsUnreachable, Terminated
+from kfp_sagemaker_blackwell.common.execution_context import (
+    TERMINATED_EXIT_CODE,
+    AwsUnreachable,
+    Terminated,
+)
+from kfp_sagemaker_blackwell.components.build_image import build as b
+from kfp_sagemaker_blackwell.components.build_image.component import build_image
 
 # Old spellings, still accepted with a deprecation message.
 ALIASES = {"--context-path": "context_paths", "--build-arg": "build_args", "--tag": "tags",
@@ -42,7 +46,7 @@ ALIASES = {"--context-path": "context_paths", "--build-arg": "build_args", "--ta
 
 
 def build_parser() -> tuple[argparse.ArgumentParser, list[cli.Parameter]]:
-    p, params = cli.derived_parser(build_image, prog="python -m components.build_image",
+    p, params = cli.derived_parser(build_image, prog="python -m kfp_sagemaker_blackwell.components.build_image",
                                    doc=__doc__, aliases=ALIASES)
     p.add_argument("--print-tag", action="store_true",
                    help="only print the content-addressed tag and the files hashed; no AWS call")

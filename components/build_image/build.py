@@ -1,6 +1,6 @@
 """Build an image (the trainer image by default) and push it to ECR, unless it is already there.
 
-``build_image(...)`` is what the KFP component and ``python -m components.build_image``
+``build_image(...)`` is what the KFP component and ``python -m kfp_sagemaker_blackwell.components.build_image``
 call. The steps, in order:
 
 1. Check every parameter and resolve the base image (no AWS call yet).
@@ -32,15 +32,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from components.build_image import codebuild as cb
-from components.build_image import context as ctx
-from components.build_image import ecr as ecr_mod
-from components.common import build_marks, resources, shipped, tags
-from components.common.aws import client, resolve_region
-from components.common.ecr_images import ecr_registry_of
-from components.common.errors import UserError
-from components.common.execution_context import ExecutionContext
-from components.common.s3 import split_s3_uri
+from kfp_sagemaker_blackwell.common import build_marks, resources, shipped, tags
+from kfp_sagemaker_blackwell.common.aws import client, resolve_region
+from kfp_sagemaker_blackwell.common.ecr_images import ecr_registry_of
+from kfp_sagemaker_blackwell.common.errors import UserError
+from kfp_sagemaker_blackwell.common.execution_context import ExecutionContext
+from kfp_sagemaker_blackwell.common.s3 import split_s3_uri
+from kfp_sagemaker_blackwell.components.build_image import codebuild as cb
+from kfp_sagemaker_blackwell.components.build_image import context as ctx
+from kfp_sagemaker_blackwell.components.build_image import ecr as ecr_mod
 
 # The AWS PyTorch training DLC the article builds on. The SDK resolves the regional
 # registry and repository; the component's base_image_tag pins the exact image (the SDK's

@@ -10,7 +10,7 @@ and pushes the content tag and the run marker tag.
 While the build runs, its CloudWatch log (``/aws/codebuild/<project>``, one stream
 per build) is copied into this process's log, BatchGetBuilds is polled, and a
 SIGTERM (KFP's Terminate) or SIGINT stops the build before the process exits
-(``components.common.execution_context``: the caller enters it before its first
+(``kfp_sagemaker_blackwell.common.execution_context``: the caller enters it before its first
 AWS call; the wait loop checks it between polls). A retried
 component re-attaches to a build of the same image that is still running
 instead of starting a second one. The polls ride out an unreachable endpoint
@@ -29,18 +29,18 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from components.common import aws, tags
-from components.common.aws import error_code
-from components.common.build_marks import RUN_ID_VARIABLE, CodeBuildBuild, log_group
-from components.common.errors import UserError
-from components.common.execution_context import (
+from kfp_sagemaker_blackwell.common import aws, tags
+from kfp_sagemaker_blackwell.common.aws import error_code
+from kfp_sagemaker_blackwell.common.build_marks import RUN_ID_VARIABLE, CodeBuildBuild, log_group
+from kfp_sagemaker_blackwell.common.errors import UserError
+from kfp_sagemaker_blackwell.common.execution_context import (
     DEFAULT_MAX_OUTAGE_S,
     DEFAULT_STOP_TIMEOUT_S,
     ExecutionContext,
     Terminated,
 )
-from components.common.naming import short_hash
-from components.common.remote_job import RemoteJobRunner
+from kfp_sagemaker_blackwell.common.naming import short_hash
+from kfp_sagemaker_blackwell.common.remote_job import RemoteJobRunner
 
 BUILD_ENVIRONMENT_IMAGE = "aws/codebuild/standard:7.0"  # Ubuntu 22.04, Docker, AWS CLI v2
 COMPUTE_TYPES = ("BUILD_GENERAL1_MEDIUM", "BUILD_GENERAL1_LARGE", "BUILD_GENERAL1_2XLARGE")
@@ -125,7 +125,7 @@ def ensure_project(
             "codebuild_role_arn",
             f"CodeBuild project {project!r} does not exist and no service role was given to "
             "create it.",
-            "pass codebuild_role_arn (a role CodeBuild can assume, see images/iam/README.md), "
+            "pass codebuild_role_arn (a role CodeBuild can assume, see iam/README.md), "
             "or create the project once by hand.",
         )
     try:

@@ -1,10 +1,10 @@
-"""KFP definition of the image build (the work is in ``components.build_image.build``)."""
+"""KFP definition of the image build (the work is in ``kfp_sagemaker_blackwell.components.build_image.build``)."""
 
 from typing import NamedTuple
 
 from kfp.dsl import OutputPath
 
-from components.common.component import component
+from kfp_sagemaker_blackwell.common.component import component
 
 
 @component(aws=True, retries=2)  # a retry re-attaches to its build; skipped when the tag exists
@@ -56,7 +56,7 @@ def build_image(
     training executor runs the trainer from the checkout, not from an image).
 
     See https://docs.aws.amazon.com/codebuild/latest/APIReference/API_StartBuild.html
-    and images/iam/README.md for the permissions (pod, CodeBuild service role).
+    and iam/README.md for the permissions (pod, CodeBuild service role).
 
     Args:
         run_id: The KFP run id (``dsl.PIPELINE_JOB_ID_PLACEHOLDER``): tags the
@@ -78,7 +78,7 @@ def build_image(
             ``codebuild``, ``docker`` (local backend only) or ``none``.
         codebuild_project: CodeBuild project (created when missing, then reused).
         codebuild_role_arn: CodeBuild service role; needed to create the project
-            (images/iam/codebuild-service-policy.json).
+            (iam/codebuild-service-policy.json).
         codebuild_compute_type: BUILD_GENERAL1_LARGE suits the ~20 GB DLC base.
         timeout_minutes: CodeBuild build timeout.
         pipeline: Pipeline name for the tags.
@@ -96,10 +96,10 @@ def build_image(
     params = dict(locals())  # this signature's parameters: their one declaration
     from collections import namedtuple
 
-    from components.build_image.build import BuildRequest
-    from components.build_image.build import build_image as run_build
-    from components.common import resources
-    from components.common.execution_context import TERMINATED_EXIT_CODE, Terminated
+    from kfp_sagemaker_blackwell.common import resources
+    from kfp_sagemaker_blackwell.common.execution_context import TERMINATED_EXIT_CODE, Terminated
+    from kfp_sagemaker_blackwell.components.build_image.build import BuildRequest
+    from kfp_sagemaker_blackwell.components.build_image.build import build_image as run_build
 
     resources.write(aws_resources, [])
     try:

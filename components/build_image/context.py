@@ -34,8 +34,8 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from components.common import build_marks
-from components.common.errors import UserError
+from kfp_sagemaker_blackwell.common import build_marks
+from kfp_sagemaker_blackwell.common.errors import UserError
 
 HASH_VERSION = "1"  # bump when what goes into the hash changes
 TAG_PREFIX = build_marks.CONTENT_TAG_PREFIX

@@ -1,7 +1,7 @@
 """The ECR side of an image build: the repository, and whether a tag is already there.
 
 ECR images cannot carry resource tags, so an image pushed by a run also gets a
-second image tag, the run marker (``components.common.build_marks``): that is how
+second image tag, the run marker (``kfp_sagemaker_blackwell.common.build_marks``): that is how
 cleanup finds the images a run pushed (and only those). The repository
 itself carries the run's tags, plus ``kfp-sagemaker:created-by-run`` when this
 run created it, so that cleanup deletes a repository only if its run made it.
@@ -13,9 +13,9 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from components.common import tags
-from components.common.aws import error_code
-from components.common.errors import UserError
+from kfp_sagemaker_blackwell.common import tags
+from kfp_sagemaker_blackwell.common.aws import error_code
+from kfp_sagemaker_blackwell.common.errors import UserError
 
 # ECR's own rules (CreateRepository): 2-256 characters, lowercase path segments.
 REPOSITORY_RE = re.compile(r"^(?=.{2,256}$)(?:[a-z0-9]+(?:[._-][a-z0-9]+)*/)*[a-z0-9]+(?:[._-][a-z0-9]+)*$")

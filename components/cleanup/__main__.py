@@ -1,4 +1,4 @@
-"""``python -m components.cleanup``: stop and delete what one pipeline run created.
+"""``python -m kfp_sagemaker_blackwell.components.cleanup``: stop and delete what one pipeline run created.
 
 Finds resources only by the run's tag (kfp-sagemaker:run-id); untagged resources
 and other runs' are never touched. Use it when the pipeline's exit handler did
@@ -6,9 +6,9 @@ not run (a Terminate can kill it) or to delete what the defaults keep.
 
 Examples::
 
-    python -m components.cleanup --run-id 5f0c... --dry-run        # what would happen
-    python -m components.cleanup --run-id 5f0c...                  # stop jobs, delete scratch
-    python -m components.cleanup --run-id 5f0c... --s3-uris s3://my-bucket/kfp-sagemaker \\
+    python -m kfp_sagemaker_blackwell.components.cleanup --run-id 5f0c... --dry-run        # what would happen
+    python -m kfp_sagemaker_blackwell.components.cleanup --run-id 5f0c...                  # stop jobs, delete scratch
+    python -m kfp_sagemaker_blackwell.components.cleanup --run-id 5f0c... --s3-uris s3://my-bucket/kfp-sagemaker \\
         --policy artifacts=delete --policy checkpoints=delete --policy logs=delete \\
         --policy images=delete --report cleanup.md
 
@@ -32,11 +32,11 @@ import argparse
 import datetime as dt
 import sys
 
-from components.cleanup.component import cleanup as cleanup_component
-from components.cleanup.run import cleanup
-from components.common import cli
-from components.common.errors import USER_ERROR_EXIT_CODE, UserError, cli_errors
-from components.common.execution_context import TERMINATED_EXIT_CODE, Terminated
+from kfp_sagemaker_blackwell.common import cli
+from kfp_sagemaker_blackwell.common.errors import USER_ERROR_EXIT_CODE, UserError, cli_errors
+from kfp_sagemaker_blackwell.common.execution_context import TERMINATED_EXIT_CODE, Terminated
+from kfp_sagemaker_blackwell.components.cleanup.component import cleanup as cleanup_component
+from kfp_sagemaker_blackwell.components.cleanup.run import cleanup
 
 # Old spellings, still accepted with a deprecation message.
 ALIASES = {"--s3-uri": "s3_uris", "--ecr-repository": "ecr_repositories",
@@ -44,7 +44,7 @@ ALIASES = {"--s3-uri": "s3_uris", "--ecr-repository": "ecr_repositories",
 
 
 def build_parser() -> tuple[argparse.ArgumentParser, list[cli.Parameter]]:
-    p, params = cli.derived_parser(cleanup_component, prog="python -m components.cleanup",
+    p, params = cli.derived_parser(cleanup_component, prog="python -m kfp_sagemaker_blackwell.components.cleanup",
                                    doc=__doc__, aliases=ALIASES)
     p.add_argument("--created-after", default="",
                    help="only training jobs created after this ISO time (bounds the scan)")

@@ -1,10 +1,10 @@
-"""KFP definition of cleanup (the work is in ``components.cleanup.plan`` / ``run``)."""
+"""KFP definition of cleanup (the work is in ``kfp_sagemaker_blackwell.components.cleanup.plan`` / ``run``)."""
 
 from typing import NamedTuple
 
 from kfp.dsl import Markdown, Output
 
-from components.common.component import component
+from kfp_sagemaker_blackwell.common.component import component
 
 
 @component(aws=True, retries=2)  # idempotent
@@ -26,7 +26,7 @@ def cleanup(
     """Stops and deletes what one pipeline run created, found by the run's tag only.
 
     Meant for the pipeline's exit handler (it runs even when a step failed) and,
-    as ``python -m components.cleanup --run-id ...``, for runs whose exit handler
+    as ``python -m kfp_sagemaker_blackwell.components.cleanup --run-id ...``, for runs whose exit handler
     did not run (a Terminate can prevent it). Only resources tagged
     ``kfp-sagemaker:run-id=<run_id>`` (and what hangs off them: a job's output and
     checkpoint prefixes, its log streams) are touched; untagged resources and other
@@ -72,8 +72,8 @@ def cleanup(
     """
     from collections import namedtuple
 
-    from components.cleanup.run import cleanup as run_cleanup
-    from components.common.execution_context import TERMINATED_EXIT_CODE, Terminated
+    from kfp_sagemaker_blackwell.common.execution_context import TERMINATED_EXIT_CODE, Terminated
+    from kfp_sagemaker_blackwell.components.cleanup.run import cleanup as run_cleanup
 
     try:
         result = run_cleanup(

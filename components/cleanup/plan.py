@@ -39,11 +39,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from components.common import build_marks, tags
-from components.common.aws import client, error_code
-from components.common.cloudwatch import TRAINING_JOBS_LOG_GROUP
-from components.common.errors import UserError
-from components.common.s3 import split_s3_uri
+from kfp_sagemaker_blackwell.common import build_marks, tags
+from kfp_sagemaker_blackwell.common.aws import client, error_code
+from kfp_sagemaker_blackwell.common.cloudwatch import TRAINING_JOBS_LOG_GROUP
+from kfp_sagemaker_blackwell.common.errors import UserError
+from kfp_sagemaker_blackwell.common.s3 import split_s3_uri
 
 if TYPE_CHECKING:
     from mypy_boto3_codebuild.type_defs import ProjectTypeDef

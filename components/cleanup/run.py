@@ -25,24 +25,24 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from components.cleanup.plan import Action, Plan, plan
-from components.common.aws import (
+from kfp_sagemaker_blackwell.common.aws import (
     FOLLOW_CLIENT,
     bounded_client_config,
     client,
     error_code,
     resolve_region,
 )
-from components.common.build_marks import CodeBuildBuild
-from components.common.execution_context import (
+from kfp_sagemaker_blackwell.common.build_marks import CodeBuildBuild
+from kfp_sagemaker_blackwell.common.execution_context import (
     DEFAULT_STOP_TIMEOUT_S,
     AwsUnreachable,
     ExecutionContext,
     Terminated,
     TerminationRequested,
 )
-from components.common.remote_job import RemoteJobRunner
-from components.common.training_job import TERMINAL_STATUSES, TrainingJob
+from kfp_sagemaker_blackwell.common.remote_job import RemoteJobRunner
+from kfp_sagemaker_blackwell.common.training_job import TERMINAL_STATUSES, TrainingJob
+from kfp_sagemaker_blackwell.components.cleanup.plan import Action, Plan, plan
 
 GONE = "gone"  # DescribeTrainingJob says the job does not exist (nothing left to wait for)
 ENDED = TERMINAL_STATUSES | {GONE}

@@ -1,4 +1,4 @@
-"""python -m components.compare_convergence: compare a precision sweep's loss curves.
+"""python -m kfp_sagemaker_blackwell.components.compare_convergence: compare a precision sweep's loss curves.
 
 Takes the per-step series CSVs that parse_logs writes (one per precision and seed),
 compares each precision with the baseline run of the same seed, prints a Markdown
@@ -7,9 +7,9 @@ least --min-speedup-gain faster than the safer one that passed), and writes
 the HTML report (images embedded), the Markdown and the JSON verdicts.
 
 Examples:
-  python -m components.compare_convergence bf16.csv fp8.csv mxfp8.csv nvfp4.csv \\
+  python -m kfp_sagemaker_blackwell.components.compare_convergence bf16.csv fp8.csv mxfp8.csv nvfp4.csv \\
       --baseline bf16 --html report.html
-  python -m components.compare_convergence runs/*.csv --loss-tolerance-rel 0.005 --json
+  python -m kfp_sagemaker_blackwell.components.compare_convergence runs/*.csv --loss-tolerance-rel 0.005 --json
 
 Exit status: 0 when a recommendation exists and the report is complete, 1 when it
 is partial or nothing passed, 2 for a usage error (no series, duplicate runs, bad
@@ -21,14 +21,14 @@ from __future__ import annotations
 import argparse
 import sys
 
-from components.common import cli
-from components.common.errors import USER_ERROR_EXIT_CODE, UserError, cli_errors
-from components.compare_convergence.component import compare_convergence
+from kfp_sagemaker_blackwell.common import cli
+from kfp_sagemaker_blackwell.common.errors import USER_ERROR_EXIT_CODE, UserError, cli_errors
+from kfp_sagemaker_blackwell.components.compare_convergence.component import compare_convergence
 
 
 def build_parser() -> tuple[argparse.ArgumentParser, list[cli.Parameter]]:
     p, params = cli.derived_parser(compare_convergence,
-                                   prog="python -m components.compare_convergence", doc=__doc__)
+                                   prog="python -m kfp_sagemaker_blackwell.components.compare_convergence", doc=__doc__)
     p.add_argument("series", nargs="+", help="series CSV files written by parse_logs")
     p.add_argument("--html", metavar="PATH", help="write the HTML report here")
     p.add_argument("--markdown", metavar="PATH", help="write the Markdown summary here")
@@ -40,9 +40,15 @@ def build_parser() -> tuple[argparse.ArgumentParser, list[cli.Parameter]]:
 @cli_errors
 def main(argv: list[str] | None = None) -> int:
     args, values = cli.parse(build_parser(), argv)
-    from components.compare_convergence.compare import Settings
-    from components.compare_convergence.report import markdown, verdicts_json
-    from components.compare_convergence.run import compare_files, write_outputs
+    from kfp_sagemaker_blackwell.components.compare_convergence.compare import Settings
+    from kfp_sagemaker_blackwell.components.compare_convergence.report import (
+        markdown,
+        verdicts_json,
+    )
+    from kfp_sagemaker_blackwell.components.compare_convergence.run import (
+        compare_files,
+        write_outputs,
+    )
 
     try:
         cmp = compare_files(args.series, Settings.from_parameters(values))

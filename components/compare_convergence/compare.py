@@ -18,7 +18,7 @@ Per precision (mean over its paired seeds):
 - ``speedup``: steady-state tokens/s over the baseline's, measured when both runs
   were timed on the target GPU; otherwise (emulated numerics, a CPU, another GPU) the
   throughput model's prediction for the target GPU and each run's configuration
-  (``components.common.throughput``), labelled "predicted";
+  (``kfp_sagemaker_blackwell.planning.throughput``), labelled "predicted";
 - ``memory_ratio``: peak memory over the baseline's; ``gap_to_floor``: final loss
   minus the data's entropy floor when the trainer logged one.
 
@@ -44,17 +44,17 @@ from typing import Any
 
 import numpy as np
 
-from catalog import hardware
-from catalog.precisions import (
+from kfp_sagemaker_blackwell.catalog import hardware
+from kfp_sagemaker_blackwell.catalog.precisions import (
     PRECISIONS,
     RISK,  # the risk order, shared with plan_training
 )
-from catalog.spec import ModelSpec
-from components.common import throughput
-from components.common.errors import UserError
-from components.common.losses import final_loss
-from components.common.step_series import FAILED_STATUSES, Series
-from components.common.training_setup import TrainingSetup
+from kfp_sagemaker_blackwell.catalog.spec import ModelSpec
+from kfp_sagemaker_blackwell.common.errors import UserError
+from kfp_sagemaker_blackwell.common.losses import final_loss
+from kfp_sagemaker_blackwell.common.step_series import FAILED_STATUSES, Series
+from kfp_sagemaker_blackwell.planning import throughput
+from kfp_sagemaker_blackwell.planning.training_setup import TrainingSetup
 
 NOT_COMPARED = "not compared"
 

@@ -4,7 +4,7 @@ from typing import NamedTuple
 
 from kfp.dsl import HTML, Artifact, Dataset, Input, Markdown, Metrics, Output
 
-from components.common.component import component
+from kfp_sagemaker_blackwell.common.component import component
 
 
 @component(aws=False)
@@ -98,10 +98,15 @@ def compare_convergence(
     params = dict(locals())  # this signature's parameters: their one declaration
     from collections import namedtuple
 
-    from components.common.errors import UserError
-    from components.compare_convergence.compare import Settings
-    from components.compare_convergence.report import metrics as comparison_metrics
-    from components.compare_convergence.run import compare_files, write_outputs
+    from kfp_sagemaker_blackwell.common.errors import UserError
+    from kfp_sagemaker_blackwell.components.compare_convergence.compare import Settings
+    from kfp_sagemaker_blackwell.components.compare_convergence.report import (
+        metrics as comparison_metrics,
+    )
+    from kfp_sagemaker_blackwell.components.compare_convergence.run import (
+        compare_files,
+        write_outputs,
+    )
 
     cmp = compare_files([s.path for s in series], Settings.from_parameters(params))
     write_outputs(cmp, html_path=report.path, markdown_path=summary.path,

@@ -11,12 +11,12 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from components.common import markdown as md
-from components.common import report_page, run_context
-from components.common.documents import VERDICTS_SCHEMA
-from components.common.losses import DEFINITION as FINAL_LOSS_DEFINITION
-from components.common.losses import window_size
-from components.compare_convergence.compare import (
+from kfp_sagemaker_blackwell.common import markdown as md
+from kfp_sagemaker_blackwell.common import report_page, run_context
+from kfp_sagemaker_blackwell.common.documents import VERDICTS_SCHEMA
+from kfp_sagemaker_blackwell.common.losses import DEFINITION as FINAL_LOSS_DEFINITION
+from kfp_sagemaker_blackwell.common.losses import window_size
+from kfp_sagemaker_blackwell.components.compare_convergence.compare import (
     NOT_COMPARED,
     Comparison,
     Pair,
@@ -46,7 +46,7 @@ def numerics_note(cmp: Comparison) -> str:
             "natively (here: a CPU or a GPU without those tensor cores). Their losses are real "
             "measurements of that precision's numerics; their speed is not, so their speed-up "
             f"is predicted for {cmp.settings.target_gpu} by the throughput model "
-            "(components/common/throughput.py) from each run's model, batch, sequence, "
+            "(planning/throughput.py) from each run's model, batch, sequence, "
             "checkpointing and world size: predicted, not measured.")
 
 
@@ -393,7 +393,7 @@ def figure_source(cmp: Comparison, name: str) -> str:
         if predicted:
             measured = [p for p in cmp.results if p not in predicted]
             return (f"Predicted for {cmp.settings.target_gpu} by the throughput model "
-                    "(components/common/throughput.py) for " + ", ".join(predicted)
+                    "(planning/throughput.py) for " + ", ".join(predicted)
                     + " (hatched bars)" + ("; measured steady-state tokens/s for "
                                            + ", ".join(measured) if measured else "") + ".")
         return ("Measured: steady-state tokens/s per GPU after warm-up, from the trainer's "
@@ -503,7 +503,7 @@ MARKDOWN_COLUMNS = ("precision", "converges", "runs", "final loss", "diff vs bas
 
 def markdown(cmp: Comparison, context: Mapping[str, Any] | None = None) -> str:
     """The summary the KFP UI renders: every value from a run, a file or a parameter is
-    escaped (``components.common.markdown``), so it shows as text and stays in its cell."""
+    escaped (``kfp_sagemaker_blackwell.common.markdown``), so it shows as text and stays in its cell."""
     lines = [f"## Convergence comparison (baseline {md.inline(cmp.baseline)})", ""]
     lines += run_context.to_markdown(context_rows(cmp, context))
     if cmp.partial:

@@ -7,9 +7,17 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from components.common.step_series import Series, SeriesFormatError, read_series
-from components.compare_convergence.compare import Comparison, Settings, compare
-from components.compare_convergence.report import html_report, markdown, verdicts_json
+from kfp_sagemaker_blackwell.common.step_series import Series, SeriesFormatError, read_series
+from kfp_sagemaker_blackwell.components.compare_convergence.compare import (
+    Comparison,
+    Settings,
+    compare,
+)
+from kfp_sagemaker_blackwell.components.compare_convergence.report import (
+    html_report,
+    markdown,
+    verdicts_json,
+)
 
 
 def load(paths: Iterable[str | Path]) -> tuple[list[Series], list[str]]:
@@ -33,7 +41,7 @@ def write_outputs(cmp: Comparison, *, html_path: str | Path | None = None,
                   verdicts_path: str | Path | None = None,
                   context: Mapping[str, Any] | None = None) -> None:
     """Writes the reports; ``context`` is what the pipeline knows about the run (pipeline,
-    run id, instance type...: ``components.common.run_context``), shown on top."""
+    run id, instance type...: ``kfp_sagemaker_blackwell.common.run_context``), shown on top."""
     if html_path:
         Path(html_path).write_text(html_report(cmp, context=context), encoding="utf-8")
     if markdown_path:

@@ -1,7 +1,7 @@
-"""``python -m components.memory_estimate``: see components/memory_estimate/cli.py."""
+"""``python -m kfp_sagemaker_blackwell.components.memory_estimate``: see components/memory_estimate/cli.py."""
 
 import sys
 
-from components.memory_estimate.cli import main
+from kfp_sagemaker_blackwell.components.memory_estimate.cli import main
 
 sys.exit(main())

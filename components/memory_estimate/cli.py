@@ -1,4 +1,4 @@
-"""``python -m components.memory_estimate``: will this training configuration fit?
+"""``python -m kfp_sagemaker_blackwell.components.memory_estimate``: will this training configuration fit?
 
 Predicts the peak GPU memory per GPU of a training step (FSDP-sharded decoder LM)
 for one or several precisions, says whether it fits with the given headroom, the
@@ -10,16 +10,16 @@ defaults are the KFP component's parameters (``components/memory_estimate/compon
 Examples::
 
     # 8B model, 8x B200, sequence 4096: the largest batch per precision
-    python -m components.memory_estimate --model-preset 8b --instance-type ml.p6-b200.48xlarge \\
+    python -m kfp_sagemaker_blackwell.components.memory_estimate --model-preset 8b --instance-type ml.p6-b200.48xlarge \\
         --seq-length 4096 --precisions bf16,fp8,mxfp8,nvfp4
 
     # one configuration, JSON with peak_bytes and the breakdown in bytes
-    python -m components.memory_estimate --model-preset 14b --gpu H200 --world-size 8 \\
+    python -m kfp_sagemaker_blackwell.components.memory_estimate --model-preset 14b --gpu H200 --world-size 8 \\
         --batch-size 4 --seq-length 4096 --precisions fp8 --activation-checkpointing off --json
 
     # TransformerEngine's examples/pytorch/fsdp/fsdp.py (bf16 params, bf16 foreach Adam, FSDP1,
     # hidden dropout 0.1)
-    python -m components.memory_estimate --model-preset te-fsdp-example --gpu B200 --world-size 8 \\
+    python -m kfp_sagemaker_blackwell.components.memory_estimate --model-preset te-fsdp-example --gpu B200 --world-size 8 \\
         --batch-size 16 --seq-length 8192 --precisions mxfp8 --activation-checkpointing on \\
         --param-dtype bf16 --no-master-weights --optimizer-state-dtype bf16 \\
         --fsdp-version 1 --optimizer adamw-foreach --dropout 0.1
@@ -34,11 +34,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from catalog.spec import NORM_TYPES as MODEL_NORMS
-from components.common import cli, training_setup
-from components.common.errors import USER_ERROR_EXIT_CODE, UserError, cli_errors
-from components.memory_estimate import estimator, planner, report, run
-from components.memory_estimate.component import memory_estimate
+from kfp_sagemaker_blackwell.catalog.spec import NORM_TYPES as MODEL_NORMS
+from kfp_sagemaker_blackwell.common import cli
+from kfp_sagemaker_blackwell.common.errors import USER_ERROR_EXIT_CODE, UserError, cli_errors
+from kfp_sagemaker_blackwell.components.memory_estimate import report, run
+from kfp_sagemaker_blackwell.components.memory_estimate.component import memory_estimate
+from kfp_sagemaker_blackwell.planning import estimator, planner, training_setup
 
 # Shapes only an output the pipeline reads (batch_candidates), not what this prints.
 PIPELINE_ONLY = ("max_candidate_batch_size",)
@@ -51,7 +52,7 @@ ALIASES = {"--preset": "model_preset", "--precision": "precisions"}
 
 def build_parser() -> tuple[argparse.ArgumentParser, list[cli.Parameter]]:
     parser, params = cli.derived_parser(
-        memory_estimate, prog="python -m components.memory_estimate", doc=__doc__,
+        memory_estimate, prog="python -m kfp_sagemaker_blackwell.components.memory_estimate", doc=__doc__,
         title="the component's parameters", aliases=ALIASES, exclude=PIPELINE_ONLY)
     model = parser.add_argument_group("model (not parameters of the component; default: the preset's)")
     model.add_argument("--norm", choices=MODEL_NORMS, help="rmsnorm or layernorm")
@@ -131,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _cross_check(result: planner.PlanResult, doc: dict) -> None:
     """Adds ``cross_check`` (FSDPMemTracker's peak) to each estimate in ``doc``."""
-    from components.memory_estimate import crosscheck
+    from kfp_sagemaker_blackwell.components.memory_estimate import crosscheck
 
     rows = doc.get("estimates") or [doc]
     by_key = {

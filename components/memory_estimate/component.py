@@ -4,7 +4,7 @@ from typing import NamedTuple, Optional
 
 from kfp.dsl import Markdown, Metrics, Output
 
-from components.common.component import component
+from kfp_sagemaker_blackwell.common.component import component
 
 
 @component(aws=False)
@@ -103,7 +103,7 @@ def memory_estimate(
             plan's ``price_source`` says which was used).
 
     Returns:
-        plan: The MemoryPlan JSON (components.common.memory_plan) the training
+        plan: The MemoryPlan JSON (kfp_sagemaker_blackwell.planning.memory_plan) the training
             component reads with ``MemoryPlan.from_json(plan).entry_for(precision)``.
         runnable_precisions: Precisions that are supported and fit (for ParallelFor).
         all_runnable: True when every requested precision is runnable.
@@ -116,7 +116,7 @@ def memory_estimate(
     params = dict(locals())  # this signature's parameters: their one declaration
     from collections import namedtuple
 
-    from components.memory_estimate.run import run_component
+    from kfp_sagemaker_blackwell.components.memory_estimate.run import run_component
 
     out = run_component(**{k: v for k, v in params.items() if k not in ("report", "metrics")})
 

@@ -4,13 +4,13 @@
 FSDP2, autograd and the optimizer allocate while a step runs under
 ``FakeTensorMode`` (no memory is really allocated) with a fake process group of
 the requested world size. PyTorch tests it to within 10% of the real CUDA peak.
-Here it runs ``trainer.model.CausalLM`` sharded like ``trainer/parallel.py`` does,
+Here it runs ``kfp_sagemaker_blackwell.trainer.model.CausalLM`` sharded like ``trainer/parallel.py`` does,
 with the trainer's loss and AdamW, on CPU, so it needs torch but no GPU.
 
 Limits: CPU kernels stand in for CUDA ones (CPU flash attention saves the same
 tensors), only 16-bit / fp32 precisions on the torch backend (no TransformerEngine),
 no CUDA context or allocator reserve. It runs in a subprocess (it initialises a
-global fake process group): ``python -m components.memory_estimate.crosscheck
+global fake process group): ``python -m kfp_sagemaker_blackwell.components.memory_estimate.crosscheck
 '<json setup>'`` prints ``{"peak_allocated_bytes": ...}``.
 """
 
@@ -22,9 +22,9 @@ import sys
 from dataclasses import asdict
 from typing import Any
 
-from catalog.spec import ModelSpec
-from components.common.errors import UserError
-from components.common.training_setup import TrainingSetup
+from kfp_sagemaker_blackwell.catalog.spec import ModelSpec
+from kfp_sagemaker_blackwell.common.errors import UserError
+from kfp_sagemaker_blackwell.planning.training_setup import TrainingSetup
 
 
 def check_supported(setup: TrainingSetup) -> None:
@@ -42,7 +42,7 @@ def tracker_peak(setup: TrainingSetup, timeout: float = 600.0) -> int:
     check_supported(setup)
     doc = asdict(setup)
     out = subprocess.run(
-        [sys.executable, "-m", "components.memory_estimate.crosscheck", json.dumps(doc)],
+        [sys.executable, "-m", "kfp_sagemaker_blackwell.components.memory_estimate.crosscheck", json.dumps(doc)],
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -62,8 +62,8 @@ def _run(doc: dict[str, Any]) -> int:  # pragma: no cover - runs in the subproce
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
-    from trainer import emulation
-    from trainer.model import CausalLM
+    from kfp_sagemaker_blackwell.trainer import emulation
+    from kfp_sagemaker_blackwell.trainer.model import CausalLM
 
     model_doc = doc.pop("model")
     s = TrainingSetup(model=ModelSpec(**model_doc), **doc)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from components.memory_estimate import estimator
-from components.memory_estimate.planner import PLAN_THROUGHPUT_KEYS, PlanResult
+from kfp_sagemaker_blackwell.planning import estimator
+from kfp_sagemaker_blackwell.planning.planner import PLAN_THROUGHPUT_KEYS, PlanResult
 
 _LABELS = {
     "parameters": "parameters (sharded)",

@@ -2,7 +2,7 @@
 
 ``params`` are the component's parameters by name: its signature
 (``components/memory_estimate/component.py``) is their one declaration, whose
-defaults the CLI fills in (``components.memory_estimate.cli.with_defaults``). Component semantics:
+defaults the CLI fills in (``kfp_sagemaker_blackwell.components.memory_estimate.cli.with_defaults``). Component semantics:
 0 / -1 / "" model values keep the preset's.
 """
 
@@ -12,9 +12,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from components.common.errors import UserError
-from components.common.training_setup import TrainingSetup
-from components.memory_estimate import planner, report
+from kfp_sagemaker_blackwell.common.errors import UserError
+from kfp_sagemaker_blackwell.components.memory_estimate import report
+from kfp_sagemaker_blackwell.planning import planner
+from kfp_sagemaker_blackwell.planning.training_setup import TrainingSetup
 
 # The component's parameters that the planner's Request carries itself; every other one
 # named as a TrainingSetup field shapes the training step (``Request.training``).

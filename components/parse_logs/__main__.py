@@ -1,4 +1,4 @@
-"""python -m components.parse_logs: read a training log and say what happened.
+"""python -m kfp_sagemaker_blackwell.components.parse_logs: read a training log and say what happened.
 
 Reads a SageMaker training job's CloudWatch logs (every {job}/ stream: all hosts,
 and the new streams a spot restart adds), or a log file, or standard input, and
@@ -6,9 +6,9 @@ prints a Markdown summary (default) or the JSON events document (--json). Writes
 the per-step series CSV, the Markdown and the JSON with --series/--markdown/--events.
 
 Examples:
-  python -m components.parse_logs --file train.log --json
-  python -m trainer --model-preset tiny --max-steps 20 | python -m components.parse_logs --file -
-  python -m components.parse_logs --job-name my-run-fp8-1a2b3c4d --region us-west-2 \\
+  python -m kfp_sagemaker_blackwell.components.parse_logs --file train.log --json
+  python -m kfp_sagemaker_blackwell.trainer --model-preset tiny --max-steps 20 | python -m kfp_sagemaker_blackwell.components.parse_logs --file -
+  python -m kfp_sagemaker_blackwell.components.parse_logs --job-name my-run-fp8-1a2b3c4d --region us-west-2 \\
       --requested-precision fp8 --series fp8.csv
 
 Exit status: 0 when the log was read and the run did not fail; 1 when the log
@@ -22,16 +22,16 @@ from __future__ import annotations
 import argparse
 import sys
 
-from components.common import cli
-from components.common.errors import USER_ERROR_EXIT_CODE, UserError, cli_errors
-from components.parse_logs.component import parse_logs
+from kfp_sagemaker_blackwell.common import cli
+from kfp_sagemaker_blackwell.common.errors import USER_ERROR_EXIT_CODE, UserError, cli_errors
+from kfp_sagemaker_blackwell.components.parse_logs.component import parse_logs
 
 # Old spellings, still accepted with a deprecation message.
 ALIASES = {"--job": "job_name", "--precision": "requested_precision", "--run": "run_label"}
 
 
 def build_parser() -> tuple[argparse.ArgumentParser, list[cli.Parameter]]:
-    p, params = cli.derived_parser(parse_logs, prog="python -m components.parse_logs",
+    p, params = cli.derived_parser(parse_logs, prog="python -m kfp_sagemaker_blackwell.components.parse_logs",
                                    doc=__doc__, aliases=ALIASES)
     p.add_argument("--file", metavar="LOG",
                    help="a log file, or - for standard input (instead of --job-name)")
@@ -49,8 +49,12 @@ def main(argv: list[str] | None = None) -> int:
     if bool(args.file) == bool(args.job_name):
         p.error("give one of --file or --job-name")
     values = cli.values(args, params)
-    from components.parse_logs.report import events_document, markdown, write_outputs
-    from components.parse_logs.source import parse_file, parse_training_job
+    from kfp_sagemaker_blackwell.components.parse_logs.report import (
+        events_document,
+        markdown,
+        write_outputs,
+    )
+    from kfp_sagemaker_blackwell.components.parse_logs.source import parse_file, parse_training_job
 
     spike = values["spike_threshold"]
     try:

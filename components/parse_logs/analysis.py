@@ -11,11 +11,11 @@ import math
 import statistics
 from typing import Any
 
-from catalog import hardware
-from catalog.precisions import LOW_PRECISIONS, PRECISIONS
-from components.common.losses import final_loss
-from components.common.step_series import FAILED_STATUSES
-from components.parse_logs.parser import ParsedLog
+from kfp_sagemaker_blackwell.catalog import hardware
+from kfp_sagemaker_blackwell.catalog.precisions import LOW_PRECISIONS, PRECISIONS
+from kfp_sagemaker_blackwell.common.losses import final_loss
+from kfp_sagemaker_blackwell.common.step_series import FAILED_STATUSES
+from kfp_sagemaker_blackwell.components.parse_logs.parser import ParsedLog
 
 EVENTS_SCHEMA = "kfp-sagemaker/log-events/v1"
 GIB = 2**30
@@ -162,7 +162,7 @@ def metrics(parsed: ParsedLog) -> dict[str, float]:
     summary = parsed.summary
     out: dict[str, float | None] = {}
     losses = _finite(s["loss"])
-    # One definition of "final loss" (components/common/losses.py): the final-window mean.
+    # One definition of "final loss" (common/losses.py): the final-window mean.
     out["final_loss"] = final_loss(losses) if losses else _num(summary.get("final_loss"))
     out["last_loss"] = losses[-1] if losses else _num(summary.get("final_loss"))
     for name in ("tokens_per_s", "tokens_per_s_per_gpu", "tflops_per_gpu", "mfu"):

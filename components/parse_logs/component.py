@@ -4,7 +4,7 @@ from typing import NamedTuple
 
 from kfp.dsl import Artifact, Dataset, Input, Markdown, Metrics, Output
 
-from components.common.component import component
+from kfp_sagemaker_blackwell.common.component import component
 
 
 @component(aws=True, retries=3)  # read-only
@@ -59,7 +59,7 @@ def parse_logs(
             whenever the log was parsed.
 
     Returns:
-        metrics: final_loss (mean over the last 10% of the steps: components/common/losses.py),
+        metrics: final_loss (mean over the last 10% of the steps: common/losses.py),
             last_loss, mean_tokens_per_s (after warm-up), mean_tokens_per_s_per_gpu,
             mean_tflops_per_gpu, mfu, peak_memory_gib, peak_reserved_gib, steps, counts of
             oom/nan_loss/loss_spike/restart/nccl_error events, log_lines,
@@ -84,8 +84,8 @@ def parse_logs(
     """
     from collections import namedtuple
 
-    from components.parse_logs.report import kfp_metrics, write_outputs
-    from components.parse_logs.source import parse_file, parse_training_job
+    from kfp_sagemaker_blackwell.components.parse_logs.report import kfp_metrics, write_outputs
+    from kfp_sagemaker_blackwell.components.parse_logs.source import parse_file, parse_training_job
 
     spike = float(spike_threshold)
     if log_file is not None and log_file.path:

@@ -16,8 +16,8 @@ import re
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from catalog.precisions import TE_RECIPES
-from components.parse_logs.scan import (
+from kfp_sagemaker_blackwell.catalog.precisions import TE_RECIPES
+from kfp_sagemaker_blackwell.components.parse_logs.scan import (
     JSON_KINDS,
     MAX_LINE_CHARS,
     RECIPE_BULK_RE,
@@ -52,7 +52,7 @@ _TE_RES = {
     "avg_iter_time_s": re.compile(r"Avg\. Iter\. Time: ([\d.eE+-]+)s"),
     "peak_memory_mb": re.compile(r"Peak Memory Use: ([\d.eE+-]+)MBs"),
 }
-# Phrases that confirm a recipe in TE's users' words (catalog.logformat.recipe_phrase
+# Phrases that confirm a recipe in TE's users' words (kfp_sagemaker_blackwell.catalog.logformat.recipe_phrase
 # writes them; TE's fsdp.py prints the first one).
 _PHRASE_RE = re.compile(r"Using FP8 recipe: (\w+)|(MXFP8|NVFP4) enabled(?:: (\w+))?")
 _STREAM_RE = re.compile(r"(algo-\d+)-(\d+)$")

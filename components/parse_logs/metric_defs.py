@@ -4,7 +4,7 @@ SageMaker searches a job's log with each definition's ``Regex`` and publishes th
 value as the metric ``Name`` (AlgorithmSpecification.MetricDefinitions, as
 DescribeTrainingJob returns them); this module does the same search on the lines
 parse_logs reads, so a custom image's loss and throughput reach the step series
-(``components.common.step_series``) without the in-repo trainer's log format.
+(``kfp_sagemaker_blackwell.common.step_series``) without the in-repo trainer's log format.
 
 The value is the regex's first group (the whole match without a group), read as a
 float; a match that is not a number is counted, not fatal. Names map to the
@@ -25,7 +25,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-# Metric name (normalised) -> the step series' column (components.common.step_series).
+# Metric name (normalised) -> the step series' column (kfp_sagemaker_blackwell.common.step_series).
 SERIES_COLUMN = {
     "loss": "loss", "lr": "lr", "learning_rate": "lr", "learning-rate": "lr",
     "grad_norm": "grad_norm", "grad-norm": "grad_norm", "gradient_norm": "grad_norm",

@@ -3,14 +3,14 @@
 ``LogParser`` takes byte buffers and accumulates the step series; the work is split
 by concern:
 
-- :mod:`components.parse_logs.scan` classifies a buffer's lines (step lines, other
+- :mod:`kfp_sagemaker_blackwell.components.parse_logs.scan` classifies a buffer's lines (step lines, other
   trainer records, noise) in bulk, never looping over lines in Python;
-- :mod:`components.parse_logs.events` turns the other records and the rare lines in
+- :mod:`kfp_sagemaker_blackwell.components.parse_logs.events` turns the other records and the rare lines in
   the noise into events, the recipe and TE's values;
 - this module keeps the step rows in order (a restart's re-run steps: the later lines
   win) and assembles the :class:`ParsedLog`.
 
-The line format itself belongs to :mod:`catalog.logformat`.
+The line format itself belongs to :mod:`kfp_sagemaker_blackwell.catalog.logformat`.
 """
 
 from __future__ import annotations
@@ -21,8 +21,17 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from components.parse_logs.events import MAX_EVENTS_PER_KIND, Findings, loss_events
-from components.parse_logs.scan import EXACT_SCAN_RE, NUMERIC_STEP_FIELDS, SCAN_RE, Scan
+from kfp_sagemaker_blackwell.components.parse_logs.events import (
+    MAX_EVENTS_PER_KIND,
+    Findings,
+    loss_events,
+)
+from kfp_sagemaker_blackwell.components.parse_logs.scan import (
+    EXACT_SCAN_RE,
+    NUMERIC_STEP_FIELDS,
+    SCAN_RE,
+    Scan,
+)
 
 __all__ = ["EXACT_SCAN_RE", "NUMERIC_STEP_FIELDS", "SCAN_RE", "LogParser", "ParsedLog", "Stream",
            "feed_blocks", "parse_bytes"]

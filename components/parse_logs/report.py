@@ -8,10 +8,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from components.common import markdown as md
-from components.parse_logs.analysis import analyse
-from components.parse_logs.parser import ParsedLog
-from components.parse_logs.series import write_series
+from kfp_sagemaker_blackwell.common import markdown as md
+from kfp_sagemaker_blackwell.components.parse_logs.analysis import analyse
+from kfp_sagemaker_blackwell.components.parse_logs.parser import ParsedLog
+from kfp_sagemaker_blackwell.components.parse_logs.series import write_series
 
 # The KFP Metrics parse_logs logs (a subset of analysis.metrics; finite values only).
 KFP_METRICS = ("final_loss", "last_loss", "mean_tokens_per_s", "mean_tokens_per_s_per_gpu",

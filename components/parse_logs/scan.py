@@ -10,14 +10,14 @@ lines in Python. It works on whole byte buffers:
 - the fast pattern takes any non-space number and the numbers are then checked
   in bulk against the contract's number syntax; a buffer with a value the
   contract refuses is split again with the exact pattern (same result as
-  ``catalog.logformat.parse_step`` line by line, proven by the tests);
+  ``kfp_sagemaker_blackwell.catalog.logformat.parse_step`` line by line, proven by the tests);
 - rare lines are found in the noise with ``lines_holding`` (a needle, not a loop
-  over lines); :mod:`components.parse_logs.events` says what they mean.
+  over lines); :mod:`kfp_sagemaker_blackwell.components.parse_logs.events` says what they mean.
 
 Bytes, not text: noise is never decoded, so non-UTF-8 output costs nothing and
 cannot raise; the few interesting lines are decoded with replacement.
 
-The line format itself belongs to :mod:`catalog.logformat`; the patterns here
+The line format itself belongs to :mod:`kfp_sagemaker_blackwell.catalog.logformat`; the patterns here
 are built from that module's field list and recipe pattern.
 """
 
@@ -30,9 +30,9 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from catalog import logformat
+from kfp_sagemaker_blackwell.catalog import logformat
 
-# The number syntax of catalog.logformat (same language), written so that a
+# The number syntax of kfp_sagemaker_blackwell.catalog.logformat (same language), written so that a
 # hostile run of digits cannot make the regex engine backtrack quadratically.
 _NUM = rb"(?:[-+]?(?:\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|nan|inf))"
 TAG = logformat.TAG.encode()
@@ -223,7 +223,7 @@ def lines_holding(chunk: bytes, needle: bytes) -> Iterable[tuple[int, bytes]]:
 
 
 def json_payload(rest: bytes) -> dict[str, Any] | None:
-    """The JSON object that ends the line, as catalog.logformat.parse_json reads it."""
+    """The JSON object that ends the line, as kfp_sagemaker_blackwell.catalog.logformat.parse_json reads it."""
     text = decode(rest).rstrip()
     if not (text.startswith("{") and text.endswith("}")):
         return None

@@ -1,5 +1,5 @@
 """Writes the per-step series Dataset: the run's metadata and columns, handed to
-``components.common.step_series.write_series``, which checks them against the same
+``kfp_sagemaker_blackwell.common.step_series.write_series``, which checks them against the same
 contract its readers check (so parse_logs cannot write a series they refuse)."""
 
 from __future__ import annotations
@@ -8,11 +8,11 @@ import math
 from pathlib import Path
 from typing import Any
 
-from components.common.step_series import run_cell
-from components.common.step_series import write_series as write_checked
-from components.parse_logs.parser import NUMERIC_STEP_FIELDS, ParsedLog
+from kfp_sagemaker_blackwell.common.step_series import run_cell
+from kfp_sagemaker_blackwell.common.step_series import write_series as write_checked
+from kfp_sagemaker_blackwell.components.parse_logs.parser import NUMERIC_STEP_FIELDS, ParsedLog
 
-# The report's keys the series carries on its first line (components.common.step_series
+# The report's keys the series carries on its first line (kfp_sagemaker_blackwell.common.step_series
 # declares each one's type).
 META_KEYS = ("run", "status", "failed", "failure_reason", "requested_precision", "precision",
              "precision_confirmed", "recipe", "backend", "emulated", "seed", "entropy_floor",

@@ -8,12 +8,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from components.common.cloudwatch import TRAINING_JOBS_LOG_GROUP, LogTail
-from components.common.errors import UserError
-from components.common.naming import is_valid_sagemaker_name
-from components.parse_logs import metric_defs
-from components.parse_logs.metric_defs import MetricScanner
-from components.parse_logs.parser import (
+from kfp_sagemaker_blackwell.common.cloudwatch import TRAINING_JOBS_LOG_GROUP, LogTail
+from kfp_sagemaker_blackwell.common.errors import UserError
+from kfp_sagemaker_blackwell.common.naming import is_valid_sagemaker_name
+from kfp_sagemaker_blackwell.components.parse_logs import metric_defs
+from kfp_sagemaker_blackwell.components.parse_logs.metric_defs import MetricScanner
+from kfp_sagemaker_blackwell.components.parse_logs.parser import (
     NUMERIC_STEP_FIELDS,
     SPIKE_THRESHOLD,
     LogParser,
@@ -87,7 +87,7 @@ def parse_training_job(
     """
     job_name = check_job_name(job_name)
     if logs is None:
-        from components.common.aws import client
+        from kfp_sagemaker_blackwell.common.aws import client
 
         logs = client("logs", region or None)
         sagemaker = sagemaker or client("sagemaker", region or None)
@@ -129,7 +129,7 @@ def _describe(sagemaker: Any, job_name: str) -> dict[str, Any]:
     logs may outlive it)."""
     if sagemaker is None:
         return {}
-    from components.common import aws
+    from kfp_sagemaker_blackwell.common import aws
 
     try:
         return dict(sagemaker.describe_training_job(TrainingJobName=job_name))

@@ -1,4 +1,4 @@
-"""``python -m components.plan_training``: which instances, precision, micro-batch,
+"""``python -m kfp_sagemaker_blackwell.components.plan_training``: which instances, precision, micro-batch,
 checkpointing and capacity train this model on this many tokens cheapest?
 
 Prints the ranked table (every figure with its source: predicted, probed or measured,
@@ -10,15 +10,15 @@ the shipped table, and training plans are not searched.
 Examples::
 
     # an 8B model on 100B tokens at sequence 8192: the README's worked example
-    python -m components.plan_training --model-preset 8b --training-tokens 100000000000 \\
+    python -m kfp_sagemaker_blackwell.components.plan_training --model-preset 8b --training-tokens 100000000000 \\
         --seq-length 8192 --capacity-modes on-demand --precisions bf16,fp8
 
     # within 3 days and $60,000, with training plans and Price List prices in us-west-2
-    python -m components.plan_training --training-tokens 100000000000 --seq-length 8192 \\
+    python -m kfp_sagemaker_blackwell.components.plan_training --training-tokens 100000000000 --seq-length 8192 \\
         --deadline-hours 72 --max-cost-usd 60000 --region us-west-2
 
     # only what the convergence sweep passed; the chosen configuration as JSON
-    python -m components.plan_training --training-tokens 100000000000 \\
+    python -m kfp_sagemaker_blackwell.components.plan_training --training-tokens 100000000000 \\
         --convergence-verdicts verdicts.json --choice-out choice.json
 
 Exit status: 0 when a configuration was chosen; 2 when nothing can be (nothing fits,
@@ -31,18 +31,18 @@ import argparse
 import sys
 from pathlib import Path
 
-from components.common import cli
-from components.common.errors import USER_ERROR_EXIT_CODE, UserError
-from components.plan_training.component import plan_training
+from kfp_sagemaker_blackwell.common import cli
+from kfp_sagemaker_blackwell.common.errors import USER_ERROR_EXIT_CODE, UserError
+from kfp_sagemaker_blackwell.components.plan_training.component import plan_training
 
 
 def build_parser() -> tuple[argparse.ArgumentParser, list[cli.Parameter]]:
-    parser, params = cli.derived_parser(plan_training, prog="python -m components.plan_training",
+    parser, params = cli.derived_parser(plan_training, prog="python -m kfp_sagemaker_blackwell.components.plan_training",
                                         doc=__doc__, title="the component's parameters")
     out = parser.add_argument_group("inputs and outputs (artifacts of the component)")
     out.add_argument("--convergence-verdicts", metavar="JSON", type=Path,
                      help="the verdicts file of compare_convergence (python -m "
-                     "components.compare_convergence --verdicts ...)")
+                     "kfp_sagemaker_blackwell.components.compare_convergence --verdicts ...)")
     out.add_argument("--json", action="store_true", help="print the candidates JSON instead "
                      "of the Markdown report")
     out.add_argument("--choice-out", type=Path, help="write the chosen configuration's JSON here")
@@ -54,7 +54,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, list[cli.Parameter]]:
 def main(argv: list[str] | None = None) -> int:
     parser, params = build_parser()
     args = parser.parse_args(argv)
-    from components.plan_training.run import run_component
+    from kfp_sagemaker_blackwell.components.plan_training.run import run_component
 
     try:
         out = run_component(verdicts=str(args.convergence_verdicts or ""),

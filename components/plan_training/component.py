@@ -4,7 +4,7 @@ from typing import NamedTuple, Optional
 
 from kfp.dsl import Artifact, Dataset, Input, Markdown, Output
 
-from components.common.component import component
+from kfp_sagemaker_blackwell.common.component import component
 
 
 @component(aws=True, retries=2)  # reads prices and offerings only
@@ -52,9 +52,9 @@ def plan_training(
     Searches instance type x instance count x precision x micro-batch x activation
     checkpointing x capacity mode (on-demand, spot, a training plan) with the project's
     models, nothing new: the memory estimate (memory_estimate's planner: what fits, and
-    the headroom) and the throughput model (components/common/throughput.py: tokens/s
+    the headroom) and the throughput model (planning/throughput.py: tokens/s
     per GPU, corrected by ``probes`` when given), priced by the price book
-    (components/common/pricing.py: your ``instance_hour_prices``, the AWS Price List
+    (planning/pricing.py: your ``instance_hour_prices``, the AWS Price List
     API, the shipped table) through the one cost function. Configurations that do not fit
     in memory, miss the deadline, run longer than one SageMaker job may (28 days) or
     whose worst case (what sagemaker_training's spend guard checks) exceeds
@@ -138,8 +138,8 @@ def plan_training(
     params = dict(locals())  # this signature's parameters: their one declaration
     from collections import namedtuple
 
-    from components.common.errors import UserError
-    from components.plan_training.run import run_component
+    from kfp_sagemaker_blackwell.common.errors import UserError
+    from kfp_sagemaker_blackwell.components.plan_training.run import run_component
 
     verdicts = convergence_verdicts.path if convergence_verdicts is not None else ""
     series = [s.path for s in probe_series] if probe_series is not None else []

@@ -15,7 +15,7 @@ import datetime as dt
 from collections.abc import Callable
 from typing import Any
 
-from components.common import aws
+from kfp_sagemaker_blackwell.common import aws
 
 TARGET = "training-job"
 

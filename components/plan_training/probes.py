@@ -17,10 +17,10 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from catalog import hardware
-from components.common.errors import UserError
-from components.common.step_series import SeriesFormatError, read_series
-from components.plan_training.search import Probe
+from kfp_sagemaker_blackwell.catalog import hardware
+from kfp_sagemaker_blackwell.common.errors import UserError
+from kfp_sagemaker_blackwell.common.step_series import SeriesFormatError, read_series
+from kfp_sagemaker_blackwell.components.plan_training.search import Probe
 
 LABEL_PREFIX = "probe"
 

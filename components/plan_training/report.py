@@ -14,11 +14,15 @@ import json
 import math
 from typing import Any
 
-from catalog import hardware
-from components.common import pricing
-from components.memory_estimate.estimator import GiB
-from components.plan_training import offerings, probes, search
-from components.plan_training.search import Candidate, SearchResult, risk_words
+from kfp_sagemaker_blackwell.catalog import hardware
+from kfp_sagemaker_blackwell.components.plan_training import offerings, probes, search
+from kfp_sagemaker_blackwell.components.plan_training.search import (
+    Candidate,
+    SearchResult,
+    risk_words,
+)
+from kfp_sagemaker_blackwell.planning import pricing
+from kfp_sagemaker_blackwell.planning.estimator import GiB
 
 CHOICE_SCHEMA = "kfp-sagemaker/training-choice/v1"
 CANDIDATES_SCHEMA = "kfp-sagemaker/training-candidates/v1"
@@ -147,7 +151,7 @@ def markdown(result: SearchResult, top: int = 10) -> str:
         out += lines + (["", f"({more} more in the candidates JSON)"] if more > 0 else [])
         out += ["", f"Sources (time = {goal.startup_seconds:,} s start-up + tokens / tokens/s, "
                 "from the same source; cost = instances x time x price, "
-                "components/common/pricing.py):", *legend.lines()]
+                "planning/pricing.py):", *legend.lines()]
         if len(rows) < len(result.ranked):
             out.append(f"- spot: every on-demand row above also runs on spot, for at most its "
                        f"cost (SageMaker reports the saving after the job) and a worst case "

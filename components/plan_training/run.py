@@ -14,13 +14,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from catalog import hardware
-from catalog.precisions import PRECISIONS
-from components.common import pricing
-from components.common.documents import VERDICTS_SCHEMA, read_document
-from components.common.errors import UserError, unknown_name
-from components.memory_estimate import planner
-from components.plan_training import probes, report, search
+from kfp_sagemaker_blackwell.catalog import hardware
+from kfp_sagemaker_blackwell.catalog.precisions import PRECISIONS
+from kfp_sagemaker_blackwell.common.documents import VERDICTS_SCHEMA, read_document
+from kfp_sagemaker_blackwell.common.errors import UserError, unknown_name
+from kfp_sagemaker_blackwell.components.plan_training import probes, report, search
+from kfp_sagemaker_blackwell.planning import planner, pricing
 
 
 @dataclass(frozen=True)
@@ -198,7 +197,7 @@ def run_component(verdicts: str = "", probe_series: Sequence[str] = (),
         notes += more
     offer = None
     if "training-plan" in goal.capacity_modes and params["region"]:
-        from components.plan_training import offerings
+        from kfp_sagemaker_blackwell.components.plan_training import offerings
 
         offer = offerings.searcher(params["region"])
     result = search.search(goal, book, offer)

@@ -4,13 +4,13 @@ this model on this many tokens cheapest (or fastest), within a deadline and a bu
 Every configuration (instance type x count x precision x micro-batch x activation
 checkpointing) is asked of the project's two models, nothing new is modelled here:
 
-- **fits?** ``components.memory_estimate.planner`` (the memory estimate's largest batch
+- **fits?** ``kfp_sagemaker_blackwell.planning.planner`` (the memory estimate's largest batch
   per precision and checkpointing mode, and its per-GPU peak) at the given headroom;
-- **how fast?** ``components.common.throughput.predict`` (tokens/s per GPU), corrected
+- **how fast?** ``kfp_sagemaker_blackwell.planning.throughput.predict`` (tokens/s per GPU), corrected
   by a probe of the same precision, micro-batch and checkpointing on the same GPU when
   one is given (``Probe``: the measured / predicted ratio at the probe's world size,
   applied to the prediction for the full run: "probe, then extrapolate");
-- **what does it cost?** ``components.common.pricing``: a ``PriceBook`` price (yours,
+- **what does it cost?** ``kfp_sagemaker_blackwell.planning.pricing``: a ``PriceBook`` price (yours,
   the AWS Price List API, or the shipped table, each with its source) through the one
   cost function ``pricing.cost``; a training plan's cost is the offering's
   ``UpfrontFee`` (``offerings``).
@@ -37,13 +37,12 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from catalog import hardware
-from catalog.precisions import RISK_WORDS, risk
-from catalog.spec import ModelSpec
-from components.common import pricing, throughput
-from components.common.errors import UserError
-from components.common.training_job import MAX_RUNTIME_LIMIT_S
-from components.memory_estimate import estimator, planner
+from kfp_sagemaker_blackwell.catalog import hardware
+from kfp_sagemaker_blackwell.catalog.precisions import RISK_WORDS, risk
+from kfp_sagemaker_blackwell.catalog.spec import ModelSpec
+from kfp_sagemaker_blackwell.common.errors import UserError
+from kfp_sagemaker_blackwell.common.training_job import MAX_RUNTIME_LIMIT_S
+from kfp_sagemaker_blackwell.planning import estimator, planner, pricing, throughput
 
 CAPACITY_MODES = ("on-demand", "spot", "training-plan")
 RANK_BY = ("cost", "time")
@@ -104,7 +103,7 @@ class Probe:
 
 @dataclass(frozen=True)
 class Goal:
-    """What the user asks (validated by ``components.plan_training.run``)."""
+    """What the user asks (validated by ``kfp_sagemaker_blackwell.components.plan_training.run``)."""
 
     model: ModelSpec
     training_tokens: int
@@ -229,7 +228,7 @@ class SearchResult:
 
 
 # Offerings: (instance type, count, hours, deadline hours) -> SearchTrainingPlanOfferings'
-# offerings (see components.plan_training.offerings).
+# offerings (see kfp_sagemaker_blackwell.components.plan_training.offerings).
 OfferingSearch = Callable[[str, int, int, float], list[dict[str, Any]]]
 
 

@@ -1,4 +1,4 @@
-"""python -m components.rank_throughput: rank batch-size tuning runs by tokens/s per GPU.
+"""python -m kfp_sagemaker_blackwell.components.rank_throughput: rank batch-size tuning runs by tokens/s per GPU.
 
 Takes the per-step series CSVs that parse_logs writes (one per candidate run),
 ranks the completed runs by steady-state tokens/s per GPU, lists the failed ones
@@ -8,8 +8,8 @@ writes the HTML report. Flags are the KFP component's parameters
 artifacts.
 
 Examples:
-  python -m components.rank_throughput b4.csv b8.csv b16.csv --html report.html
-  python -m components.rank_throughput runs/*.csv --plan plan.json --json
+  python -m kfp_sagemaker_blackwell.components.rank_throughput b4.csv b8.csv b16.csv --html report.html
+  python -m kfp_sagemaker_blackwell.components.rank_throughput runs/*.csv --plan plan.json --json
 
 Exit status: 0 when a candidate completed, 1 when none did, 2 for a usage error
 (no series, a series that breaks its contract, an unreadable plan).
@@ -22,13 +22,13 @@ import json
 import sys
 from pathlib import Path
 
-from components.common import cli
-from components.common.errors import USER_ERROR_EXIT_CODE, UserError, cli_errors
-from components.rank_throughput.component import rank_throughput
+from kfp_sagemaker_blackwell.common import cli
+from kfp_sagemaker_blackwell.common.errors import USER_ERROR_EXIT_CODE, UserError, cli_errors
+from kfp_sagemaker_blackwell.components.rank_throughput.component import rank_throughput
 
 
 def build_parser() -> tuple[argparse.ArgumentParser, list[cli.Parameter]]:
-    p, params = cli.derived_parser(rank_throughput, prog="python -m components.rank_throughput",
+    p, params = cli.derived_parser(rank_throughput, prog="python -m kfp_sagemaker_blackwell.components.rank_throughput",
                                    doc=__doc__)
     p.add_argument("series", nargs="+", help="series CSV files written by parse_logs")
     p.add_argument("--html", metavar="PATH", help="write the HTML report here")
@@ -59,7 +59,13 @@ def _plan(value: list) -> list:
 @cli_errors
 def main(argv: list[str] | None = None) -> int:
     args, values = cli.parse(build_parser(), argv)
-    from components.rank_throughput.rank import html_report, load, markdown, rank, to_json
+    from kfp_sagemaker_blackwell.components.rank_throughput.rank import (
+        html_report,
+        load,
+        markdown,
+        rank,
+        to_json,
+    )
 
     try:
         ranking = rank(load(args.series, _plan(values["plan"])))

@@ -1,10 +1,10 @@
-"""KFP definition of rank_throughput (the work is in ``components.rank_throughput.rank``)."""
+"""KFP definition of rank_throughput (the work is in ``kfp_sagemaker_blackwell.components.rank_throughput.rank``)."""
 
 from typing import NamedTuple
 
 from kfp.dsl import HTML, Dataset, Input, Markdown, Metrics, Output
 
-from components.common.component import component
+from kfp_sagemaker_blackwell.common.component import component
 
 
 @component(aws=False)
@@ -51,7 +51,12 @@ def rank_throughput(
     """
     from collections import namedtuple
 
-    from components.rank_throughput.rank import html_report, load, markdown, rank
+    from kfp_sagemaker_blackwell.components.rank_throughput.rank import (
+        html_report,
+        load,
+        markdown,
+        rank,
+    )
 
     ranking = rank(load([s.path for s in series], plan))
     with open(report.path, "w", encoding="utf-8") as f:

@@ -10,7 +10,7 @@ labelled: their speed is not the precision's speed on a GPU.
 Beside each measured figure stand the predictions that exist for it: the plan's
 (``memory_estimate``'s ``batch_candidates``: the throughput model for the target
 instance's GPU, passed as ``plan``) and, for a run timed on a GPU, the throughput
-model's for the GPU the run used (``components.common.throughput``), so that every real
+model's for the GPU the run used (``kfp_sagemaker_blackwell.planning.throughput``), so that every real
 run also checks the model. A column no candidate has a value for is left out.
 """
 
@@ -26,13 +26,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from catalog import hardware
-from catalog.spec import ModelSpec
-from components.common import markdown as md
-from components.common import report_page, run_context, throughput
-from components.common.errors import UserError
-from components.common.step_series import SeriesFormatError, read_series
-from components.common.training_setup import TrainingSetup
+from kfp_sagemaker_blackwell.catalog import hardware
+from kfp_sagemaker_blackwell.catalog.spec import ModelSpec
+from kfp_sagemaker_blackwell.common import markdown as md
+from kfp_sagemaker_blackwell.common import report_page, run_context
+from kfp_sagemaker_blackwell.common.errors import UserError
+from kfp_sagemaker_blackwell.common.step_series import SeriesFormatError, read_series
+from kfp_sagemaker_blackwell.planning import throughput
+from kfp_sagemaker_blackwell.planning.training_setup import TrainingSetup
 
 
 @dataclass(frozen=True)
@@ -213,11 +214,11 @@ def _notes(r: Ranking, context: Mapping[str, Any] | None) -> list[str]:
     notes = []
     if any(c.planned_tokens_per_s_per_gpu for c in r.candidates):
         notes.append(f"Predicted by the plan: memory_estimate's throughput model "
-                     f"(components/common/throughput.py) for each configuration on "
+                     f"(planning/throughput.py) for each configuration on "
                      f"{_target(context)}, before anything ran.")
     if any(c.predicted_tokens_per_s_per_gpu for c in r.candidates):
         notes.append("Predicted on the run's GPU: the throughput model "
-                     "(components/common/throughput.py) for each run's configuration on the "
+                     "(planning/throughput.py) for each run's configuration on the "
                      "GPU it ran on.")
     return notes
 
@@ -233,7 +234,7 @@ def _best_text(r: Ranking) -> str:
 
 def markdown(r: Ranking, context: Mapping[str, Any] | None = None) -> str:
     """The summary the KFP UI renders; every value from a series is escaped
-    (``components.common.markdown``): it shows as text and stays in its cell."""
+    (``kfp_sagemaker_blackwell.common.markdown``): it shows as text and stays in its cell."""
     lines = ["# Batch-size tuning", ""]
     lines += run_context.to_markdown(run_context.rows(context, [c.meta for c in r.candidates]))
     if r.best:

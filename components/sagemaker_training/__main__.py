@@ -1,7 +1,7 @@
-"""``python -m components.sagemaker_training``: the training component from a shell.
+"""``python -m kfp_sagemaker_blackwell.components.sagemaker_training``: the training component from a shell.
 
 The flags are the KFP component's parameters, derived from its signature and
-docstring (``components.common.cli``): one name, default and help text each
+docstring (``kfp_sagemaker_blackwell.common.cli``): one name, default and help text each
 (``--batch-size`` for ``batch_size``; dicts as ``KEY=VALUE`` repeated or JSON,
 lists as ``a,b`` or JSON, booleans ``--x``/``--no-x``/``--x false``).
 ``--dry-run`` validates and prints the exact CreateTrainingJob request without
@@ -23,20 +23,20 @@ import json
 import sys
 from typing import Any
 
-from components.common import cli
-from components.common.errors import (
+from kfp_sagemaker_blackwell.common import cli
+from kfp_sagemaker_blackwell.common.errors import (
     AWS_UNREACHABLE_EXIT_CODE,
     USER_ERROR_EXIT_CODE,
     UserError,
     cli_errors,
 )
-from components.common.execution_context import (
+from kfp_sagemaker_blackwell.common.execution_context import (
     TERMINATED_EXIT_CODE,
     ExecutionContext,
     Terminated,
 )
 
-PROG = "python -m components.sagemaker_training"
+PROG = "python -m kfp_sagemaker_blackwell.components.sagemaker_training"
 # Parameters a pipeline fills (KFP placeholders, the loop's items): this command
 # line declares its own run id, task and pipeline below.
 PIPELINE_ONLY = ("run_id", "task", "pipeline", "budget_items")
@@ -48,13 +48,13 @@ ALIASES = {"--poll-interval": "poll_interval_seconds", "--hyperparameter": "hype
 DESCRIPTION = (
     "Run the LLM trainer as an Amazon SageMaker AI training job and wait for it, streaming "
     "its CloudWatch logs; the same launcher as the KFP component sagemaker_training, whose "
-    "parameters the flags are. Against the local backend: start `python -m components.local "
+    "parameters the flags are. Against the local backend: start `python -m kfp_sagemaker_blackwell.local_backend "
     "serve` and export AWS_ENDPOINT_URL=<its URL>.\n\nExit status: 0 Completed, 1 failed or "
     "stopped, 2 bad parameters (nothing created), 69 SageMaker unreachable past "
     "--max-outage-seconds, 143 terminated (SIGTERM/SIGINT; the job is stopped within "
     "--stop-timeout-seconds, or the message says how to stop it).\n\n"
     "Examples::\n"
-    "  python -m components.sagemaker_training --run-id exp-1 \\\n"
+    "  python -m kfp_sagemaker_blackwell.components.sagemaker_training --run-id exp-1 \\\n"
     "    --image-uri 123456789012.dkr.ecr.us-west-2.amazonaws.com/trainer:abc \\\n"
     "    --role-arn arn:aws:iam::123456789012:role/SageMakerTraining \\\n"
     "    --output-s3-uri s3://my-bucket/runs --precision mxfp8 --use-spot \\\n"
@@ -63,7 +63,7 @@ DESCRIPTION = (
 
 
 def build_parser() -> tuple[argparse.ArgumentParser, list[cli.Parameter]]:
-    from components.sagemaker_training.component import sagemaker_training
+    from kfp_sagemaker_blackwell.components.sagemaker_training.component import sagemaker_training
 
     parser, params = cli.derived_parser(
         sagemaker_training, prog=PROG, doc=DESCRIPTION, exclude=PIPELINE_ONLY,
@@ -87,7 +87,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, list[cli.Parameter]]:
 def launch_arguments(args: argparse.Namespace, params: list[cli.Parameter]) -> Any:
     """The TrainingJobConfig of the parsed flags (with this command line's run id, task
     and pipeline; ``--memory-plan @FILE`` read)."""
-    from components.sagemaker_training.request import TrainingJobConfig
+    from kfp_sagemaker_blackwell.components.sagemaker_training.request import TrainingJobConfig
 
     values = cli.values(args, params)
     values.update(run_id=args.run_id, task=args.task, pipeline=args.pipeline)
@@ -106,7 +106,7 @@ OUTPUT_FLAGS = (("aws_resources_path", "--aws-resources-path"), ("output_json", 
 
 
 def check_outputs(args: argparse.Namespace) -> None:
-    from components.common.resources import check_writable
+    from kfp_sagemaker_blackwell.common.resources import check_writable
 
     for attr, flag in OUTPUT_FLAGS:
         if getattr(args, attr):
@@ -124,8 +124,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(args: argparse.Namespace, params: list[cli.Parameter], ctx: ExecutionContext) -> int:
-    from components.sagemaker_training import launcher
-    from components.sagemaker_training.runner import (
+    from kfp_sagemaker_blackwell.components.sagemaker_training import launcher
+    from kfp_sagemaker_blackwell.components.sagemaker_training.runner import (
         AwsUnreachable,
         JobStoppedAfterError,
         TrainingJobFailed,

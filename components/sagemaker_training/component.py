@@ -5,7 +5,7 @@ from typing import NamedTuple, Optional
 from kfp import dsl
 from kfp.dsl import Model, Output, OutputPath
 
-from components.common.component import component
+from kfp_sagemaker_blackwell.common.component import component
 
 
 @component(aws=True, retries=2)  # a retry re-attaches to its job by its deterministic name
@@ -118,7 +118,7 @@ def sagemaker_training(
     ``max_steps``, ``activation_checkpointing``, ``memory_plan`` are then not sent) and
     the precision recipe confirmation (parse_logs cannot confirm another image's recipe).
 
-    Locally, with ``python -m components.local serve`` running and ``AWS_ENDPOINT_URL``
+    Locally, with ``python -m kfp_sagemaker_blackwell.local_backend serve`` running and ``AWS_ENDPOINT_URL``
     set to its URL, the same calls run the trainer from this checkout on this machine.
 
     Args:
@@ -139,7 +139,7 @@ def sagemaker_training(
             {"Name": "loss", "Regex": "loss=([0-9.eE+-]+)"}); the names parse_logs puts
             into the step series are those of components/parse_logs/metric_defs.py.
         endpoint_url: SageMaker and CloudWatch Logs endpoint (e.g. the URL that
-            ``python -m components.local serve`` prints); empty: AWS_ENDPOINT_URL, else AWS.
+            ``python -m kfp_sagemaker_blackwell.local_backend serve`` prints); empty: AWS_ENDPOINT_URL, else AWS.
         instance_type: SageMaker instance type; the precision is checked against its GPU.
         instance_count: Instances (8 GPUs each on p6-b200); >1 trains multi-node.
         precision: fp32, bf16, fp16, fp8, fp8-current, fp8-block, mxfp8 or nvfp4
@@ -204,7 +204,7 @@ def sagemaker_training(
         vpc_security_group_ids: Security groups for VPC mode (with ``vpc_subnet_ids``).
         output_kms_key_id: KMS key (id, ARN, alias or alias ARN) SageMaker encrypts
             the model artifacts and output with (OutputDataConfig.KmsKeyId); the
-            execution role needs kms:GenerateDataKey/Decrypt on it (images/iam).
+            execution role needs kms:GenerateDataKey/Decrypt on it (iam).
         volume_kms_key_id: KMS key for the training instances' EBS volumes
             (ResourceConfig.VolumeKmsKeyId); the launching role needs kms:CreateGrant.
         enable_network_isolation: No network access for the training container
@@ -271,9 +271,9 @@ def sagemaker_training(
     parameters = dict(locals())  # first statement: exactly the parameters, as passed
     from collections import namedtuple
 
-    from components.common.execution_context import TERMINATED_EXIT_CODE, Terminated
-    from components.sagemaker_training.launcher import launch
-    from components.sagemaker_training.request import TrainingJobConfig
+    from kfp_sagemaker_blackwell.common.execution_context import TERMINATED_EXIT_CODE, Terminated
+    from kfp_sagemaker_blackwell.components.sagemaker_training.launcher import launch
+    from kfp_sagemaker_blackwell.components.sagemaker_training.request import TrainingJobConfig
 
     try:
         result = launch(TrainingJobConfig.from_values(parameters), resources_path=aws_resources)

@@ -1,6 +1,6 @@
 """Launches a training job: validate, check capacity, run, and summarise.
 
-Shared by the KFP component and ``python -m components.sagemaker_training``.
+Shared by the KFP component and ``python -m kfp_sagemaker_blackwell.components.sagemaker_training``.
 """
 
 from __future__ import annotations
@@ -11,25 +11,26 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from components.common import aws, pricing, resources
-from components.common.errors import UserError
-from components.common.execution_context import (
+from kfp_sagemaker_blackwell.common import aws, resources
+from kfp_sagemaker_blackwell.common.errors import UserError
+from kfp_sagemaker_blackwell.common.execution_context import (
     DEFAULT_STOP_TIMEOUT_S,
     ExecutionContext,
     check_stop_timeout,
 )
-from components.sagemaker_training.request import (
+from kfp_sagemaker_blackwell.components.sagemaker_training.request import (
     ResolvedConfig,
     TrainingJobConfig,
     build_request,
     instance_choices,
     resolve,
 )
-from components.sagemaker_training.runner import (
+from kfp_sagemaker_blackwell.components.sagemaker_training.runner import (
     DEFAULT_MAX_OUTAGE_S,
     DEFAULT_POLL_INTERVAL_S,
     TrainingJobRunner,
 )
+from kfp_sagemaker_blackwell.planning import pricing
 
 USABLE_PLAN_STATUSES = ("Active", "Scheduled")
 
@@ -361,7 +362,7 @@ def _predicted(resolved: ResolvedConfig, price: pricing.Price | None) -> str:
     c = resolved.config
     if not c.memory_plan.strip():
         return ""
-    from components.common.memory_plan import MemoryPlan
+    from kfp_sagemaker_blackwell.planning.memory_plan import MemoryPlan
 
     entry = MemoryPlan.from_json(c.memory_plan).precisions.get(c.precision)
     step_s = getattr(entry, "step_seconds", None)

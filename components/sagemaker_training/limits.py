@@ -20,7 +20,7 @@ import unicodedata
 from dataclasses import dataclass
 from typing import Any
 
-from components.common.errors import UserError
+from kfp_sagemaker_blackwell.common.errors import UserError
 
 OPERATION = "CreateTrainingJob"
 
@@ -39,7 +39,7 @@ class Limit:
 def _input_shape() -> Any:
     import botocore.session
 
-    from components.common import aws
+    from kfp_sagemaker_blackwell.common import aws
 
     session = botocore.session.get_session()
     session.register_component("data_loader", aws._shared_loader())

@@ -17,13 +17,13 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from catalog.sagemaker import parse_image
-from catalog.spec import DIMENSION_BOUNDS
-from components.common import cli, naming, tags
-from components.common.errors import FieldError, UserError, unknown_name
-from components.common.s3 import split_s3_uri
-from components.common.training_job import MAX_RUNTIME_LIMIT_S
-from components.sagemaker_training import limits
+from kfp_sagemaker_blackwell.catalog.sagemaker import parse_image
+from kfp_sagemaker_blackwell.catalog.spec import DIMENSION_BOUNDS
+from kfp_sagemaker_blackwell.common import cli, naming, tags
+from kfp_sagemaker_blackwell.common.errors import FieldError, UserError, unknown_name
+from kfp_sagemaker_blackwell.common.s3 import split_s3_uri
+from kfp_sagemaker_blackwell.common.training_job import MAX_RUNTIME_LIMIT_S
+from kfp_sagemaker_blackwell.components.sagemaker_training import limits
 
 MAX_VOLUME_SIZE_GB = 16384  # EBS gp2/gp3 ceiling (botocore has min 0 only)
 CHECKPOINT_LOCAL_PATH = "/opt/ml/checkpoints"
@@ -64,7 +64,7 @@ SECRET_NAME_RE = re.compile(r"SECRET|PASSWORD|PASSWD|(^|_)TOKEN(_|$)|CREDENTIAL"
 OUTSIDE_KFP_DEFAULTS = {"run_id": inspect.Parameter.empty, "task": "sagemaker-training",
                         "pipeline": ""}
 _Declared: Any = cli.dataclass_of(cli.source_parameters(
-    "components.sagemaker_training.component", "sagemaker_training",
+    "kfp_sagemaker_blackwell.components.sagemaker_training.component", "sagemaker_training",
     defaults=OUTSIDE_KFP_DEFAULTS), "TrainingJobConfig")
 
 
@@ -120,7 +120,7 @@ class Budget:
         without a price) that, times the jobs sharing the budget, exceeds the limit; a
         budget with no price to check it against too, unless ``refuse_unknown`` is False
         (a check that does not look up the prices the launch will)."""
-        from components.common import pricing
+        from kfp_sagemaker_blackwell.planning import pricing
 
         if worst is None and not refuse_unknown:
             return
@@ -173,7 +173,7 @@ def resolve(cfg: TrainingJobConfig, *, region: str | None = None) -> ResolvedCon
     estimate), capacity (on-demand / plan / spot, limits, checkpoints), network (channels,
     VPC), then the hyperparameters as the trainer will parse them, and tags.
     """
-    from components.common.aws import resolve_region
+    from kfp_sagemaker_blackwell.common.aws import resolve_region
 
     cfg = _identity(cfg)
     cfg = dataclasses.replace(cfg, precision_hyperparameters={}, hyperparameters=(
@@ -223,7 +223,7 @@ def _custom(cfg: TrainingJobConfig) -> None:
                         'trainer="custom" (your own image, entry point and metrics).')
     if cfg.endpoint_url and not re.match(r"^https?://[^\s/]+", cfg.endpoint_url):
         raise UserError("endpoint_url", f"{cfg.endpoint_url!r} is not an http(s) URL.",
-                        "pass e.g. http://127.0.0.1:8080 (python -m components.local serve), "
+                        "pass e.g. http://127.0.0.1:8080 (python -m kfp_sagemaker_blackwell.local_backend serve), "
                         "or leave it empty for AWS.")
     if not cfg.custom:
         for fld in ("entry_point", "metric_definitions"):
@@ -317,7 +317,7 @@ def _identity(cfg: TrainingJobConfig) -> TrainingJobConfig:
 
 def _where(cfg: TrainingJobConfig, region: str) -> str:
     """The region (known to botocore), the image (in ECR), the role and the output prefix."""
-    from components.common.aws import check_region
+    from kfp_sagemaker_blackwell.common.aws import check_region
 
     check_region(region, "sagemaker")
     image = cfg.image_uri or ""
@@ -339,8 +339,8 @@ def _where(cfg: TrainingJobConfig, region: str) -> str:
 
 
 def _hardware(cfg: TrainingJobConfig) -> None:
-    from catalog import hardware
-    from catalog.precisions import check_precision_name
+    from kfp_sagemaker_blackwell.catalog import hardware
+    from kfp_sagemaker_blackwell.catalog.precisions import check_precision_name
 
     try:
         check_precision_name(cfg.precision)
@@ -368,7 +368,7 @@ def _hardware(cfg: TrainingJobConfig) -> None:
 
 def _model(cfg: TrainingJobConfig) -> tuple[Any, dict[str, int]]:
     """The model the job trains (preset + overrides), and the overrides."""
-    from catalog import spec
+    from kfp_sagemaker_blackwell.catalog import spec
 
     for fld, low in (*((k, 0) for k in MODEL_DIMENSIONS if k != "vocab_size"),
                      ("vocab_size", -1)):
@@ -397,7 +397,7 @@ def _model(cfg: TrainingJobConfig) -> tuple[Any, dict[str, int]]:
 def _memory(cfg: TrainingJobConfig, model: Any, notes: list[str]) -> tuple[int, bool]:
     """Batch size and checkpointing: the plan's when one is given, else the configuration's,
     checked by a pre-flight memory estimate (refused when predicted not to fit)."""
-    from components.common.memory_plan import MemoryPlan
+    from kfp_sagemaker_blackwell.planning.memory_plan import MemoryPlan
 
     batch_size, checkpointing = cfg.batch_size, cfg.activation_checkpointing
     if not cfg.memory_plan.strip():
@@ -433,7 +433,7 @@ def _memory(cfg: TrainingJobConfig, model: Any, notes: list[str]) -> tuple[int, 
 def preflight(cfg: TrainingJobConfig, model: Any) -> str:
     """Estimates this configuration's peak GPU memory (memory_estimate's planner); a note,
     or a UserError with the numbers and the fixes when it is predicted not to fit."""
-    from components.memory_estimate import planner
+    from kfp_sagemaker_blackwell.planning import planner
 
     hw = planner.resolve_hardware(instance_type=cfg.instance_type,
                                   instance_count=cfg.instance_count)
@@ -528,7 +528,7 @@ def _capacity_controls(cfg: TrainingJobConfig) -> None:
     """Fallback instance types (ResourceConfig.InstancePreferences), the pending time-out
     (StoppingCondition.MaxPendingTimeInSeconds) and warm pools (KeepAlivePeriodInSeconds),
     within botocore's limits and SageMaker's exclusions."""
-    from catalog import hardware
+    from kfp_sagemaker_blackwell.catalog import hardware
 
     fallbacks = cfg.fallback_instances or []
     if fallbacks:
@@ -658,8 +658,8 @@ def _network(cfg: TrainingJobConfig, region: str) -> None:
 
 
 def _check_with_trainer(hps: dict[str, str], env: dict[str, str]) -> None:
-    """The request's hyperparameters as ``python -m trainer`` will parse and check them."""
-    from catalog import flags as trainer_config
+    """The request's hyperparameters as ``python -m kfp_sagemaker_blackwell.trainer`` will parse and check them."""
+    from kfp_sagemaker_blackwell.catalog import flags as trainer_config
 
     try:
         trainer_config.check_hyperparameters(hps, env)
@@ -667,11 +667,11 @@ def _check_with_trainer(hps: dict[str, str], env: dict[str, str]) -> None:
         fld = exc.field.replace("-", "_") if exc.field in owned_hyperparameters() \
             and exc.field != "preset" else "hyperparameters"
         raise UserError(fld, f"the trainer would refuse it: {exc.problem.rstrip('.')}.",
-                        exc.fix or "fix the value, or see python -m trainer --help for its flags."
+                        exc.fix or "fix the value, or see python -m kfp_sagemaker_blackwell.trainer --help for its flags."
                         ) from None
     except ValueError as exc:  # the trainer's own checks (precision names...)
         raise UserError("hyperparameters", f"the trainer would refuse it: {exc}.",
-                        "see python -m trainer --help.") from None
+                        "see python -m kfp_sagemaker_blackwell.trainer --help.") from None
 
 
 def _tags(cfg: TrainingJobConfig) -> dict[str, str]:
@@ -719,7 +719,7 @@ def merge_precision_hyperparameters(
     {"high-precision-lm-head": "true"}}``, as production FP4 recipes keep the LM
     head in high precision); each training task picks its own entry.
     """
-    from catalog.precisions import PRECISIONS
+    from kfp_sagemaker_blackwell.catalog.precisions import PRECISIONS
 
     merged = dict(hyperparameters or {})
     for key, extra in (precision_hyperparameters or {}).items():
@@ -773,7 +773,7 @@ def owned_hyperparameters() -> frozenset[str]:
     """The trainer's flags that a parameter of the same name (with underscores) sets: a
     hyperparameter of that name is refused (pass the parameter). ``preset`` is the
     trainer's deprecated spelling of ``model-preset``."""
-    from catalog import flags as trainer_config
+    from kfp_sagemaker_blackwell.catalog import flags as trainer_config
 
     flags = {f.name for f in trainer_config.flag_fields()} | {"model_preset", *DIMENSION_BOUNDS}
     return frozenset({"preset"} | {f.name.replace("_", "-")
@@ -784,7 +784,7 @@ def owned_hyperparameters() -> frozenset[str]:
 def container_paths() -> dict[str, str]:
     """The trainer's hyperparameters that are container-contract paths, and the SM_*
     variable each is read from (the trainer's declarations: ``sm_path_of``)."""
-    from catalog import flags as trainer_config
+    from kfp_sagemaker_blackwell.catalog import flags as trainer_config
 
     return {f.name.replace("_", "-"): f.metadata["sm_path_of"]
             for f in trainer_config.flag_fields() if f.metadata.get("sm_path_of")}

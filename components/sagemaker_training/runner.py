@@ -5,7 +5,7 @@ record it in ``aws_resources`` the moment it exists, poll until it ends,
 stream its CloudWatch logs meanwhile, stop it when the component is
 terminated, and raise with SageMaker's FailureReason when it fails. The
 following, the stop and the outage ride-out are the shared
-``components.common.remote_job.RemoteJobRunner``'s (CodeBuild and cleanup use
+``kfp_sagemaker_blackwell.common.remote_job.RemoteJobRunner``'s (CodeBuild and cleanup use
 it too); what is particular to the training job is here.
 
 Re-attaching is what makes retries safe: the job name is deterministic (run id
@@ -36,18 +36,18 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from components.common import resources, tags
-from components.common.aws import error_code, is_transient
-from components.common.errors import UserError
-from components.common.execution_context import (
+from kfp_sagemaker_blackwell.common import resources, tags
+from kfp_sagemaker_blackwell.common.aws import error_code, is_transient
+from kfp_sagemaker_blackwell.common.errors import UserError
+from kfp_sagemaker_blackwell.common.execution_context import (
     DEFAULT_MAX_OUTAGE_S,
     DEFAULT_STOP_TIMEOUT_S,
     AwsUnreachable,
     ExecutionContext,
     Terminated,
 )
-from components.common.remote_job import DEFAULT_POLL_INTERVAL_S, RemoteJobRunner
-from components.common.training_job import TrainingJob
+from kfp_sagemaker_blackwell.common.remote_job import DEFAULT_POLL_INTERVAL_S, RemoteJobRunner
+from kfp_sagemaker_blackwell.common.training_job import TrainingJob
 
 __all__ = ["DEFAULT_MAX_OUTAGE_S", "DEFAULT_POLL_INTERVAL_S", "AwsUnreachable",
            "JobStoppedAfterError", "Terminated", "TrainingJobFailed", "TrainingJobRunner"]

@@ -1,0 +1,46 @@
+"""Where the files that installed code reads live: a source checkout, or the wheel's data.
+
+Besides Python modules, the library reads the Dockerfiles and the trainer's sources
+(``build_image``'s build contexts), the IAM policies (``iam_policy``) and the compiled
+YAML. In a checkout they sit beside the packages; a wheel installs them, with the
+same layout, under ``<prefix>/share/kfp-sagemaker-blackwell/`` (``setup.cfg``,
+``[options.data_files]``). ``$KFP_SAGEMAKER_SOURCE_DIR`` names another tree.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import sysconfig
+from pathlib import Path
+
+SOURCE_DIR_ENV = "KFP_SAGEMAKER_SOURCE_DIR"
+DATA_DIR_NAME = "kfp-sagemaker-blackwell"
+CHECKOUT = Path(__file__).resolve().parent.parent  # the package directory when installed
+
+
+def roots() -> list[Path]:
+    """The trees searched, in order: $KFP_SAGEMAKER_SOURCE_DIR, the checkout, the wheel's data."""
+    out = [Path(p) for p in (os.environ.get(SOURCE_DIR_ENV, ""),) if p]
+    out.append(CHECKOUT)
+    for prefix in (sysconfig.get_path("data"), sys.prefix):
+        data = Path(prefix) / "share" / DATA_DIR_NAME
+        if data not in out:
+            out.append(data)
+    return out
+
+
+def root_for(relative: str) -> Path | None:
+    """The first tree holding ``relative`` (a file or folder), or None."""
+    return next((r for r in roots() if (r / relative).exists()), None)
+
+
+def path(relative: str) -> Path:
+    """``relative`` in the first tree holding it; FileNotFoundError naming where it looked."""
+    root = root_for(relative)
+    if root is None:
+        raise FileNotFoundError(
+            f"{relative} was not found under {', '.join(str(r) for r in roots())}: install the "
+            f"package from its wheel (which ships it under share/{DATA_DIR_NAME}/) or set "
+            f"{SOURCE_DIR_ENV} to a source checkout of kfp-sagemaker-blackwell.")
+    return root / relative

@@ -1,0 +1,573 @@
+"""Predicted step time, tokens/s per GPU, MFU and cost of a training step (torch-free, ~1 ms).
+
+The estimator beside this module says whether a configuration fits; this one says how
+fast it runs and what it costs. A step of this project's trainer (FSDP2 over
+``world_size`` GPUs, TransformerEngine layers, fp32 master weights, fused AdamW, the
+full-vocabulary cross-entropy, a bf16 LM head) is taken apart into the work the GPU
+does, each part timed at the rate that bounds it:
+
+- **GEMMs** (the blocks' linear layers: forward, data gradient and weight gradient, and
+  the forward again under activation checkpointing) at a shape-dependent efficiency of
+  the precision's dense tensor-core peak, or at HBM bandwidth when they are too thin to
+  be compute-bound; the LM head always in bf16 (the trainer's high-precision LM head);
+- **quantisation** of the GEMM inputs of each low-precision recipe (amax, scaling, casts,
+  transposes; delayed vs current vs block scaling vs MXFP8 vs NVFP4 differ) as
+  memory-bound work;
+- **attention** (flash / cuDNN fused, causal) by sequence length and head size, in bf16
+  for every recipe (TE keeps dot-product attention in high precision);
+- **elementwise** work (norms, residual adds, rotary, the MLP activation, layout copies)
+  and the **cross-entropy** over the full vocabulary at HBM bandwidth;
+- the **optimizer step** (AdamW, gradient clipping) and FSDP2's copy-in / copy-out, at
+  HBM bandwidth;
+- FSDP's **all-gather / reduce-scatter** over NVLink (the instance network across
+  instances), overlapped with compute except where it is longer than the compute it
+  hides behind, plus a measured multi-GPU cost;
+- a **CPU floor**: eager PyTorch + TE launch kernels from Python; a step cannot be
+  faster than the host can issue it.
+
+Every constant is in :class:`Constants` with its source: GPU spec figures live in
+``kfp_sagemaker_blackwell.catalog.hardware.GPUS`` (datasheets); efficiencies are calibrated on the trainer's
+H200 runs (``benchmarks/throughput/``, ``benchmarks/trainer/``) or, for Blackwell, come
+from published GEMM measurements and are labelled "predicted, not measured".
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+from kfp_sagemaker_blackwell.catalog import hardware
+from kfp_sagemaker_blackwell.planning import pricing
+from kfp_sagemaker_blackwell.planning.training_setup import DTYPE_BYTES, TrainingSetup
+
+MODEL_NAME = "throughput model v1 (planning/throughput.py)"
+HOPPER_SOURCE = f"predicted by the {MODEL_NAME}, calibrated on H200 trainer runs"
+BLACKWELL_SOURCE = (
+    f"predicted, not measured: the {MODEL_NAME} with Blackwell's datasheet figures and "
+    "published GEMM rates (no Blackwell GPU was available to this project)"
+)
+OTHER_SOURCE = f"predicted by the {MODEL_NAME} from datasheet figures (not calibrated on this GPU)"
+
+# The part names of a prediction, in the order a reader goes through a step.
+PARTS = (
+    "gemm", "lm_head", "attention", "quantization", "elementwise", "loss", "optimizer",
+    "fsdp_copies", "communication_exposed", "multi_gpu", "cpu_bound_wait", "step_fixed",
+)
+
+
+def _arch(gpu: hardware.GPU) -> str:
+    cc = gpu.compute_capability
+    if cc >= (10, 0):
+        return "blackwell"
+    if cc >= (9, 0):
+        return "hopper"
+    return "other"
+
+
+@dataclass(frozen=True)
+class Constants:
+    """The model's constants. Calibrated ones say on what; the rest cite their source."""
+
+    # ---- GEMMs ----
+    # Fraction of the dense peak a large GEMM reaches, by architecture and GEMM kind.
+    # Hopper: fitted (with the other "calibrated" constants below) on the calibration split
+    # of benchmarks/throughput/h200_grid.json by benchmarks/throughput/model_accuracy.py
+    # --fit; they are effective values of this decomposition (the fp8 figure absorbs what
+    # the model does not itemise), not kernel benchmarks. For scale, XLA's measured matmul
+    # table (openxla/xla xla/service/gpu/model/matmul_interpolator_data.h, sm_90) has
+    # 783 TFLOP/s for a 4096^3 bf16 GEMM = 0.79 of 989.
+    # Blackwell: the same table's sm_100 entries: 4096^3 bf16 1417 TFLOP/s (0.63 of 2250),
+    # fp8 2765 TFLOP/s (0.61 of 4500): Blackwell's GEMMs reach a smaller fraction of
+    # their (doubled) peak; an fp8 GEMM is 1.95x a bf16 one. MXFP8 is taken at 0.95x the
+    # fp8 fraction (the scale-factor loads; torchao's mx_formats README reports mxfp8
+    # cuBLAS GEMMs somewhat below tensorwise fp8), fp8-block runs as MXFP8-class block
+    # GEMMs, NVFP4 at 0.50 of the 9 PFLOP/s peak (1.6x fp8 at the GEMM: an assumption
+    # checked against NVIDIA's end-to-end Llama-3-8B figures, see benchmarks/throughput).
+    gemm_efficiency: dict[str, dict[str, float]] = field(default_factory=lambda: {
+        "hopper": {"tf32": 0.65, "bf16": 0.845, "fp8": 0.891, "fp8-block": 0.666},
+        "blackwell": {"tf32": 0.60, "bf16": 0.66, "fp8": 0.64, "fp8-block": 0.60,
+                      "mxfp8": 0.61, "nvfp4": 0.50},
+        "other": {"tf32": 0.60, "bf16": 0.70, "fp8": 0.65},
+    })
+    # A GEMM dimension d reaches d / (d + gemm_half_dim) of the large-shape rate (tile and
+    # wave quantisation; XLA's table: 1024 x 2048 x 2048 bf16 on sm_90 runs at 0.53 of
+    # peak, 4096^3 at 0.79).
+    gemm_half_dim: float = 160.0
+    # Fraction of HBM bandwidth memory-bound kernels reach (elementwise, casts, the
+    # optimizer): ~85-90% for large streaming kernels on H100/H200; the fitted 0.635 also
+    # covers the many small kernels of a TE layer (calibrated).
+    hbm_efficiency: float = 0.635
+    # GPU time per kernel that cannot be shorter (launch, ramp-up, tail): ~4 us.
+    kernel_floor_s: float = 4e-6
+
+    # ---- attention (flash / cuDNN fused, causal) ----
+    # Fraction of the bf16 peak the forward and backward kernels reach at long sequences
+    # and head dim 128, (forward, backward). Hopper: FlashAttention-3 (Shah et al. 2024,
+    # arXiv 2407.08608) reports ~600-740 TFLOP/s forward and ~450-550 backward on H100
+    # for causal head-dim-128, cuDNN's fused attention (TE's) is in the same range;
+    # calibrated on the trainer's H200 runs. Blackwell: FlashAttention-4 (Zadouri, Dao et
+    # al. 2026) reaches up to 1613 TFLOP/s (0.71 of 2250) and is "up to 1.3x faster than
+    # cuDNN 9.13": cuDNN forward ~0.55; the backward, bound by shared-memory traffic on
+    # Blackwell, taken at the Hopper backward/forward ratio: 0.40.
+    attention_efficiency: dict[str, tuple[float, float]] = field(default_factory=lambda: {
+        "hopper": (0.95, 0.70), "blackwell": (0.55, 0.40), "other": (0.50, 0.35),
+    })
+    attention_half_seq: float = 1679.0  # sequence length at which half the rate is reached
+    attention_half_head_dim: float = 79.5  # head dim at which half the rate is reached
+    # The backward does 2.5x the forward's FLOPs (5 GEMMs of the 2 forward's size;
+    # Dao 2023, FlashAttention-2, arXiv 2307.08691).
+    attention_bwd_flops_ratio: float = 2.5
+
+    # ---- quantisation: HBM bytes moved per element quantised (read + writes) ----
+    # From the kernels TE 2.x runs (transformer_engine/common/...):
+    # - fp8 DelayedScaling: one fused cast(+transpose) kernel that also records amax for
+    #   the next step: read 2 B, write 1 B (+1 B transposed copy on Hopper, whose FP8
+    #   GEMMs are TN-only) = 4 (Hopper) / 3 (Blackwell);
+    # - fp8 Float8CurrentScaling: an amax pass before the cast: + 2 B read = 6 / 5;
+    # - fp8 block scaling (1x128 / 128x128 tiles): one kernel writing row- and
+    #   column-wise copies with fp32 scales: 2 + 2 + 1/32 ~ 4.03;
+    # - MXFP8: E8M0 scale per 32 values, row- and column-wise: 2 + 2 x (1 + 1/32) = 4.06;
+    # - NVFP4: E2M1 + E4M3 scale per 16, row- and column-wise (2 + 2 x 0.5625 = 3.125),
+    #   plus the random Hadamard transform of the weight-gradient GEMM's inputs (a
+    #   second read of those: +2) and stochastic rounding of gradients (NVIDIA, "Pretraining
+    #   LLMs with NVFP4", arXiv 2509.25149) = ~5.1.
+    quant_bytes_per_element: dict[str, dict[str, float]] = field(default_factory=lambda: {
+        "hopper": {"fp8": 4.0, "fp8-current": 6.0, "fp8-block": 4.03},
+        "blackwell": {"fp8": 3.0, "fp8-current": 5.0, "fp8-block": 4.03, "mxfp8": 4.06,
+                      "nvfp4": 5.1},
+        "other": {"fp8": 4.0, "fp8-current": 6.0},
+    })
+    # Kernels per quantised tensor (each pays kernel_floor_s): amax + cast for current
+    # scaling, one fused kernel otherwise (NVFP4: cast + Hadamard).
+    quant_kernels: dict[str, float] = field(default_factory=lambda: {
+        "fp8": 1.0, "fp8-current": 2.0, "fp8-block": 1.0, "mxfp8": 1.0, "nvfp4": 2.0,
+    })
+
+    # ---- loss: bytes per logit element (forward + backward) ----
+    # The trainer upcasts the bf16 logits to fp32 and runs F.cross_entropy over the whole
+    # vocabulary: forward reads 2 B and writes the fp32 copy (4), log_softmax reads 4 and
+    # writes 4; backward writes nll's gradient (4), log_softmax's backward reads 8 and
+    # writes 4, the cast back reads 4 and writes 2: 36 B (the same tensors the memory
+    # estimator's probe measured, benchmarks/memory/probe_h200.json "loss").
+    loss_bytes_per_logit: float = 36.0
+    # The compiled cross-entropy (trainer/loss.py, the default on a GPU): forward reads the
+    # 16-bit logits for the max and the sum of exponentials (2 + 2), backward reads them once
+    # more and writes the 16-bit gradient (2 + 2): 8 B.
+    loss_bytes_per_logit_compiled: float = 8.0
+
+    # ---- optimizer and FSDP copies ----
+    # Fused AdamW reads parameter, gradient and both moments and writes parameter and
+    # moments; clip_grad_norm_ reads the gradients for the norm and scales them in place.
+    # (Bytes per sharded parameter follow from the setup's dtypes.)
+    # Kernels the optimizer step and clipping launch per parameter tensor (foreach /
+    # fused kernels batch tensors; ~1 launch per 8 tensors each).
+    optimizer_kernels_per_tensor: float = 0.5
+
+    # ---- communication ----
+    # NCCL all-gather / reduce-scatter bus bandwidth as a fraction of NVLink's per-direction
+    # bandwidth: nccl-tests on 8x H100 SXM reach ~360-380 GB/s of 450 (0.8).
+    nvlink_efficiency: float = 0.80
+    # Between instances: EFA reaches ~75% of the line rate in nccl-tests on p5 (AWS).
+    network_efficiency: float = 0.75
+    # GPUs without NVLink exchange over PCIe 4 x16 / the host: ~20 GB/s per direction.
+    pcie_gb_s: float = 20.0
+    # Extra step time when more than one GPU trains, as a fraction of the compute:
+    # measured with the trainer on 2 H200s (benchmarks/trainer/README.md, FSDP scaling:
+    # 95.8% bf16 and 95.6% fp8 of the 1-GPU per-GPU tokens/s) while the bytes moved take
+    # under 1% of the step at NVLink bandwidth: NCCL kernels sharing SMs and HBM with the
+    # compute, stream synchronisation. Taken to hold for larger groups (unmeasured).
+    multi_gpu_fraction: float = 0.044
+
+    # ---- the host (CPU floor) ----
+    # Host time to issue one transformer block's forward and backward in eager mode
+    # (TE module calls, FSDP2 hooks, autograd), per micro-batch; low-precision recipes add
+    # their quantiser and scaling bookkeeping (x1.8-2.0: on the H200 grid fp8 at hidden
+    # 2048 and 8192 tokens per step was no faster than bf16). Calibrated on the H200 grid
+    # (the lent machine's host; a faster host lowers the floor). MXFP8 / NVFP4 factors:
+    # fp8-block's and a little more (unmeasured).
+    cpu_block_forward_s: float = 1.93e-3
+    cpu_block_backward_s: float = 3.70e-3
+    cpu_recipe_factor: dict[str, float] = field(default_factory=lambda: {
+        "fp8": 1.83, "fp8-current": 1.96, "fp8-block": 2.01, "mxfp8": 2.01, "nvfp4": 2.1,
+    })
+    # Host time per optimizer step outside the blocks: optimizer and clipping launches,
+    # the timer's synchronisation, the batch's host-to-device copy, logging.
+    cpu_step_s: float = 13.0e-3
+    # A synchronisation per step (the trainer's timer) exposes the launch latency of the
+    # step's first kernels.
+    step_fixed_s: float = 1e-3
+    # Host and GPU overlap (kernels are queued asynchronously) but not perfectly: the step
+    # takes (gpu^k + host^k)^(1/k), a smooth maximum; calibrated on the H200 grid.
+    host_overlap_exponent: float = 9.76
+
+    def efficiency(self, arch: str, kind: str) -> float:
+        table = self.gemm_efficiency[arch]
+        return table.get(kind, table.get("fp8", table["bf16"]))
+
+
+DEFAULT = Constants()
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """Predicted time of one optimizer step per GPU and what follows from it."""
+
+    step_seconds: float
+    tokens_per_s_per_gpu: float
+    mfu: float  # trainer's convention: flops_per_token x tokens/s / the precision's peak
+    parts: dict[str, float]  # seconds per part; they add up to step_seconds
+    gpu: str
+    precision: str
+    world_size: int
+    tokens_per_step_per_gpu: int
+    source: str
+    bound: str  # what limits the step: "compute", "host (CPU launch)" or "communication"
+    cost_usd_per_billion_tokens: float | None = None
+    instance_type: str = ""
+    instance_count: int = 0
+    price_usd_per_instance_hour: float | None = None
+    price_source: str = ""  # where the price comes from (kfp_sagemaker_blackwell.planning.pricing)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def speedup_over(self, other: Prediction) -> float:
+        return self.tokens_per_s_per_gpu / other.tokens_per_s_per_gpu
+
+    def run_seconds(self, steps: int) -> float:
+        return self.step_seconds * steps
+
+    def run_cost_usd(self, steps: int) -> float | None:
+        """Cost of ``steps`` optimizer steps on the instances (None without a price)."""
+        if self.price_usd_per_instance_hour is None or not self.instance_count:
+            return None
+        price = pricing.Price(self.price_usd_per_instance_hour, self.price_source)
+        return pricing.cost(price, self.instance_count, self.run_seconds(steps)).amount
+
+
+# ---------------------------------------------------------------------------
+# The parts of a step
+# ---------------------------------------------------------------------------
+
+
+def _gemm_kind(precision: str) -> str:
+    """The GEMM a precision runs: current scaling runs the same FP8 GEMM as delayed."""
+    return {"fp32": "tf32", "bf16": "bf16", "fp16": "bf16", "fp8-current": "fp8"}.get(
+        precision, precision)
+
+
+def _sat(d: float, half: float) -> float:
+    return d / (d + half)
+
+
+def gemm_seconds(m: int, n: int, k: int, precision: str, gpu: hardware.GPU,
+                 c: Constants = DEFAULT) -> float:
+    """One GEMM (m x k) @ (k x n): compute-bound at the shape's efficiency of the
+    precision's peak, or memory-bound on its operands, whichever is longer."""
+    kind = _gemm_kind(precision)
+    peak = gpu.peak_for(precision) or gpu.peak_for("bf16") or 1.0
+    arch = _arch(gpu)
+    eff = c.efficiency(arch, kind) * _sat(m, c.gemm_half_dim) * _sat(n, c.gemm_half_dim) * \
+        _sat(k, c.gemm_half_dim)
+    flops = 2.0 * m * n * k
+    in_bytes = {"tf32": 4.0, "bf16": 2.0, "nvfp4": 0.5625}.get(kind, 1.0)
+    moved = (m * k + k * n) * in_bytes + m * n * 2.0
+    return max(flops / (peak * 1e12 * eff), moved / _hbm(gpu, c), c.kernel_floor_s)
+
+
+def _hbm(gpu: hardware.GPU, c: Constants) -> float:
+    return (gpu.hbm_tb_s or 1.0) * 1e12 * c.hbm_efficiency
+
+
+def _linears(s: TrainingSetup) -> list[tuple[int, int]]:
+    """(fan_in, fan_out) of one block's linear layers (fused QKV, proj, fc1, fc2)."""
+    m = s.model
+    h, kv, f = m.hidden_size, m.kv_dim, m.ffn_hidden_size
+    fc1 = 2 * f if m.mlp == "swiglu" else f
+    return [(h, h + 2 * kv), (h, h), (h, fc1), (f, h)]
+
+
+def _block_gemms(s: TrainingSetup, gpu: hardware.GPU, c: Constants) -> tuple[float, float]:
+    """Seconds of one block's GEMMs per micro-batch: (forward, data + weight gradients)."""
+    t = s.batch_size * s.seq_length
+    fwd = bwd = 0.0
+    for fan_in, fan_out in _linears(s):
+        fwd += gemm_seconds(t, fan_out, fan_in, s.precision, gpu, c)
+        bwd += gemm_seconds(t, fan_in, fan_out, s.precision, gpu, c)  # dgrad
+        bwd += gemm_seconds(fan_in, fan_out, t, s.precision, gpu, c)  # wgrad
+    return fwd, bwd
+
+
+def _lm_head(s: TrainingSetup, gpu: hardware.GPU, c: Constants) -> float:
+    m = s.model
+    if not m.vocab_size:
+        return 0.0
+    t = s.batch_size * s.seq_length
+    p = "fp32" if s.precision == "fp32" else "bf16"  # the trainer's high-precision LM head
+    h, v = m.hidden_size, m.vocab_size
+    return (gemm_seconds(t, v, h, p, gpu, c) + gemm_seconds(t, h, v, p, gpu, c)
+            + gemm_seconds(h, v, t, p, gpu, c))
+
+
+def _attention(s: TrainingSetup, gpu: hardware.GPU, c: Constants) -> tuple[float, float]:
+    """One block's causal attention per micro-batch: (forward, backward) seconds."""
+    m = s.model
+    seq, d = s.seq_length, m.head_dim
+    # QK^T and PV: 2 x 2 x seq^2 x head_dim per head and sequence, half of it causal.
+    fwd_flops = 2.0 * s.batch_size * seq * seq * m.hidden_size
+    peak = (gpu.peak_for("fp32" if s.precision == "fp32" else "bf16") or 1.0) * 1e12
+    shape = _sat(seq, c.attention_half_seq) * _sat(d, c.attention_half_head_dim)
+    e_fwd, e_bwd = c.attention_efficiency[_arch(gpu)]
+    fwd = fwd_flops / (peak * e_fwd * shape)
+    bwd = fwd_flops * c.attention_bwd_flops_ratio / (peak * e_bwd * shape)
+    return max(fwd, c.kernel_floor_s), max(bwd, 2 * c.kernel_floor_s)
+
+
+def _elementwise_bytes(s: TrainingSetup) -> tuple[float, float, int]:
+    """One block's memory-bound elementwise traffic per token: (forward, backward) bytes,
+    and the number of such kernels per micro-batch (forward + backward)."""
+    m = s.model
+    h, kv, f = m.hidden_size, m.kv_dim, m.ffn_hidden_size
+    b = DTYPE_BYTES[s.compute_dtype]
+    # Two norms (read x, write y; backward reads x and dy, writes dx), two residual adds
+    # (read 2, write 1, both directions), the attention layout copies of q, k, v.
+    fwd = 2 * 2 * h * b + 2 * 3 * h * b + 2 * (h + 2 * kv) * b
+    bwd = 2 * 3 * h * b + 2 * 3 * h * b + 2 * (h + 2 * kv) * b
+    if m.rotary:  # q and k rotated (read + write) in both directions
+        fwd += 2 * (h + kv) * b
+        bwd += 2 * (h + kv) * b
+    if m.mlp == "swiglu":  # silu(gate) * up: read 2f, write f; backward reads 3f, writes 2f
+        fwd += 3 * f * b
+        bwd += 5 * f * b
+    else:  # bias + GELU: read f, write f; backward reads 2f, writes f
+        fwd += 2 * f * b
+        bwd += 3 * f * b
+    kernels = 12 + (4 if m.rotary else 0)
+    return fwd, bwd, kernels
+
+
+def _quantised_elements(s: TrainingSetup) -> tuple[float, float, int]:
+    """One block's elements quantised per micro-batch: (forward inputs incl. weights,
+    backward output-gradients), and the number of tensors quantised."""
+    t = s.batch_size * s.seq_length
+    lin = _linears(s)
+    weights = sum(i * o for i, o in lin)
+    fwd = t * sum(i for i, _ in lin) + weights
+    bwd = t * sum(o for _, o in lin)
+    return float(fwd), float(bwd), 3 * len(lin)
+
+
+def _block_parts(s: TrainingSetup, gpu: hardware.GPU, c: Constants) -> dict[str, float]:
+    """Seconds per micro-batch of all blocks: GEMMs, attention, quantisation, elementwise
+    (recomputation under activation checkpointing included)."""
+    t = s.batch_size * s.seq_length
+    layers = s.model.num_layers
+    rec = 1.0 if s.activation_checkpointing else 0.0
+    hbm = _hbm(gpu, c)
+    g_fwd, g_bwd = _block_gemms(s, gpu, c)
+    a_fwd, a_bwd = _attention(s, gpu, c)
+    e_fwd, e_bwd, e_kernels = _elementwise_bytes(s)
+    elementwise = (t * (e_fwd * (1 + rec) + e_bwd) / hbm
+                   + e_kernels * (1 + rec / 2) * c.kernel_floor_s)
+    quant = 0.0
+    if s.low_precision and s.backend == "te":
+        arch = _arch(gpu)
+        per = c.quant_bytes_per_element[arch].get(s.precision, 4.0)
+        q_fwd, q_bwd, tensors = _quantised_elements(s)
+        quant = (per * (q_fwd * (1 + rec) + q_bwd) / hbm
+                 + tensors * c.quant_kernels.get(s.precision, 1.0) * c.kernel_floor_s)
+    return {
+        "gemm": layers * (g_fwd * (1 + rec) + g_bwd),
+        "attention": layers * (a_fwd * (1 + rec) + a_bwd),
+        "quantization": layers * quant,
+        "elementwise": layers * elementwise,
+    }
+
+
+def _loss(s: TrainingSetup, gpu: hardware.GPU, c: Constants) -> float:
+    m = s.model
+    if not m.vocab_size:
+        return 0.0
+    t = s.batch_size * s.seq_length
+    b = DTYPE_BYTES[s.compute_dtype]
+    # Cross-entropy over every logit, the final norm, the embedding's gather and its
+    # gradient (a V x h scatter into zeros).
+    per_logit = c.loss_bytes_per_logit if s.loss_kernel == "eager" else c.loss_bytes_per_logit_compiled
+    moved = t * m.vocab_size * per_logit + t * m.hidden_size * b * 6 + \
+        m.vocab_size * m.hidden_size * b * 2
+    return moved / _hbm(gpu, c) + 8 * c.kernel_floor_s
+
+
+def _param_tensors(s: TrainingSetup) -> int:
+    m = s.model
+    per_block = 4 + 2 * (2 if m.norm == "layernorm" else 1) + (4 if m.bias else 0)
+    return m.num_layers * per_block + (2 if m.vocab_size else 0) + 1
+
+
+def _optimizer(s: TrainingSetup, gpu: hardware.GPU, c: Constants) -> float:
+    """AdamW and gradient clipping over this GPU's shard, once per optimizer step."""
+    p = s.model.total_params() / s.world_size
+    stored = DTYPE_BYTES[s.stored_param_dtype]
+    master = 4 if (s.master_weights and stored != 4) else 0
+    state = DTYPE_BYTES[s.optimizer_state_dtype]
+    grad = stored
+    # param r/w (+ master r/w), grad r, two moments r/w; clipping: grad r (norm), r/w (scale)
+    per_param = 2 * stored + 2 * master + grad + 4 * state + 3 * grad
+    kernels = _param_tensors(s) * c.optimizer_kernels_per_tensor * 3
+    return p * per_param / _hbm(gpu, c) + kernels * c.kernel_floor_s
+
+
+def _fsdp_copies(s: TrainingSetup, gpu: hardware.GPU, c: Constants) -> float:
+    """FSDP2's copies per micro-batch: casting the shard into the all-gather input and
+    copying the gathered buffer out (forward and backward: reshard_after_forward), the
+    unsharded gradients into the reduce-scatter input (cast to the reduce dtype), and the
+    reduced shard into the sharded gradient."""
+    p = s.model.total_params()
+    w = s.world_size
+    stored = DTYPE_BYTES[s.stored_param_dtype]
+    b = DTYPE_BYTES[s.compute_dtype]
+    r = DTYPE_BYTES[s.reduce_dtype] if s.precision != "fp32" else 4
+    gather = p / w * (stored + b) + 2 * p * b
+    reduce = p * (b + r) + p / w * (r + 2 * stored)
+    return (2 * gather + reduce) / _hbm(gpu, c)
+
+
+def _comm_bandwidth(gpu: hardware.GPU, world_size: int, instance: hardware.InstanceType | None,
+                    c: Constants) -> float:
+    """Bytes/s one GPU sends in an all-gather / reduce-scatter ring of ``world_size``."""
+    per_node = instance.gpus_per_node if instance else world_size
+    if instance and world_size > per_node:
+        net = instance.network_gbps * 1e9 / 8 * c.network_efficiency
+        return max(net / per_node, 1e6)
+    if gpu.nvlink_gb_s:
+        return gpu.nvlink_gb_s * 1e9 * c.nvlink_efficiency
+    return c.pcie_gb_s * 1e9
+
+
+def _communication(s: TrainingSetup, gpu: hardware.GPU,
+                   instance: hardware.InstanceType | None, c: Constants) -> float:
+    """Seconds of all-gather + reduce-scatter traffic per micro-batch (not yet overlapped)."""
+    w = s.world_size
+    if w == 1:
+        return 0.0
+    p = s.model.total_params()
+    b = DTYPE_BYTES[s.compute_dtype]
+    r = DTYPE_BYTES[s.reduce_dtype] if s.precision != "fp32" else 4
+    frac = (w - 1) / w
+    moved = p * b * frac * 2 + p * r * frac  # gathered twice (forward, backward), reduced once
+    return moved / _comm_bandwidth(gpu, w, instance, c)
+
+
+def _cpu_seconds(s: TrainingSetup, c: Constants) -> float:
+    """Host time to issue one micro-batch."""
+    rec = 1.0 if s.activation_checkpointing else 0.0
+    factor = c.cpu_recipe_factor.get(s.precision, 1.0) if s.low_precision else 1.0
+    per_block = (c.cpu_block_forward_s * (1 + rec) + c.cpu_block_backward_s) * factor
+    return s.model.num_layers * per_block
+
+
+# ---------------------------------------------------------------------------
+# The prediction
+# ---------------------------------------------------------------------------
+
+
+def source_for(gpu: hardware.GPU) -> str:
+    return {"hopper": HOPPER_SOURCE, "blackwell": BLACKWELL_SOURCE}.get(_arch(gpu), OTHER_SOURCE)
+
+
+def predict(setup: TrainingSetup, gpu: hardware.GPU | str, *, instance_type: str = "",
+            prices: dict[str, float] | pricing.PriceBook | None = None,
+            constants: Constants = DEFAULT) -> Prediction:
+    """Predicted time of one optimizer step of ``setup`` on ``gpu`` (per GPU).
+
+    ``instance_type`` gives the network between instances (a world size above its GPUs
+    per node crosses it) and the price per instance-hour: a ``pricing.PriceBook``, or
+    instance type -> USD overriding ``kfp_sagemaker_blackwell.planning.pricing``'s shipped table (no AWS
+    call: the model stays pure). A bad setup is a UserError naming its field."""
+    return predict_checked(setup.validate(), hardware.gpu(gpu) if isinstance(gpu, str) else gpu,
+                           instance_type=instance_type, prices=prices, constants=constants)
+
+
+def predict_checked(s: TrainingSetup, g: hardware.GPU, *, instance_type: str = "",
+                    prices: dict[str, float] | pricing.PriceBook | None = None,
+                    constants: Constants = DEFAULT) -> Prediction:
+    """:func:`predict` of a setup already checked (``TrainingSetup.validate``), as the
+    planners' are: they predict hundreds of setups of one checked request."""
+    c = constants
+    it = hardware.instance_type(instance_type) if instance_type else None
+    accum = s.gradient_accumulation_steps
+    blocks = _block_parts(s, g, c)
+    micro = dict(blocks, lm_head=_lm_head(s, g, c), loss=_loss(s, g, c),
+                 fsdp_copies=_fsdp_copies(s, g, c))
+    parts = {k: v * accum for k, v in micro.items()}
+    parts["optimizer"] = _optimizer(s, g, c)
+    compute = sum(parts.values())
+    # Communication hides behind the compute of the other units, except the first
+    # all-gather and the last reduce-scatter (one unit's worth each) and whatever is
+    # longer than the compute it overlaps.
+    comm = _communication(s, g, it, c) * accum
+    units = s.model.num_layers + 1
+    exposed = comm / units + max(0.0, comm - compute) if comm else 0.0
+    parts["communication_exposed"] = exposed
+    parts["multi_gpu"] = c.multi_gpu_fraction * compute if s.world_size > 1 else 0.0
+    gpu_time = sum(parts.values())
+    cpu_time = _cpu_seconds(s, c) * accum + c.cpu_step_s
+    k = c.host_overlap_exponent
+    parts["cpu_bound_wait"] = (gpu_time ** k + cpu_time ** k) ** (1.0 / k) - gpu_time
+    parts["step_fixed"] = c.step_fixed_s
+    step = sum(parts.values())
+    if cpu_time > gpu_time:
+        bound = "host (CPU launch)"
+    elif exposed > 0.25 * step:
+        bound = "communication"
+    else:
+        bound = "compute"
+    tokens = s.batch_size * s.seq_length * accum
+    tps = tokens / step
+    peak = g.peak_for(s.precision)
+    mfu = s.model.flops_per_token(s.seq_length) * tps / (peak * 1e12) if peak else math.nan
+    out = Prediction(
+        step_seconds=step, tokens_per_s_per_gpu=tps, mfu=mfu,
+        parts={k: parts.get(k, 0.0) for k in PARTS}, gpu=g.name, precision=s.precision,
+        world_size=s.world_size, tokens_per_step_per_gpu=tokens, source=source_for(g),
+        bound=bound,
+    )
+    return _with_cost(out, s, it, prices)
+
+
+def _with_cost(p: Prediction, s: TrainingSetup, it: hardware.InstanceType | None,
+               prices: dict[str, float] | pricing.PriceBook | None) -> Prediction:
+    if it is None:
+        return p
+    count = max(1, math.ceil(s.world_size / it.gpus_per_node))
+    book = prices if isinstance(prices, pricing.PriceBook) else pricing.PriceBook(
+        overrides=prices, lookup=False)
+    price = book.price(it.name)
+    per_billion = None
+    if price is not None:
+        seconds = 1e9 / (p.tokens_per_s_per_gpu * s.world_size)  # a billion tokens' time
+        per_billion = pricing.cost(price, count, seconds).amount
+    return replace(p, instance_type=it.name, instance_count=count,
+                   price_usd_per_instance_hour=price.per_instance_hour if price else None,
+                   price_source=price.source if price else "",
+                   cost_usd_per_billion_tokens=per_billion)
+
+
+def summary(p: Prediction, steps: int | None = None) -> dict[str, Any]:
+    """The figures scripts read (the memory plan's and ``--json``'s keys)."""
+    out: dict[str, Any] = {
+        "tokens_per_s_per_gpu": round(p.tokens_per_s_per_gpu, 1),
+        "step_seconds": round(p.step_seconds, 5),
+        "mfu": round(p.mfu, 4) if math.isfinite(p.mfu) else None,
+        "cost_usd_per_billion_tokens": (round(p.cost_usd_per_billion_tokens, 2)
+                                        if p.cost_usd_per_billion_tokens is not None else None),
+        "throughput_source": p.source,
+        "throughput_bound": p.bound,
+        "price_source": p.price_source,
+    }
+    if steps:
+        out["run_hours"] = round(p.run_seconds(steps) / 3600.0, 4)
+        cost = p.run_cost_usd(steps)
+        out["run_cost_usd"] = round(cost, 2) if cost is not None else None
+    return out
