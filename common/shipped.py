@@ -19,6 +19,31 @@ DATA_DIR_NAME = "kfp-sagemaker-blackwell"
 CHECKOUT = Path(__file__).resolve().parent.parent  # the package directory when installed
 
 
+def is_checkout() -> bool:
+    """Whether this code runs from a source checkout (not from an installed wheel)."""
+    return (CHECKOUT / "setup.cfg").is_file()
+
+
+def output_dir() -> Path:
+    """Where compiled YAML is written unless a path is given: the checkout's ``compiled/``
+    (what the README and the freshness test read), else ``compiled/`` in the working
+    directory. Never into an installed package (``site-packages``)."""
+    return (CHECKOUT if is_checkout() else Path.cwd()) / "compiled"
+
+
+def component_yaml(name: str) -> Path:
+    """The compiled YAML this package ships for component ``name`` (e.g. ``"sagemaker_training"``):
+    the checkout's ``compiled/components/<name>.yaml``, or the wheel's copy. FileNotFoundError
+    naming the shipped components when there is none."""
+    relative = f"compiled/components/{name}.yaml"
+    if root_for(relative) is None:
+        shipped = sorted(p.stem for r in roots() if (r / "compiled" / "components").is_dir()
+                         for p in (r / "compiled" / "components").glob("*.yaml"))
+        raise FileNotFoundError(f"no shipped component YAML named {name!r}; the package ships: "
+                                f"{', '.join(sorted(set(shipped))) or 'none found'}")
+    return path(relative)
+
+
 def roots() -> list[Path]:
     """The trees searched, in order: $KFP_SAGEMAKER_SOURCE_DIR, the checkout, the wheel's data."""
     out = [Path(p) for p in (os.environ.get(SOURCE_DIR_ENV, ""),) if p]

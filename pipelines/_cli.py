@@ -20,9 +20,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from kfp_sagemaker_blackwell.common import cli
+from kfp_sagemaker_blackwell.common import cli, shipped
 from kfp_sagemaker_blackwell.common.errors import cli_errors
-from kfp_sagemaker_blackwell.common.shipped import CHECKOUT
 
 
 def build_parser(
@@ -53,7 +52,8 @@ def build_parser(
         "127.0.0.1, training jobs on this machine's CPU or GPU)",
     )
     parser.add_argument("--output", type=Path, help=f"--compile: where to write "
-                        f"(default: compiled/{name}.yaml)")
+                        f"(default: compiled/{name}.yaml, the checkout's; installed: in the "
+                        "working directory)")
     parser.add_argument(
         "--parallelism",
         type=int,
@@ -113,7 +113,7 @@ def main(
         from kfp_sagemaker_blackwell.common.component import components_image
         from kfp_sagemaker_blackwell.pipelines.compile import compile_one
 
-        out = args.output or CHECKOUT / "compiled" / f"{name}.yaml"
+        out = args.output or shipped.output_dir() / f"{name}.yaml"
         out.parent.mkdir(parents=True, exist_ok=True)
         compile_one(build(args.parallelism or default_parallelism), out, components_image(),
                     pipeline_parameters=overrides or None)

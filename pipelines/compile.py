@@ -35,9 +35,9 @@ from pathlib import Path
 
 from kfp_sagemaker_blackwell.common.cli import plain
 from kfp_sagemaker_blackwell.common.errors import cli_errors
-from kfp_sagemaker_blackwell.common.shipped import CHECKOUT
+from kfp_sagemaker_blackwell.common.shipped import CHECKOUT, output_dir
 
-COMPILED = CHECKOUT / "compiled"
+COMPILED = output_dir()  # the checkout's compiled/, else ./compiled (never site-packages)
 IMAGE_HEADER = "# Components image: "
 COMPONENTS_DOCKERFILE = "images/components/Dockerfile"
 COMPONENTS_REPOSITORY = "kfp-sagemaker-blackwell/components"
@@ -163,7 +163,8 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m kfp_sagemaker_blackwell.pipelines.compile", description=text[0],
         epilog="\n\n".join(text[1:5]), formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--output-dir", type=Path, default=COMPILED, help="default: compiled/")
+    p.add_argument("--output-dir", type=Path, default=COMPILED,
+                   help="default: compiled/ (the checkout's; installed: in the working directory)")
     image = p.add_mutually_exclusive_group()
     image.add_argument("--components-image", default="",
                        help="compile for this components image (<registry>/<repo>:<tag> or "

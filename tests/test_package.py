@@ -58,13 +58,14 @@ def test_the_wheel_ships_what_installed_code_reads(installed):
     names = zipfile.ZipFile(wheel).namelist()
     data = "kfp_sagemaker_blackwell-0.1.0.data/data/share/kfp-sagemaker-blackwell/"
     for path in ("images/trainer/Dockerfile", "images/components/Dockerfile",
-                 "iam/pod-policy.json", "trainer/train.sh", "trainer/train.py",
-                 "catalog/flags.py",
+                 "trainer/train.sh", "trainer/train.py", "catalog/flags.py",
+                 "kfp_sagemaker_blackwell/__init__.py",
                  "compiled/precision_sweep.yaml", "compiled/components/cleanup.yaml",
                  "LICENSE", "CHANGELOG.md"):
         assert data + path in names, path
     for package in ("catalog", "components", "pipelines", "trainer"):
-        assert f"{package}/py.typed" in names
+        assert f"kfp_sagemaker_blackwell/{package}/py.typed" in names
+    assert "kfp_sagemaker_blackwell/iam/pod-policy.json" in names  # beside its evaluator
     assert any(n.endswith(".dist-info/licenses/LICENSE") or n.endswith(".dist-info/LICENSE")
                for n in names)
 
@@ -99,3 +100,26 @@ def test_the_installed_cleanup_dry_runs_against_the_local_backend(installed, tmp
         out = _run(python, tmp_path, "-m", "kfp_sagemaker_blackwell.components.cleanup", "--run-id", "run-1",
                    "--region", backend.region, "--dry-run", env=backend.env())
     assert "Cleanup plan (dry run)" in out.stdout
+
+
+def test_the_wheel_adds_one_import_package(installed):
+    _, wheel, _ = installed
+    tops = {n.split("/")[0] for n in zipfile.ZipFile(wheel).namelist()}
+    assert {t for t in tops if not t.endswith((".dist-info", ".data"))} == {
+        "kfp_sagemaker_blackwell"}
+
+
+def test_installed_outputs_go_to_the_working_directory(installed, tmp_path):
+    """Installed, compiling writes ./compiled (not site-packages), and the shipped component
+    YAML is found by name."""
+    python, _, _ = installed
+    _run(python, tmp_path, "-m", "kfp_sagemaker_blackwell.pipelines.precision_sweep",
+         "--compile")
+    assert (tmp_path / "compiled" / "precision_sweep.yaml").is_file()
+    found = _run(python, tmp_path, "-c", "import kfp_sagemaker_blackwell as k; "
+                 "print(k.component_yaml('sagemaker_training'))").stdout.strip()
+    assert found.endswith("compiled/components/sagemaker_training.yaml") and Path(found).is_file()
+    assert str(ROOT) not in found
+    missing = _run(python, tmp_path, "-c", "import kfp_sagemaker_blackwell as k; "
+                   "k.component_yaml('sagemaker_trainin')", check=False)
+    assert missing.returncode == 1 and "sagemaker_training" in missing.stderr
