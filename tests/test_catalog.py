@@ -97,7 +97,8 @@ def test_kfp_definitions_default_to_the_catalogs_instance_type_and_runtime():
 
 def _literal_sites(pattern: str) -> set[str]:
     found = set()
-    for package in ("components", "pipelines", "trainer"):
+    for package in ("common", "planning", "iam", "local_backend", "components", "pipelines",
+                    "trainer"):
         for path in (ROOT / package).rglob("*.py"):
             for line in path.read_text(encoding="utf-8").splitlines():
                 if re.search(pattern, line, re.IGNORECASE):
