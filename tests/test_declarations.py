@@ -180,13 +180,11 @@ def test_a_build_request_takes_the_components_defaults_and_names_a_bad_parameter
         assert err.value.field == name
 
 
-def _literal_copies(folder: Path, params: dict[str, cli.Parameter]) -> set[tuple[str, str]]:
-    """Module constants (``DEFAULT_X`` or ``X``) and class fields of ``folder``'s modules
-    that are a literal equal to the default of the component's parameter of that name."""
+def _literal_copies(paths: list[Path], defaults: dict[str, Any]) -> set[tuple[str, str]]:
+    """Module constants (``DEFAULT_X`` or ``X``) and class fields in ``paths`` that are a
+    literal equal to ``defaults``' value of that (unit-free) name: a default written twice."""
     found = set()
-    for path in sorted(folder.glob("*.py")):
-        if path.name == "component.py":
-            continue
+    for path in paths:
         tree = ast.parse(path.read_text(encoding="utf-8"))
         scopes = [tree.body] + [n.body for n in ast.walk(tree) if isinstance(n, ast.ClassDef)]
         for body in scopes:
@@ -195,14 +193,14 @@ def _literal_copies(folder: Path, params: dict[str, cli.Parameter]) -> set[tuple
                           else node.target if isinstance(node, ast.AnnAssign) else None)
                 if not isinstance(target, ast.Name) or node.value is None:
                     continue
-                p = params.get(_unit_free(target.id.lower().removeprefix("default_")))
-                if p is None or p.required:
+                name = _unit_free(target.id.lower().removeprefix("default_"))
+                if name not in defaults:
                     continue
                 try:
                     value = ast.literal_eval(node.value)
                 except ValueError:
                     continue  # derived, not a literal
-                if type(value) is type(p.default) and value == p.default:
+                if type(value) is type(defaults[name]) and value == defaults[name]:
                     found.add((str(path.relative_to(ROOT)), target.id))
     return found
 
@@ -217,7 +215,31 @@ def test_no_component_module_restates_a_parameters_default():
         if not (folder / "component.py").exists():
             continue
         module = f"kfp_sagemaker_blackwell.components.{folder.name}.component"
-        params = {_unit_free(p.name): p for p in cli.source_parameters(
-            module, folder.name, defaults=OUTSIDE_KFP_DEFAULTS)}  # placeholders: not literals
-        found |= _literal_copies(folder, params)
+        declared = {_unit_free(p.name): p.default for p in cli.source_parameters(
+            module, folder.name, defaults=OUTSIDE_KFP_DEFAULTS)  # placeholders: not literals
+            if not p.required}
+        found |= _literal_copies(sorted(set(folder.glob("*.py")) - {folder / "component.py"}),
+                                 declared)
     assert not found, sorted(found)
+
+
+def test_the_planning_models_take_the_trainers_defaults_from_its_flag_table():
+    # TrainingSetup's defaults describe the in-repo trainer: where one is a trainer flag
+    # (precision, activation checkpointing, accumulation, loss kernel...), it is the flag
+    # table's default (catalog/flags.py), not a second literal.
+    from kfp_sagemaker_blackwell.catalog.flags import flag_default, flag_fields
+
+    aliases = {"grad_accum_steps": "gradient_accumulation_steps"}
+    trainer = {_unit_free(aliases.get(f.name, f.name)): flag_default(f) for f in flag_fields()}
+    assert not _literal_copies(sorted((ROOT / "planning").glob("*.py")), trainer)
+
+
+def test_the_kfp_literals_of_the_planners_headroom_are_the_planners():
+    """KFP runs a component's source text, where the planner's names do not exist, so
+    memory_estimate and plan_training write the headroom's default as a literal; it is
+    the planner's (what the training component's memory pre-flight plans with)."""
+    from kfp_sagemaker_blackwell.planning.planner import DEFAULT_HEADROOM
+
+    for name in ("memory_estimate", "plan_training"):
+        declared = cli.source_defaults(f"kfp_sagemaker_blackwell.components.{name}.component", name)
+        assert declared["headroom"] == DEFAULT_HEADROOM, name
