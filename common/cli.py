@@ -223,6 +223,13 @@ def source_parameters(module: str, function: str, *,
     return out
 
 
+def source_defaults(module: str, function: str) -> dict[str, Any]:
+    """:func:`defaults` of ``module.function`` read from its source
+    (:func:`source_parameters`): what a component's plain modules take as their
+    defaults, so that they are written in the signature only."""
+    return {p.name: p.default for p in source_parameters(module, function) if not p.required}
+
+
 def dataclass_of(params: Iterable[Parameter], name: str) -> type:
     """A keyword-only dataclass whose fields are ``params``: the same names, kinds and
     defaults, so that a configuration type is derived from a component's signature

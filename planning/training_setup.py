@@ -11,6 +11,8 @@ from typing import Any
 
 from kfp_sagemaker_blackwell.catalog.flags import (
     LOSS_KERNELS,  # the trainer's --loss-kernel choices
+    flag_default,
+    flag_fields,
 )
 from kfp_sagemaker_blackwell.catalog.precisions import COMPUTE_DTYPE, LOW_PRECISIONS, PRECISIONS
 from kfp_sagemaker_blackwell.catalog.spec import ModelSpec
@@ -28,6 +30,9 @@ FSDP_VERSIONS = (1, 2)
 # CUDA, used by TE's fsdp.py) allocates one state-sized temporary
 # (``torch._foreach_sqrt(exp_avg_sqs)`` in torch/optim/adam.py ``_multi_tensor_adam``).
 OPTIMIZERS = ("adamw-fused", "adamw-foreach")
+# The in-repo trainer's flag defaults (catalog/flags.py, the one declaration of its
+# command line): what a setup that does not say otherwise trains with.
+TRAINER_DEFAULTS: dict[str, Any] = {f.name: flag_default(f) for f in flag_fields()}
 
 
 @dataclass(frozen=True)
@@ -45,8 +50,8 @@ class TrainingSetup:
     model: ModelSpec
     batch_size: int  # micro-batch per GPU
     seq_length: int
-    precision: str = "bf16"
-    activation_checkpointing: bool = False
+    precision: str = TRAINER_DEFAULTS["precision"]
+    activation_checkpointing: bool = TRAINER_DEFAULTS["activation_checkpointing"]
     world_size: int = 1  # ranks FSDP shards over (GPUs x nodes)
     backend: str = "te"
     param_dtype: str | None = None  # sharded parameter dtype; None: fp32 (this trainer)
@@ -54,9 +59,9 @@ class TrainingSetup:
     optimizer_state_dtype: str = "fp32"
     fsdp_version: int = 2
     reduce_dtype: str = "fp32"
-    quantized_model_init: bool = False
+    quantized_model_init: bool = TRAINER_DEFAULTS["quantized_model_init"]
     optimizer: str = "adamw-fused"
-    gradient_accumulation_steps: int = 1
+    gradient_accumulation_steps: int = TRAINER_DEFAULTS["grad_accum_steps"]
     # Hidden dropout probability of the blocks (this trainer: none; TE's fsdp.py: 0.1,
     # te.TransformerLayer's default). Attention dropout costs no memory (fused attention
     # regenerates its mask from the RNG state), so only the hidden dropout counts.
@@ -64,7 +69,7 @@ class TrainingSetup:
     # How the trainer's cross-entropy runs (trainer/loss.py): "compiled" (torch.compile, the
     # trainer's default on a GPU) or "eager" (F.cross_entropy on an fp32 copy of the logits,
     # the trainer before it compiled the loss, and every grid measured before then).
-    loss_kernel: str = "compiled"
+    loss_kernel: str = TRAINER_DEFAULTS["loss_kernel"]
 
     @property
     def stored_param_dtype(self) -> str:

@@ -346,8 +346,7 @@ def test_a_transient_error_while_polling_the_build_is_ridden_out(backend, checko
 
 def worker_build_id(backend) -> str:
     codebuild = backend.client("codebuild")
-    project = cli.declared(build_image, run_id="x")["codebuild_project"]  # the default
-    (build_id,) = codebuild.list_builds_for_project(projectName=project)["ids"]
+    (build_id,) = codebuild.list_builds_for_project(projectName=DECLARED["codebuild_project"])["ids"]
     return str(build_id)
 
 

@@ -423,3 +423,16 @@ def test_a_declaration_read_from_source_is_the_imported_signatures():
     assert [(p.kind, p.help) for p in read] == [(p.kind, p.help) for p in imported]
     assert {p.name: p.default for p in read} == {
         p.name: placeholders.get(p.name, p.default) for p in imported}
+
+
+@pytest.mark.parametrize("name", ["cleanup", "parse_logs"])
+def test_defaults_read_from_source_are_the_imported_components(name):
+    """What cleanup's and parse_logs's plain modules take as their defaults (read from
+    the signature's source, as the KFP executor must) is the component's declaration."""
+    import importlib
+
+    from kfp_sagemaker_blackwell.common import cli as common_cli
+
+    module = f"kfp_sagemaker_blackwell.components.{name}.component"
+    component = getattr(importlib.import_module(module), name)
+    assert common_cli.source_defaults(module, name) == common_cli.defaults(component)

@@ -99,12 +99,12 @@ def test_client_factory_without_region_names_the_fix(monkeypatch):
         aws.client("s3")
 
 
-def test_package_version_matches_setup_cfg():
+def test_the_package_version_is_declared_once():
+    # setup.cfg reads the version from the package (setuptools' attr:), so the wheel's
+    # version, the components image tag and the compiled YAML's images cannot disagree.
     import configparser
     from pathlib import Path
 
-    from kfp_sagemaker_blackwell.components import __version__
-
     cfg = configparser.ConfigParser()
     cfg.read(Path(__file__).resolve().parent.parent / "setup.cfg")
-    assert cfg["metadata"]["version"] == __version__
+    assert cfg["metadata"]["version"] == "attr: kfp_sagemaker_blackwell.components.__version__"

@@ -9,8 +9,10 @@ and with no default of its own that differs; the same parameter has the same nam
 from __future__ import annotations
 
 import argparse
+import ast
 import importlib
 import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -31,6 +33,7 @@ CLIS = {
     "kfp_sagemaker_blackwell.components.rank_throughput.__main__": ("kfp_sagemaker_blackwell.components.rank_throughput.component",
                                             "rank_throughput"),
 }
+ROOT = Path(__file__).resolve().parent.parent
 # What is not yet converted: (test, source) -> why. Strict, so that a marker must go the
 # day its test passes.
 NOT_YET: dict[tuple[str, str], str] = {}
@@ -177,11 +180,66 @@ def test_a_build_request_takes_the_components_defaults_and_names_a_bad_parameter
         assert err.value.field == name
 
 
-def test_cleanup_defaults_are_the_components():
-    from kfp_sagemaker_blackwell.components.cleanup.component import cleanup
-    from kfp_sagemaker_blackwell.components.cleanup.plan import DEFAULT_MAX_OBJECTS
-    from kfp_sagemaker_blackwell.components.cleanup.run import DEFAULT_STOP_WAIT_S
+def _literal_copies(paths: list[Path], defaults: dict[str, Any]) -> set[tuple[str, str]]:
+    """Module constants (``DEFAULT_X`` or ``X``) and class fields in ``paths`` that are a
+    literal equal to ``defaults``' value of that (unit-free) name: a default written twice."""
+    found = set()
+    for path in paths:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        scopes = [tree.body] + [n.body for n in ast.walk(tree) if isinstance(n, ast.ClassDef)]
+        for body in scopes:
+            for node in body:
+                target = (node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1
+                          else node.target if isinstance(node, ast.AnnAssign) else None)
+                if not isinstance(target, ast.Name) or node.value is None:
+                    continue
+                name = _unit_free(target.id.lower().removeprefix("default_"))
+                if name not in defaults:
+                    continue
+                try:
+                    value = ast.literal_eval(node.value)
+                except ValueError:
+                    continue  # derived, not a literal
+                if type(value) is type(defaults[name]) and value == defaults[name]:
+                    found.add((str(path.relative_to(ROOT)), target.id))
+    return found
 
-    declared = cli.defaults(cleanup)
-    assert (declared["max_objects"], declared["stop_wait_seconds"]) == (DEFAULT_MAX_OBJECTS,
-                                                                       DEFAULT_STOP_WAIT_S)
+
+def test_no_component_module_restates_a_parameters_default():
+    from kfp_sagemaker_blackwell.components.sagemaker_training.request import OUTSIDE_KFP_DEFAULTS
+
+    # One declaration per parameter (issue 27 item 1): a component's plain modules take
+    # the signature's defaults from it (cli.source_parameters, cli.declared), never a copy.
+    found = set()
+    for folder in sorted((ROOT / "components").iterdir()):
+        if not (folder / "component.py").exists():
+            continue
+        module = f"kfp_sagemaker_blackwell.components.{folder.name}.component"
+        declared = {_unit_free(p.name): p.default for p in cli.source_parameters(
+            module, folder.name, defaults=OUTSIDE_KFP_DEFAULTS)  # placeholders: not literals
+            if not p.required}
+        found |= _literal_copies(sorted(set(folder.glob("*.py")) - {folder / "component.py"}),
+                                 declared)
+    assert not found, sorted(found)
+
+
+def test_the_planning_models_take_the_trainers_defaults_from_its_flag_table():
+    # TrainingSetup's defaults describe the in-repo trainer: where one is a trainer flag
+    # (precision, activation checkpointing, accumulation, loss kernel...), it is the flag
+    # table's default (catalog/flags.py), not a second literal.
+    from kfp_sagemaker_blackwell.catalog.flags import flag_default, flag_fields
+
+    aliases = {"grad_accum_steps": "gradient_accumulation_steps"}
+    trainer = {_unit_free(aliases.get(f.name, f.name)): flag_default(f) for f in flag_fields()}
+    assert not _literal_copies(sorted((ROOT / "planning").glob("*.py")), trainer)
+
+
+def test_the_kfp_literals_of_the_planners_headroom_are_the_planners():
+    """KFP runs a component's source text, where the planner's names do not exist, so
+    memory_estimate and plan_training write the headroom's default as a literal; it is
+    the planner's (what the training component's memory pre-flight plans with)."""
+    from kfp_sagemaker_blackwell.planning.planner import DEFAULT_HEADROOM
+
+    for name in ("memory_estimate", "plan_training"):
+        declared = cli.source_defaults(f"kfp_sagemaker_blackwell.components.{name}.component", name)
+        assert declared["headroom"] == DEFAULT_HEADROOM, name

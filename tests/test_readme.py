@@ -253,9 +253,6 @@ def changelog_releases() -> list[str]:
 
 
 def test_version_image_tag_and_changelog_agree():
-    cfg = configparser.ConfigParser()
-    cfg.read(CHECKOUT / "setup.cfg")
-    assert cfg["metadata"]["version"] == __version__
     releases = changelog_releases()
     assert releases, "CHANGELOG.md has no `## X.Y.Z` release heading"
     assert releases[0] == __version__, (

@@ -39,7 +39,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from kfp_sagemaker_blackwell.common import build_marks, tags
+from kfp_sagemaker_blackwell.common import build_marks, cli, tags
 from kfp_sagemaker_blackwell.common.aws import client, error_code
 from kfp_sagemaker_blackwell.common.cloudwatch import TRAINING_JOBS_LOG_GROUP
 from kfp_sagemaker_blackwell.common.errors import UserError
@@ -83,7 +83,12 @@ KIND_ORDER = list(POLICY_CHOICES)
 VERB_ORDER = {"stop": 0, "delete": 1, "keep": 2, "skip": 3}
 ROLE_NAME_MARK = "kfp-sagemaker-"  # roles cleanup may delete (and the pod policy allows)
 PROJECT_NAME_MARK = "kfp-sagemaker-"  # CodeBuild projects cleanup looks into
-DEFAULT_MAX_OBJECTS = 10_000  # objects whose tags one run reads, per prefix
+# The cleanup component's declared defaults, read from its signature (the one declaration;
+# ``source_defaults`` reads it with ast, since the component's module imports kfp.dsl,
+# which KFP's executor leaves out): what plan and execute take when not given.
+DECLARED: dict[str, Any] = cli.source_defaults(
+    "kfp_sagemaker_blackwell.components.cleanup.component", "cleanup")
+DEFAULT_MAX_OBJECTS: int = DECLARED["max_objects"]  # objects whose tags one run reads, per prefix
 
 
 def resolve_policy(overrides: dict[str, str] | None) -> dict[str, str]:

@@ -42,11 +42,12 @@ from kfp_sagemaker_blackwell.common.execution_context import (
 )
 from kfp_sagemaker_blackwell.common.remote_job import RemoteJobRunner
 from kfp_sagemaker_blackwell.common.training_job import TERMINAL_STATUSES, TrainingJob
-from kfp_sagemaker_blackwell.components.cleanup.plan import Action, Plan, plan
+from kfp_sagemaker_blackwell.components.cleanup.plan import DECLARED, Action, Plan, plan
 
 GONE = "gone"  # DescribeTrainingJob says the job does not exist (nothing left to wait for)
 ENDED = TERMINAL_STATUSES | {GONE}
-DEFAULT_STOP_WAIT_S = 900.0  # SageMaker gives a stopped job 120 s, then uploads
+# The component's stop_wait_seconds: SageMaker gives a stopped job 120 s, then uploads.
+DEFAULT_STOP_WAIT_S: float = DECLARED["stop_wait_seconds"]
 # The actions' clients: few botocore attempts and short connects, so that a SIGTERM
 # during a call under an outage is looked at within seconds (the rest is run again).
 ACTION_CLIENT: dict[str, Any] = {"max_attempts": 3, "connect_timeout": 3, "read_timeout": 30}

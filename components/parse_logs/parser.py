@@ -21,6 +21,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from kfp_sagemaker_blackwell.common import cli
 from kfp_sagemaker_blackwell.components.parse_logs.events import (
     MAX_EVENTS_PER_KIND,
     Findings,
@@ -70,10 +71,11 @@ class ParsedLog:
 
 
 # A finite loss more than this fraction above the running average of the losses before
-# it is a loss spike: the parser's default. The component and its CLI pass their
-# spike_threshold parameter always (its default is written in the signature, as a
-# literal: KFP runs the function's source text, without this module's names).
-SPIKE_THRESHOLD = 0.5
+# it is a loss spike: the parser's default, the component's spike_threshold as its
+# signature declares it (read with ast: KFP runs the function's source text, without
+# this module's names, and its module imports kfp.dsl, which KFP's executor leaves out).
+SPIKE_THRESHOLD: float = cli.source_defaults(
+    "kfp_sagemaker_blackwell.components.parse_logs.component", "parse_logs")["spike_threshold"]
 
 
 class LogParser:

@@ -110,15 +110,17 @@ class Goal:
     seq_length: int
     instance_types: tuple[str, ...]
     instance_counts: tuple[int, ...]
-    capacity_modes: tuple[str, ...] = ("on-demand", "spot")
-    precisions: tuple[str, ...] = ()  # (): every precision each GPU runs
-    deadline_hours: float = 0.0  # 0: none
-    max_cost_usd: float = 0.0  # 0: none
-    headroom: float = planner.DEFAULT_HEADROOM
-    runtime_margin: float = 0.2
-    startup_seconds: int = 600  # billed before the first step (download, initialisation)
-    max_batch_size: int = 0  # the largest micro-batch to consider (0: the largest that fits)
-    rank_by: str = "cost"
+    # The component's parameters of these names, checked (no defaults here: the
+    # signature's are the one declaration, filled in by its CLI and cli.declared).
+    capacity_modes: tuple[str, ...]
+    precisions: tuple[str, ...]  # (): every precision each GPU runs
+    deadline_hours: float  # 0: none
+    max_cost_usd: float  # 0: none
+    headroom: float
+    runtime_margin: float
+    startup_seconds: int  # billed before the first step (download, initialisation)
+    max_batch_size: int  # the largest micro-batch to consider (0: the largest that fits)
+    rank_by: str
     # precision -> where its risk verdict comes from (the convergence sweep's verdicts)
     validated: dict[str, str] = field(default_factory=dict)
     probes: tuple[Probe, ...] = ()
