@@ -298,3 +298,18 @@ def test_no_class_over_300_lines():
                 if n > MAX_CLASS_LINES:
                     long[(str(path.relative_to(ROOT)), node.name)] = n
     assert long == {}
+
+
+def test_nothing_imports_a_folder_by_its_bare_name():
+    """A bare ``import components`` works in a checkout (the root is on sys.path) and nowhere
+    else: installed, the package claims one name, ``kfp_sagemaker_blackwell``."""
+    bare = []
+    for folder in (*PACKAGES, "tests", "benchmarks"):
+        for path in (ROOT / folder).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                         [node.module or ""] if isinstance(node, ast.ImportFrom)
+                         and not node.level else [])
+                bare += [f"{path.relative_to(ROOT)}: {n}" for n in names
+                         if n.split(".")[0] in PACKAGES]
+    assert bare == []
