@@ -10,11 +10,10 @@ import torch
 from kfp_sagemaker_blackwell.catalog import hardware
 from kfp_sagemaker_blackwell.catalog.flags import ConfigError
 from kfp_sagemaker_blackwell.catalog.precisions import (
+    ALL_PRECISIONS,
     LOW_PRECISIONS,
-    PRECISIONS,
     TE_RECIPES,
-    check_precision_name,
-    precision_supported_on_cc,
+    parse_precision,
 )
 
 
@@ -62,7 +61,7 @@ def _te_check(precision: str) -> None:
 
 def plan(precision: str, backend: str, device_type: str) -> Plan:
     """Resolves ``auto``, checks the precision against the device, and refuses what cannot run."""
-    check_precision_name(precision)
+    precision = parse_precision(precision)  # TrainConfig's, parsed by the flag: not checked again
     gpu_name = gpu_spec = None
     cc = None
     if device_type == "cuda":
@@ -89,11 +88,11 @@ def plan(precision: str, backend: str, device_type: str) -> Plan:
         # Real numerics on a real GPU: the table first (the same check the planner runs).
         if gpu_spec is not None:
             hardware.check_precision_for_gpu(precision, gpu_spec.name)
-        elif cc is not None and not precision_supported_on_cc(precision, cc):
+        elif cc is not None and not precision.supported_on(cc):
             raise hardware.UnsupportedPrecisionError(
                 f"precision={precision!r} is not supported on {gpu_name} (compute capability "
                 f"{cc[0]}.{cc[1]}). Precisions it runs: "
-                f"{', '.join(p for p in PRECISIONS if precision_supported_on_cc(p, cc))}."
+                f"{', '.join(p for p in ALL_PRECISIONS if p.supported_on(cc))}."
             )
         if backend == "te":
             _te_check(precision)
