@@ -30,7 +30,7 @@ from kfp_sagemaker_blackwell.catalog.errors import FieldError
 from kfp_sagemaker_blackwell.catalog.precisions import (
     LOW_PRECISIONS,
     PRECISIONS,
-    as_flag_value,
+    as_precision,
     parse_precision,
 )
 from kfp_sagemaker_blackwell.catalog.spec import ModelSpec
@@ -109,7 +109,7 @@ class TrainConfig:
     # The model's flags (--model-preset and one per dimension) are ModelSpec's, in kfp_sagemaker_blackwell.catalog.spec.
     model_preset: str | None = None
     precision: str = option("bf16", "numerics of the GEMMs", choices=PRECISIONS,
-                            convert=as_flag_value)
+                            convert=as_precision)
     backend: str = option(
         "auto", "te: TransformerEngine layers (GPU); torch: plain PyTorch, low precisions "
         "emulated; auto: te on a GPU with TE installed (every precision), torch otherwise",

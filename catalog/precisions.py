@@ -123,10 +123,11 @@ def parse_precision(name: object, field: str = "precision") -> Precision:
 ALL_PRECISIONS: tuple[Precision, ...] = tuple(_BY_NAME.values())
 
 
-def as_flag_value(name: str) -> Precision | str:
-    """The ``--precision`` flag's argparse ``type``: the Precision of a name, or the name
-    unchanged for argparse's ``choices`` (the flag's one check, which runs next) to refuse
-    with its "did you mean". Converts, checks nothing."""
+def as_precision(name: str) -> Precision | str:
+    """The Precision of a name a check has already let in (the trainer's ``--precision``
+    flag, whose argparse ``choices`` check it next; a series document's schema), or the
+    name unchanged (for that check to refuse, or for a report to call unknown). Converts,
+    checks nothing: whoever needs the name checked calls :func:`parse_precision`."""
     return _BY_NAME.get(name, name)
 
 

@@ -1,7 +1,7 @@
 """A precision name is checked once per boundary in one process (issue 27 item 2).
 
 ``parse_precision`` is the one check (a lookup in ``precisions._BY_NAME``); the trainer's
-``--precision`` flag is checked by argparse's choices and converted by ``as_flag_value``.
+``--precision`` flag is checked by argparse's choices and converted by ``as_precision``.
 Each test counts the lookups by the function that made them, over one whole CLI run.
 """
 
@@ -60,7 +60,7 @@ def test_the_training_component_checks_its_precision_once(checks, capsys):
                  '[{"InstanceType": "ml.p6-b200.48xlarge", "InstanceCount": 2}]']) == 0
     # resolve's parse; the trainer's own parser, replayed on the hyperparameters, converts
     # (its argparse choices check the flag) and TrainConfig.validate trusts the result
-    assert checks == {"parse_precision": 1, "as_flag_value": 1}
+    assert checks == {"parse_precision": 1, "as_precision": 1}
 
 
 def test_a_plan_search_checks_each_listed_precision_once(checks, capsys):
@@ -86,7 +86,7 @@ def test_the_sweeps_argument_check_passes_its_parsed_precisions_on(checks, tmp_p
     assert precision_sweep.main(["--compile", "--output", str(tmp_path / "s.yaml"),
                                  "--precisions", "bf16,fp8"]) == 0
     # the memory plan and the two training checks it runs trust them
-    assert checks == {"parse_precision": 2, "as_flag_value": 2}
+    assert checks == {"parse_precision": 2, "as_precision": 2}
 
 
 def test_the_trainer_config_trusts_its_flags_parse(checks):
@@ -94,7 +94,29 @@ def test_the_trainer_config_trusts_its_flags_parse(checks):
 
     cfg = flags.check_hyperparameters({"precision": "fp8", "model-preset": "tiny"})
     assert cfg.precision == "fp8" and isinstance(cfg.precision, precisions.Precision)
-    assert checks == {"as_flag_value": 1}
+    assert checks == {"as_precision": 1}
     checks.clear()
     flags.make("tiny", precision="fp8")  # in-process: validate is the boundary
     assert checks == {"parse_precision": 1}
+
+
+def test_a_comparison_checks_its_baseline_once_and_trusts_the_series_names(checks):
+    from kfp_sagemaker_blackwell.catalog.spec import PRESETS
+    from kfp_sagemaker_blackwell.common import cli
+    from kfp_sagemaker_blackwell.common.step_series import Series
+    from kfp_sagemaker_blackwell.components.compare_convergence.compare import Settings, compare
+    from kfp_sagemaker_blackwell.components.compare_convergence.component import (
+        compare_convergence,
+    )
+
+    training = {"model": PRESETS["small"].to_dict(), "batch_size": 8, "seq_length": 64}
+    steps = list(range(1, 101))
+    series = [Series({"precision": p, "seed": 1, "status": "completed", "training": training},
+                     {"step": steps, "loss": [5.0 - s / 50 for s in steps],
+                      "tokens_per_s": [1000.0] * len(steps)}, f"{p}.csv")
+              for p in ("bf16", "fp8", "fp9")]
+    cmp = compare(series, Settings.from_parameters(cli.declared(compare_convergence)))
+    # the fp8 speed-up is predicted by the throughput model (its setups trust the names)
+    assert cmp.results["fp8"].speedup_source.startswith("predicted on B200")
+    assert cmp.results["fp9"].speedup_source == "unknown: fp9 is not a known precision"
+    assert checks == {"parse_precision": 1, "as_precision": 3}
