@@ -11,8 +11,6 @@ from kfp_sagemaker_blackwell.catalog import hardware
 from kfp_sagemaker_blackwell.catalog.flags import ConfigError
 from kfp_sagemaker_blackwell.catalog.precisions import (
     ALL_PRECISIONS,
-    LOW_PRECISIONS,
-    TE_RECIPES,
     parse_precision,
 )
 
@@ -71,7 +69,7 @@ def plan(precision: str, backend: str, device_type: str) -> Plan:
             gpu_spec = hardware.gpu(gpu_name)
         except ValueError:
             gpu_spec = None
-    low = precision in LOW_PRECISIONS
+    low = precision.low
     if backend == "auto":
         # On a GPU with TE, every precision uses the TE layers: runs of a precision sweep then
         # differ in the precision alone (same layers, same initialisation), and the measured
@@ -103,7 +101,7 @@ def plan(precision: str, backend: str, device_type: str) -> Plan:
         param_dtype = torch.bfloat16
     else:
         param_dtype = None  # CPU: fp32 compute, 16-bit and low-precision GEMMs emulated
-    return Plan(precision, backend, emulated, TE_RECIPES.get(precision, "none"),
+    return Plan(precision, backend, emulated, precision.recipe or "none",
                 param_dtype, gpu_name, gpu_spec)
 
 
