@@ -8,6 +8,9 @@ Each test counts the lookups by the function that made them, over one whole CLI 
 from __future__ import annotations
 
 import collections
+import copy
+import json
+import pickle
 import sys
 from typing import Any
 
@@ -42,6 +45,9 @@ def test_parse_returns_the_catalog_facts_and_trusts_a_parsed_value(checks):
         precisions.parse_precision("fp9", "baseline")
     with pytest.raises(AttributeError):
         fp8.risk = 0  # type: ignore[misc]
+    # a str wherever a name goes (JSON, copies, other processes), still the parsed value
+    assert json.dumps({fp8: fp8}) == '{"fp8": "fp8"}'
+    assert pickle.loads(pickle.dumps(fp8)) is fp8 and copy.deepcopy(fp8) is fp8
     b200, sm120 = hardware.gpu("B200"), (12, 0)
     assert b200.supports(precisions.parse_precision("mxfp8"))
     assert not precisions.parse_precision("mxfp8").supported_on(sm120)
