@@ -30,7 +30,8 @@ from kfp_sagemaker_blackwell.catalog.errors import FieldError
 from kfp_sagemaker_blackwell.catalog.precisions import (
     LOW_PRECISIONS,
     PRECISIONS,
-    check_precision_name,
+    as_precision,
+    parse_precision,
 )
 from kfp_sagemaker_blackwell.catalog.spec import ModelSpec
 
@@ -77,7 +78,8 @@ MAX_STEPS = 10**8
 
 def option(default: Any = None, help: str = "", *, group: str = TRAINING,
            choices: tuple[str, ...] | None = None, shown: str | None = None,
-           sm_path_of: str = "", hidden: bool = False, valid: str = "") -> Any:
+           sm_path_of: str = "", hidden: bool = False, valid: str = "",
+           convert: Any = None) -> Any:
     """A TrainConfig field that is also a flag (``--name-with-dashes``) and a hyperparameter.
 
     The field is the one declaration: ``build_parser`` derives the flag's type (from the
@@ -88,8 +90,9 @@ def option(default: Any = None, help: str = "", *, group: str = TRAINING,
     ``hidden``: a test hook, absent from ``--help`` and from the hyperparameter names.
     ``valid``: a numeric option's range (``Bounds`` notation, ``[0, 1)``), enforced by the
     parser, by ``validate`` and so by the launcher (``check_hyperparameters``).
+    ``convert``: the flag's argparse ``type`` (the parsed value ``validate`` trusts).
     """
-    metadata = {"flag": True, "help": help, "group": group, "choices": choices,
+    metadata = {"flag": True, "help": help, "group": group, "choices": choices, "convert": convert,
                 "shown": shown, "sm_path_of": sm_path_of, "hidden": hidden,
                 "valid": Bounds.parse(valid) if valid else None}
     if sm_path_of:
@@ -105,7 +108,8 @@ class TrainConfig:
     model: ModelSpec
     # The model's flags (--model-preset and one per dimension) are ModelSpec's, in kfp_sagemaker_blackwell.catalog.spec.
     model_preset: str | None = None
-    precision: str = option("bf16", "numerics of the GEMMs", choices=PRECISIONS)
+    precision: str = option("bf16", "numerics of the GEMMs", choices=PRECISIONS,
+                            convert=as_precision)
     backend: str = option(
         "auto", "te: TransformerEngine layers (GPU); torch: plain PyTorch, low precisions "
         "emulated; auto: te on a GPU with TE installed (every precision), torch otherwise",
@@ -190,7 +194,7 @@ class TrainConfig:
     def validate(self, env: Mapping[str, str] | None = None) -> TrainConfig:
         """Checks every value; ``env``: the job's environment (default: this process's)."""
         env = os.environ if env is None else env
-        check_precision_name(self.precision)
+        parse_precision(self.precision)  # the --precision flag's parse: not checked again
         for f in flag_fields():
             bounds, value = f.metadata["valid"], getattr(self, f.name)
             if bounds is not None and value is not None and value not in bounds:
@@ -316,6 +320,8 @@ def build_parser() -> argparse.ArgumentParser:
             kwargs["action"] = argparse.BooleanOptionalAction
         elif f.metadata["valid"] is not None:
             kwargs["type"] = within(kind, f.metadata["valid"])
+        elif f.metadata["convert"] is not None:
+            kwargs["type"] = f.metadata["convert"]
         elif kind is not str:
             kwargs["type"] = kind
         if f.metadata["choices"]:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from kfp_sagemaker_blackwell.catalog.bounds import UnknownName
 from kfp_sagemaker_blackwell.catalog.errors import FieldError
-from kfp_sagemaker_blackwell.catalog.precisions import MIN_CC, PRECISIONS, precision_supported_on_cc
+from kfp_sagemaker_blackwell.catalog.precisions import ALL_PRECISIONS, Precision, parse_precision
 
 # The instance type every component and pipeline defaults to.
 DEFAULT_INSTANCE_TYPE = "ml.p6-b200.48xlarge"
@@ -29,11 +29,12 @@ class GPU:
     hbm_tb_s: float = 0.0
     nvlink_gb_s: float = 0.0
 
-    def supports(self, precision: str) -> bool:
-        return precision_supported_on_cc(precision, self.compute_capability)
+    def supports(self, precision: Precision | str) -> bool:
+        """Whether this GPU runs ``precision`` (a parsed one is not checked again)."""
+        return parse_precision(precision).supported_on(self.compute_capability)
 
-    def supported_precisions(self) -> list[str]:
-        return [p for p in PRECISIONS if self.supports(p)]
+    def supported_precisions(self) -> list[Precision]:
+        return [p for p in ALL_PRECISIONS if p.supported_on(self.compute_capability)]
 
     def peak_for(self, precision: str) -> float | None:
         """Dense peak TFLOP/s for the GEMM dtype a precision uses (None if unknown)."""
@@ -188,13 +189,15 @@ def instance_type(name: str) -> InstanceType:
         raise UnknownName("instance_type", name, INSTANCE_TYPES) from None
 
 
-def check_precision_for_gpu(precision: str, gpu_name: str, *, where: str = "") -> None:
+def check_precision_for_gpu(precision: Precision | str, gpu_name: str, *,
+                            where: str = "") -> None:
     """Refuses a precision the GPU cannot run, naming what would work."""
     spec = gpu(gpu_name)
-    if spec.supports(precision):
+    precision = parse_precision(precision)
+    if precision.supported_on(spec.compute_capability):
         return
     cc = ".".join(map(str, spec.compute_capability))
-    need = ".".join(map(str, MIN_CC[precision]))
+    need = ".".join(map(str, precision.min_cc))
     on = f" ({where})" if where else ""
     hint = ""
     if precision in ("mxfp8", "nvfp4"):

@@ -53,17 +53,82 @@ RISK: dict[str, int] = {"fp32": 0, "bf16": 0, "fp16": 1, "fp8": 1, "fp8-current"
 RISK_WORDS = {0: "baseline", 1: "low", 2: "medium", 3: "higher", 4: "high"}
 
 
-def check_precision_name(precision: str) -> str:
-    if precision not in PRECISIONS:
-        raise UnknownName("precision", precision, PRECISIONS)
-    return precision
+class Precision(str):
+    """A parsed precision: its name (it is the ``str``, so it goes wherever a name goes:
+    hyperparameters, JSON, dict keys) with its facts. Only :func:`parse_precision` makes
+    one, and whoever holds one trusts it: ``parse_precision(p)`` of a ``Precision``
+    returns it without checking the name again.
+
+    ``recipe``: the TransformerEngine recipe class ("" for a high precision); ``low``:
+    quantised GEMM operands; ``compute_dtype``: what is not quantised; ``min_cc`` and
+    ``excluded_cc``: the CUDA compute capabilities it needs; ``risk``: its level in RISK.
+    """
+
+    recipe: str
+    low: bool
+    compute_dtype: str
+    min_cc: tuple[int, int]
+    excluded_cc: tuple[tuple[int, int], ...]
+    risk: int
+
+    def __new__(cls, name: str) -> Precision:
+        self = super().__new__(cls, name)
+        for key, value in (("recipe", TE_RECIPES.get(name, "")), ("low", name in TE_RECIPES),
+                           ("compute_dtype", COMPUTE_DTYPE[name]), ("min_cc", MIN_CC[name]),
+                           ("excluded_cc", EXCLUDED_CC.get(name, ())), ("risk", RISK[name])):
+            object.__setattr__(self, key, value)
+        return self
+
+    @property
+    def name(self) -> str:
+        return str.__str__(self)
+
+    def __setattr__(self, key: str, value: object) -> None:
+        raise AttributeError(f"Precision is frozen: cannot set {key}")
+
+    def __reduce__(self) -> tuple[object, tuple[str]]:
+        return _known, (self.name,)
+
+    def __repr__(self) -> str:
+        return repr(self.name)
+
+    def supported_on(self, cc: tuple[int, int]) -> bool:
+        """Whether a GPU of this CUDA compute capability runs this precision."""
+        return cc not in self.excluded_cc and cc >= self.min_cc
 
 
-def precision_supported_on_cc(precision: str, cc: tuple[int, int]) -> bool:
-    check_precision_name(precision)
-    if cc in EXCLUDED_CC.get(precision, ()):
-        return False
-    return cc >= MIN_CC[precision]
+# Every precision, parsed once at import: what parse_precision hands out.
+_BY_NAME: dict[str, Precision] = {p: Precision(p) for p in PRECISIONS}
+
+
+def _known(name: str) -> Precision:
+    return _BY_NAME[name]
+
+
+def parse_precision(name: object, field: str = "precision") -> Precision:
+    """The one check of a precision name, at the boundary where a value comes in.
+
+    ``name``: a name from a user (a parameter, a flag, a document) or a Precision already
+    parsed (returned as it is: not checked again). Raises UnknownName naming ``field``,
+    with a "did you mean" for a misspelling.
+    """
+    if isinstance(name, Precision):
+        return name
+    found = _BY_NAME.get(name) if isinstance(name, str) else None
+    if found is None:
+        raise UnknownName(field, name, PRECISIONS)  # type: ignore[arg-type]
+    return found
+
+
+ALL_PRECISIONS: tuple[Precision, ...] = tuple(_BY_NAME.values())
+
+
+def as_precision(name: str) -> Precision | str:
+    """The Precision of a name a check has already let in (the trainer's ``--precision``
+    flag, whose argparse ``choices`` check it next; a series document's schema), or the
+    name unchanged (for that check to refuse, or for a report to call unknown). Converts,
+    checks nothing: whoever needs the name checked calls :func:`parse_precision`."""
+    return _BY_NAME.get(name, name)
 
 
 def risk(precision: str) -> int:

@@ -11,6 +11,7 @@ from typing import Any
 
 from kfp import dsl
 
+from kfp_sagemaker_blackwell.catalog.precisions import Precision
 from kfp_sagemaker_blackwell.catalog.spec import DIMENSION_BOUNDS
 from kfp_sagemaker_blackwell.common import cli
 from kfp_sagemaker_blackwell.components.build_image.component import build_image
@@ -90,21 +91,20 @@ MODEL_KEYS = ("model_preset", *DIMENSION_BOUNDS)  # the preset and ModelSpec's d
 CHECK_RUN_ID = "argument-check"
 
 
-def check_precision_names(field: str, names: list[Any]) -> list[str]:
-    """Every name a precision the trainer knows, with a "did you mean" for a misspelling
-    (kfp_sagemaker_blackwell.catalog.precisions.check_precision_name's)."""
-    from kfp_sagemaker_blackwell.catalog.precisions import check_precision_name
+def check_precision_names(field: str, names: list[Any]) -> list[Precision]:
+    """Every name a precision the trainer knows, with a "did you mean" for a misspelling:
+    the parsed Precisions, which the argument check passes on (the memory plan and the
+    training steps it runs trust them, not checking the names again)."""
+    from kfp_sagemaker_blackwell.catalog.precisions import parse_precision
     from kfp_sagemaker_blackwell.common.errors import UserError, unknown_name
 
     if not isinstance(names, list) or not names:
         raise UserError(field, f"{names!r} is not a non-empty list of precisions.",
                         'pass a JSON list, e.g. ["bf16", "fp8"] (or bf16,fp8 on a shell).')
-    for name in names:
-        try:
-            check_precision_name(name)
-        except ValueError as exc:
-            raise unknown_name(field, exc) from None
-    return [str(n) for n in names]
+    try:
+        return [parse_precision(name) for name in names]
+    except ValueError as exc:
+        raise unknown_name(field, exc) from None
 
 
 def stand_ins(arguments: Mapping[str, Any]) -> dict[str, str]:

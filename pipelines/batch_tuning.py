@@ -199,7 +199,9 @@ def check_arguments(arguments: dict[str, Any]) -> None:
     before anything starts or is written; raises UserError."""
     from kfp_sagemaker_blackwell.common.errors import UserError
 
-    _steps.check_precision_names("precision", [arguments["precision"]])
+    # parsed once: the memory plan and the training checks below trust the Precision
+    arguments = {**arguments,
+                 "precision": _steps.check_precision_names("precision", [arguments["precision"]])[0]}
     if int(arguments["max_batch_size"]) < 0:
         raise UserError("max_batch_size", f"{arguments['max_batch_size']!r} is negative.",
                         "pass 0 (no cap) or the largest batch size to try.")

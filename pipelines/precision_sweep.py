@@ -223,6 +223,8 @@ def check_arguments(arguments: dict[str, Any]) -> None:
     from kfp_sagemaker_blackwell.common.errors import UserError
 
     precisions = _steps.check_precision_names("precisions", arguments["precisions"])
+    # parsed once: the memory plan and the training checks below trust the Precisions
+    arguments = {**arguments, "precisions": precisions}
     if arguments["baseline"] not in precisions:
         raise UserError("baseline", f"{arguments['baseline']!r} is not among the precisions "
                         f"{precisions}.", "add it to precisions, or pick one of them.")

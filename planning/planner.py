@@ -26,11 +26,11 @@ estimates behind it. Rules, in the user's words:
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from kfp_sagemaker_blackwell.catalog import hardware
-from kfp_sagemaker_blackwell.catalog.precisions import PRECISIONS, check_precision_name
+from kfp_sagemaker_blackwell.catalog.precisions import PRECISIONS, Precision, parse_precision
 from kfp_sagemaker_blackwell.catalog.spec import ModelSpec
 from kfp_sagemaker_blackwell.common.errors import UserError, unknown_name
 from kfp_sagemaker_blackwell.planning import estimator, throughput
@@ -152,11 +152,10 @@ class Request:
     def validate(self) -> Request:
         if not self.precisions:
             raise UserError("precisions", "is empty.", f"list some of {', '.join(PRECISIONS)}.")
-        for p in self.precisions:
-            try:
-                check_precision_name(p)
-            except ValueError as exc:
-                raise unknown_name("precisions", exc) from None
+        try:  # parsed: the request returned carries Precisions (not checked again)
+            parsed = tuple(parse_precision(p, "precisions") for p in self.precisions)
+        except ValueError as exc:
+            raise unknown_name("precisions", exc) from None
         if len(set(self.precisions)) != len(self.precisions):
             raise UserError("precisions", f"{list(self.precisions)} lists a precision twice.", "")
         if not self.batch_sizes:
@@ -183,8 +182,9 @@ class Request:
             raise UserError("training", f"unknown setting(s) {', '.join(sorted(unknown))}.", "")
         # Check one setup so that model / training errors surface here, named: the others
         # differ from it only in what was just checked (precision, batch, checkpointing).
-        self.setup(self.precisions[0], max(1, max(self.batch_sizes)), False).validate()
-        return self
+        checked = replace(self, precisions=parsed)
+        checked.setup(parsed[0], max(1, max(self.batch_sizes)), False).validate()
+        return checked
 
     def setup(self, precision: str, batch_size: int, checkpointing: bool) -> TrainingSetup:
         """The training setup of one configuration of this request, checked by
@@ -258,7 +258,7 @@ def plan(request: Request) -> PlanResult:
         model=request.model.to_dict(),
         precisions=entries,
         headroom_fraction=request.headroom,
-        supported_precisions=hw.gpu.supported_precisions(),
+        supported_precisions=[p.name for p in hw.gpu.supported_precisions()],
         training=_training_settings(request),
     )
     return PlanResult(mp, estimates, request)
@@ -532,11 +532,14 @@ def model_from_values(preset: str | None = None, **dims: Any) -> ModelSpec:
 
 
 def parse_precisions(values: Any) -> tuple[str, ...]:
-    """'bf16,fp8' or ['bf16', 'fp8'] -> ('bf16', 'fp8')."""
+    """'bf16,fp8' or ['bf16', 'fp8'] -> ('bf16', 'fp8'); a parsed Precision stays one."""
     if isinstance(values, str):
         values = [values]
     out: list[str] = []
     for v in values:
+        if isinstance(v, Precision):
+            out.append(v)
+            continue
         out += [p.strip().lower() for p in str(v).split(",") if p.strip()]
     return tuple(out)
 

@@ -14,7 +14,12 @@ from kfp_sagemaker_blackwell.catalog.flags import (
     flag_default,
     flag_fields,
 )
-from kfp_sagemaker_blackwell.catalog.precisions import COMPUTE_DTYPE, LOW_PRECISIONS, PRECISIONS
+from kfp_sagemaker_blackwell.catalog.precisions import (
+    COMPUTE_DTYPE,
+    LOW_PRECISIONS,
+    PRECISIONS,
+    parse_precision,
+)
 from kfp_sagemaker_blackwell.catalog.spec import ModelSpec
 from kfp_sagemaker_blackwell.common.errors import FieldError, UserError
 
@@ -111,7 +116,11 @@ class TrainingSetup:
                 raise UserError(name, f"={value!r} must be a positive integer.", "")
         if isinstance(self.dropout, bool) or not isinstance(self.dropout, (int, float)) or not 0 <= self.dropout < 1:
             raise UserError("dropout", f"={self.dropout!r} must be a probability in [0, 1).", "use e.g. 0.1 or 0.")
-        _choice("precision", self.precision, PRECISIONS)
+        try:  # a parsed Precision (the planner's request, the launcher's) is not checked again
+            parse_precision(self.precision)
+        except ValueError:
+            raise UserError("precision", f"={self.precision!r} is not one of "
+                            f"{', '.join(PRECISIONS)}.", "") from None
         _choice("backend", self.backend, BACKENDS)
         _choice("param_dtype", self.stored_param_dtype, PARAM_DTYPES)
         _choice("optimizer_state_dtype", self.optimizer_state_dtype, OPTIMIZER_STATE_DTYPES)

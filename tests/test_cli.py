@@ -296,7 +296,7 @@ def test_a_misspelt_name_gets_a_did_you_mean_under_its_current_flag(argv, expect
 
 def test_the_one_place_each_name_is_checked_suggests_the_closest():
     from kfp_sagemaker_blackwell.catalog import hardware, spec
-    from kfp_sagemaker_blackwell.catalog.precisions import check_precision_name
+    from kfp_sagemaker_blackwell.catalog.precisions import parse_precision
     from kfp_sagemaker_blackwell.common.errors import UserError
     from kfp_sagemaker_blackwell.components.plan_training.run import _instance_types
     from kfp_sagemaker_blackwell.planning import pricing
@@ -304,7 +304,7 @@ def test_the_one_place_each_name_is_checked_suggests_the_closest():
     with pytest.raises(ValueError, match=r"model_preset='smal': unknown; did you mean 'small'\?"):
         spec.preset("smal")
     with pytest.raises(ValueError, match=r"did you mean 'nvfp4'"):
-        check_precision_name("nvfp5")
+        parse_precision("nvfp5")
     with pytest.raises(ValueError, match=r"did you mean 'ml.g6e.xlarge'"):
         hardware.instance_type("ml.g6e.xlarg")
     with pytest.raises(ValueError, match=r"unknown; choose one of"):  # nothing close: no guess

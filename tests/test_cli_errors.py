@@ -123,7 +123,7 @@ def test_an_unknown_name_carries_its_suggestion_and_its_choices():
     from kfp_sagemaker_blackwell.catalog import precisions
 
     with pytest.raises(ValueError) as raised:
-        precisions.check_precision_name("fp9")
+        precisions.parse_precision("fp9")
     said = "'fp9': unknown; did you mean 'fp8' or 'fp32'?"
     assert str(raised.value).startswith(f"precision={said} choose one of")
     err = errors.unknown_name("precisions", raised.value)

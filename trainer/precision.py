@@ -10,11 +10,8 @@ import torch
 from kfp_sagemaker_blackwell.catalog import hardware
 from kfp_sagemaker_blackwell.catalog.flags import ConfigError
 from kfp_sagemaker_blackwell.catalog.precisions import (
-    LOW_PRECISIONS,
-    PRECISIONS,
-    TE_RECIPES,
-    check_precision_name,
-    precision_supported_on_cc,
+    ALL_PRECISIONS,
+    parse_precision,
 )
 
 
@@ -62,7 +59,7 @@ def _te_check(precision: str) -> None:
 
 def plan(precision: str, backend: str, device_type: str) -> Plan:
     """Resolves ``auto``, checks the precision against the device, and refuses what cannot run."""
-    check_precision_name(precision)
+    precision = parse_precision(precision)  # TrainConfig's, parsed by the flag: not checked again
     gpu_name = gpu_spec = None
     cc = None
     if device_type == "cuda":
@@ -72,7 +69,7 @@ def plan(precision: str, backend: str, device_type: str) -> Plan:
             gpu_spec = hardware.gpu(gpu_name)
         except ValueError:
             gpu_spec = None
-    low = precision in LOW_PRECISIONS
+    low = precision.low
     if backend == "auto":
         # On a GPU with TE, every precision uses the TE layers: runs of a precision sweep then
         # differ in the precision alone (same layers, same initialisation), and the measured
@@ -89,11 +86,11 @@ def plan(precision: str, backend: str, device_type: str) -> Plan:
         # Real numerics on a real GPU: the table first (the same check the planner runs).
         if gpu_spec is not None:
             hardware.check_precision_for_gpu(precision, gpu_spec.name)
-        elif cc is not None and not precision_supported_on_cc(precision, cc):
+        elif cc is not None and not precision.supported_on(cc):
             raise hardware.UnsupportedPrecisionError(
                 f"precision={precision!r} is not supported on {gpu_name} (compute capability "
                 f"{cc[0]}.{cc[1]}). Precisions it runs: "
-                f"{', '.join(p for p in PRECISIONS if precision_supported_on_cc(p, cc))}."
+                f"{', '.join(p for p in ALL_PRECISIONS if p.supported_on(cc))}."
             )
         if backend == "te":
             _te_check(precision)
@@ -104,7 +101,7 @@ def plan(precision: str, backend: str, device_type: str) -> Plan:
         param_dtype = torch.bfloat16
     else:
         param_dtype = None  # CPU: fp32 compute, 16-bit and low-precision GEMMs emulated
-    return Plan(precision, backend, emulated, TE_RECIPES.get(precision, "none"),
+    return Plan(precision, backend, emulated, precision.recipe or "none",
                 param_dtype, gpu_name, gpu_spec)
 
 

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 import numpy as np
@@ -48,6 +48,9 @@ from kfp_sagemaker_blackwell.catalog import hardware
 from kfp_sagemaker_blackwell.catalog.precisions import (
     PRECISIONS,
     RISK,  # the risk order, shared with plan_training
+    Precision,
+    as_precision,
+    parse_precision,
 )
 from kfp_sagemaker_blackwell.catalog.spec import ModelSpec
 from kfp_sagemaker_blackwell.common.errors import UserError
@@ -112,11 +115,13 @@ class Settings:
         for name, ok, want in checks:
             if not ok:
                 raise UserError(name, f"{getattr(self, name)!r} is not valid.", f"use {want}.")
-        if self.baseline not in PRECISIONS:
+        try:  # parsed: the comparison trusts the baseline's Precision
+            baseline = parse_precision(self.baseline, "baseline")
+        except ValueError:
             raise UserError("baseline", f"{self.baseline!r} is not a precision the trainer "
                             "knows.", f"name one of {', '.join(PRECISIONS)}, e.g. "
-                            "bf16.")
-        return self
+                            "bf16.") from None
+        return replace(self, baseline=baseline)
 
 
 @dataclass
@@ -190,7 +195,8 @@ def run_from_series(s: Series) -> Run:
     seed = meta.get("seed")
     status = str(meta.get("status") or ("incomplete" if n else "no_steps"))
     return Run(
-        label=str(meta.get("run") or s.source), precision=s.precision, seed=seed
+        # the series reader checked the name (step_series' schema): converted, not re-checked
+        label=str(meta.get("run") or s.source), precision=as_precision(s.precision), seed=seed
         if isinstance(seed, int) and not isinstance(seed, bool) else None,
         emulated=bool(emulated), status=status,
         failure_reason=str(meta.get("failure_reason") or ""), step=step, tokens=col("tokens"),
@@ -301,7 +307,7 @@ class Comparison:
 
 
 def _precision_order(p: str) -> tuple[int, str]:
-    return (PRECISIONS.index(p) if p in PRECISIONS else 99, p)
+    return (PRECISIONS.index(p) if isinstance(p, Precision) else 99, p)
 
 
 def _pair(base: Run, cand: Run, st: Settings) -> tuple[Pair | None, str]:
@@ -652,15 +658,16 @@ def _speed(res: Result, baseline: str, target: hardware.GPU, healthy_base: list[
         if timed == target.name:
             res.speedup, res.speedup_source = res.measured_speedup, f"measured on {timed}"
             return
-    if precision in PRECISIONS and not target.supports(precision):
+    known = isinstance(precision, Precision)  # the series' name, converted once (run_from_series)
+    if known and not target.supports(precision):
         res.speedup_source = f"{precision} is not supported on {target.name}"
         res.reasons.append(f"{precision} does not run on {target.name}")
         return
-    run = next((r for r in res.runs if _setup(r, precision)), None)
+    run = next((r for r in res.runs if _setup(r, precision)), None) if known else None
     base = next((r for r in healthy_base if _setup(r, baseline)), None)
-    if run is None or base is None or precision not in PRECISIONS:
+    if run is None or base is None or not known:
         res.speedup_source = ("unknown: the series do not say the model and batch the "
-                              "throughput model needs" if precision in PRECISIONS
+                              "throughput model needs" if known
                               else f"unknown: {precision} is not a known precision")
         return
     p = throughput.predict(_setup(run, precision), target)  # type: ignore[arg-type]

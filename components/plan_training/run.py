@@ -9,13 +9,13 @@ API and SearchTrainingPlanOfferings, only when ``region`` is given).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from kfp_sagemaker_blackwell.catalog import hardware
-from kfp_sagemaker_blackwell.catalog.precisions import PRECISIONS
+from kfp_sagemaker_blackwell.catalog.precisions import PRECISIONS, parse_precision
 from kfp_sagemaker_blackwell.common.documents import VERDICTS_SCHEMA, read_document
 from kfp_sagemaker_blackwell.common.errors import UserError, unknown_name
 from kfp_sagemaker_blackwell.components.plan_training import probes, report, search
@@ -43,12 +43,26 @@ def _positive(name: str, value: Any, *, integer: bool = False, zero: bool = Fals
                         "(0: none)." if not integer or name == "training_tokens" else "")
 
 
-def _choices(name: str, values: Any, valid: tuple[str, ...]) -> tuple[str, ...]:
-    out = tuple(planner.parse_precisions(values or []))  # "a,b" or ["a", "b"], lowered
-    bad = [v for v in out if v not in valid]
+def _choices(name: str, values: Any, valid: tuple[str, ...],
+             parse: Callable[[str], str] | None = None) -> tuple[str, ...]:
+    """``values`` ("a,b" or ["a", "b"], lowered), each one of ``valid``; ``parse``: the
+    one check of each (precisions: parse_precision, whose Precisions the search trusts)."""
+    out = tuple(planner.parse_precisions(values or []))
+    parsed, bad = [], []
+    for v in out:
+        try:
+            parsed.append(parse(v) if parse else _member(v, valid))
+        except ValueError:
+            bad.append(v)
     if bad:
         raise UserError(name, f"{', '.join(map(repr, bad))} not one of {', '.join(valid)}.", "")
-    return out
+    return tuple(parsed)
+
+
+def _member(value: str, valid: tuple[str, ...]) -> str:
+    if value not in valid:
+        raise ValueError(value)
+    return value
 
 
 def instance_counts(max_instance_count: int) -> tuple[int, ...]:
@@ -124,7 +138,7 @@ def goal_and_book(params: Mapping[str, Any], verdicts: str = ""
     modes = _choices("capacity_modes", params["capacity_modes"], search.CAPACITY_MODES)
     if not modes:
         raise UserError("capacity_modes", "is empty.", f"list some of {search.CAPACITY_MODES}.")
-    precisions = _choices("precisions", params["precisions"], PRECISIONS)
+    precisions = _choices("precisions", params["precisions"], PRECISIONS, parse_precision)
     probes = tuple(search.Probe.from_dict(p) for p in params["probes"] or [])
     model = planner.model_from_parameters(params)
     validated, notes = read_verdicts(verdicts) if verdicts else ({}, [])

@@ -182,7 +182,7 @@ def resolve(cfg: TrainingJobConfig, *, region: str | None = None) -> ResolvedCon
     resolved_region = _where(cfg, resolve_region(region or cfg.region or None))
     budget = Budget.parse(cfg.max_cost_usd, cfg.budget_items)
     _custom(cfg)
-    _hardware(cfg)
+    cfg = _hardware(cfg)  # from here on cfg.precision is a parsed Precision, trusted
     notes: list[str] = []
     if cfg.custom:
         notes.append(CUSTOM_SKIPPED)
@@ -338,12 +338,14 @@ def _where(cfg: TrainingJobConfig, region: str) -> str:
     return region
 
 
-def _hardware(cfg: TrainingJobConfig) -> None:
+def _hardware(cfg: TrainingJobConfig) -> TrainingJobConfig:
+    """Checks the precision (parsed: the config returned carries the Precision), the
+    instance type and count and the volume."""
     from kfp_sagemaker_blackwell.catalog import hardware
-    from kfp_sagemaker_blackwell.catalog.precisions import check_precision_name
+    from kfp_sagemaker_blackwell.catalog.precisions import parse_precision
 
     try:
-        check_precision_name(cfg.precision)
+        cfg = dataclasses.replace(cfg, precision=parse_precision(cfg.precision))
     except ValueError as exc:  # with a "did you mean" for a misspelling
         raise unknown_name("precision", exc) from None
     try:
@@ -364,6 +366,7 @@ def _hardware(cfg: TrainingJobConfig) -> None:
             or not 1 <= cfg.volume_size_gb <= MAX_VOLUME_SIZE_GB:
         raise UserError("volume_size_gb", f"{cfg.volume_size_gb!r}: must be 1-"
                         f"{MAX_VOLUME_SIZE_GB}.", "pass the EBS volume size in GB.")
+    return cfg
 
 
 def _model(cfg: TrainingJobConfig) -> tuple[Any, dict[str, int]]:
