@@ -1,11 +1,12 @@
 """kfp-sagemaker-blackwell's one import package.
 
-Its subpackages are the repository's top-level folders (the design card's layout): in a checkout
-each is a relative symbolic link to its folder (``components``, ``pipelines``, ``trainer``,
-``catalog``, ``common``, ``planning``, ``local_backend``, ``iam``); the wheel holds the files
-themselves; the trainer image holds ``trainer`` and ``catalog`` only. Import from here
-(``from kfp_sagemaker_blackwell.components.sagemaker_training.component import ...``), never
-from the folders' bare names, so that installing the package claims one top-level name.
+Its subpackages are the repository's top-level folders of the design card's layout
+(``components``, ``pipelines``, ``trainer``, and ``catalog``, ``common``, ``planning``,
+``local_backend``, ``iam``): their files live here, and each folder at the repository's root is a
+relative symbolic link into this one, so that the checkout reads as the layout while every import,
+tool and wheel sees one package. The trainer image holds ``trainer`` and ``catalog`` only.
+Import from here (``from kfp_sagemaker_blackwell.components.sagemaker_training.component import
+...``), never from the folders' bare names, so that installing the package claims one top-level name.
 
 ``load_component`` and ``component_yaml`` are the entry points for a team that imports single
 components into its own pipelines.

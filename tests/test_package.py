@@ -58,8 +58,8 @@ def test_the_wheel_ships_what_installed_code_reads(installed):
     names = zipfile.ZipFile(wheel).namelist()
     data = "kfp_sagemaker_blackwell-0.1.0.data/data/share/kfp-sagemaker-blackwell/"
     for path in ("images/trainer/Dockerfile", "images/components/Dockerfile",
-                 "trainer/train.sh", "trainer/train.py", "catalog/flags.py",
-                 "kfp_sagemaker_blackwell/__init__.py",
+                 "kfp_sagemaker_blackwell/trainer/train.sh", "kfp_sagemaker_blackwell/trainer/train.py",
+                 "kfp_sagemaker_blackwell/catalog/flags.py", "kfp_sagemaker_blackwell/__init__.py",
                  "compiled/precision_sweep.yaml", "compiled/components/cleanup.yaml",
                  "LICENSE", "CHANGELOG.md"):
         assert data + path in names, path

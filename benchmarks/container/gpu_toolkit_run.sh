@@ -34,7 +34,9 @@ nvidia-smi -L 2>/dev/null || echo "no GPU"
 
 root=$(mktemp -d /tmp/opt-ml-XXXX)   # the container's /opt/ml
 mkdir -p "$root"/input/config "$root"/input/data "$root"/model "$root"/output/data "$root"/checkpoints "$root"/code
-cp trainer/train.sh "$root"/code/train.sh && cp -r trainer catalog "$root"/code/  # as the image
+cp kfp_sagemaker_blackwell/trainer/train.sh "$root"/code/train.sh && mkdir -p "$root"/code/kfp_sagemaker_blackwell \
+  && cp kfp_sagemaker_blackwell/__init__.py "$root"/code/kfp_sagemaker_blackwell/ \
+  && cp -r kfp_sagemaker_blackwell/trainer kfp_sagemaker_blackwell/catalog "$root"/code/kfp_sagemaker_blackwell/  # as the image
 cat > "$root"/input/config/hyperparameters.json <<'JSON'
 {"model-preset": "tiny", "backend": "BACKEND", "precision": "PRECISION", "batch-size": "8",
  "seq-length": "256", "max-steps": "400", "log-every": "1", "checkpoint-every": "0", "warmup-steps": "5"}

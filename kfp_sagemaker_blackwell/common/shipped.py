@@ -16,7 +16,10 @@ from pathlib import Path
 
 SOURCE_DIR_ENV = "KFP_SAGEMAKER_SOURCE_DIR"
 DATA_DIR_NAME = "kfp-sagemaker-blackwell"
-CHECKOUT = Path(__file__).resolve().parent.parent  # the package directory when installed
+_PACKAGE = Path(__file__).resolve().parent.parent  # kfp_sagemaker_blackwell/
+# A source checkout's root (the package's folder sits in it, beside setup.cfg), else the
+# installed package's directory.
+CHECKOUT = _PACKAGE.parent if (_PACKAGE.parent / "setup.cfg").is_file() else _PACKAGE
 
 
 def is_checkout() -> bool:

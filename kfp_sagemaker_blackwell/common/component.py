@@ -38,8 +38,8 @@ from typing import Any
 from kfp import dsl
 from kfp.dsl import python_component, yaml_component
 
+from kfp_sagemaker_blackwell.catalog.release import __version__
 from kfp_sagemaker_blackwell.catalog.sagemaker import parse_image
-from kfp_sagemaker_blackwell.components import __version__
 
 DEFAULT_IMAGE_REPOSITORY = "public.ecr.aws/kfp-sagemaker-blackwell/components"
 IMAGE_ENV = "KFP_SAGEMAKER_COMPONENTS_IMAGE"

@@ -149,7 +149,7 @@ class HostLayout:
         for package in CODE_PACKAGES:
             link = package_dir / package
             if not link.exists():
-                link.symlink_to(repo_root / package, target_is_directory=True)
+                link.symlink_to(repo_root / "kfp_sagemaker_blackwell" / package, target_is_directory=True)
 
     def write_hosts(self, hosts: list[str]) -> None:
         """/etc/hosts for the container's mount namespace: every ``algo-<n>`` is this

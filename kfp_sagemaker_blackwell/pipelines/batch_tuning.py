@@ -1,48 +1,45 @@
-"""The precision sweep: which precision should this model train in on SageMaker Blackwell?
+"""Batch-size tuning: the article's first advice, tune the batch size before anything else.
 
-Inside an exit handler whose exit task is ``cleanup`` (it runs even when a step
-fails): build the trainer image (skipped when its content-addressed tag exists),
-plan memory for every precision (a precision the GPU cannot run, or a
-configuration predicted not to fit, is reported and skipped, or fails the run
-before any job starts), train and parse the logs of every runnable precision in
-a ParallelFor, then compare the loss curves against the baseline and publish
-the HTML report and the recommended precision.
+For one precision, the memory plan picks candidate micro-batch sizes (powers of
+two up to the largest that fits, with and without activation checkpointing);
+each candidate trains briefly on SageMaker, its logs are parsed, and the
+candidates are ranked by tokens/s per GPU next to their peak memory. All inside
+an exit handler whose exit task is ``cleanup``.
 
-    python pipelines/precision_sweep.py --compile            # compiled/precision_sweep.yaml
-    python pipelines/precision_sweep.py --run-local          # the whole sweep on this machine
+    python pipelines/batch_tuning.py --compile           # compiled/batch_tuning.yaml
+    python pipelines/batch_tuning.py --run-local         # on this machine
 """
-
 
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
-if __package__ in (None, ""):  # `python pipelines/precision_sweep.py`
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+if __package__ in (None, ""):  # `python pipelines/batch_tuning.py`
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout's root
 
 from kfp import dsl
 
 from kfp_sagemaker_blackwell.catalog.hardware import DEFAULT_INSTANCE_TYPE
-from kfp_sagemaker_blackwell.catalog.sagemaker import MAX_RUNTIME_SECONDS
-from kfp_sagemaker_blackwell.components.compare_convergence.component import compare_convergence
 from kfp_sagemaker_blackwell.components.memory_estimate.component import memory_estimate
 from kfp_sagemaker_blackwell.components.parse_logs.component import parse_logs
+from kfp_sagemaker_blackwell.components.rank_throughput.component import rank_throughput
 from kfp_sagemaker_blackwell.components.sagemaker_training.component import sagemaker_training
 from kfp_sagemaker_blackwell.pipelines import _steps
 
-NAME = "precision-sweep"
-DEFAULT_PARALLELISM = 4
+NAME = "batch-tuning"
+DEFAULT_PARALLELISM = 2
 
 
 def build_pipeline(parallelism: int = DEFAULT_PARALLELISM) -> Any:
-    """The pipeline with ``parallelism`` training jobs at a time (a compile-time setting)."""
+    """The pipeline with ``parallelism`` candidate jobs at a time (a compile-time setting)."""
 
     @dsl.pipeline(
         name=NAME,
-        description="Train one model in several precisions on SageMaker (ml.p6-b200.48xlarge), "
-        "compare their loss curves against a baseline and recommend the fastest that converges.",
+        description="Time short training runs of the batch sizes (with and without activation "
+        "checkpointing) the memory plan says fit, and rank them by tokens/s per GPU.",
     )
-    def precision_sweep(
+    def batch_tuning(
         role_arn: str,
         bucket: str,
         region: str = "us-west-2",
@@ -55,7 +52,7 @@ def build_pipeline(parallelism: int = DEFAULT_PARALLELISM) -> Any:
         fallback_instances: list = [],  # noqa: B006 (KFP default)
         max_pending_seconds: int = 0,
         keep_alive_seconds: int = 0,
-        max_runtime_seconds: int = MAX_RUNTIME_SECONDS,
+        max_runtime_seconds: int = 7200,
         model_preset: str = "8b",
         num_layers: int = 0,
         hidden_size: int = 0,
@@ -63,18 +60,12 @@ def build_pipeline(parallelism: int = DEFAULT_PARALLELISM) -> Any:
         num_kv_heads: int = 0,
         ffn_hidden_size: int = 0,
         vocab_size: int = -1,
-        precisions: list = ["bf16", "fp8", "mxfp8", "nvfp4"],  # noqa: B006 (KFP default)
-        batch_size: int = 8,
+        precision: str = "fp8",
         seq_length: int = 2048,
         activation_checkpointing: str = "auto",
-        max_steps: int = 500,
+        max_batch_size: int = 64,
+        max_steps: int = 50,
         hyperparameters: dict = {},  # noqa: B006 (KFP default)
-        precision_hyperparameters: dict = {},  # noqa: B006 (KFP default)
-        fail_on_unrunnable: bool = False,
-        baseline: str = "bf16",
-        loss_tolerance_rel: float = 0.01,
-        divergence_tolerance_rel: float = 0.1,
-        target_gpu: str = "B200",
         max_cost_usd: float = 0.0,
         instance_hour_prices: dict = {},  # noqa: B006 (KFP default)
         output_kms_key_id: str = "",
@@ -85,7 +76,7 @@ def build_pipeline(parallelism: int = DEFAULT_PARALLELISM) -> Any:
         codebuild_role_arn: str = "",
         cleanup_policy: dict = {},  # noqa: B006 (KFP default)
     ) -> None:
-        """Precision sweep.
+        """Batch-size tuning.
 
         Args:
             role_arn: SageMaker execution role ARN the training jobs run as.
@@ -93,10 +84,10 @@ def build_pipeline(parallelism: int = DEFAULT_PARALLELISM) -> Any:
             region: AWS region of every resource.
             s3_prefix: Prefix in the bucket; the run writes under <prefix>/<run id>/.
             instance_type: SageMaker instance type (8x B200 by default).
-            instance_count: Instances per training job (multi-node FSDP when > 1).
-            training_plan_arn: A SageMaker Flexible Training Plan to run in (reserved capacity).
-            use_spot: Managed Spot Training (checkpoints in S3, resumed after interruption).
-            max_wait_seconds: Spot only: the longest a job may wait plus run (>= max runtime).
+            instance_count: Instances per training job.
+            training_plan_arn: A SageMaker Flexible Training Plan to run in.
+            use_spot: Managed Spot Training.
+            max_wait_seconds: Spot only: the longest a job may wait plus run.
             fallback_instances: Instance types to fall back to when SageMaker has no capacity
                 for the first (ResourceConfig.InstancePreferences), e.g. [{"InstanceType":
                 "ml.p5.48xlarge", "InstanceCount": 2}]; on-demand only.
@@ -104,7 +95,7 @@ def build_pipeline(parallelism: int = DEFAULT_PARALLELISM) -> Any:
                 0: SageMaker's default).
             keep_alive_seconds: Warm pool: keep a job's instances this long for the next
                 job (up to 21600 s; the retained time is billed and in the worst case).
-            max_runtime_seconds: The longest a job may run.
+            max_runtime_seconds: The longest a candidate job may run.
             model_preset: Model preset (tiny, small, 1b, 3b, 8b, 14b, 32b, 64b, te-fsdp-example).
             num_layers: Override of the preset's transformer blocks (0 = the preset's).
             hidden_size: Override of the model width (0 = the preset's).
@@ -112,21 +103,12 @@ def build_pipeline(parallelism: int = DEFAULT_PARALLELISM) -> Any:
             num_kv_heads: Override of the key/value heads (0 = the preset's).
             ffn_hidden_size: Override of the MLP inner size (0 = the preset's).
             vocab_size: Override of the vocabulary (-1 = the preset's, 0 = none).
-            precisions: Precisions to train (fp32, bf16, fp16, fp8, fp8-current, fp8-block,
-                mxfp8, nvfp4); include the baseline.
-            batch_size: Micro-batch per GPU; 0 = the largest the memory plan says fits.
+            precision: The precision to tune for.
             seq_length: Tokens per sequence.
-            activation_checkpointing: auto (on only where the memory plan needs it), on, off.
-            max_steps: Optimizer steps per training job.
-            hyperparameters: Extra trainer hyperparameters for every job (name -> value).
-            precision_hyperparameters: Per-precision extra hyperparameters, e.g.
-                {"nvfp4": {"high-precision-lm-head": "true"}}.
-            fail_on_unrunnable: Fail before any training when a precision is unsupported
-                or predicted not to fit (default: skip it and report it in the plan).
-            baseline: The precision the others are compared with.
-            loss_tolerance_rel: Largest relative final-loss difference to the baseline that passes.
-            divergence_tolerance_rel: Largest relative worst-case divergence that passes.
-            target_gpu: GPU the speed-ups are for (runs not timed on it: predicted).
+            activation_checkpointing: auto (try with and without), on, or off.
+            max_batch_size: Largest candidate micro-batch (0 = the largest that fits).
+            max_steps: Optimizer steps per candidate (enough to pass warm-up).
+            hyperparameters: Extra trainer hyperparameters for every candidate.
             max_cost_usd: Budget for all training jobs together: no job starts when their
                 worst cases (instances x max runtime x instance-hour price, summed)
                 exceed it; 0: no limit.
@@ -140,14 +122,14 @@ def build_pipeline(parallelism: int = DEFAULT_PARALLELISM) -> Any:
                 instances of a multi-node job.
             trainer_repository: ECR repository of the trainer image.
             codebuild_role_arn: CodeBuild service role (empty: the project's default).
-            cleanup_policy: Per-kind cleanup policy overrides, e.g. {"checkpoints": "delete"}.
+            cleanup_policy: Per-kind cleanup policy overrides, e.g. {"logs": "delete"}.
         """
         arguments = dict(locals())  # the pipeline's parameters, as the argument check has them
         prefix = _steps.run_prefix(bucket, s3_prefix)
         clean = _steps.cleanup_step(
             region=region, policy=cleanup_policy, prefix=prefix, repository=trainer_repository
         )
-        with dsl.ExitHandler(clean, name="sweep"):
+        with dsl.ExitHandler(clean, name="tuning"):
             image = _steps.trainer_image_step(
                 region=region, prefix=prefix, repository=trainer_repository,
                 instance_type=instance_type, codebuild_role_arn=codebuild_role_arn,
@@ -155,64 +137,59 @@ def build_pipeline(parallelism: int = DEFAULT_PARALLELISM) -> Any:
             )
             plan = memory_estimate(**plan_arguments(arguments)).set_display_name("memory plan")
             with dsl.ParallelFor(
-                plan.outputs["runnable_precisions"], parallelism=parallelism
-            ) as precision:
+                plan.outputs["batch_candidates"], parallelism=parallelism
+            ) as candidate:
                 train = sagemaker_training(**training_arguments(
                     arguments, image_uri=image.outputs["image_uri"], prefix=prefix,
-                    precision=precision, precisions=plan.outputs["runnable_precisions"],
-                    plan=plan.outputs["plan"],
-                )).set_display_name("train")
+                    candidate=candidate, candidates=plan.outputs["batch_candidates"],
+                )).set_display_name("train candidate")
                 logs = parse_logs(
                     job_name=train.outputs["job_name"],
                     region=region,
-                    requested_precision=precision,
+                    requested_precision=candidate.precision,
                 ).set_display_name("parse logs")
-            compare_convergence(
+            rank_throughput(
                 series=dsl.Collected(logs.outputs["series"]),
-                baseline=baseline,
-                loss_tolerance_rel=loss_tolerance_rel,
-                divergence_tolerance_rel=divergence_tolerance_rel,
-                target_gpu=target_gpu,
+                plan=plan.outputs["batch_candidates"],
                 run_context=_steps.report_context(
                     pipeline=NAME, instance_type=instance_type, instance_count=instance_count,
                     region=region, model_preset=model_preset),
-            ).set_display_name("compare convergence")
+            ).set_display_name("rank candidates")
 
-    return precision_sweep
+    return batch_tuning
 
 
 def plan_arguments(a: dict[str, Any]) -> dict[str, Any]:
     """What the memory plan step is passed (the DSL's call and the argument check's)."""
     return dict(
         instance_type=a["instance_type"], instance_count=a["instance_count"],
-        **{k: a[k] for k in _steps.MODEL_KEYS}, seq_length=a["seq_length"],
-        batch_size=a["batch_size"], precisions=a["precisions"],
-        activation_checkpointing=a["activation_checkpointing"],
-        instance_hour_prices=a["instance_hour_prices"],
-        require_all_runnable=a["fail_on_unrunnable"])
+        **{k: a[k] for k in _steps.MODEL_KEYS}, seq_length=a["seq_length"], batch_size=0,
+        precisions=[a["precision"]], activation_checkpointing=a["activation_checkpointing"],
+        max_candidate_batch_size=a["max_batch_size"],
+        instance_hour_prices=a["instance_hour_prices"], require_all_runnable=True)
 
 
-def training_arguments(a: dict[str, Any], *, image_uri: Any, prefix: Any, precision: Any,
-                       precisions: Any, plan: Any) -> dict[str, Any]:
-    """What each training task is passed (the DSL's call and the argument check's): the
-    sweep's parameters of the component's names, but the batch size and checkpointing,
-    which the memory plan resolves per precision."""
+def training_arguments(a: dict[str, Any], *, image_uri: Any, prefix: Any, candidate: Any,
+                       candidates: Any) -> dict[str, Any]:
+    """What each candidate's training task is passed (the DSL's call and the argument
+    check's): the pipeline's parameters of the component's names, the candidate's
+    precision, batch size and checkpointing."""
     return _steps.training_arguments(
-        a, exclude=("batch_size", "activation_checkpointing"), image_uri=image_uri,
-        **_steps.job_prefixes(prefix), precision=precision, budget_items=precisions,
-        memory_plan=plan, pipeline=NAME)
+        a, image_uri=image_uri, **_steps.job_prefixes(prefix), precision=candidate.precision,
+        batch_size=candidate.batch_size, activation_checkpointing=candidate.activation_checkpointing,
+        budget_items=candidates, pipeline=NAME)
 
 
 PIPELINE = build_pipeline()
 
-# What `--run-local` runs: a small model on this machine's CPU, a few minutes in all.
+# What `--run-local` runs: a small model on this machine's CPU.
 LOCAL_DEFAULTS: dict[str, Any] = {
     "model_preset": "small",
-    "precisions": ["bf16", "fp8", "mxfp8", "nvfp4"],
-    "batch_size": 8,
+    "precision": "fp8",
     "seq_length": 128,
-    "max_steps": 60,
-    "activation_checkpointing": "off",
+    "max_batch_size": 8,
+    "activation_checkpointing": "auto",
+    "max_steps": 20,
     "hyperparameters": {"log-every": "1", "checkpoint-every": "0"},
 }
 
@@ -222,22 +199,18 @@ def check_arguments(arguments: dict[str, Any]) -> None:
     before anything starts or is written; raises UserError."""
     from kfp_sagemaker_blackwell.common.errors import UserError
 
-    precisions = _steps.check_precision_names("precisions", arguments["precisions"])
-    # parsed once: the memory plan and the training checks below trust the Precisions
-    arguments = {**arguments, "precisions": precisions}
-    if arguments["baseline"] not in precisions:
-        raise UserError("baseline", f"{arguments['baseline']!r} is not among the precisions "
-                        f"{precisions}.", "add it to precisions, or pick one of them.")
-    for key in ("loss_tolerance_rel", "divergence_tolerance_rel"):
-        if not float(arguments[key]) > 0:
-            raise UserError(key, f"{arguments[key]!r} is not a positive number.",
-                            "pass a relative tolerance such as 0.01.")
+    # parsed once: the memory plan and the training checks below trust the Precision
+    arguments = {**arguments,
+                 "precision": _steps.check_precision_names("precision", [arguments["precision"]])[0]}
+    if int(arguments["max_batch_size"]) < 0:
+        raise UserError("max_batch_size", f"{arguments['max_batch_size']!r} is negative.",
+                        "pass 0 (no cap) or the largest batch size to try.")
     _steps.check_bucket(arguments["bucket"])
     plan = _steps.check_memory_plan(plan_arguments(arguments))
     run = _steps.stand_ins(arguments)
-    _steps.check_training(plan.runnable_precisions, lambda precision: training_arguments(
-        arguments, image_uri=run["image_uri"], prefix=run["prefix"], precision=precision,
-        precisions=plan.runnable_precisions, plan=plan.plan))
+    _steps.check_training(plan.batch_candidates, lambda candidate: training_arguments(
+        arguments, image_uri=run["image_uri"], prefix=run["prefix"],
+        candidate=SimpleNamespace(**candidate), candidates=plan.batch_candidates))
     _steps.check_cleanup_policy(arguments["cleanup_policy"])
 
 
@@ -246,13 +219,14 @@ def main(argv: list[str] | None = None) -> int:
 
     return _cli.main(
         argv,
-        name="precision_sweep",
+        name="batch_tuning",
         doc=__doc__ or "",
         build=build_pipeline,
         default_parallelism=DEFAULT_PARALLELISM,
         local_defaults=LOCAL_DEFAULTS,
-        report_task="compare-convergence",
+        report_task="rank-throughput",
         check=check_arguments,
+        progress_label_keys=("batch_size", "activation_checkpointing"),  # one per candidate
     )
 
 

@@ -15,7 +15,7 @@ import sys
 import warnings
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from kfp_sagemaker_blackwell.iam import policy as iam_policy  # noqa: E402
 

@@ -5,4 +5,4 @@ component lives in its own sub-package, e.g.
 ``from kfp_sagemaker_blackwell.components.sagemaker_training import sagemaker_training``.
 """
 
-__version__ = "0.1.0"
+from kfp_sagemaker_blackwell.catalog.release import __version__  # noqa: F401 (the package's version)

@@ -138,8 +138,8 @@ def compile_all(out_dir: Path = COMPILED, *, verbose: bool = True,
 
 def build_components_image(args: argparse.Namespace) -> str:
     """Builds and pushes the components image with build_image; returns its URI (digest)."""
+    from kfp_sagemaker_blackwell.catalog.release import __version__
     from kfp_sagemaker_blackwell.common.cli import declared
-    from kfp_sagemaker_blackwell.components import __version__
     from kfp_sagemaker_blackwell.components.build_image import build as b
     from kfp_sagemaker_blackwell.components.build_image.component import build_image
 

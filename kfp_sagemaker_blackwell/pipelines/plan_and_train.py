@@ -19,7 +19,7 @@ from types import SimpleNamespace
 from typing import Any
 
 if __package__ in (None, ""):  # `python pipelines/plan_and_train.py`
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout's root
 
 from kfp import dsl
 

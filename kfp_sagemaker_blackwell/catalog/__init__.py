@@ -14,5 +14,6 @@ catalog imports nothing of the project and only the standard library
 - ``logformat``: the trainer's log lines, written by the trainer, read by the parsers;
 - ``bounds``: valid ranges of numeric options and the one "unknown name" message;
 - ``sagemaker``: SageMaker's facts the sides share (the default max runtime, what an
-  image reference is).
+  image reference is);
+- ``release``: the package's version (the components image's tag).
 """
