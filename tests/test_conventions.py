@@ -107,4 +107,4 @@ def test_the_package_version_is_declared_once():
 
     cfg = configparser.ConfigParser()
     cfg.read(Path(__file__).resolve().parent.parent / "setup.cfg")
-    assert cfg["metadata"]["version"] == "attr: kfp_sagemaker_blackwell.components.__version__"
+    assert cfg["metadata"]["version"] == "attr: kfp_sagemaker_blackwell.catalog.release.__version__"
