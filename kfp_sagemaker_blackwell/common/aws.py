@@ -35,7 +35,9 @@ DEFAULT_RETRY_MODE = "adaptive"  # client-side rate limiting on throttling, on t
 # out an outage itself, looking at the termination flag between attempts; botocore's own
 # back-off, up to minutes, would hide it) and timeouts short enough that a SIGTERM
 # arriving during a call is looked at within seconds. botocore's ``max_attempts`` counts
-# retries after the first call: 0 is one call.
+# retries after the first call: 0 is one call (botocore/config.py, Config's ``retries`` doc:
+# "setting this value to 0 will result in no retries ever being attempted after the initial
+# request"; ``total_max_attempts`` would count the first call).
 FOLLOW_CLIENT: dict[str, Any] = {"max_attempts": 0, "connect_timeout": 3, "read_timeout": 15}
 # botocore's names for a request that never got an answer (connection refused, reset, timed out).
 TRANSIENT_ERRORS = frozenset({"EndpointConnectionError", "ConnectionClosedError",
