@@ -682,3 +682,14 @@ def test_every_task_output_a_pipeline_reads_is_declared_by_its_producer(tmp_path
                         "parameters", {})
                     assert source["outputParameterKey"] in declared, (
                         f"{pipeline}/{name}.{key} reads {source} that {producer} does not have")
+
+
+def test_component_yaml_finds_a_shipped_yaml_and_takes_only_a_name():
+    import kfp_sagemaker_blackwell as package
+
+    assert package.component_yaml("cleanup") == COMPILED / "components" / "cleanup.yaml"
+    for bad in ("../../setup", "/etc/passwd", "Cleanup", ""):
+        with pytest.raises(ValueError, match="not a component name"):
+            package.component_yaml(bad)
+    with pytest.raises(FileNotFoundError, match="sagemaker_training"):
+        package.component_yaml("sagemaker_trainin")

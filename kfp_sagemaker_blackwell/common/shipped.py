@@ -10,6 +10,7 @@ same layout, under ``<prefix>/share/kfp-sagemaker-blackwell/`` (``setup.cfg``,
 from __future__ import annotations
 
 import os
+import re
 import sys
 import sysconfig
 from pathlib import Path
@@ -38,6 +39,8 @@ def component_yaml(name: str) -> Path:
     """The compiled YAML this package ships for component ``name`` (e.g. ``"sagemaker_training"``):
     the checkout's ``compiled/components/<name>.yaml``, or the wheel's copy. FileNotFoundError
     naming the shipped components when there is none."""
+    if not re.fullmatch(r"[a-z][a-z0-9_]*", name):  # a name, never a path out of compiled/
+        raise ValueError(f"{name!r} is not a component name (e.g. 'sagemaker_training')")
     relative = f"compiled/components/{name}.yaml"
     if root_for(relative) is None:
         shipped = sorted(p.stem for r in roots() if (r / "compiled" / "components").is_dir()
