@@ -14,6 +14,12 @@ optimizer and caches are freed between configurations (as in benchmarks/memory/m
     python3 benchmarks/throughput/measure.py --out grid2.json --resume grid.json
     # print the configurations (and the memory estimate of each) without a GPU
     python3 benchmarks/throughput/measure.py --out /dev/null --dry-run
+    # issue 25's held-out families (never in h200_grid.json), TE backend; then the torch
+    # backend's own set (never imports transformer_engine: it can run while TE installs)
+    python3 benchmarks/throughput/measure.py --out heldout.json --split heldout --time-budget 280
+    python3 benchmarks/throughput/measure.py --out torch.json --split torch --time-budget 170
+    # the torch path end to end on a CPU (tiny preset; a check of the code, not a timing)
+    python3 benchmarks/throughput/measure.py --out /tmp/smoke.json --split smoke --device cpu
 
 JSON document: {"command", "machine", "gpu", "gpu_memory_bytes", "torch", "transformer_engine",
 "date", "trainer_settings", "schema", "results": [record, ...]}; each record (see SCHEMA below)
@@ -39,7 +45,10 @@ from benchmarks.gpu_record import failed, released  # noqa: E402
 
 SCHEMA = {
     "name": "unique label of the configuration",
-    "split": "calibration (fit the model on these) or validation (outside the calibration grid)",
+    "split": "calibration (fit the model on these), validation (outside the calibration grid), "
+             "heldout (issue 25: families absent from h200_grid.json; never fitted), "
+             "calibration-torch / heldout-torch (the torch backend's own runs, the same roles), "
+             "smoke (tiny CPU check of the code path, not a measurement)",
     "model": "the trainer's ModelSpec (catalog/spec.py) as a dict",
     "preset": "the preset the shape comes from (num_layers may be overridden)",
     "precision / backend / batch_size / seq_length / activation_checkpointing / world_size":
@@ -83,9 +92,15 @@ SHAPES = {
 PRECISIONS = ("bf16", "fp8", "fp8-current", "fp8-block")
 
 
-def _cfg(name, split, preset, layers, batch, seq, ac, prec) -> dict:
+def _cfg(name, split, preset, layers, batch, seq, ac, prec, backend="te") -> dict:
     return {"name": name, "split": split, "preset": preset, "num_layers": layers, "batch_size": batch,
-            "seq_length": seq, "activation_checkpointing": ac, "precision": prec}
+            "seq_length": seq, "activation_checkpointing": ac, "precision": prec, "backend": backend}
+
+
+def _named(prefix: str, split: str, rows, backend: str = "te") -> list[dict]:
+    """(preset, layers, batch, seq, checkpointing, precision) rows as configurations."""
+    return [_cfg(f"{prefix}-{p}-L{n}-b{b}-s{s}-{'ac' if ac else 'noac'}-{prec}", split, p, n, b, s, ac,
+                 prec, backend) for p, n, b, s, ac, prec in rows]
 
 
 def calibration() -> list[dict]:
@@ -120,13 +135,74 @@ def validation() -> list[dict]:
         ("1b", 8, 8, 1024, False, "fp8-block"), ("8b", 6, 1, 16384, False, "bf16"),
         ("14b", 3, 2, 8192, True, "bf16"), ("3b", 8, 4, 2048, False, "fp8-current"),
     ]
-    return [_cfg(f"val-{p}-L{n}-b{b}-s{s}-{'ac' if ac else 'noac'}-{prec}", "validation", p, n, b, s, ac, prec)
-            for p, n, b, s, ac, prec in v]
+    return _named("val", "validation", v)
+
+
+# Issue 25's held-out families: (preset, width, sequence, checkpointing) that h200_grid.json
+# holds in neither split (tests/test_benchmark_grids.py checks it against the file). Each
+# family has a bf16 run and at least one FP8 run of the same shape (the speed-up pairs); a few
+# steps hold few tokens for their width (1-2k tokens at width 4096-8192: FP8's fixed costs).
+HELDOUT_TE = [
+    ("3b", 4, 1, 8192, False, "bf16"), ("3b", 4, 1, 8192, False, "fp8"),
+    ("3b", 4, 1, 8192, False, "fp8-current"),
+    ("3b", 6, 2, 1024, False, "bf16"), ("3b", 6, 2, 1024, False, "fp8"),
+    ("3b", 4, 1, 16384, False, "bf16"), ("3b", 4, 1, 16384, False, "fp8"),
+    ("14b", 3, 8, 2048, True, "bf16"), ("14b", 3, 8, 2048, True, "fp8"),
+    ("14b", 3, 8, 2048, True, "fp8-block"),
+    ("14b", 2, 1, 2048, False, "bf16"), ("14b", 2, 1, 2048, False, "fp8"),
+    ("14b", 2, 1, 16384, False, "bf16"), ("14b", 2, 1, 16384, False, "fp8"),
+    ("8b", 4, 4, 4096, False, "bf16"), ("8b", 4, 4, 4096, False, "fp8"),
+    ("8b", 4, 4, 4096, False, "fp8-current"),
+    ("8b", 4, 1, 1024, False, "bf16"), ("8b", 4, 1, 1024, False, "fp8"),
+    ("8b", 8, 2, 16384, True, "bf16"), ("8b", 8, 2, 16384, True, "fp8"),
+    ("8b", 6, 8, 4096, True, "bf16"), ("8b", 6, 8, 4096, True, "fp8-block"),
+    ("1b", 8, 1, 16384, False, "bf16"), ("1b", 8, 1, 16384, False, "fp8"),
+    ("1b", 16, 16, 1024, True, "bf16"), ("1b", 16, 16, 1024, True, "fp8"),
+    ("64b", 2, 2, 1024, False, "bf16"), ("64b", 2, 2, 1024, False, "fp8"),
+    ("64b", 3, 4, 4096, True, "bf16"), ("64b", 3, 4, 4096, True, "fp8-current"),
+    ("32b", 2, 2, 4096, False, "bf16"), ("32b", 2, 2, 4096, False, "fp8"),
+    ("te-fsdp-example", 8, 4, 4096, False, "bf16"), ("te-fsdp-example", 8, 4, 4096, False, "fp8"),
+    ("3b", 4, 4, 8192, True, "bf16"), ("3b", 4, 4, 8192, True, "fp8"),
+    ("14b", 2, 4, 1024, False, "bf16"), ("14b", 2, 4, 1024, False, "fp8-block"),
+    ("8b", 4, 16, 1024, True, "bf16"), ("8b", 4, 16, 1024, True, "fp8-current"),
+]
+# The torch backend (bf16: its FP8 is emulated, never a speed): calibration runs in the
+# calibration families of h200_grid.json (the same shapes as cal-*, so the torch/TE ratio is
+# measured directly), and held-out runs in families of HELDOUT_TE.
+CALIBRATION_TORCH = [
+    ("1b", 8, 1, 8192, False, "bf16"), ("8b", 4, 1, 8192, False, "bf16"),
+    ("64b", 2, 1, 8192, True, "bf16"), ("1b", 8, 4, 2048, True, "bf16"),
+    ("8b", 4, 4, 2048, False, "bf16"), ("64b", 2, 4, 2048, False, "bf16"),
+]
+HELDOUT_TORCH = [
+    ("3b", 4, 1, 8192, False, "bf16"), ("3b", 6, 2, 1024, False, "bf16"),
+    ("14b", 3, 8, 2048, True, "bf16"), ("8b", 4, 4, 4096, False, "bf16"),
+    ("8b", 4, 1, 1024, False, "bf16"), ("1b", 8, 1, 16384, False, "bf16"),
+    ("64b", 2, 2, 1024, False, "bf16"), ("32b", 2, 2, 4096, False, "bf16"),
+    ("8b", 8, 2, 16384, True, "bf16"), ("1b", 16, 16, 1024, True, "bf16"),
+]
+# The code path on a CPU, in seconds (tiny preset; times mean nothing).
+SMOKE = [("tiny", 2, 2, 64, False, "bf16"), ("tiny", 2, 2, 64, True, "bf16")]
+
+
+def heldout() -> list[dict]:
+    return _named("ho", "heldout", HELDOUT_TE)
+
+
+def torch_sets() -> list[dict]:
+    return (_named("torch-cal", "calibration-torch", CALIBRATION_TORCH, "torch")
+            + _named("torch-ho", "heldout-torch", HELDOUT_TORCH, "torch"))
+
+
+SPLITS = ("calibration", "validation", "all", "heldout", "torch", "smoke")
 
 
 def configurations(split: str) -> list[dict]:
+    if split == "smoke":
+        return _named("smoke", "smoke", SMOKE, "torch")
     cal, val = calibration(), validation()
-    combos = {"calibration": cal, "validation": val, "all": cal + val}[split]
+    combos = {"calibration": cal, "validation": val, "all": cal + val, "heldout": heldout(),
+              "torch": torch_sets()}[split]
     names = [c["name"] for c in combos]
     if len(names) != len(set(names)):
         raise SystemExit("measure.py: duplicate configuration names")
@@ -141,12 +217,66 @@ def spec_of(combo: dict):
 
 def predicted_peak_bytes(combo: dict) -> int:
     """The memory estimator's device peak for the configuration (to keep the grid on the GPU)."""
-    from kfp_sagemaker_blackwell.planning import estimator, training_setup
+    from kfp_sagemaker_blackwell.planning import estimator
 
-    setup = training_setup.TrainingSetup(model=spec_of(combo), batch_size=combo["batch_size"],
-                                    seq_length=combo["seq_length"], precision=combo["precision"],
-                                    activation_checkpointing=combo["activation_checkpointing"])
-    return estimator.estimate(setup, "H200").peak_bytes
+    return estimator.estimate(setup_of(combo), "H200").peak_bytes
+
+
+def setup_of(combo: dict):
+    from kfp_sagemaker_blackwell.planning import training_setup
+
+    return training_setup.TrainingSetup(model=spec_of(combo), batch_size=combo["batch_size"],
+                                        seq_length=combo["seq_length"], precision=combo["precision"],
+                                        activation_checkpointing=combo["activation_checkpointing"],
+                                        backend=combo.get("backend", "te"))
+
+
+def family(combo: dict) -> tuple:
+    """The configuration's family as benchmarks/throughput/model_accuracy.py groups runs."""
+    from benchmarks.throughput import model_accuracy
+
+    return model_accuracy.family({**combo, "model": spec_of(combo).to_dict()})
+
+
+# Wall seconds of a configuration beyond its timed steps, from h200_grid.json (seconds - 8 x
+# step_s: median 0.9 s, 2.2 s at the 95th percentile), and the one-offs of a process: the
+# first configuration 13-16 s (CUDA, cuBLAS, torch.compile of the loss), the first of each
+# FP8 recipe 4-6 s.
+OVERHEAD_S, FIRST_S, FIRST_RECIPE_S = 1.5, 16.0, 6.0
+
+
+def estimated_seconds(combos: list[dict], steps: int) -> list[float]:
+    """Each configuration's expected wall time: the throughput model's step time (x 1.25 on
+    the torch backend, which it predicts about 18% fast) x steps, plus the overheads above."""
+    from kfp_sagemaker_blackwell.planning import throughput
+
+    out, seen = [], set()
+    for i, c in enumerate(combos):
+        step = throughput.predict(setup_of(c), "H200").step_seconds
+        step *= 1.25 if c.get("backend") == "torch" else 1.0
+        extra = FIRST_S if i == 0 else 0.0
+        if c["precision"] != "bf16" and c["precision"] not in seen:
+            extra += FIRST_RECIPE_S
+        seen.add(c["precision"])
+        out.append(OVERHEAD_S + steps * step + extra)
+    return out
+
+
+def forbid_transformer_engine() -> None:
+    """Makes ``import transformer_engine`` fail as if it were not installed (the torch-backend
+    sets run while TE is still being installed: a half-written package must not be read)."""
+    import importlib.abc
+
+    class _Refuse(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path=None, target=None):
+            if name == "transformer_engine" or name.startswith("transformer_engine."):
+                raise ModuleNotFoundError(f"No module named {name!r} (refused by measure.py: torch backend)",
+                                          name=name)
+            return None
+
+    if "transformer_engine" in sys.modules:
+        raise SystemExit("measure.py: transformer_engine is already imported; the torch sets must not")
+    sys.meta_path.insert(0, _Refuse())
 
 
 class StepClock:
@@ -181,7 +311,7 @@ def rates(combo: dict, step_s: float, flops_per_token: float, peak: float | None
             "peak_tflops": peak, "mfu": tflops / peak if peak else None, "mfu_bf16_peak": tflops / bf16_peak}
 
 
-def measure(combo: dict, steps: int, warmup: int, clock: StepClock) -> dict:
+def measure(combo: dict, steps: int, warmup: int, clock: StepClock, device: str = "cuda") -> dict:
     import torch
 
     from kfp_sagemaker_blackwell.catalog import flags as config
@@ -189,22 +319,24 @@ def measure(combo: dict, steps: int, warmup: int, clock: StepClock) -> dict:
     from kfp_sagemaker_blackwell.trainer import train
 
     spec = spec_of(combo)
-    cfg = config.make(combo["preset"], precision=combo["precision"], backend="te",
+    backend = combo.get("backend", "te")
+    cfg = config.make(combo["preset"], precision=combo["precision"], backend=backend, device=device,
                       batch_size=combo["batch_size"], seq_length=combo["seq_length"],
                       activation_checkpointing=combo["activation_checkpointing"], max_steps=steps,
                       log_every=steps, timing_warmup_steps=warmup, save_model=False,
                       num_layers=combo["num_layers"])
     gc.collect()
-    torch.cuda.empty_cache()
-    torch.cuda.reset_peak_memory_stats()
-    record = {**combo, "model": spec.to_dict(), "backend": "te", "world_size": 1,
+    if device == "cuda":
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+    record = {**combo, "model": spec.to_dict(), "backend": backend, "world_size": 1,
               "flops_per_token": spec.flops_per_token(combo["seq_length"], include_lm_head=True)}
     clock.stamps.clear()
     t0 = time.perf_counter()
     try:
         summary = train.run(cfg, log_out=io.StringIO())
-        record.update(status="ok", peak_allocated_bytes=int(summary["peak_allocated_bytes"]),
-                      peak_reserved_bytes=int(summary["peak_reserved_bytes"]),
+        record.update(status="ok", peak_allocated_bytes=int(summary.get("peak_allocated_bytes") or 0),
+                      peak_reserved_bytes=int(summary.get("peak_reserved_bytes") or 0),
                       step_s_mean_trainer=summary.get("steady_state_step_s"))
         times = clock.intervals(warmup)
         if times:
@@ -222,8 +354,13 @@ def measure(combo: dict, steps: int, warmup: int, clock: StepClock) -> dict:
     return released(record, t0)
 
 
-def header(command: str) -> dict:
-    return gpu_record.header(command, TRAINER_SETTINGS, schema=SCHEMA)
+def header(command: str, device: str = "cuda") -> dict:
+    if device == "cuda":
+        return gpu_record.header(command, TRAINER_SETTINGS, schema=SCHEMA)
+    import torch  # a CPU smoke: no GPU to describe
+
+    return {"command": command, "machine": "CPU (smoke run: not a measurement)", "torch": torch.__version__,
+            "trainer_settings": TRAINER_SETTINGS, "schema": SCHEMA, "results": []}
 
 
 def write(doc: dict, paths: list[str]) -> None:
@@ -232,10 +369,15 @@ def write(doc: dict, paths: list[str]) -> None:
         Path(p).write_text(text)
 
 
-def main(argv: list[str] | None = None) -> int:
+def _args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", required=True, action="append", help="results file (repeat to write copies)")
-    ap.add_argument("--split", choices=("calibration", "validation", "all"), default="all")
+    ap.add_argument("--split", choices=SPLITS, default="all",
+                    help="calibration, validation, all (both), heldout (issue 25, TE backend), torch "
+                         "(the torch backend's calibration-torch + heldout-torch; never imports "
+                         "transformer_engine), smoke (tiny, for --device cpu)")
+    ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
+                    help="cpu: only to check the code path (smoke split); default cuda")
     ap.add_argument("--steps", type=int, default=8, help="optimizer steps per configuration (default 8)")
     ap.add_argument("--warmup", type=int, default=2, help="first steps left out of the median (default 2)")
     ap.add_argument("--time-budget", type=float, default=1e9,
@@ -245,18 +387,25 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--resume", action="append", default=[],
                     help="an earlier results file: its configurations with status ok are kept (not re-run)")
     ap.add_argument("--only", default="", help="comma-separated configuration names (default: all of --split)")
-    ap.add_argument("--dry-run", action="store_true", help="list the configurations; no GPU needed")
+    ap.add_argument("--dry-run", action="store_true",
+                    help="list the configurations, memory estimate and expected seconds; no GPU needed")
     args = ap.parse_args(argv)
     if args.steps < args.warmup + 2:
         ap.error("--steps must exceed --warmup by at least 2 (a median needs intervals)")
-
     combos = configurations(args.split)
     if args.only:
         wanted = set(args.only.split(","))
         unknown = wanted - {c["name"] for c in combos}
         if unknown:
             ap.error(f"--only: unknown configuration(s) {', '.join(sorted(unknown))}")
-        combos = [c for c in combos if c["name"] in wanted]
+    return args
+
+
+def _todo(args: argparse.Namespace) -> tuple[list[dict], list[dict], list[str], list[dict], int]:
+    """(to run, already done, earlier commands, too big, done count) for the parsed arguments."""
+    combos = configurations(args.split)
+    if args.only:
+        combos = [c for c in combos if c["name"] in set(args.only.split(","))]
     prior: list[dict] = []
     prior_commands: list[str] = []
     for path in args.resume:
@@ -268,16 +417,32 @@ def main(argv: list[str] | None = None) -> int:
     combos = [c for c in combos if c["name"] not in done]
     too_big = [c for c in combos if predicted_peak_bytes(c) > args.max_predicted_gib * 2**30]
     combos = [c for c in combos if c not in too_big]
+    return combos, prior, prior_commands, too_big, len(done)
+
+
+def dry_run(combos: list[dict], too_big: list[dict], done: int, steps: int) -> None:
+    secs = estimated_seconds(combos, steps)
+    for c, t in zip(combos, secs, strict=True):
+        print(f"{c['name']:48s} {c.get('backend', 'te'):5s} predicted {predicted_peak_bytes(c) / 2**30:6.1f} GiB"
+              f"  ~{t:5.1f} s")
+    for c in too_big:
+        print(f"{c['name']:48s} SKIPPED: predicted {predicted_peak_bytes(c) / 2**30:6.1f} GiB")
+    fams = {family(c) for c in combos}
+    print(f"{len(combos)} configurations in {len(fams)} families ({done} already done, {len(too_big)} "
+          f"too big); expected {sum(secs):.0f} s")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _args(argv)
+    if args.split in ("torch", "smoke"):
+        forbid_transformer_engine()
+    combos, prior, prior_commands, too_big, done = _todo(args)
     if args.dry_run:
-        for c in combos:
-            print(f"{c['name']:48s} predicted {predicted_peak_bytes(c) / 2**30:6.1f} GiB")
-        for c in too_big:
-            print(f"{c['name']:48s} SKIPPED: predicted {predicted_peak_bytes(c) / 2**30:6.1f} GiB")
-        print(f"{len(combos)} configurations ({len(done)} already done, {len(too_big)} too big)")
+        dry_run(combos, too_big, done, args.steps)
         return 0
 
     command = "python3 benchmarks/throughput/measure.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    doc = header(" ; ".join([*prior_commands, command]))
+    doc = header(" ; ".join([*prior_commands, command]), args.device)
     doc["results"] = prior  # the earlier calls' results travel on: the last file is complete
     clock = StepClock()
     clock.install()
@@ -286,12 +451,14 @@ def main(argv: list[str] | None = None) -> int:
         if time.perf_counter() - t_start > args.time_budget:
             print(f"time budget reached after {i} of {len(combos)} configurations", flush=True)
             break
-        rec = measure(combo, args.steps, args.warmup, clock)
+        rec = measure(combo, args.steps, args.warmup, clock, args.device)
         doc["results"].append(rec)
         brief = {k: rec.get(k) for k in ("name", "status", "step_s", "tokens_per_s_per_gpu", "mfu", "seconds")}
         print(json.dumps(brief), flush=True)
         write(doc, args.out)  # after each configuration: a timeout keeps what ran
     write(doc, args.out)
+    if args.split in ("torch", "smoke") and "transformer_engine" in sys.modules:
+        raise SystemExit("measure.py: transformer_engine was imported on the torch path")
     return 0
 
 
