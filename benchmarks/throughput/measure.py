@@ -311,7 +311,8 @@ def rates(combo: dict, step_s: float, flops_per_token: float, peak: float | None
             "peak_tflops": peak, "mfu": tflops / peak if peak else None, "mfu_bf16_peak": tflops / bf16_peak}
 
 
-def measure(combo: dict, steps: int, warmup: int, clock: StepClock, device: str = "cuda") -> dict:
+def measure(combo: dict, steps: int, warmup: int, clock: StepClock, device: str = "cuda",
+            raw_log: str = "") -> dict:
     import torch
 
     from kfp_sagemaker_blackwell.catalog import flags as config
@@ -333,8 +334,9 @@ def measure(combo: dict, steps: int, warmup: int, clock: StepClock, device: str 
               "flops_per_token": spec.flops_per_token(combo["seq_length"], include_lm_head=True)}
     clock.stamps.clear()
     t0 = time.perf_counter()
+    log = io.StringIO()
     try:
-        summary = train.run(cfg, log_out=io.StringIO())
+        summary = train.run(cfg, log_out=log)
         record.update(status="ok", peak_allocated_bytes=int(summary.get("peak_allocated_bytes") or 0),
                       peak_reserved_bytes=int(summary.get("peak_reserved_bytes") or 0),
                       step_s_mean_trainer=summary.get("steady_state_step_s"))
@@ -351,6 +353,10 @@ def measure(combo: dict, steps: int, warmup: int, clock: StepClock, device: str 
     except train.TrainingFailed as exc:
         failed(record, exc)
         del exc
+    finally:
+        if raw_log:  # the trainer's own log of the run, as it printed it
+            with open(raw_log, "a") as f:
+                f.write(f"### {combo['name']}\n{log.getvalue()}")
     return released(record, t0)
 
 
@@ -387,6 +393,7 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--resume", action="append", default=[],
                     help="an earlier results file: its configurations with status ok are kept (not re-run)")
     ap.add_argument("--only", default="", help="comma-separated configuration names (default: all of --split)")
+    ap.add_argument("--raw-log", default="", help="append each run's trainer log to this file")
     ap.add_argument("--dry-run", action="store_true",
                     help="list the configurations, memory estimate and expected seconds; no GPU needed")
     args = ap.parse_args(argv)
@@ -451,7 +458,7 @@ def main(argv: list[str] | None = None) -> int:
         if time.perf_counter() - t_start > args.time_budget:
             print(f"time budget reached after {i} of {len(combos)} configurations", flush=True)
             break
-        rec = measure(combo, args.steps, args.warmup, clock, args.device)
+        rec = measure(combo, args.steps, args.warmup, clock, args.device, args.raw_log)
         doc["results"].append(rec)
         brief = {k: rec.get(k) for k in ("name", "status", "step_s", "tokens_per_s_per_gpu", "mfu", "seconds")}
         print(json.dumps(brief), flush=True)
