@@ -121,3 +121,137 @@ def test_a_failed_run_records_how_it_ended_and_frees_the_gpu(monkeypatch):
     failed(record, Failed)
     assert record["status"] == "error"
     assert released(record, 0.0) is record and freed and record["seconds"] > 0
+
+
+def _grid_families(m) -> dict[str, set]:
+    import json
+
+    doc = json.loads((ROOT / "benchmarks/throughput/h200_grid.json").read_text())
+    acc = _load("benchmarks/throughput/model_accuracy.py")
+    out: dict[str, set] = {}
+    for r in doc["results"]:
+        out.setdefault(r["split"], set()).add(acc.family(r))
+    return out
+
+
+def test_heldout_split_is_outside_every_family_of_the_h200_grid():
+    """Issue 25: at least 26 TE runs, in families h200_grid.json has in neither split, with a
+    bf16 / FP8 pair in every family, unseen widths and depths, seq 1k..16k, batch 1..16."""
+    m = _load("benchmarks/throughput/measure.py")
+    grid = _grid_families(m)
+    assert set(grid) == {"calibration", "validation"}
+    ho = m.configurations("heldout")
+    assert len(ho) >= 26 and all(c["backend"] == "te" and c["split"] == "heldout" for c in ho)
+    fams: dict[tuple, set] = {}
+    for c in ho:
+        fams.setdefault(m.family(c), set()).add(c["precision"])
+    assert not set(fams) & (grid["calibration"] | grid["validation"])
+    assert all("bf16" in p and p - {"bf16"} for p in fams.values())  # speed-up pairs
+    assert {c["precision"] for c in ho} == {"bf16", "fp8", "fp8-current", "fp8-block"}
+    assert sum(c["precision"] in ("fp8-current", "fp8-block") for c in ho) >= 4
+    assert {3072, 5120} <= {m.spec_of(c).hidden_size for c in ho}
+    assert min(c["seq_length"] for c in ho) == 1024 and max(c["seq_length"] for c in ho) == 16384
+    assert min(c["batch_size"] for c in ho) == 1 and max(c["batch_size"] for c in ho) == 16
+    assert {c["activation_checkpointing"] for c in ho} == {True, False}
+    # few tokens per step for the width (FP8's fixed costs dominate): <= 2k tokens at width >= 4096
+    assert any(c["batch_size"] * c["seq_length"] <= 2048 and m.spec_of(c).hidden_size >= 4096
+               and c["precision"] != "bf16" for c in ho)
+
+
+def test_torch_set_is_bf16_on_the_torch_backend_in_its_own_roles():
+    m = _load("benchmarks/throughput/measure.py")
+    grid = _grid_families(m)
+    ts = m.configurations("torch")
+    assert all(c["backend"] == "torch" and c["precision"] == "bf16" for c in ts)
+    cal = [c for c in ts if c["split"] == "calibration-torch"]
+    ho = [c for c in ts if c["split"] == "heldout-torch"]
+    assert len(ho) >= 8 and len(cal) + len(ho) == len(ts)
+    assert {m.family(c) for c in cal} <= grid["calibration"]
+    assert not {m.family(c) for c in ho} & (grid["calibration"] | grid["validation"])
+    assert {m.family(c) for c in ho} <= {m.family(c) for c in m.configurations("heldout")}
+
+
+def test_device_sets_fit_the_h200_and_the_session_budget():
+    """Within 128 GiB predicted, and the expected seconds inside the session's 300 s (TE
+    held-out) and 180 s (torch) slots."""
+    m = _load("benchmarks/throughput/measure.py")
+    for split, budget in (("heldout", 300), ("torch", 180)):
+        combos = m.configurations(split)
+        assert all(m.predicted_peak_bytes(c) < 128 * 2**30 for c in combos)
+        assert sum(m.estimated_seconds(combos, 8)) < budget, split
+
+
+def test_torch_path_runs_on_a_cpu_without_importing_transformer_engine(tmp_path):
+    """The smoke split end to end in a fresh process, with a transformer_engine on the path
+    that leaves a mark when imported: measure.py refuses it (the torch set runs on the GPU
+    while TE is being installed)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    fake = tmp_path / "site" / "transformer_engine"
+    fake.mkdir(parents=True)
+    mark = tmp_path / "imported"
+    (fake / "__init__.py").write_text(f"open({str(mark)!r}, 'w').close()\n__version__ = 'fake'\n")
+    out, raw = tmp_path / "smoke.json", tmp_path / "raw.log"
+    code = ("import sys; from benchmarks.throughput import measure\n"
+            f"rc = measure.main(['--out', {str(out)!r}, '--split', 'smoke', '--device', 'cpu', '--steps', '4',"
+            f" '--raw-log', {str(raw)!r}])\n"
+            "from benchmarks import gpu_record\n"
+            "try:\n    import transformer_engine\nexcept ModuleNotFoundError:\n    print('refused')\n"
+            "sys.exit(rc)\n")
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{tmp_path / 'site'}"}
+    p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "refused" in p.stdout and not mark.exists()
+    doc = json.loads(out.read_text())
+    assert set(doc["schema"]) >= {"split", "step_s", "tokens_per_s_per_gpu"}
+    assert [r["status"] for r in doc["results"]] == ["ok", "ok"]
+    assert all(r["backend"] == "torch" and len(r["step_times_s"]) == 2 for r in doc["results"])
+    assert raw.read_text().count("### smoke-") == 2
+
+
+def test_parts_plan_covers_issue_25_item_1():
+    """parts.py's plan: TE linear at every preset's block and LM-head shape, M 2k..64k, 4
+    recipes; attention by seq 1k..16k over the presets' heads/head sizes; the fixed costs."""
+    parts = _load("benchmarks/throughput/parts.py")
+    gemms = _load("benchmarks/throughput/gemms.py")
+    lin = parts.linear_args(parts.LINEAR_TOKENS, 0.12)
+    items = gemms.todo(lin)
+    assert {r for _, r, _ in items} == set(gemms.RECIPES)
+    assert {m for _, _, m in items} == {2048, 4096, 8192, 16384, 32768, 65536}
+    kn = {(s["in_features"], s["out_features"]) for s, _, _ in items}
+    from kfp_sagemaker_blackwell.catalog import spec as spec_mod
+
+    for p in ("small", "1b", "3b", "8b", "14b", "32b", "64b"):
+        m = spec_mod.preset(p)
+        assert (m.hidden_size, m.hidden_size) in kn and (m.hidden_size, m.vocab_size) in kn
+        assert (m.ffn_hidden_size, m.hidden_size) in kn
+    plan = parts.plan(list(parts.SECTIONS))
+    secs = {s for s, _, _ in plan}
+    assert secs == {"layer", "quantisation", "optimizer", "attention"}
+    att = parts.attention_shapes()
+    assert {(a["heads"], a["kv_heads"], a["head_dim"]) for a in att} >= {(32, 8, 64), (32, 8, 128), (64, 8, 128)}
+    assert sum(s == "attention" for s, _, _ in plan) == len(att) * 5
+    # the whole plan is expected inside the session's 150 s for parts
+    assert 0.4 * len(plan) + gemms.planned_seconds(items, lin) < 150
+
+
+def test_parts_fits_recover_slope_and_intercept():
+    parts = _load("benchmarks/throughput/parts.py")
+    layers = [{"recipe": "fp8", "layers": n, "fwd_bwd_s": 0.002 + 0.0005 * n} for n in (1, 4, 16)]
+    f = parts.layer_fit(layers)["fp8"]
+    assert abs(f["per_layer_s"] - 0.0005) < 1e-12 and abs(f["per_step_s"] - 0.002) < 1e-12
+    q = [{"recipe": "bf16", "elements": e, "fwd_bwd_s": 1e-4} for e in (4, 16, 64)]
+    q += [{"recipe": "fp8-block", "elements": e, "fwd_bwd_s": 1e-4 + 2e-6 * e} for e in (4, 16, 64)]
+    g = parts.quantisation_fit(q)
+    assert set(g) == {"fp8-block"} and abs(g["fp8-block"]["per_element_s"] - 2e-6) < 1e-15
+    assert abs(parts.attention_flops(1, 1024, 32, 128) - 3.5 * 2 * 1024 * 1024 * 32 * 128) < 1
+
+
+def test_gemms_repetitions_cap_long_timings():
+    gemms = _load("benchmarks/throughput/gemms.py")
+    assert gemms.repetitions(0.5, 5, 20, 20) == (1, 3)  # long: 3 timed, 1 warm-up
+    assert gemms.repetitions(1e-4, 5, 20, 20) == (5, 20)
+    assert gemms.repetitions(0.5, 5, 20, 0) == (5, 20)  # no cap: as before
