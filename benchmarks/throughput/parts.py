@@ -117,13 +117,19 @@ def time_attention(shape: dict, seq: int, target_ms: float) -> dict:
             "fwd_bwd_tflops": flops / t / 1e12, "reps": reps}
 
 
-def _autocast(recipe_name: str):
+def _autocast_factory(recipe_name: str):
+    """As the trainer's te_backend.autocast_factory at world size 1: one recipe object for
+    every step (bf16: no autocast)."""
+    import contextlib
+
     import transformer_engine.pytorch as te
 
     from kfp_sagemaker_blackwell.trainer.precision import te_recipe
 
     recipe = te_recipe(recipe_name, 1024) if recipe_name != "bf16" else None
-    return te.autocast(enabled=recipe is not None, recipe=recipe)
+    if recipe is None:
+        return contextlib.nullcontext
+    return lambda: te.autocast(enabled=True, recipe=recipe)
 
 
 def time_layers(recipe_name: str, layers: int) -> dict:
@@ -140,9 +146,10 @@ def time_layers(recipe_name: str, layers: int) -> dict:
     model = te_backend.TECausalLM(cfg, set(), device="cuda").to(torch.bfloat16)
     x = torch.randn(1, LAYER_TOKENS, 256, device="cuda", dtype=torch.bfloat16, requires_grad=True)
     g = torch.randn(1, LAYER_TOKENS, 256, device="cuda", dtype=torch.bfloat16)
+    autocast = _autocast_factory(recipe_name)
 
     def once(i: int) -> None:
-        with _autocast(recipe_name):
+        with autocast():
             y = model(x)
         y.backward(g.view_as(y))
         x.grad = None

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Issue 25's throughput measurements on one lent H200, run from the repository root:
-#   bash benchmarks/throughput/session_h200.sh bg             # torch-backend set, in the background
+#   bash benchmarks/throughput/session_h200.sh bg             # torch-backend set (~80 s), in the background
 #   bash benchmarks/throughput/session_h200.sh bg-wait [SECS] # wait for it (default 200 s), copy to $OUT
-#   bash benchmarks/throughput/session_h200.sh te SECONDS     # parts, then the TE held-out set
+#   bash benchmarks/throughput/session_h200.sh te SECONDS     # parts (~80 s), then the TE held-out set (~185 s)
 # `bg` needs no TransformerEngine (measure.py --split torch refuses to import it), so it can
 # run while TE is still being installed: it copies the tree to /root/bg/tree first (later
 # transfer calls rewrite the working tree), starts measure.py under setsid and returns at
