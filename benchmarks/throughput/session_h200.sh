@@ -41,13 +41,20 @@ bg_start() {
   touch $BG/started
   local cmd="python3 benchmarks/throughput/measure.py ${TORCH_SET_ARGS:---split torch} --out $BG/torch.json --raw-log $BG/torch_raw.log --time-budget $TB"
   echo "+ cd $BG/tree && PYTHONPATH=$BG/tree $cmd > $BG/torch.log 2>&1  # under setsid, in the background"
-  (cd $BG/tree && PYTHONPATH=$BG/tree setsid bash -c "$cmd > $BG/torch.log 2>&1; echo \$? > $BG/rc" \
-    < /dev/null > /dev/null 2>&1 &)
+  local job="$cmd > $BG/torch.log 2>&1; echo \$? > $BG/rc"
+  # a new session (setsid, or python's os.setsid where the tool is missing) outlives the call
+  if command -v setsid > /dev/null; then
+    (cd $BG/tree && PYTHONPATH=$BG/tree setsid bash -c "$job" < /dev/null > /dev/null 2>&1 &)
+  else
+    (cd $BG/tree && PYTHONPATH=$BG/tree python3 -c 'import os, sys; os.setsid(); os.execvp("bash", ["bash", "-c", sys.argv[1]])' \
+      "$job" < /dev/null > /dev/null 2>&1 &)
+  fi
   sleep 2
   echo "bg: started"; head -c 600 $BG/torch.log
 }
 
 bg_wait() {  # $1 = seconds at most
+  [ -f $BG/started ] || { echo "bg: never started on this machine"; return 0; }
   local until=$(( $(date +%s) + $1 ))
   while bg_running && [ "$(date +%s)" -lt "$until" ]; do sleep 2; done
   if bg_running; then echo "bg: still running after $1 s"; else echo "bg: done, rc $(cat $BG/rc 2>/dev/null)"; fi
