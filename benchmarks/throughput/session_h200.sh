@@ -62,14 +62,16 @@ bg_wait() {  # $1 = seconds at most
 }
 
 parts() {  # once per machine: a timed-out run keeps what it wrote
-  if [ -f $S/parts.started ]; then echo "parts: ran already"; cp $S/parts.json "$OUT/h200_parts.json" 2>/dev/null; return 0; fi
+  if [ -f $S/parts.started ]; then
+    echo "parts: ran already"; cp $S/parts.json "$OUT/h200_parts.json"; cp $S/parts.log "$OUT/parts.log"; return 0
+  fi
   local budget=$(( $(left 60) < PB ? $(left 60) : PB ))
   [ "$budget" -gt 30 ] || { echo "parts: not enough time left"; return 0; }
   touch $S/parts.started
   echo "+ python3 benchmarks/throughput/parts.py --out $S/parts.json --out $OUT/h200_parts.json --time-budget $budget"
   timeout $(( budget + 60 )) python3 benchmarks/throughput/parts.py --out $S/parts.json --out "$OUT/h200_parts.json" \
-    --time-budget "$budget" > "$OUT/parts.log" 2>&1
-  echo "parts: rc $? ($(grep -c . "$OUT/parts.log") log lines)"; tail -2 "$OUT/parts.log"
+    --time-budget "$budget" > $S/parts.log 2>&1
+  echo "parts: rc $? ($(grep -c . $S/parts.log) log lines)"; tail -2 $S/parts.log; cp $S/parts.log "$OUT/parts.log"
 }
 
 heldout() {  # the TE held-out set, resumed from this machine's earlier calls
