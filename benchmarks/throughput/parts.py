@@ -133,7 +133,8 @@ def _autocast_factory(recipe_name: str):
 
 
 def time_layers(recipe_name: str, layers: int) -> dict:
-    """A stack of ``layers`` tiny blocks of the trainer's TECausalLM (bf16 weights, no vocab)."""
+    """A stack of ``layers`` tiny blocks of the trainer's TECausalLM (bf16 block weights, no
+    vocabulary), forward + backward under the recipe."""
     import torch
 
     from kfp_sagemaker_blackwell.catalog import flags as config
@@ -143,7 +144,8 @@ def time_layers(recipe_name: str, layers: int) -> dict:
     spec = ModelSpec(layers, 256, 4, 2, 1024, 0)
     cfg = config.make(model=spec, precision=recipe_name, backend="te", batch_size=1,
                       seq_length=LAYER_TOKENS, max_steps=1)
-    model = te_backend.TECausalLM(cfg, set(), device="cuda").to(torch.bfloat16)
+    model = te_backend.TECausalLM(cfg, set(), device="cuda")
+    model.blocks.to(torch.bfloat16)  # FSDP2's bf16 compute copies; the RoPE buffer stays fp32
     x = torch.randn(1, LAYER_TOKENS, 256, device="cuda", dtype=torch.bfloat16, requires_grad=True)
     g = torch.randn(1, LAYER_TOKENS, 256, device="cuda", dtype=torch.bfloat16)
     autocast = _autocast_factory(recipe_name)
