@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch.profiler import record_function
 
 from kfp_sagemaker_blackwell.catalog import flags as config_mod
 from kfp_sagemaker_blackwell.catalog import logformat
@@ -515,9 +516,10 @@ def _step(cfg, plan, world, log, stop, state: _RunState, step: int, params, auto
         for p in params:
             if p.grad is not None:
                 p.grad.mul_(1.0 / state.loss_scale)
-    gnorm = torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip if cfg.grad_clip > 0 else float("inf"))
-    if hasattr(gnorm, "full_tensor"):
-        gnorm = gnorm.full_tensor()
+    with record_function("trainer.clip_grad_norm"):
+        gnorm = torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip if cfg.grad_clip > 0 else float("inf"))
+        if hasattr(gnorm, "full_tensor"):
+            gnorm = gnorm.full_tensor()
     flag[0] = loss_sum / cfg.grad_accum_steps
     flag[1] = 1.0 if (stop.requested or (cfg.stop_after_step and step == cfg.stop_after_step)) else 0.0
     if world.world_size > 1:
@@ -559,7 +561,8 @@ def _forward_backward(cfg, plan, world, state: _RunState, step: int, autocast) -
         kwargs = {"is_first_microbatch": micro == 0} if cfg.fp8_weight_cache else {}
         with autocast():
             out = model(inputs, **kwargs)
-        loss = loss_mod.lm_loss(out, targets, cfg.loss_kernel)
+        with record_function("trainer.loss"):  # named for benchmarks/trainer/profile_step.py
+            loss = loss_mod.lm_loss(out, targets, cfg.loss_kernel)
         loss_sum += loss.detach()
         ((loss / cfg.grad_accum_steps) * state.loss_scale).backward()
         del out, loss
