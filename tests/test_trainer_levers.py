@@ -11,13 +11,14 @@ from kfp_sagemaker_blackwell.catalog import flags as config
 from kfp_sagemaker_blackwell.catalog import logformat
 from kfp_sagemaker_blackwell.trainer import parallel, te_backend, train
 
-NO_OUTPUTS = dict(checkpoint_dir="", output_data_dir="", model_dir="")
+NO_OUTPUTS = dict(output_data_dir="", model_dir="")
 
 
 def _run(**kw):
     out = io.StringIO()
     kw.setdefault("seq_length", 32)
     kw.setdefault("max_steps", 3)
+    kw.setdefault("checkpoint_dir", "")
     summary = train.run(config.make("tiny", log_every=1, **NO_OUTPUTS, **kw), log_out=out)
     lines = out.getvalue().splitlines()
     steps = [(r.loss, r.grad_norm) for r in map(logformat.parse_step, lines) if r is not None]
@@ -58,7 +59,7 @@ def test_unsupported_lever_combinations_are_refused_with_the_fix(kw, field):
                                 dict(cuda_graphs=True, single_gpu_fsdp=False)])
 def test_te_only_levers_are_refused_on_the_torch_backend_before_any_work(kw):
     with pytest.raises(config.ConfigError) as err:
-        train.run(config.make("tiny", backend="torch", device="cpu", **NO_OUTPUTS, **kw))
+        train.run(config.make("tiny", backend="torch", device="cpu", checkpoint_dir="", **NO_OUTPUTS, **kw))
     assert "backend=te" in str(err.value) and "Fix:" in str(err.value)
 
 
@@ -103,3 +104,12 @@ def test_the_unsharded_compute_autocast_gives_the_residual_stream_the_compute_dt
     with torch.autocast("cpu", dtype=torch.bfloat16):
         assert parallel.cast_to_compute(h).dtype == torch.bfloat16
         assert parallel.cast_to_compute(torch.arange(3)).dtype == torch.int64
+
+
+def test_the_unsharded_path_checkpoints_and_resumes_either_way(tmp_path):
+    full, _, _ = _run(max_steps=5)
+    for name, first, second in (("plain", False, False), ("from-fsdp2", True, False)):
+        ck = str(tmp_path / name)
+        _run(max_steps=5, checkpoint_dir=ck, stop_after_step=2, single_gpu_fsdp=first)
+        resumed, _, _ = _run(max_steps=5, checkpoint_dir=ck, single_gpu_fsdp=second)
+        assert resumed["resumed_from_step"] == 2 and resumed["final_loss"] == full["final_loss"], name
