@@ -19,6 +19,15 @@ Both are carried to the GPU machine in the git-ignored ``.baselines/`` (not comm
 not ours). The trainer runs through ``levers.py`` so that a lever (a setting it has in code but
 not as a flag) can be measured before it becomes an option.
 
+The ``levers2`` and ``levers2-best`` stages (issue 26, second round) measure the trainer's lever
+flags in one call: fsdp.py and the base trainer at b8-noac (bf16, fp8), each lever alone
+(``--no-single-gpu-fsdp``, ``--cuda-graphs`` on top of it, ``--late-sync``), the 1b preset
+(batch 4, seq 4096) base and graphed, then the levers that won by more than 1% together, the FP8
+weight cache at 2 micro-batches and b16-ac while time remains (12 iterations, 4 left out; ids
+``L2/...``; ``--dry-run`` prints each run's expected seconds):
+
+    python3 benchmarks/trainer/like_for_like.py --time-budget 560 --stages levers2,levers2-best
+
 Results are merged into ``--state`` after every run (a later call resumes and skips what is done)
 and copied to ``--out``; the filtered output of every run is appended to ``--raw-log``.
 ``--table RESULTS.json`` prints the Markdown tables (like for like, stalls) from a results file.

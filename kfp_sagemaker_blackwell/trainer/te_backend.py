@@ -181,7 +181,12 @@ def graph_blocks(model: TECausalLM, cfg: TrainConfig, world: parallel.World, pla
         graphed = te.make_graphed_callables(
             tuple(model.blocks), sample, sample_kwargs=tuple(dict(kwargs) for _ in range(n)),
             enabled=enabled, recipe=recipe if any(enabled) else None,
-            cache_quantized_params=bool(cfg.fp8_weight_cache and any(enabled)))
+            cache_quantized_params=bool(cfg.fp8_weight_cache and any(enabled)),
+            # One micro-batch per step: the optimizer consumes each .grad (and zero_grad drops
+            # it) before the next replay rewrites the graph's gradient buffer, so .grad may
+            # alias it (no copy of every gradient per step). Accumulating micro-batches would
+            # see the buffer rewritten under the first .grad: there TE clones.
+            clone_param_grads_on_return=cfg.grad_accum_steps > 1)
     model.graphed = list(graphed)
 
 
