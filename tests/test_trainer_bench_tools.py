@@ -68,7 +68,7 @@ def test_the_profile_table_shows_both_sides_and_the_difference(tools):
 def test_levers2_trainer_runs_use_flags_the_trainer_accepts(tools):
     lfl, _ = tools
     runs = [r for r in lfl.levers2({}) + lfl.levers2_best({}) if r.kind == "trainer"]
-    assert {"--cuda-graphs", "--late-sync", "--fp8-weight-cache", "--no-single-gpu-fsdp"} <= {
+    assert {"--cuda-graphs", "--late-sync", "--fp8-weight-cache", "--no-single-gpu-fsdp", "32"} <= {
         f for r in runs for f in r.flags}
     for run in runs:
         cmd = run.command()
@@ -82,7 +82,8 @@ def test_levers2_keeps_only_levers_faster_by_more_than_one_percent(tools):
     lfl, _ = tools
     base = "L2/b8-noac/trainer-te/fp8"
     results = {base: {"median_s": 1.0}, f"{base}+unsharded": {"median_s": 0.985},
-               f"{base}+graphs": {"median_s": 0.995}, f"{base}+late-sync": {"median_s": 0.98}}
+               f"{base}+graphs": {"median_s": 0.995}, f"{base}+late-sync": {"median_s": 0.98},
+               f"{base}+amax32": {"median_s": 0.992}}
     assert lfl.l2_winners(results) == ["unsharded", "late-sync"]
     ids = [r.id for r in lfl.levers2_best(results)]
     assert ids[:2] == [f"{base}+unsharded+late-sync", "L2/b8-noac/trainer-te/bf16+unsharded+late-sync"]
@@ -97,4 +98,4 @@ def test_the_dry_run_prints_each_run_with_its_expected_seconds(tmp_path):
                           "levers2", "--state", str(tmp_path / "none.json")],
                          capture_output=True, text=True, timeout=60, check=True).stdout.splitlines()
     assert out[0].startswith("L2/b8-noac/fsdp.py/bf16 expect=41s total=41s ")
-    assert len(out) == 12 and " total=457s " in out[-1]
+    assert len(out) == 13 and " total=495s " in out[-1]

@@ -21,7 +21,8 @@ not as a flag) can be measured before it becomes an option.
 
 The ``levers2`` and ``levers2-best`` stages (issue 26, second round) measure the trainer's lever
 flags in one call: fsdp.py and the base trainer at b8-noac (bf16, fp8), each lever alone
-(``--no-single-gpu-fsdp``, ``--cuda-graphs`` on top of it, ``--late-sync``), the 1b preset
+(``--no-single-gpu-fsdp``, ``--cuda-graphs`` on top of it, fsdp.py's 32-long amax history,
+``--late-sync``), the 1b preset
 (batch 4, seq 4096) base and graphed, then the levers that won by more than 1% together, the FP8
 weight cache at 2 micro-batches and b16-ac while time remains (12 iterations, 4 left out; ids
 ``L2/...``; ``--dry-run`` prints each run's expected seconds):
@@ -150,6 +151,8 @@ L2_ITERS, L2_WARMUP = 12, 4
 L2_LEVERS = {
     "unsharded": ["--no-single-gpu-fsdp"],
     "graphs": ["--no-single-gpu-fsdp", "--cuda-graphs"],  # the graphs need the unsharded model
+    # fsdp.py's DelayedScaling keeps 32 amaxes, the trainer's default 1024 (TE's): like for like
+    "amax32": ["--fp8-amax-history-len", "32"],
     "late-sync": ["--late-sync"],
 }
 L2_WIN = 1.01  # a lever wins when the base's median is more than 1% slower than its own
@@ -184,12 +187,14 @@ def levers2(results: dict) -> list[Run]:
         _l2("b8-noac/trainer-te/bf16", "trainer", 8, False, "bf16", 46),
         _l2("b8-noac/trainer-te/fp8", "trainer", 8, False, "fp8", 38),
         *(_l2(f"b8-noac/trainer-te/fp8+{name}", "trainer", 8, False, "fp8", 46 if name == "graphs" else 38,
-              flags) for name, flags in L2_LEVERS.items()),
+              flags) for name, flags in L2_LEVERS.items() if name != "late-sync"),
         _l2("1b-b4/trainer-te/fp8", "trainer", 4, False, "fp8", 31, **b1),
         _l2("1b-b4/trainer-te/fp8+graphs", "trainer", 4, False, "fp8", 38, L2_LEVERS["graphs"], **b1),
         _l2("1b-b4/trainer-te/bf16", "trainer", 4, False, "bf16", 29, **b1),
         _l2("1b-b4/trainer-te/bf16+graphs", "trainer", 4, False, "bf16", 36, L2_LEVERS["graphs"], **b1),
         _l2("b8-noac/trainer-te/bf16+unsharded", "trainer", 8, False, "bf16", 46, L2_LEVERS["unsharded"]),
+        # last: a GPU-bound step hides a host read before the update (the first cut if time is short)
+        _l2("b8-noac/trainer-te/fp8+late-sync", "trainer", 8, False, "fp8", 38, L2_LEVERS["late-sync"]),
     ]
     return runs
 
