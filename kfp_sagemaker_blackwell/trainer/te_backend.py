@@ -16,6 +16,7 @@ consistent across the recomputation).
 from __future__ import annotations
 
 import contextlib
+import inspect
 from typing import Any
 
 import torch
@@ -177,16 +178,18 @@ def graph_blocks(model: TECausalLM, cfg: TrainConfig, world: parallel.World, pla
     freqs = model._rope(cfg.seq_length, world.device)
     kwargs = block_kwargs(freqs, None)  # is_first_microbatch is a call-time flag, not captured
     enabled = tuple(recipe is not None and i not in model.hp_blocks for i in range(n))
+    extra: dict[str, Any] = {}
+    if "clone_param_grads_on_return" in inspect.signature(te.make_graphed_callables).parameters:
+        # One micro-batch per step: the optimizer consumes each .grad (and zero_grad drops
+        # it) before the next replay rewrites the graph's gradient buffer, so .grad may
+        # alias it (no copy of every gradient per step). Accumulating micro-batches would
+        # see the buffer rewritten under the first .grad: there TE clones (TE >= 2.20).
+        extra["clone_param_grads_on_return"] = cfg.grad_accum_steps > 1
     with parallel.compute_autocast(world, plan.param_dtype, sharded=False)():
         graphed = te.make_graphed_callables(
             tuple(model.blocks), sample, sample_kwargs=tuple(dict(kwargs) for _ in range(n)),
             enabled=enabled, recipe=recipe if any(enabled) else None,
-            cache_quantized_params=bool(cfg.fp8_weight_cache and any(enabled)),
-            # One micro-batch per step: the optimizer consumes each .grad (and zero_grad drops
-            # it) before the next replay rewrites the graph's gradient buffer, so .grad may
-            # alias it (no copy of every gradient per step). Accumulating micro-batches would
-            # see the buffer rewritten under the first .grad: there TE clones.
-            clone_param_grads_on_return=cfg.grad_accum_steps > 1)
+            cache_quantized_params=bool(cfg.fp8_weight_cache and any(enabled)), **extra)
     model.graphed = list(graphed)
 
 
