@@ -99,3 +99,10 @@ def test_the_dry_run_prints_each_run_with_its_expected_seconds(tmp_path):
                          capture_output=True, text=True, timeout=60, check=True).stdout.splitlines()
     assert out[0].startswith("L2/b8-noac/fsdp.py/bf16 expect=41s total=41s ")
     assert len(out) == 13 and " total=495s " in out[-1]
+
+
+def test_the_profile_dry_run_lists_both_sides_per_precision_with_traces():
+    out = subprocess.run([sys.executable, str(BENCH / "profile_step.py"), "--dry-run"],
+                         capture_output=True, text=True, timeout=60, check=True).stdout.splitlines()
+    assert [line.split()[0] for line in out] == ["fsdp.py/bf16", "trainer/bf16", "fsdp.py/fp8", "trainer/fp8"]
+    assert " total=183s " in out[-1] and all("--profile-iters 5:9 --profile-trace /tmp/" in x for x in out)

@@ -187,12 +187,18 @@ def _fmt(x: float | None) -> str:
     return "n/a" if x is None else f"{x:.2f}" if x >= 1 or x == 0 else f"{x:.3f}"
 
 
+# Wall seconds per run at --iters 4, from raw/issue26_like_for_like_h200.json (start-up and
+# 9 iterations) plus ~10 s to write and read the trace.
+EXPECT_S = {("fsdp", "bf16"): 47, ("fsdp", "fp8"): 37, ("trainer", "bf16"): 53, ("trainer", "fp8"): 46}
+
+
 def runs(iters: int, precisions: list[str], trainer_flags: list[str]) -> list[lfl.Run]:
     out = []
     for prec in precisions:
         for kind, side in (("fsdp", "fsdp.py"), ("trainer", "trainer")):
             run = lfl.Run(f"{side}/{prec}", kind, 8, False, prec, "te", iters=lfl.WARMUP + iters + 1,
-                          flags=list(trainer_flags) if kind == "trainer" else [], timeout=150)
+                          flags=list(trainer_flags) if kind == "trainer" else [], timeout=150,
+                          expect_s=EXPECT_S.get((kind, prec), 50) + 1.2 * max(0, iters - 4))
             run.profile_window = (lfl.WARMUP + 1, lfl.WARMUP + 1 + iters)
             run.trace = f"/tmp/profile_step_{side.replace('.', '_')}_{prec}.json"
             out.append(run)
@@ -218,8 +224,10 @@ def main() -> int:
         return 0
     todo = runs(a.iters, a.precisions.split(","), shlex.split(a.trainer_flags))
     if a.dry_run:
+        total = 0.0
         for run in todo:
-            print(run.id, shlex.join(run.command()))
+            total += run.expect_s
+            print(run.id, f"expect={run.expect_s:.0f}s total={total:.0f}s", shlex.join(run.command()))
         return 0
     if a.time_budget <= 0:
         p.error("--time-budget SECONDS is required (or --dry-run / --analyse)")
@@ -229,7 +237,7 @@ def main() -> int:
     out_dir.mkdir(parents=True, exist_ok=True)
     for run in todo:
         left = end - time.time()
-        if left < 45:
+        if left < run.expect_s:
             print(f"[profile] {run.id}: skipped, {left:.0f} s left", flush=True)
             continue
         t0 = time.time()
