@@ -242,6 +242,10 @@ def levers2_table(results: dict) -> str:
         r1 = f"{tps / ref:.3f}" if tps and ref and side != "fsdp.py" else ""
         r2 = f"{tps / base:.3f}" if tps and base and "+" in rest else ""
         out.append(f"| {rid[3:]} | {_tps(rec)} rc={rec.get('rc')} | {r1} | {r2} |")
+    for tag in ("", "+graphs"):  # the 1b bar: fp8 >= 1.20x its bf16
+        fp8, bf16 = (results.get(f"L2/1b-b4/trainer-te/{p}{tag}", {}).get("tokens_per_s") for p in ("fp8", "bf16"))
+        if fp8 and bf16:
+            out.append(f"\n1b-b4 fp8{tag} / bf16{tag}: **{fp8 / bf16:.3f}** (goal 1.20)")
     return "\n".join(out)
 
 
