@@ -19,6 +19,16 @@ Both are carried to the GPU machine in the git-ignored ``.baselines/`` (not comm
 not ours). The trainer runs through ``levers.py`` so that a lever (a setting it has in code but
 not as a flag) can be measured before it becomes an option.
 
+The ``levers2`` and ``levers2-best`` stages (issue 26, second round) measure the trainer's lever
+flags in one call: fsdp.py and the base trainer at b8-noac (bf16, fp8), each lever alone
+(``--no-single-gpu-fsdp``, ``--cuda-graphs`` on top of it, fsdp.py's 32-long amax history,
+``--late-sync``), the 1b preset
+(batch 4, seq 4096) base and graphed, then the levers that won by more than 1% together, the FP8
+weight cache at 2 micro-batches and b16-ac while time remains (12 iterations, 4 left out; ids
+``L2/...``; ``--dry-run`` prints each run's expected seconds):
+
+    python3 benchmarks/trainer/like_for_like.py --time-budget 560 --stages levers2,levers2-best
+
 Results are merged into ``--state`` after every run (a later call resumes and skips what is done)
 and copied to ``--out``; the filtered output of every run is appended to ``--raw-log``.
 ``--table RESULTS.json`` prints the Markdown tables (like for like, stalls) from a results file.
@@ -65,16 +75,23 @@ class Run:
     timeout: int = 150
     iters: int = ITERS
     warmup: int = WARMUP
+    accum: int = 1  # the trainer's --grad-accum-steps (micro-batches per iteration)
+    trace: str = ""  # steady_timer --profile-trace: the profiled window's Chrome trace
+    profile_window: tuple[int, int] | None = None  # steady_timer --profile-iters A:B (default: 4 after warm-up)
+    expect_s: float = 0.0  # the wall seconds it is expected to take (from the last H200 round)
 
     def tokens(self) -> int:
-        return self.batch * self.seq
+        return self.batch * self.seq * self.accum
 
     def command(self) -> list[str]:
         timer = [sys.executable, str(TIMER), "--warmup", str(self.warmup), "--tokens-per-iter", str(self.tokens())]
         if self.preset == "te-fsdp-example":
             timer += ["--flops-per-token", str(FLOPS_TE_SHAPE), "--peak-tflops", "989"]
-        if self.profile:
-            timer += ["--profile-iters", f"{self.warmup + 1}:{self.warmup + 5}"]
+        if self.profile or self.profile_window:
+            lo, hi = self.profile_window or (self.warmup + 1, self.warmup + 5)
+            timer += ["--profile-iters", f"{lo}:{hi}"]
+        if self.trace:
+            timer += ["--profile-trace", self.trace]
         torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "1"]
         if self.kind == "fsdp":
             prec = ["--dtype", "bf16", "--no-fp8"] if self.precision == "bf16" else ["--precision", self.precision]
@@ -90,7 +107,8 @@ class Run:
                 "--model-preset", self.preset, "--seq-length", str(self.seq), "--batch-size", str(self.batch), ac,
                 "--precision", self.precision, "--backend", self.backend, "--max-steps", str(self.iters),
                 "--timing-warmup-steps", str(self.warmup), "--log-every", "1", "--checkpoint-dir", "",
-                "--model-dir", "", "--output-data-dir", "", "--output-dir", "/tmp/lfl_out", *self.flags]
+                "--model-dir", "", "--output-data-dir", "", "--output-dir", "/tmp/lfl_out",
+                *(["--grad-accum-steps", str(self.accum)] if self.accum > 1 else []), *self.flags]
 
 
 def te_shape(batch: int, ac: bool) -> str:
@@ -125,6 +143,110 @@ def best_levers(results: dict) -> str:
     if base and best_s and best_s > base / 1.01:
         return ""
     return best
+
+
+# Issue 26's second round of levers, now trainer flags: each alone against the base trainer and
+# fsdp.py in one call (12 iterations, the first 4 left out), the winners together after.
+L2_ITERS, L2_WARMUP = 12, 4
+L2_LEVERS = {
+    "unsharded": ["--no-single-gpu-fsdp"],
+    "graphs": ["--no-single-gpu-fsdp", "--cuda-graphs"],  # the graphs need the unsharded model
+    # fsdp.py's DelayedScaling keeps 32 amaxes, the trainer's default 1024 (TE's): like for like
+    "amax32": ["--fp8-amax-history-len", "32"],
+    "late-sync": ["--late-sync"],
+}
+L2_WIN = 1.01  # a lever wins when the base's median is more than 1% slower than its own
+
+
+def _l2(rid: str, kind: str, batch: int, ac: bool, prec: str, expect: float, flags=(), **kw) -> Run:
+    kw.setdefault("timeout", 240 if ac else 150)
+    return Run(f"L2/{rid}", kind, batch, ac, prec, "te", flags=list(flags), iters=L2_ITERS,
+               warmup=L2_WARMUP, expect_s=expect, **kw)
+
+
+def l2_winners(results: dict, base: str = "L2/b8-noac/trainer-te/fp8") -> list[str]:
+    """The levers whose fp8 batch-8 median beat the base trainer's by more than 1% (same call)."""
+    ref = results.get(base, {}).get("median_s")
+    return [name for name in L2_LEVERS
+            if ref and (m := results.get(f"{base}+{name}", {}).get("median_s")) and ref / m > L2_WIN]
+
+
+def l2_flags(names: list[str]) -> list[str]:
+    return list(dict.fromkeys(f for n in names for f in L2_LEVERS[n]))
+
+
+def levers2(results: dict) -> list[Run]:
+    """fsdp.py and the base trainer at b8-noac, bf16 and fp8; each lever alone on fp8 (and the
+    unsharded path on bf16); the 1b preset (batch 4, seq 4096) bf16 and fp8, base and graphed.
+    ``expect`` is each run's wall seconds, from raw/issue26_like_for_like_h200.json (its wall
+    less the iterations this stage does not run; + ~8 s for a graph capture)."""
+    b1 = dict(preset="1b", seq=4096)
+    runs = [
+        _l2("b8-noac/fsdp.py/bf16", "fsdp", 8, False, "bf16", 41),
+        _l2("b8-noac/fsdp.py/fp8", "fsdp", 8, False, "fp8", 30),
+        _l2("b8-noac/trainer-te/bf16", "trainer", 8, False, "bf16", 46),
+        _l2("b8-noac/trainer-te/fp8", "trainer", 8, False, "fp8", 38),
+        *(_l2(f"b8-noac/trainer-te/fp8+{name}", "trainer", 8, False, "fp8", 46 if name == "graphs" else 38,
+              flags) for name, flags in L2_LEVERS.items() if name != "late-sync"),
+        _l2("1b-b4/trainer-te/fp8", "trainer", 4, False, "fp8", 31, **b1),
+        _l2("1b-b4/trainer-te/fp8+graphs", "trainer", 4, False, "fp8", 38, L2_LEVERS["graphs"], **b1),
+        _l2("1b-b4/trainer-te/bf16", "trainer", 4, False, "bf16", 29, **b1),
+        _l2("1b-b4/trainer-te/bf16+graphs", "trainer", 4, False, "bf16", 36, L2_LEVERS["graphs"], **b1),
+        _l2("b8-noac/trainer-te/bf16+unsharded", "trainer", 8, False, "bf16", 46, L2_LEVERS["unsharded"]),
+        # last: a GPU-bound step hides a host read before the update (the first cut if time is short)
+        _l2("b8-noac/trainer-te/fp8+late-sync", "trainer", 8, False, "fp8", 38, L2_LEVERS["late-sync"]),
+    ]
+    return runs
+
+
+def levers2_best(results: dict) -> list[Run]:
+    """After ``levers2``: the winning levers together (bf16 and fp8, batch 8; skipped where the
+    set is one lever already measured alone), the FP8 weight cache at 2 micro-batches, then the
+    b16-ac configuration (fsdp.py, base trainer, winners) as long as time remains."""
+    won = l2_winners(results)
+    tag, flags = "+".join(won), l2_flags(won)
+    runs = []
+    if won:
+        if len(won) > 1:
+            runs.append(_l2(f"b8-noac/trainer-te/fp8+{tag}", "trainer", 8, False, "fp8", 46, flags))
+        if won != ["unsharded"]:
+            runs.append(_l2(f"b8-noac/trainer-te/bf16+{tag}", "trainer", 8, False, "bf16", 50, flags))
+    runs += [
+        _l2("b4x2-noac/trainer-te/fp8", "trainer", 4, False, "fp8", 38, accum=2),
+        _l2("b4x2-noac/trainer-te/fp8+weight-cache", "trainer", 4, False, "fp8", 38, ["--fp8-weight-cache"],
+            accum=2),
+        _l2("b16-ac/fsdp.py/bf16", "fsdp", 16, True, "bf16", 57),
+        _l2("b16-ac/fsdp.py/fp8", "fsdp", 16, True, "fp8", 45),
+        _l2("b16-ac/trainer-te/bf16", "trainer", 16, True, "bf16", 62),
+        _l2("b16-ac/trainer-te/fp8", "trainer", 16, True, "fp8", 55),
+    ]
+    ac_flags = [f for f in flags if f != "--cuda-graphs"]  # graphs refuse checkpointing
+    if ac_flags:
+        runs += [_l2(f"b16-ac/trainer-te/{p}+{'+'.join(n for n in won if n != 'graphs') or 'unsharded'}",
+                     "trainer", 16, True, p, 62, ac_flags) for p in ("fp8", "bf16")]
+    return runs
+
+
+def levers2_table(results: dict) -> str:
+    """The ``L2/`` runs: median tokens/s (spread), against fsdp.py of the same configuration and
+    precision and against the base trainer."""
+    out = ["| run | median tokens/s (spread) | / fsdp.py | / base trainer |", "|---|---|---|---|"]
+    for rid, rec in results.items():
+        if not rid.startswith("L2/"):
+            continue
+        shape, side, rest = rid[3:].split("/", 2)
+        prec = rest.split("+")[0]
+        ref = results.get(f"L2/{shape}/fsdp.py/{prec}", {}).get("tokens_per_s")
+        base = results.get(f"L2/{shape}/trainer-te/{prec}", {}).get("tokens_per_s")
+        tps = rec.get("tokens_per_s")
+        r1 = f"{tps / ref:.3f}" if tps and ref and side != "fsdp.py" else ""
+        r2 = f"{tps / base:.3f}" if tps and base and "+" in rest else ""
+        out.append(f"| {rid[3:]} | {_tps(rec)} rc={rec.get('rc')} | {r1} | {r2} |")
+    for tag in ("", "+graphs"):  # the issue's 1b bar: fp8 >= 1.20x its bf16
+        fp8, bf16 = (results.get(f"L2/1b-b4/trainer-te/{p}{tag}", {}).get("tokens_per_s") for p in ("fp8", "bf16"))
+        if fp8 and bf16:
+            out.append(f"\n1b-b4 fp8{tag} / bf16{tag}: **{fp8 / bf16:.3f}** (goal 1.20)")
+    return "\n".join(out)
 
 
 def stages(results: dict) -> dict[str, list[Run]]:
@@ -171,6 +293,8 @@ def stages(results: dict) -> dict[str, list[Run]]:
         "repeat": [Run(r.id + "#2", r.kind, r.batch, r.ac, r.precision, r.backend, timeout=r.timeout)
                    for r in table(8, False)],
         "stall": stall_runs(),
+        "levers2": levers2(results),
+        "levers2-best": levers2_best(results),
     }
 
 
@@ -291,6 +415,13 @@ def tables(results: dict) -> str:
     return "\n".join(out)
 
 
+def run_env(run: Run) -> dict[str, str]:
+    """The environment a run's process gets: this one's, the run's own, this checkout first on
+    the path, unbuffered output, NVLink multicast off (the lent machines' rule)."""
+    return {**os.environ, **run.env, "PYTHONUNBUFFERED": "1", "NCCL_NVLS_ENABLE": "0",
+            "PYTHONPATH": os.pathsep.join(filter(None, [os.getcwd(), os.environ.get("PYTHONPATH")]))}
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--time-budget", type=float, default=0.0, help="seconds this call may spend")
@@ -303,13 +434,15 @@ def main() -> int:
     p.add_argument("--dry-run", action="store_true", help="print the commands only")
     a = p.parse_args()
     if a.table:
-        print(tables(json.loads(Path(a.table).read_text())))
+        loaded = json.loads(Path(a.table).read_text())
+        print(tables(loaded) + "\n\n" + levers2_table(loaded))
         return 0
-    if a.time_budget <= 0:
+    if a.time_budget <= 0 and not a.dry_run:
         p.error("--time-budget SECONDS is required (or --table RESULTS_JSON)")
     end = time.time() + a.time_budget
     state = Path(a.state)
     results: dict = json.loads(state.read_text()) if state.exists() else {}
+    planned = 0.0
     for stage in a.stages.split(","):
         runs = stages(results).get(stage)
         if runs is None:
@@ -321,17 +454,17 @@ def main() -> int:
                 continue
             cmd = run.command()
             if a.dry_run:
-                print(run.id, " ".join(shlex.quote(c) for c in cmd), run.env or "")
+                planned += run.expect_s
+                expect = f"expect={run.expect_s:.0f}s total={planned:.0f}s " if run.expect_s else ""
+                print(run.id, expect + " ".join(shlex.quote(c) for c in cmd), run.env or "")
                 continue
             left = end - time.time()
-            if left < min(run.timeout, 45):
+            if left < (run.expect_s or min(run.timeout, 45)):  # a run cut short measures nothing
                 print(f"[lfl] {run.id}: skipped, {left:.0f} s left", flush=True)
                 continue
             t0 = time.time()
-            env = {**os.environ, **run.env, "PYTHONUNBUFFERED": "1", "NCCL_NVLS_ENABLE": "0",
-                   "PYTHONPATH": os.pathsep.join(filter(None, [os.getcwd(), os.environ.get("PYTHONPATH")]))}
             try:
-                proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=min(run.timeout, left))
+                proc = subprocess.run(cmd, env=run_env(run), capture_output=True, text=True, timeout=min(run.timeout, left))
                 out, rc = proc.stdout + proc.stderr, proc.returncode
             except subprocess.TimeoutExpired as exc:
                 out = (exc.stdout or b"").decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")

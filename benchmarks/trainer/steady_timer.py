@@ -48,6 +48,8 @@ def main() -> None:
     p.add_argument("--profile-iters", default="", metavar="A:B",
                    help="profile iterations A+1..B (e.g. 3:6) and print a kernel-time breakdown")
     p.add_argument("--profile-out", default="", help="also write the breakdown JSON here")
+    p.add_argument("--profile-trace", default="", help="also write the profiled window's Chrome trace here "
+                   "(benchmarks/trainer/profile_step.py reads it)")
     p.add_argument("-m", dest="module", default="", help="run this module (like python -m) instead of a script")
     p.add_argument("script", nargs="?", default="", help="the training script, then its arguments after --")
     p.add_argument("args", nargs=argparse.REMAINDER)
@@ -70,6 +72,10 @@ def main() -> None:
             prof[0].stop()
             wall = stamps[window[1] - 1] - stamps[window[0] - 1]
             summary = breakdown(prof[0], wall, window[1] - window[0])
+            if a.profile_trace and os.environ.get("RANK", "0") == "0":
+                prof[0].export_chrome_trace(a.profile_trace)
+                print(f"steady_trace path={a.profile_trace} wall_s={wall:.6f} iters={window[1] - window[0]}",
+                      flush=True)
             summary["script"] = a.module or os.path.basename(a.script)
             if os.environ.get("RANK", "0") == "0":
                 print("steady_profile " + json.dumps(summary), flush=True)
@@ -144,7 +150,7 @@ def _window(text: str) -> tuple[int, int] | None:
 def _start_profiler():
     from torch.profiler import ProfilerActivity, profile
 
-    prof = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])
+    prof = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], record_shapes=False)
     prof.start()
     return prof
 

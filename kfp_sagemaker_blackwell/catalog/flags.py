@@ -149,6 +149,23 @@ class TrainConfig:
         "compiled", "the cross-entropy: compiled (torch.compile on a GPU: no fp32 copy of the "
         "logits, 8-12% faster and ~9 bytes less per logit at vocabulary 128k on an H200) or "
         "eager (F.cross_entropy on an fp32 copy); on a CPU both run eager", choices=LOSS_KERNELS)
+    # Speed levers (issue 26), off until measured like for like on an H200.
+    single_gpu_fsdp: bool = option(
+        True, "one GPU (world size 1): wrap the model in FSDP2 as on many (false: a plain module "
+        "with the same numerics, fp32 weights and gradients and bf16 compute under torch.autocast, "
+        "without FSDP2's per-layer copy-in/out and reduce copies; more GPUs always use FSDP2)")
+    fp8_weight_cache: bool = option(
+        False, "TE backend, FP8/FP4 with grad-accum-steps > 1: quantise each weight once per "
+        "optimizer step, on the first micro-batch (TE's is_first_microbatch), not once per micro-batch")
+    cuda_graphs: bool = option(
+        False, "TE backend on one GPU with --no-single-gpu-fsdp and no activation checkpointing: "
+        "capture each block's forward and backward as CUDA graphs (te.make_graphed_callables), "
+        "for steps bound by kernel launches")
+    late_sync: bool = option(
+        False, "read the step's loss and gradient norm on the host after the optimizer step, not "
+        "before it (the GPU does not wait for the host between backward and the update; a "
+        "non-finite loss still fails the run at that step); not with fp16, which skips the update "
+        "on non-finite gradients")
     # Beyond 2**32 even a loss of 1e-5 overflows fp16's 65504 at once.
     loss_scale: float = option(2.0**16, "fp16: initial dynamic loss scale", valid="(0, 4294967296]")
     gc_every: int = option(
@@ -220,6 +237,20 @@ class TrainConfig:
                 "the loss diverged within 4 steps, so it is refused; set "
                 "TRAINER_EXPERIMENTAL_QUANTIZED_INIT=1 to run it anyway, or leave it off"
             )
+        if self.fp8_weight_cache and self.precision not in LOW_PRECISIONS:
+            raise ConfigError(f"fp8-weight-cache: caches FP8/FP4 weights; precision={self.precision} has "
+                              "none", "fp8-weight-cache", "leave it off, or use an FP8/FP4 precision")
+        if self.cuda_graphs and self.single_gpu_fsdp:
+            raise ConfigError("cuda-graphs: the graphs cannot capture FSDP2's per-layer all-gathers",
+                              "cuda-graphs", "add --no-single-gpu-fsdp (one GPU), or leave it off")
+        if self.cuda_graphs and self.activation_checkpointing:
+            raise ConfigError("cuda-graphs: not with activation checkpointing (the graphs capture "
+                              "each block's forward and backward as they are)", "cuda-graphs",
+                              "add --no-activation-checkpointing, or leave cuda-graphs off")
+        if self.late_sync and self.precision == "fp16":
+            raise ConfigError("late-sync: fp16 must read the gradient norm before the update (it "
+                              "skips the update on non-finite gradients)", "late-sync",
+                              "leave it off with fp16")
         return self
 
     def to_dict(self) -> dict[str, Any]:

@@ -19,7 +19,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from kfp_sagemaker_blackwell.catalog.spec import ModelSpec
-from kfp_sagemaker_blackwell.trainer import emulation
+from kfp_sagemaker_blackwell.trainer import emulation, parallel
 
 
 def root_output(t: torch.Tensor) -> torch.Tensor:
@@ -169,7 +169,7 @@ class CausalLM(nn.Module):
     def forward(self, inputs: torch.Tensor) -> torch.Tensor:
         """Token ids (batch, seq) -> logits, or hidden states -> hidden states when vocab_size=0."""
         if self.spec.vocab_size:
-            h = self.tok_embeddings(inputs)
+            h = parallel.cast_to_compute(self.tok_embeddings(inputs))
             if self.embed_round is not None and h.dtype == torch.float32:
                 h = emulation.round_to(h, self.embed_round)
         else:
@@ -204,6 +204,7 @@ def _mix(*values: object) -> int:
     return int.from_bytes(digest[:8], "little") & (2**63 - 1)
 
 
+@torch.no_grad()
 @torch.no_grad()
 def init_weights(model: nn.Module, spec: ModelSpec, seed: int) -> None:
     """Deterministic initialisation from the seed alone, identical for every precision and

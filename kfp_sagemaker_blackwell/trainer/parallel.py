@@ -6,6 +6,8 @@ flag, read in their ``forward`` (``kfp_sagemaker_blackwell.trainer.model``, ``kf
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import os
 from dataclasses import dataclass
 
@@ -86,3 +88,37 @@ def apply_fsdp(model, blocks, world: World, param_dtype: torch.dtype | None, res
         fully_shard(block, mesh=m, mp_policy=block_mp, reshard_after_forward=reshard_after_forward and i < n - 1)
     fully_shard(model, mesh=m, mp_policy=mp, reshard_after_forward=reshard_after_forward)
     return model
+
+
+def shards(world: World, single_gpu_fsdp: bool) -> bool:
+    """Whether the model is wrapped in FSDP2: always on more than one GPU; on one, unless
+    ``single_gpu_fsdp`` (the trainer's ``--single-gpu-fsdp``) is off."""
+    return world.world_size > 1 or single_gpu_fsdp
+
+
+def prepare(model, blocks, world: World, param_dtype: torch.dtype | None, single_gpu_fsdp: bool):
+    """FSDP2 (``apply_fsdp``) where ``shards`` says so; else the plain module, whose numerics
+    ``compute_autocast`` keeps: fp32 weights and gradients, ``param_dtype`` compute."""
+    if shards(world, single_gpu_fsdp):
+        return apply_fsdp(model, blocks, world, param_dtype)
+    return model
+
+
+def compute_autocast(world: World, param_dtype: torch.dtype | None, sharded: bool):
+    """The context the forward runs in for the 16-bit compute FSDP2's mixed precision gives a
+    sharded model: for an unsharded one, ``torch.autocast`` to ``param_dtype`` over fp32
+    weights (TE's modules take their compute dtype from it). Its weight-cast cache is off, as
+    ``te.make_graphed_callables`` requires: TE casts its weights itself."""
+    if sharded or param_dtype is None or world.device.type != "cuda":
+        return contextlib.nullcontext
+    return functools.partial(torch.autocast, world.device.type, dtype=param_dtype, cache_enabled=False)
+
+
+def cast_to_compute(h: torch.Tensor) -> torch.Tensor:
+    """An fp32 activation (the embedding's output over fp32 weights) cast to autocast's dtype,
+    as FSDP2's bf16 embedding weight gives it: the residual stream then has the sharded
+    model's dtype. A no-op outside autocast."""
+    kind = h.device.type
+    if h.is_floating_point() and torch.is_autocast_enabled(kind):
+        return h.to(torch.get_autocast_dtype(kind))
+    return h

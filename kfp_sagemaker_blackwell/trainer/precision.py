@@ -120,3 +120,18 @@ def te_recipe(precision: str, amax_history_len: int):
     if precision == "nvfp4":
         return r.NVFP4BlockScaling()
     return None
+
+
+def check_levers(cfg, backend: str, world_size: int) -> None:
+    """The speed levers that need the resolved backend or the world size (``TrainConfig.validate``
+    checks the rest): refused before the model is built, with the fix."""
+    if cfg.fp8_weight_cache and backend != "te":
+        raise ConfigError("fp8-weight-cache: TE's FP8 weight cache needs backend=te, not "
+                          f"{backend}", "fp8-weight-cache", "use backend=te on a GPU, or leave it off")
+    if cfg.cuda_graphs and backend != "te":
+        raise ConfigError(f"cuda-graphs: te.make_graphed_callables needs backend=te, not {backend}",
+                          "cuda-graphs", "use backend=te on a GPU, or leave it off")
+    if cfg.cuda_graphs and world_size > 1:
+        raise ConfigError(f"cuda-graphs: one GPU only (world size {world_size} shards the model "
+                          "with FSDP2, whose all-gathers the graphs cannot capture)", "cuda-graphs",
+                          "run on one GPU, or leave it off")

@@ -16,6 +16,7 @@ consistent across the recomputation).
 from __future__ import annotations
 
 import contextlib
+import inspect
 from typing import Any
 
 import torch
@@ -77,6 +78,8 @@ class TECausalLM(nn.Module):
         self.rope = (te.RotaryPositionEmbedding(spec.head_dim, rotary_base=spec.rope_theta)
                      if spec.rotary else None)
         self._freqs: dict[tuple, torch.Tensor] = {}
+        # The blocks as CUDA graphs (``graph_blocks``, --cuda-graphs); empty: run them eagerly.
+        self.graphed: list[Any] = []
 
     def _rope(self, seq: int, device) -> torch.Tensor | None:
         if self.rope is None:
@@ -86,20 +89,24 @@ class TECausalLM(nn.Module):
             self._freqs[key] = self.rope(seq).to(device)
         return self._freqs[key]
 
-    def forward(self, inputs: torch.Tensor) -> torch.Tensor:
+    def forward(self, inputs: torch.Tensor, is_first_microbatch: bool | None = None) -> torch.Tensor:
+        """``is_first_microbatch`` (``--fp8-weight-cache``): True quantises the weights and keeps
+        the copies, False reuses them (later micro-batches of a step); None: every call quantises."""
         import transformer_engine.pytorch as te
 
         h = self.tok_embeddings(inputs) if self.spec.vocab_size else inputs
+        h = parallel.cast_to_compute(h)
         freqs = self._rope(h.shape[1], h.device)
+        kwargs = block_kwargs(freqs, is_first_microbatch)
         if self.sequence_first:
             h = h.transpose(0, 1).contiguous()
-        for i, block in enumerate(self.blocks):
+        for i, block in enumerate(self.graphed or self.blocks):
             ctx = te.autocast(enabled=False) if i in self.hp_blocks else contextlib.nullcontext()
             with ctx:
                 if self.checkpoint_blocks and torch.is_grad_enabled():
-                    h = te.distributed.checkpoint(block, h, rotary_pos_emb=freqs, use_reentrant=False)
+                    h = te.distributed.checkpoint(block, h, use_reentrant=False, **kwargs)
                 else:
-                    h = block(h, rotary_pos_emb=freqs)
+                    h = block(h, **kwargs)
         if self.sequence_first:
             h = h.transpose(0, 1).contiguous()
         if not self.spec.vocab_size:
@@ -109,7 +116,8 @@ class TECausalLM(nn.Module):
             return root_output(F.linear(h, self.tok_embeddings.weight))
         ctx = te.autocast(enabled=False) if self.high_precision_head else contextlib.nullcontext()
         with ctx:
-            return root_output(self.lm_head(h))  # te.Linear returns a view of its 2D GEMM
+            head = self.lm_head(h, is_first_microbatch=is_first_microbatch)
+            return root_output(head)  # te.Linear returns a view of its 2D GEMM
 
     def amax_states(self) -> list[torch.Tensor]:
         return []  # TE keeps its own scaling state
@@ -121,7 +129,7 @@ def build(cfg: TrainConfig, world: parallel.World, plan: Plan) -> nn.Module:
     model = TECausalLM(cfg, set(high_precision_blocks(cfg.model.num_layers,
                                                       cfg.high_precision_layers)))
     param_dtype = None if cfg.quantized_model_init else plan.param_dtype
-    parallel.apply_fsdp(model, list(model.blocks), world, param_dtype)
+    parallel.prepare(model, list(model.blocks), world, param_dtype, cfg.single_gpu_fsdp)
     te_modules = [m for m in model.modules() if isinstance(m, TransformerEngineBaseModule)]
     for m in model.modules():
         if not isinstance(m, TransformerEngineBaseModule) and any(
@@ -133,7 +141,56 @@ def build(cfg: TrainConfig, world: parallel.World, plan: Plan) -> nn.Module:
         init_weights(model, cfg.model, cfg.seed)
     else:
         torch.manual_seed(cfg.seed)
+    if cfg.cuda_graphs:
+        graph_blocks(model, cfg, world, plan)
     return model
+
+
+def block_kwargs(freqs: torch.Tensor | None, is_first_microbatch: bool | None) -> dict[str, Any]:
+    """The keyword arguments of a block call: the rotary tables when the model has them, and
+    TE's ``is_first_microbatch`` when the FP8 weight cache is on (a graphed block reads it at
+    the call to pick whether its graph requantises). Left out when None."""
+    kwargs: dict[str, Any] = {}
+    if freqs is not None:
+        kwargs["rotary_pos_emb"] = freqs
+    if is_first_microbatch is not None:
+        kwargs["is_first_microbatch"] = is_first_microbatch
+    return kwargs
+
+
+def graph_blocks(model: TECausalLM, cfg: TrainConfig, world: parallel.World, plan: Plan) -> None:
+    """``--cuda-graphs``: each block's forward and backward captured by
+    ``te.make_graphed_callables`` on a static (micro-batch, sequence) input, the FP8 recipe on
+    for the low-precision blocks (off for the ``hp_blocks``), the weight cache when
+    ``--fp8-weight-cache`` is on. Captured inside the unsharded model's compute autocast, so
+    the graphs cast the fp32 weights to bf16 (or quantise them) as the eager blocks do."""
+    import transformer_engine.pytorch as te
+
+    if parallel.shards(world, cfg.single_gpu_fsdp) or cfg.activation_checkpointing:
+        raise ValueError("cuda graphs need the unsharded model without activation checkpointing "
+                         "(TrainConfig.validate refuses the rest)")
+    recipe = te_recipe(cfg.precision, cfg.fp8_amax_history_len)
+    dims = (cfg.seq_length, cfg.batch_size) if model.sequence_first else (cfg.batch_size, cfg.seq_length)
+    dtype = plan.param_dtype or torch.float32
+    n = len(model.blocks)
+    sample = tuple((torch.randn(*dims, cfg.model.hidden_size, device=world.device, dtype=dtype,
+                                requires_grad=True),) for _ in range(n))
+    freqs = model._rope(cfg.seq_length, world.device)
+    kwargs = block_kwargs(freqs, None)  # is_first_microbatch is a call-time flag, not captured
+    enabled = tuple(recipe is not None and i not in model.hp_blocks for i in range(n))
+    extra: dict[str, Any] = {}
+    if "clone_param_grads_on_return" in inspect.signature(te.make_graphed_callables).parameters:
+        # One micro-batch per step: the optimizer consumes each .grad (and zero_grad drops
+        # it) before the next replay rewrites the graph's gradient buffer, so .grad may
+        # alias it (no copy of every gradient per step). Accumulating micro-batches would
+        # see the buffer rewritten under the first .grad: there TE clones (TE >= 2.20).
+        extra["clone_param_grads_on_return"] = cfg.grad_accum_steps > 1
+    with parallel.compute_autocast(world, plan.param_dtype, sharded=False)():
+        graphed = te.make_graphed_callables(
+            tuple(model.blocks), sample, sample_kwargs=tuple(dict(kwargs) for _ in range(n)),
+            enabled=enabled, recipe=recipe if any(enabled) else None,
+            cache_quantized_params=bool(cfg.fp8_weight_cache and any(enabled)), **extra)
+    model.graphed = list(graphed)
 
 
 def autocast_factory(cfg: TrainConfig, plan: Plan):

@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch.profiler import record_function
 
 from kfp_sagemaker_blackwell.catalog import flags as config_mod
 from kfp_sagemaker_blackwell.catalog import logformat
@@ -129,7 +130,7 @@ def _build_torch_model(cfg: TrainConfig, world: parallel.World, plan: precision.
     if cfg.compile:
         for block in model.blocks:
             block.compile()
-    parallel.apply_fsdp(model, list(model.blocks), world, plan.param_dtype)
+    parallel.prepare(model, list(model.blocks), world, plan.param_dtype, cfg.single_gpu_fsdp)
     model.to_empty(device=world.device)
     init_weights(model, cfg.model, cfg.seed)
     return model
@@ -265,6 +266,7 @@ def run(cfg: TrainConfig, log_out=None) -> dict[str, Any]:
     device_type = parallel.resolve_device(cfg.device)
     plan = precision.plan(cfg.precision, cfg.backend, device_type)  # refuses before any work
     world = parallel.init(device_type)
+    precision.check_levers(cfg, plan.backend, world.world_size)
     log = _Log(world.is_main, log_out)
     stop = _StopFlag()
     stop.install()
@@ -404,6 +406,8 @@ def _start(cfg, plan, world, log, state: _RunState) -> None:
         "block_precisions": _block_precisions(cfg),
         "lm_head_precision": "bf16" if cfg.high_precision_lm_head and cfg.precision in emulation_low() else cfg.precision,
         "backend": plan.backend, "preset": cfg.model_preset, "spec": spec.to_dict(),
+        "sharding": "fsdp2" if parallel.shards(world, cfg.single_gpu_fsdp) else "none",
+        "cuda_graphs": cfg.cuda_graphs, "fp8_weight_cache": cfg.fp8_weight_cache,
     })
 
 
@@ -452,7 +456,7 @@ def _train(cfg, plan, world, log, stop, state: _RunState, meter, t_start, *, sta
     """The steps after ``start_step`` up to max_steps, or until a stop; returns the status
     (completed or stopped). A non-finite loss raises TrainingFailed."""
     params = [p for p in state.model.parameters() if p.requires_grad]
-    autocast = _autocast_factory(cfg, plan)
+    autocast = _autocast_factory(cfg, plan, world)
     flag = torch.zeros(2, dtype=torch.float64, device=world.device)
     step = start_step
     while step < cfg.max_steps:
@@ -496,39 +500,36 @@ def _step(cfg, plan, world, log, stop, state: _RunState, step: int, params, auto
           flag: torch.Tensor) -> _StepResult:
     """One optimizer step: forward and backward over the micro-batches, clipping, the update
     (fp16: skipped on non-finite gradients, loss scale adjusted), the loss averaged over ranks
-    and whether any rank was asked to stop (``flag``: one all-reduce for both)."""
+    and whether any rank was asked to stop (``flag``: one all-reduce for both). The host reads
+    the loss and the norm before the update, or after it with ``--late-sync``."""
     if cfg.simulate_oom_at_step and step == cfg.simulate_oom_at_step:
         raise torch.OutOfMemoryError(
             "CUDA out of memory. Tried to allocate 20.00 GiB. GPU 0 has a total capacity of 139.81 GiB "
             "(simulated by --simulate-oom-at-step)"
         )
-    model, optimizer = state.model, state.optimizer
+    optimizer = state.optimizer
     lr = lr_at(step, cfg)
     for group in optimizer.param_groups:
         group["lr"] = lr
-    loss_sum = torch.zeros((), device=world.device, dtype=torch.float32)
-    for micro in range(cfg.grad_accum_steps):
-        set_sync: Any = getattr(model, "set_requires_gradient_sync", None)
-        if set_sync is not None:
-            set_sync(micro == cfg.grad_accum_steps - 1)
-        inputs, targets = _batch(state.source, cfg, world, step, micro, plan)
-        with autocast():
-            out = model(inputs)
-        loss = loss_mod.lm_loss(out, targets, cfg.loss_kernel)
-        loss_sum += loss.detach()
-        ((loss / cfg.grad_accum_steps) * state.loss_scale).backward()
-        del out, loss
+    loss_sum = _forward_backward(cfg, plan, world, state, step, autocast)
     if state.loss_scale != 1.0:
         for p in params:
             if p.grad is not None:
                 p.grad.mul_(1.0 / state.loss_scale)
-    gnorm = torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip if cfg.grad_clip > 0 else float("inf"))
-    if hasattr(gnorm, "full_tensor"):
-        gnorm = gnorm.full_tensor()
+    with record_function("trainer.clip_grad_norm"):
+        gnorm = torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip if cfg.grad_clip > 0 else float("inf"))
+        if hasattr(gnorm, "full_tensor"):
+            gnorm = gnorm.full_tensor()
     flag[0] = loss_sum / cfg.grad_accum_steps
     flag[1] = 1.0 if (stop.requested or (cfg.stop_after_step and step == cfg.stop_after_step)) else 0.0
     if world.world_size > 1:
         dist.all_reduce(flag)
+    if cfg.late_sync:  # fp16 refused: nothing to skip, one read after the update
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        loss_total, stop_flag, grad_norm = torch.stack((flag[0], flag[1], gnorm.to(flag.dtype))).tolist()
+        emulation.end_step(state.amax_states)
+        return _StepResult(lr, loss_total / world.world_size, grad_norm, False, stop_flag > 0)
     loss_value = float(flag[0]) / world.world_size
     grad_norm = float(gnorm)
     skipped = False
@@ -544,6 +545,28 @@ def _step(cfg, plan, world, log, stop, state: _RunState, step: int, params, auto
     optimizer.zero_grad(set_to_none=True)
     emulation.end_step(state.amax_states)
     return _StepResult(lr, loss_value, grad_norm, skipped, bool(flag[1] > 0))
+
+
+def _forward_backward(cfg, plan, world, state: _RunState, step: int, autocast) -> torch.Tensor:
+    """The micro-batches' forward and backward (gradients accumulated, synchronised on the last);
+    returns the sum of their losses, on the device. ``--fp8-weight-cache`` tells TE which
+    micro-batch is the step's first (it quantises the weights then, and reuses them after)."""
+    model = state.model
+    loss_sum = torch.zeros((), device=world.device, dtype=torch.float32)
+    for micro in range(cfg.grad_accum_steps):
+        set_sync: Any = getattr(model, "set_requires_gradient_sync", None)
+        if set_sync is not None:
+            set_sync(micro == cfg.grad_accum_steps - 1)
+        inputs, targets = _batch(state.source, cfg, world, step, micro, plan)
+        kwargs = {"is_first_microbatch": micro == 0} if cfg.fp8_weight_cache else {}
+        with autocast():
+            out = model(inputs, **kwargs)
+        with record_function("trainer.loss"):  # named for benchmarks/trainer/profile_step.py
+            loss = loss_mod.lm_loss(out, targets, cfg.loss_kernel)
+        loss_sum += loss.detach()
+        ((loss / cfg.grad_accum_steps) * state.loss_scale).backward()
+        del out, loss
+    return loss_sum
 
 
 def _finish(cfg, plan, world, log, state: _RunState, meter, t_start, status: str,
@@ -565,14 +588,24 @@ def _finish(cfg, plan, world, log, state: _RunState, meter, t_start, status: str
     return summary
 
 
-def _autocast_factory(cfg: TrainConfig, plan: precision.Plan):
+def _autocast_factory(cfg: TrainConfig, plan: precision.Plan, world: parallel.World):
+    """The forward's context: the unsharded model's compute autocast (``parallel.compute_autocast``)
+    around TE's recipe autocast (TE backend)."""
     import contextlib
 
-    if plan.backend != "te":
-        return contextlib.nullcontext
-    from kfp_sagemaker_blackwell.trainer import te_backend
+    compute = parallel.compute_autocast(world, plan.param_dtype, parallel.shards(world, cfg.single_gpu_fsdp))
+    recipe: Any = contextlib.nullcontext
+    if plan.backend == "te":
+        from kfp_sagemaker_blackwell.trainer import te_backend
 
-    return te_backend.autocast_factory(cfg, plan)
+        recipe = te_backend.autocast_factory(cfg, plan)
+
+    @contextlib.contextmanager
+    def both():
+        with compute(), recipe():
+            yield
+
+    return both
 
 
 def _batch(source, cfg: TrainConfig, world: parallel.World, step: int, micro: int, plan):

@@ -1,0 +1,265 @@
+"""Where a steady step's GPU time goes: the trainer against TE's fsdp.py, side by side (issue 26).
+
+    python3 benchmarks/trainer/profile_step.py --time-budget 200 [--iters 4] [--precisions bf16,fp8]
+        [--trainer-flags '--no-single-gpu-fsdp'] [--dry-run]
+    python3 benchmarks/trainer/profile_step.py --analyse TRACE.json --wall-s 3.4 --iters 4
+
+Each side runs once per precision at te-fsdp-example batch 8, seq 8192, no checkpointing
+(``b8-noac`` of ``like_for_like.py``, whose ``Run`` builds the commands: the same wrapper, the
+same dropout-0 fsdp.py in ``.baselines/``), with ``steady_timer.py --profile-iters`` tracing
+``--iters`` iterations after its warm-up and writing the window's Chrome trace to /tmp. This
+script reads each trace and attributes every GPU kernel to a category by the kernel's name and
+by the CPU ranges open when it was launched (its ancestors: the op that launched it, the
+``record_function`` ranges around it, the autograd node in backward):
+
+- ``loss``: under the trainer's ``trainer.loss`` range, a loss node's backward, or a reduction
+  that is a step's outermost op (fsdp.py's ``y.sum()``);
+- ``optimizer``: under ``Optimizer.step`` / ``zero_grad`` (or an Adam / multi-tensor kernel);
+- ``grad_clip``: under the trainer's ``trainer.clip_grad_norm``;
+- ``fsdp_copies_collectives``: NCCL kernels, and whatever FSDP2 (``FSDP::*``) or FSDP1
+  (``FullyShardedDataParallel._*``) hooks launch: all-gather copy-in/out, casts, reduce copies;
+- then by name: ``memcpy_memset``, ``attention``, ``gemm``, ``fp8_cast_transpose_amax``,
+  ``normalization``, ``elementwise``, ``other``.
+
+It writes ``profile_step.json`` (each side: ms per iteration per category, the GPU idle fraction
+= 1 - the union of kernel intervals / the window's wall time, the top kernels per category) and
+``profile_step.md`` (the table per precision: fsdp.py, trainer, trainer - fsdp.py) to
+``--out-dir`` (default $OUT): two small files; the traces stay in /tmp.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import like_for_like as lfl  # noqa: E402  (this folder's harness; not a package)
+
+CATEGORIES = ("gemm", "attention", "normalization", "elementwise", "fp8_cast_transpose_amax",
+              "fsdp_copies_collectives", "memcpy_memset", "optimizer", "grad_clip", "loss", "other")
+# The loss's own backward nodes (ToCopy: the bare stack's fp32 upcast of the output; at
+# te-fsdp-example the only cast autograd records outside TE's own functions).
+LOSS_ROOT = re.compile(r"^(trainer\.loss|aten::(sum|mean|pow)|autograd::engine::evaluate_function: "
+                       r"(Sum|Mean|Pow|ToCopy|NllLoss\w*|LogSoftmax|CrossEntropy\w*|CompiledFunction)"
+                       r"Backward\d*)$")
+BY_ANCESTOR = (
+    ("optimizer", re.compile(r"^Optimizer\.(step|zero_grad)")),
+    ("grad_clip", re.compile(r"^trainer\.clip_grad_norm$")),
+    ("fsdp_copies_collectives", re.compile(r"^(FSDP::|FullyShardedDataParallel\._)")),
+)
+BY_KERNEL = (
+    ("fsdp_copies_collectives", re.compile(r"nccl", re.I)),
+    ("optimizer", re.compile(r"adam|multi_tensor_apply", re.I)),
+    ("memcpy_memset", re.compile(r"memcpy|memset", re.I)),
+    ("attention", re.compile(r"fmha|flash|attn|attention|cudnn|sdpa", re.I)),
+    ("gemm", re.compile(r"gemm|cutlass|xmma|nvjet|cublas|sm90_|sm100_|matmul", re.I)),
+    ("fp8_cast_transpose_amax", re.compile(r"cast|transpose|quantiz|amax|fp8|scal", re.I)),
+    ("normalization", re.compile(r"norm", re.I)),
+    ("elementwise", re.compile(r"elementwise|vectorized|gelu|silu|swiglu|reduce|add|mul|copy|fill|"
+                               r"unrolled|triton", re.I)),
+)
+KERNEL_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
+RANGE_CATS = ("cpu_op", "user_annotation")
+
+
+def classify(kernel: str, ancestors: list[str]) -> str:
+    """A kernel's category from its name and the CPU ranges open at its launch (outermost first)."""
+    if ancestors and LOSS_ROOT.match(ancestors[0]) or any(a == "trainer.loss" for a in ancestors):
+        return "loss"
+    for label, pattern in BY_ANCESTOR:
+        if any(pattern.match(a) for a in ancestors):
+            return label
+    for label, pattern in BY_KERNEL:
+        if pattern.search(kernel):
+            return label
+    return "other"
+
+
+def _ancestors_of_launches(events: list[dict]) -> dict[int, list[str]]:
+    """correlation id -> the names of the CPU ranges (ops, record_function) open on the
+    launching thread at the launch, outermost first."""
+    ranges: dict[tuple, list[tuple[float, float, str]]] = {}
+    launches: dict[tuple, list[tuple[float, int]]] = {}
+    for e in events:
+        if e.get("ph") != "X":
+            continue
+        key = (e.get("pid"), e.get("tid"))
+        if e.get("cat") in RANGE_CATS:
+            ranges.setdefault(key, []).append((float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0)), e["name"]))
+        elif e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {}):
+            launches.setdefault(key, []).append((float(e["ts"]), int(e["args"]["correlation"])))
+    out: dict[int, list[str]] = {}
+    for key, items in launches.items():
+        spans = sorted(ranges.get(key, []), key=lambda r: (r[0], -r[1]))
+        stack: list[tuple[float, float, str]] = []
+        i = 0
+        for ts, corr in sorted(items):
+            while i < len(spans) and spans[i][0] <= ts:
+                while stack and stack[-1][1] < spans[i][0]:
+                    stack.pop()
+                stack.append(spans[i])
+                i += 1
+            while stack and stack[-1][1] < ts:
+                stack.pop()
+            out[corr] = [s[2] for s in stack if s[1] >= ts]
+    return out
+
+
+def _union_us(intervals: list[tuple[float, float]]) -> float:
+    total, end = 0.0, -1.0
+    for s, e in sorted(intervals):
+        if e <= end:
+            continue
+        total += e - max(s, end)
+        end = e
+    return total
+
+
+def analyse(trace: dict, wall_s: float, iters: int) -> dict:
+    """A Chrome trace (``export_chrome_trace``) of ``iters`` iterations lasting ``wall_s``:
+    ms per iteration per category, the GPU idle fraction and the top kernels per category."""
+    events = trace.get("traceEvents", trace if isinstance(trace, list) else [])
+    parents = _ancestors_of_launches(events)
+    per_cat: dict[str, float] = dict.fromkeys(CATEGORIES, 0.0)
+    per_kernel: dict[tuple[str, str], float] = {}
+    spans: list[tuple[float, float]] = []
+    for e in events:
+        if e.get("ph") != "X" or e.get("cat") not in KERNEL_CATS:
+            continue
+        name, dur = e.get("name", ""), float(e.get("dur", 0))
+        cat = classify(name, parents.get(int(e.get("args", {}).get("correlation", -1)), []))
+        per_cat[cat] += dur
+        per_kernel[(cat, name)] = per_kernel.get((cat, name), 0.0) + dur
+        spans.append((float(e["ts"]), float(e["ts"]) + dur))
+    ms = 1e-3 / max(1, iters)
+    busy = _union_us(spans)
+    top: dict[str, list] = {}
+    for (cat, name), t in sorted(per_kernel.items(), key=lambda kv: -kv[1]):
+        if len(top.setdefault(cat, [])) < 3:
+            top[cat].append({"name": name[:120], "ms_per_iter": round(t * ms, 3)})
+    return {
+        "iters": iters, "wall_ms_per_iter": round(wall_s * 1e3 / max(1, iters), 2),
+        "kernel_ms_per_iter": round(sum(per_cat.values()) * ms, 3),
+        "busy_ms_per_iter": round(busy * ms, 3),
+        "gpu_idle_fraction": round(1 - busy * 1e-6 / wall_s, 4) if wall_s > 0 else None,
+        "ms_per_iter": {k: round(v * ms, 3) for k, v in per_cat.items()},
+        "top_kernels": top,
+    }
+
+
+def table(results: dict) -> str:
+    """Markdown: per precision, each category's ms per iteration for fsdp.py and the trainer,
+    and the trainer's excess."""
+    out: list[str] = []
+    for prec in ("bf16", "fp8"):
+        ref, mine = results.get(f"fsdp.py/{prec}"), results.get(f"trainer/{prec}")
+        if not ref and not mine:
+            continue
+        out += [f"### b8-noac, {prec} (ms per iteration)", "",
+                "| category | fsdp.py | trainer | trainer - fsdp.py |", "|---|---|---|---|"]
+        rows = [*CATEGORIES, "kernel total", "GPU busy (union)", "wall", "GPU idle fraction"]
+        for row in rows:
+            a, b = _value(ref, row), _value(mine, row)
+            diff = "n/a" if a is None or b is None else f"{b - a:+.2f}"
+            out.append(f"| {row} | {_fmt(a)} | {_fmt(b)} | {diff} |")
+        out.append("")
+    return "\n".join(out)
+
+
+def _value(rec: dict | None, row: str) -> float | None:
+    if not rec or "ms_per_iter" not in rec:
+        return None
+    special = {"kernel total": "kernel_ms_per_iter", "GPU busy (union)": "busy_ms_per_iter",
+               "wall": "wall_ms_per_iter", "GPU idle fraction": "gpu_idle_fraction"}
+    if row in special:
+        return rec.get(special[row])
+    return rec["ms_per_iter"].get(row)
+
+
+def _fmt(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.2f}" if x >= 1 or x == 0 else f"{x:.3f}"
+
+
+# Wall seconds per run at --iters 4, from raw/issue26_like_for_like_h200.json (start-up and
+# 9 iterations) plus ~10 s to write and read the trace.
+EXPECT_S = {("fsdp", "bf16"): 47, ("fsdp", "fp8"): 37, ("trainer", "bf16"): 53, ("trainer", "fp8"): 46}
+
+
+def runs(iters: int, precisions: list[str], trainer_flags: list[str]) -> list[lfl.Run]:
+    out = []
+    for prec in precisions:
+        for kind, side in (("fsdp", "fsdp.py"), ("trainer", "trainer")):
+            run = lfl.Run(f"{side}/{prec}", kind, 8, False, prec, "te", iters=lfl.WARMUP + iters + 1,
+                          flags=list(trainer_flags) if kind == "trainer" else [], timeout=150,
+                          expect_s=EXPECT_S.get((kind, prec), 50) + 1.2 * max(0, iters - 4))
+            run.profile_window = (lfl.WARMUP + 1, lfl.WARMUP + 1 + iters)
+            run.trace = f"/tmp/profile_step_{side.replace('.', '_')}_{prec}.json"
+            out.append(run)
+    return out
+
+
+TRACE_RE = re.compile(r"steady_trace path=(\S+) wall_s=([\d.]+) iters=(\d+)")
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--time-budget", type=float, default=0.0, help="seconds this call may spend")
+    p.add_argument("--iters", type=int, default=4, help="steady iterations profiled per run")
+    p.add_argument("--precisions", default="bf16,fp8")
+    p.add_argument("--trainer-flags", default="", help="extra trainer flags (a lever), one string")
+    p.add_argument("--out-dir", default=os.environ.get("OUT", "/tmp"))
+    p.add_argument("--dry-run", action="store_true", help="print the commands only")
+    p.add_argument("--analyse", default="", metavar="TRACE", help="analyse one trace and print the JSON")
+    p.add_argument("--wall-s", type=float, default=0.0, help="with --analyse: the window's wall time")
+    a = p.parse_args()
+    if a.analyse:
+        print(json.dumps(analyse(json.loads(Path(a.analyse).read_text()), a.wall_s, a.iters), indent=1))
+        return 0
+    todo = runs(a.iters, a.precisions.split(","), shlex.split(a.trainer_flags))
+    if a.dry_run:
+        total = 0.0
+        for run in todo:
+            total += run.expect_s
+            print(run.id, f"expect={run.expect_s:.0f}s total={total:.0f}s", shlex.join(run.command()))
+        return 0
+    if a.time_budget <= 0:
+        p.error("--time-budget SECONDS is required (or --dry-run / --analyse)")
+    end = time.time() + a.time_budget
+    results: dict = {}
+    out_dir = Path(a.out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for run in todo:
+        left = end - time.time()
+        if left < run.expect_s:
+            print(f"[profile] {run.id}: skipped, {left:.0f} s left", flush=True)
+            continue
+        t0 = time.time()
+        try:
+            proc = subprocess.run(run.command(), env=lfl.run_env(run), capture_output=True, text=True,
+                                  timeout=min(run.timeout, left))
+            text, rc = proc.stdout + proc.stderr, proc.returncode
+        except subprocess.TimeoutExpired:
+            text, rc = "", 124
+        m = TRACE_RE.search(text)
+        rec: dict = {"rc": rc, "wall_s": round(time.time() - t0, 1), "command": shlex.join(run.command())}
+        if m and Path(m.group(1)).exists():
+            rec.update(analyse(json.loads(Path(m.group(1)).read_text()), float(m.group(2)), int(m.group(3))))
+        else:
+            rec["error_tail"] = [ln[:300] for ln in text.splitlines() if lfl.KEEP.search(ln)][-15:]
+        results[run.id] = rec
+        (out_dir / "profile_step.json").write_text(json.dumps(results, indent=1))
+        (out_dir / "profile_step.md").write_text(table(results))
+        print(f"[profile] {run.id}: rc={rc} wall={rec['wall_s']} s idle={rec.get('gpu_idle_fraction')}", flush=True)
+    print(table(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

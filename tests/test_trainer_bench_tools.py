@@ -1,0 +1,108 @@
+"""The issue-26 benchmark tools on the CPU: the profile's kernel attribution, and the levers2
+stage's runs (their trainer flags parse, the winners are chosen by the 1% rule)."""
+
+import importlib
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kfp_sagemaker_blackwell.catalog import flags as config
+
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "trainer"
+
+
+@pytest.fixture(scope="module")
+def tools():
+    sys.path.insert(0, str(BENCH))
+    try:
+        yield importlib.import_module("like_for_like"), importlib.import_module("profile_step")
+    finally:
+        sys.path.remove(str(BENCH))
+
+
+def _x(cat, name, ts, dur, tid=1, **args):
+    return {"ph": "X", "cat": cat, "name": name, "ts": ts, "dur": dur, "pid": 1, "tid": tid, "args": args}
+
+
+def _kernel(name, corr, ts, dur, launch_ts, tid=1):
+    return [_x("cuda_runtime", "cudaLaunchKernel", launch_ts, 1, tid, correlation=corr),
+            _x("kernel", name, ts, dur, 7, correlation=corr)]
+
+
+def test_kernels_are_attributed_by_their_launching_ranges_and_idle_time_is_the_gaps(tools):
+    _, prof = tools
+    events = [
+        _x("cpu_op", "FSDP::pre_forward", 0, 50), _x("cpu_op", "aten::copy_", 10, 30),
+        *_kernel("elementwise_kernel<copy>", 2, 60, 20, 20),
+        _x("cpu_op", "aten::mm", 52, 6), *_kernel("sm90_xmma_gemm_bf16", 3, 70, 25, 55),  # overlaps
+        _x("cpu_op", "Optimizer.step#AdamW.step", 100, 100), _x("cpu_op", "aten::_fused_adamw_", 120, 60),
+        *_kernel("vectorized_elementwise_kernel", 1, 300, 10, 150),
+        _x("user_annotation", "trainer.loss", 400, 20), _x("cpu_op", "aten::pow", 402, 10),
+        *_kernel("vectorized_elementwise_kernel", 4, 430, 5, 405),
+        _x("cpu_op", "autograd::engine::evaluate_function: PowBackward0", 500, 20, tid=2),
+        *_kernel("vectorized_elementwise_kernel", 5, 530, 5, 510, tid=2),
+        _x("cpu_op", "aten::sum", 600, 10), *_kernel("reduce_kernel", 6, 640, 5, 605),  # fsdp.py's y.sum()
+        _x("cpu_op", "FullyShardedDataParallel.forward", 700, 50), _x("cpu_op", "aten::sum", 710, 10),
+        *_kernel("reduce_kernel", 7, 760, 5, 715),  # a reduction inside the model: not the loss
+        _x("gpu_user_annotation", "trainer.loss", 430, 5),  # the GPU copy of a range: not a kernel
+    ]
+    out = prof.analyse({"traceEvents": events}, wall_s=1000e-6, iters=1)
+    ms = out["ms_per_iter"]
+    assert ms["fsdp_copies_collectives"] == 0.02 and ms["gemm"] == 0.025 and ms["optimizer"] == 0.01
+    assert ms["loss"] == 0.015 and ms["elementwise"] == 0.005
+    assert out["kernel_ms_per_iter"] == 0.075  # 75 us of kernels, 65 us of them not overlapping
+    assert out["busy_ms_per_iter"] == 0.065 and out["gpu_idle_fraction"] == 0.935
+
+
+def test_the_profile_table_shows_both_sides_and_the_difference(tools):
+    _, prof = tools
+    ref = {"ms_per_iter": dict.fromkeys(prof.CATEGORIES, 1.0), "kernel_ms_per_iter": 11.0,
+           "busy_ms_per_iter": 10.0, "wall_ms_per_iter": 12.0, "gpu_idle_fraction": 0.1667}
+    mine = {**ref, "ms_per_iter": {**ref["ms_per_iter"], "optimizer": 3.5}}
+    text = prof.table({"fsdp.py/fp8": ref, "trainer/fp8": mine})
+    assert "| optimizer | 1.00 | 3.50 | +2.50 |" in text and "| gemm | 1.00 | 1.00 | +0.00 |" in text
+
+
+def test_levers2_trainer_runs_use_flags_the_trainer_accepts(tools):
+    lfl, _ = tools
+    runs = [r for r in lfl.levers2({}) + lfl.levers2_best({}) if r.kind == "trainer"]
+    assert {"--cuda-graphs", "--late-sync", "--fp8-weight-cache", "--no-single-gpu-fsdp", "32"} <= {
+        f for r in runs for f in r.flags}
+    for run in runs:
+        cmd = run.command()
+        args = cmd[cmd.index("--levers") + 3:]
+        cfg = config.parse(args, env={})
+        assert cfg.max_steps == lfl.L2_ITERS and cfg.grad_accum_steps == run.accum
+        assert run.tokens() == cfg.batch_size * cfg.seq_length * cfg.grad_accum_steps
+
+
+def test_levers2_keeps_only_levers_faster_by_more_than_one_percent(tools):
+    lfl, _ = tools
+    base = "L2/b8-noac/trainer-te/fp8"
+    results = {base: {"median_s": 1.0}, f"{base}+unsharded": {"median_s": 0.985},
+               f"{base}+graphs": {"median_s": 0.995}, f"{base}+late-sync": {"median_s": 0.98},
+               f"{base}+amax32": {"median_s": 0.992}}
+    assert lfl.l2_winners(results) == ["unsharded", "late-sync"]
+    ids = [r.id for r in lfl.levers2_best(results)]
+    assert ids[:2] == [f"{base}+unsharded+late-sync", "L2/b8-noac/trainer-te/bf16+unsharded+late-sync"]
+    best = next(r for r in lfl.levers2_best(results) if r.id.endswith("fp8+unsharded+late-sync"))
+    assert best.flags == ["--no-single-gpu-fsdp", "--late-sync"]
+    assert not any("--cuda-graphs" in r.flags and r.ac for r in lfl.levers2_best(
+        {**results, f"{base}+graphs": {"median_s": 0.9}}))  # graphs refuse checkpointing
+
+
+def test_the_dry_run_prints_each_run_with_its_expected_seconds(tmp_path):
+    out = subprocess.run([sys.executable, str(BENCH / "like_for_like.py"), "--dry-run", "--stages",
+                          "levers2", "--state", str(tmp_path / "none.json")],
+                         capture_output=True, text=True, timeout=60, check=True).stdout.splitlines()
+    assert out[0].startswith("L2/b8-noac/fsdp.py/bf16 expect=41s total=41s ")
+    assert len(out) == 13 and " total=495s " in out[-1]
+
+
+def test_the_profile_dry_run_lists_both_sides_per_precision_with_traces():
+    out = subprocess.run([sys.executable, str(BENCH / "profile_step.py"), "--dry-run"],
+                         capture_output=True, text=True, timeout=60, check=True).stdout.splitlines()
+    assert [line.split()[0] for line in out] == ["fsdp.py/bf16", "trainer/bf16", "fsdp.py/fp8", "trainer/fp8"]
+    assert " total=183s " in out[-1] and all("--profile-iters 5:9 --profile-trace /tmp/" in x for x in out)

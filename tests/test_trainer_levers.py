@@ -1,0 +1,115 @@
+"""The trainer's speed levers (issue 26) on the CPU: same numerics as the default path, and the
+combinations they cannot serve refused with the flag and the fix."""
+
+import io
+import types
+
+import pytest
+import torch
+
+from kfp_sagemaker_blackwell.catalog import flags as config
+from kfp_sagemaker_blackwell.catalog import logformat
+from kfp_sagemaker_blackwell.trainer import parallel, te_backend, train
+
+NO_OUTPUTS = dict(output_data_dir="", model_dir="")
+
+
+def _run(**kw):
+    out = io.StringIO()
+    kw.setdefault("seq_length", 32)
+    kw.setdefault("max_steps", 3)
+    kw.setdefault("checkpoint_dir", "")
+    summary = train.run(config.make("tiny", log_every=1, **NO_OUTPUTS, **kw), log_out=out)
+    lines = out.getvalue().splitlines()
+    steps = [(r.loss, r.grad_norm) for r in map(logformat.parse_step, lines) if r is not None]
+    model = next(p for k, p in filter(None, map(logformat.parse_json, lines)) if k == "model")
+    return summary, steps, model
+
+
+@pytest.mark.parametrize("accum", [1, 2])
+def test_the_unsharded_one_gpu_path_trains_exactly_as_fsdp2(accum):
+    fsdp, fsdp_steps, fsdp_model = _run(grad_accum_steps=accum)
+    plain, plain_steps, plain_model = _run(grad_accum_steps=accum, single_gpu_fsdp=False)
+    assert (fsdp_model["sharding"], plain_model["sharding"]) == ("fsdp2", "none")
+    assert plain_steps == fsdp_steps
+    assert plain["final_loss"] == fsdp["final_loss"]
+
+
+def test_late_sync_reads_the_same_losses_and_still_stops():
+    _, early, _ = _run()
+    summary, late, _ = _run(late_sync=True)
+    assert late == early and summary["status"] == "completed"
+    stopped, _, _ = _run(late_sync=True, stop_after_step=2)
+    assert stopped["status"] == "stopped" and stopped["steps"] == 2
+
+
+@pytest.mark.parametrize("kw, field", [
+    (dict(fp8_weight_cache=True, precision="bf16"), "fp8-weight-cache"),
+    (dict(cuda_graphs=True), "cuda-graphs"),  # FSDP2 on one GPU is the default
+    (dict(cuda_graphs=True, single_gpu_fsdp=False, activation_checkpointing=True), "cuda-graphs"),
+    (dict(late_sync=True, precision="fp16"), "late-sync"),
+])
+def test_unsupported_lever_combinations_are_refused_with_the_fix(kw, field):
+    with pytest.raises(config.ConfigError) as err:
+        config.make("tiny", **kw).validate(env={})
+    assert err.value.name == field and "Fix:" in str(err.value)
+
+
+@pytest.mark.parametrize("kw", [dict(fp8_weight_cache=True, precision="fp8"),
+                                dict(cuda_graphs=True, single_gpu_fsdp=False)])
+def test_te_only_levers_are_refused_on_the_torch_backend_before_any_work(kw):
+    with pytest.raises(config.ConfigError) as err:
+        train.run(config.make("tiny", backend="torch", device="cpu", checkpoint_dir="", **NO_OUTPUTS, **kw))
+    assert "backend=te" in str(err.value) and "Fix:" in str(err.value)
+
+
+def test_the_weight_cache_marks_only_the_first_micro_batch_of_a_step():
+    seen: list[bool | None] = []
+
+    class Recorder(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.ones(()))
+
+        def forward(self, inputs, is_first_microbatch=None):
+            seen.append(is_first_microbatch)
+            return torch.nn.functional.one_hot(inputs, cfg.model.vocab_size).float() * self.w
+
+    cfg = config.make("tiny", precision="fp8", fp8_weight_cache=True, grad_accum_steps=3, seq_length=8,
+                      batch_size=2)
+    world = parallel.World(0, 0, 1, 1, torch.device("cpu"))
+    from kfp_sagemaker_blackwell.trainer import data
+
+    state = types.SimpleNamespace(model=Recorder(), source=data.make_source(cfg), loss_scale=1.0)
+    plan = types.SimpleNamespace(param_dtype=None)
+    import contextlib
+
+    for step in (1, 2):
+        train._forward_backward(cfg, plan, world, state, step, contextlib.nullcontext)
+    assert seen == [True, False, False, True, False, False]
+    assert te_backend.block_kwargs(None, None) == {}
+    freqs = torch.zeros(4)
+    assert te_backend.block_kwargs(freqs, False) == {"rotary_pos_emb": freqs, "is_first_microbatch": False}
+
+
+def test_the_unsharded_compute_autocast_gives_the_residual_stream_the_compute_dtype():
+    cpu = parallel.World(0, 0, 1, 1, torch.device("cpu"))
+    assert parallel.compute_autocast(cpu, torch.bfloat16, sharded=False) is __import__("contextlib").nullcontext
+    gpu = parallel.World(0, 0, 1, 1, torch.device("cuda", 0))
+    assert parallel.compute_autocast(gpu, torch.bfloat16, sharded=True) is __import__("contextlib").nullcontext
+    ctx = parallel.compute_autocast(gpu, torch.bfloat16, sharded=False)
+    assert ctx.keywords == {"dtype": torch.bfloat16, "cache_enabled": False}  # graphs need the cache off
+    h = torch.randn(2, 3)
+    assert parallel.cast_to_compute(h) is h
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert parallel.cast_to_compute(h).dtype == torch.bfloat16
+        assert parallel.cast_to_compute(torch.arange(3)).dtype == torch.int64
+
+
+def test_the_unsharded_path_checkpoints_and_resumes_either_way(tmp_path):
+    full, _, _ = _run(max_steps=5)
+    for name, first, second in (("plain", False, False), ("from-fsdp2", True, False)):
+        ck = str(tmp_path / name)
+        _run(max_steps=5, checkpoint_dir=ck, stop_after_step=2, single_gpu_fsdp=first)
+        resumed, _, _ = _run(max_steps=5, checkpoint_dir=ck, single_gpu_fsdp=second)
+        assert resumed["resumed_from_step"] == 2 and resumed["final_loss"] == full["final_loss"], name
