@@ -38,11 +38,12 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from kfp_sagemaker_blackwell.catalog import hardware
-from kfp_sagemaker_blackwell.planning import pricing
+from kfp_sagemaker_blackwell.planning import measured_parts, pricing
 from kfp_sagemaker_blackwell.planning.training_setup import DTYPE_BYTES, TrainingSetup
 
-MODEL_NAME = "throughput model v1 (planning/throughput.py)"
-HOPPER_SOURCE = f"predicted by the {MODEL_NAME}, calibrated on H200 trainer runs"
+MODEL_NAME = "throughput model v2 (planning/throughput.py)"
+HOPPER_SOURCE = (f"predicted by the {MODEL_NAME}: measured H200 linear-layer timings, "
+                 "calibrated on H200 trainer runs")
 BLACKWELL_SOURCE = (
     f"predicted, not measured: the {MODEL_NAME} with Blackwell's datasheet figures and "
     "published GEMM rates (no Blackwell GPU was available to this project)"
@@ -90,6 +91,14 @@ class Constants:
                       "mxfp8": 0.61, "nvfp4": 0.50},
         "other": {"tf32": 0.60, "bf16": 0.70, "fp8": 0.65},
     })
+    # Measured parts per GPU type (planning/measured/<gpu>_*.json, read by
+    # planning/measured_parts.py): the linear layers' forward + backward timings per recipe,
+    # interpolated at the step's (M, N, K), replace the efficiency above wherever the table
+    # has the recipe; attention timings, where measured, replace the attention formula.
+    # H200: benchmarks/throughput/h200_gemms.json (te.Linear at M = 8192, the 1b / 8b / 64b
+    # presets' layers, TE 2.20.2, 2026-12-01; copied to planning/measured/).
+    parts_tables: dict[str, measured_parts.PartsTable | None] = field(
+        default_factory=lambda: {"H200": measured_parts.shipped("H200")})
     # A GEMM dimension d reaches d / (d + gemm_half_dim) of the large-shape rate (tile and
     # wave quantisation; XLA's table: 1024 x 2048 x 2048 bf16 on sm_90 runs at 0.53 of
     # peak, 4096^3 at 0.79).
@@ -188,6 +197,16 @@ class Constants:
     # fp8-block's and a little more (unmeasured).
     cpu_block_forward_s: float = 1.93e-3
     cpu_block_backward_s: float = 3.70e-3
+    # The torch backend (plain torch.nn blocks, F.scaled_dot_product_attention) issues its
+    # block from the host at this factor of TE's time (calibrated on the torch-backend runs
+    # of benchmarks/trainer/raw/like_for_like_h200.json and benchmarks/memory/
+    # boundary_h200_torch.json by benchmarks/throughput/model_accuracy.py; TE's modules
+    # are heavier Python: one te.TransformerLayer call vs a few torch modules).
+    cpu_backend_factor: dict[str, float] = field(default_factory=lambda: {"te": 1.0, "torch": 1.0})
+    # GPU time per block and micro-batch that no itemised part covers (the kernels between
+    # the measured linear layers: TE's layer plumbing, FSDP2's per-block hooks), per pass
+    # (forward, recomputed forward, backward), by backend; calibrated on the H200 grid.
+    block_fixed_s: dict[str, float] = field(default_factory=lambda: {"te": 0.0, "torch": 0.0})
     cpu_recipe_factor: dict[str, float] = field(default_factory=lambda: {
         "fp8": 1.83, "fp8-current": 1.96, "fp8-block": 2.01, "mxfp8": 2.01, "nvfp4": 2.1,
     })
@@ -288,10 +307,36 @@ def _linears(s: TrainingSetup) -> list[tuple[int, int]]:
     return [(h, h + 2 * kv), (h, h), (h, fc1), (f, h)]
 
 
+def _table(gpu: hardware.GPU, c: Constants) -> measured_parts.PartsTable | None:
+    return c.parts_tables.get(gpu.name)
+
+
+def _measured_recipe(s: TrainingSetup, gpu: hardware.GPU, c: Constants) -> tuple[str, bool] | None:
+    """The table's recipe and kind (plain matmul or te.Linear) that times this setup's
+    block linears, None where the GPU's table has no such measurement."""
+    table = _table(gpu, c)
+    if table is None or s.precision == "fp32":
+        return None
+    if s.backend == "torch":  # nn.Linear in bf16: cuBLAS matmuls, no TE module around them
+        return ("bf16", True) if "bf16" in table.recipes() and not s.low_precision else None
+    recipe = "bf16" if s.precision == "fp16" else s.precision
+    return (recipe, False) if recipe in table.recipes() else None
+
+
 def _block_gemms(s: TrainingSetup, gpu: hardware.GPU, c: Constants) -> tuple[float, float]:
-    """Seconds of one block's GEMMs per micro-batch: (forward, data + weight gradients)."""
+    """Seconds of one block's GEMMs per micro-batch: (forward, data + weight gradients).
+    Measured linear layers (forward + backward, interpolated at the step's shapes) split
+    by FLOPs: the forward does a third."""
     t = s.batch_size * s.seq_length
     fwd = bwd = 0.0
+    measured = _measured_recipe(s, gpu, c)
+    table = _table(gpu, c)
+    if measured is not None and table is not None:
+        for fan_in, fan_out in _linears(s):
+            both = table.linear_seconds(t, fan_out, fan_in, measured[0], measured[1]) or 0.0
+            fwd += both / 3.0
+            bwd += both * 2.0 / 3.0
+        return fwd, bwd
     for fan_in, fan_out in _linears(s):
         fwd += gemm_seconds(t, fan_out, fan_in, s.precision, gpu, c)
         bwd += gemm_seconds(t, fan_in, fan_out, s.precision, gpu, c)  # dgrad
@@ -306,6 +351,11 @@ def _lm_head(s: TrainingSetup, gpu: hardware.GPU, c: Constants) -> float:
     t = s.batch_size * s.seq_length
     p = "fp32" if s.precision == "fp32" else "bf16"  # the trainer's high-precision LM head
     h, v = m.hidden_size, m.vocab_size
+    table = _table(gpu, c)
+    if table is not None and p == "bf16":  # the trainer's Linear: plain bf16 matmuls
+        measured = table.linear_seconds(t, v, h, "bf16", torch_matmul=True)
+        if measured:
+            return measured
     return (gemm_seconds(t, v, h, p, gpu, c) + gemm_seconds(t, h, v, p, gpu, c)
             + gemm_seconds(h, v, t, p, gpu, c))
 
@@ -314,6 +364,10 @@ def _attention(s: TrainingSetup, gpu: hardware.GPU, c: Constants) -> tuple[float
     """One block's causal attention per micro-batch: (forward, backward) seconds."""
     m = s.model
     seq, d = s.seq_length, m.head_dim
+    table = _table(gpu, c)
+    measured = table.attention_seconds(s.batch_size, seq, m.num_heads, d) if table else None
+    if measured is not None and s.precision != "fp32":
+        return measured
     # QK^T and PV: 2 x 2 x seq^2 x head_dim per head and sequence, half of it causal.
     fwd_flops = 2.0 * s.batch_size * seq * seq * m.hidden_size
     peak = (gpu.peak_for("fp32" if s.precision == "fp32" else "bf16") or 1.0) * 1e12
@@ -377,11 +431,18 @@ def _block_parts(s: TrainingSetup, gpu: hardware.GPU, c: Constants) -> dict[str,
         q_fwd, q_bwd, tensors = _quantised_elements(s)
         quant = (per * (q_fwd * (1 + rec) + q_bwd) / hbm
                  + tensors * c.quant_kernels.get(s.precision, 1.0) * c.kernel_floor_s)
+    gemm = g_fwd * (1 + rec) + g_bwd
+    if quant and _measured_recipe(s, gpu, c) is not None:
+        # te.Linear's measured time includes its quantisation: shown as its own part,
+        # taken out of the GEMMs' (at most half of the measured time)
+        quant = min(quant, 0.5 * gemm)
+        gemm -= quant
+    fixed = c.block_fixed_s.get(s.backend, 0.0) * (2 + rec) if _table(gpu, c) else 0.0
     return {
-        "gemm": layers * (g_fwd * (1 + rec) + g_bwd),
+        "gemm": layers * gemm,
         "attention": layers * (a_fwd * (1 + rec) + a_bwd),
         "quantization": layers * quant,
-        "elementwise": layers * elementwise,
+        "elementwise": layers * (elementwise + fixed),
     }
 
 
@@ -464,6 +525,7 @@ def _cpu_seconds(s: TrainingSetup, c: Constants) -> float:
     rec = 1.0 if s.activation_checkpointing else 0.0
     factor = c.cpu_recipe_factor.get(s.precision, 1.0) if s.low_precision else 1.0
     per_block = (c.cpu_block_forward_s * (1 + rec) + c.cpu_block_backward_s) * factor
+    per_block *= c.cpu_backend_factor.get(s.backend, 1.0)
     return s.model.num_layers * per_block
 
 
