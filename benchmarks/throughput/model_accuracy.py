@@ -197,10 +197,13 @@ def markdown(doc: dict[str, Any], constants: throughput.Constants = throughput.D
 # not fitted: they come from the measured table (planning/measured/h200_gemms.json).
 FIT = ("attention_fwd", "attention_half_seq", "hbm_efficiency", "cpu_block_forward_s",
        "cpu_block_backward_s", "cpu_step_s", "cpu_fp8", "cpu_fp8_current", "cpu_fp8_block",
-       "attention_half_head_dim", "host_overlap_exponent", "block_fixed_te")
+       "attention_half_head_dim", "host_overlap_exponent", "block_fixed_te",
+       "overhead_bf16", "overhead_fp8", "overhead_fp8_current", "overhead_fp8_block")
+OVERHEADS = {"overhead_bf16": "bf16", "overhead_fp8": "fp8", "overhead_fp8_current": "fp8-current",
+             "overhead_fp8_block": "fp8-block"}
 # The torch backend's own constants, fitted on its runs alone (TORCH_RUNS) with the TE fit
 # held fixed: its host factor and per-block fixed GPU time.
-FIT_TORCH = ("cpu_torch", "block_fixed_torch")
+FIT_TORCH = ("attention_torch_gqa", "block_fixed_torch")
 BOUNDED = {"attention_fwd": 0.95, "hbm_efficiency": 0.95}  # fractions of a peak
 
 
@@ -212,11 +215,12 @@ def current_values(c: throughput.Constants = throughput.DEFAULT) -> list[float]:
     return [c.attention_efficiency["hopper"][0], c.attention_half_seq, c.hbm_efficiency,
             c.cpu_block_forward_s, c.cpu_block_backward_s, c.cpu_step_s,
             r["fp8"], r["fp8-current"], r["fp8-block"], c.attention_half_head_dim,
-            c.host_overlap_exponent, max(c.block_fixed_s["te"], 1e-5)]
+            c.host_overlap_exponent, max(c.block_fixed_s["te"], 1e-5)] + [
+                max(c.linear_call_overhead_s[r], 1e-5) for r in OVERHEADS.values()]
 
 
 def torch_values(c: throughput.Constants = throughput.DEFAULT) -> list[float]:
-    return [c.cpu_backend_factor["torch"], max(c.block_fixed_s["torch"], 1e-5)]
+    return [c.attention_backend_factor["torch-gqa"], max(c.block_fixed_s["torch"], 1e-5)]
 
 
 def with_values(x: list[float], c: throughput.Constants = throughput.DEFAULT,
@@ -228,10 +232,10 @@ def with_values(x: list[float], c: throughput.Constants = throughput.DEFAULT,
     cpu = dict(c.cpu_recipe_factor, **{"fp8": v["cpu_fp8"], "fp8-current": v["cpu_fp8_current"],
                                        "fp8-block": v["cpu_fp8_block"]})
     fixed = dict(c.block_fixed_s, te=v["block_fixed_te"])
-    backend = dict(c.cpu_backend_factor)
+    backend = dict(c.attention_backend_factor)
     if torch_x is not None:
         t = dict(zip(FIT_TORCH, torch_x, strict=True))
-        backend["torch"] = t["cpu_torch"]
+        backend["torch-gqa"] = t["attention_torch_gqa"]
         fixed["torch"] = t["block_fixed_torch"]
     return dataclasses.replace(c, attention_efficiency=att,
                                hbm_efficiency=v["hbm_efficiency"],
@@ -241,7 +245,8 @@ def with_values(x: list[float], c: throughput.Constants = throughput.DEFAULT,
                                cpu_block_backward_s=v["cpu_block_backward_s"],
                                cpu_step_s=v["cpu_step_s"], cpu_recipe_factor=cpu,
                                host_overlap_exponent=v["host_overlap_exponent"],
-                               block_fixed_s=fixed, cpu_backend_factor=backend)
+                               block_fixed_s=fixed, attention_backend_factor=backend,
+                               linear_call_overhead_s={r: v[k] for k, r in OVERHEADS.items()})
 
 
 LOFO = Path(__file__).with_name("lofo_h200.json")
@@ -272,7 +277,8 @@ def fit_families(doc: dict[str, Any], keep, x0: list[float] | None = None) -> li
     lo = [1e-6 * abs(v) for v in x0]
     hi = [BOUNDED.get(k, math.inf) for k in FIT]
     lo[FIT.index("host_overlap_exponent")] = 1.0
-    lo[FIT.index("block_fixed_te")] = 0.0
+    for k in ("block_fixed_te", *OVERHEADS):
+        lo[FIT.index(k)] = 0.0
     x0 = [min(max(v, a), b) for v, a, b in zip(x0, lo, hi, strict=True)]
     te = lambda r: r.get("backend", "te") == "te" and keep(r)  # noqa: E731
     res = least_squares(lambda x: _residuals(doc, te, with_values(list(x))), x0,
@@ -287,7 +293,7 @@ def fit_torch(torch_doc: dict[str, Any], x: list[float], keep=lambda r: True) ->
 
     res = least_squares(
         lambda t: _residuals(torch_doc, keep, with_values(x, torch_x=list(t))),
-        torch_values(), bounds=([0.05, 0.0], [20.0, 0.05]), x_scale=[1.0, 1e-3], max_nfev=200)
+        torch_values(), bounds=([0.2, 0.0], [20.0, 0.05]), x_scale=[1.0, 1e-3], max_nfev=200)
     return [float(v) for v in res.x]
 
 

@@ -46,13 +46,16 @@ class LinearTiming:
     fwd_bwd_s: float
     matmul_fwd_s: float | None = None
 
-    def rate(self, torch_matmul: bool = False) -> float | None:
-        """Achieved FLOP/s of forward + backward (6 m n k FLOPs); the torch backend's
-        (three plain matmuls) from the forward matmul's time."""
+    def rate(self, torch_matmul: bool = False, overhead_s: float = 0.0) -> float | None:
+        """Achieved FLOP/s of forward + backward (6 m n k FLOPs) once ``overhead_s`` (the
+        per-call time an isolated timing includes: launches, host) is taken off (at most
+        half the time); the torch backend's (three plain matmuls) from the forward
+        matmul's time."""
         flops = 6.0 * self.m * self.n * self.k
-        if torch_matmul:
-            return flops / (3.0 * self.matmul_fwd_s) if self.matmul_fwd_s else None
-        return flops / self.fwd_bwd_s
+        t = 3.0 * self.matmul_fwd_s if torch_matmul and self.matmul_fwd_s else self.fwd_bwd_s
+        if torch_matmul and not self.matmul_fwd_s:
+            return None
+        return flops / (t - min(overhead_s, 0.5 * t))
 
 
 @dataclass(frozen=True)
@@ -99,7 +102,7 @@ class PartsTable:
     # every time multiplied by this (1.0 as measured; the model's "no dead constants" check
     # and sensitivity studies scale it)
     time_scale: float = 1.0
-    _index: dict[tuple[str, bool], list[tuple[tuple[float, ...], float]]] = field(
+    _index: dict[tuple[str, bool, float], list[tuple[tuple[float, ...], float]]] = field(
         default_factory=dict, compare=False, repr=False)
 
     def __mul__(self, factor: float) -> PartsTable:
@@ -109,13 +112,16 @@ class PartsTable:
         return PartsTable(self.gpu, self.source, self.linears, self.attention,
                           self.time_scale * factor)
 
-    def _points(self, recipe: str, torch_matmul: bool) -> list[tuple[tuple[float, ...], float]]:
-        key = (recipe, torch_matmul)
+    def _points(self, recipe: str, torch_matmul: bool,
+                overhead_s: float) -> list[tuple[tuple[float, ...], float]]:
+        key = (recipe, torch_matmul, overhead_s)
         if key not in self._index:
+            if len(self._index) > 256:
+                self._index.clear()
             pts = []
             for t in self.linears:
                 if t.recipe == recipe:
-                    r = t.rate(torch_matmul)
+                    r = t.rate(torch_matmul, overhead_s)
                     if r:
                         pts.append(((float(t.m), float(t.n), float(t.k)), r))
             self._index[key] = pts
@@ -124,11 +130,12 @@ class PartsTable:
     def recipes(self) -> set[str]:
         return {t.recipe for t in self.linears}
 
-    def linear_seconds(self, m: int, n: int, k: int, recipe: str,
-                       torch_matmul: bool = False) -> float | None:
-        """Forward + backward seconds of an (m x k) @ (k x n) linear layer in ``recipe``
-        (None where the table has no measurement of that recipe)."""
-        pts = self._points(recipe, torch_matmul)
+    def linear_seconds(self, m: int, n: int, k: int, recipe: str, torch_matmul: bool = False,
+                       overhead_s: float = 0.0) -> float | None:
+        """Forward + backward GPU seconds of an (m x k) @ (k x n) linear layer in ``recipe``
+        at the rate the table's neighbours reach once their per-call ``overhead_s`` is
+        taken off (None where the table has no measurement of that recipe)."""
+        pts = self._points(recipe, torch_matmul, overhead_s)
         if not pts:
             return None
         rate = _idw((float(m), float(n), float(k)), pts)
