@@ -139,7 +139,8 @@ class Constants:
     attention_half_head_dim: float = 50.3  # head dim at which half the rate is reached
     # Hopper's two above are refitted with the measured linear layers (v2); other
     # architectures keep the v1 fit's (1679, 79.5), which their efficiencies were set with.
-    attention_half_other: tuple[float, float] = (1679.0, 79.5)
+    attention_half_seq_other: float = 1679.0
+    attention_half_head_dim_other: float = 79.5
     # The backward does 2.5x the forward's FLOPs (5 GEMMs of the 2 forward's size;
     # Dao 2023, FlashAttention-2, arXiv 2307.08691).
     attention_bwd_flops_ratio: float = 2.5
@@ -400,7 +401,7 @@ def _attention(s: TrainingSetup, gpu: hardware.GPU, c: Constants) -> tuple[float
     fwd_flops = 2.0 * s.batch_size * seq * seq * m.hidden_size
     peak = (gpu.peak_for("fp32" if s.precision == "fp32" else "bf16") or 1.0) * 1e12
     half = ((c.attention_half_seq, c.attention_half_head_dim) if _arch(gpu) == "hopper"
-            else c.attention_half_other)
+            else (c.attention_half_seq_other, c.attention_half_head_dim_other))
     shape = _sat(seq, half[0]) * _sat(d, half[1])
     e_fwd, e_bwd = c.attention_efficiency[_arch(gpu)]
     fwd = fwd_flops / (peak * e_fwd * shape)
@@ -606,7 +607,9 @@ def predict_checked(s: TrainingSetup, g: hardware.GPU, *, instance_type: str = "
     gpu_time = sum(parts.values())
     cpu_time = _cpu_seconds(s, c) * accum + c.cpu_step_s
     k = c.host_overlap_exponent
-    parts["cpu_bound_wait"] = (gpu_time ** k + cpu_time ** k) ** (1.0 / k) - gpu_time
+    top = max(gpu_time, cpu_time)  # scaled: the powers of seconds underflow at large k
+    parts["cpu_bound_wait"] = top * ((gpu_time / top) ** k + (cpu_time / top) ** k) ** (1.0 / k) \
+        - gpu_time
     parts["step_fixed"] = c.step_fixed_s
     step = sum(parts.values())
     if cpu_time > gpu_time:
