@@ -9,8 +9,8 @@ import math
 import subprocess
 import sys
 import time
-from pathlib import Path
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 

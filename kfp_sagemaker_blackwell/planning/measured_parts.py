@@ -118,7 +118,7 @@ class PartsTable:
         if key not in self._index:
             if len(self._index) > 256:
                 self._index.clear()
-            pts = []
+            pts: list[tuple[tuple[float, ...], float]] = []
             for t in self.linears:
                 if t.recipe == recipe:
                     r = t.rate(torch_matmul, overhead_s)

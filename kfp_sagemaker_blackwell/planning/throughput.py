@@ -116,9 +116,9 @@ class Constants:
     # optimizer): ~85-90% for large streaming kernels on H100/H200; the fitted 0.635 also
     # covers the many small kernels of a TE layer (calibrated).
     hbm_efficiency: float = 0.775
-    # Other architectures (Blackwell): the v1 fit's H200 value (0.635), from before the
-    # linear layers were measured: it covered TE's small quantisation kernels, which
-    # Blackwell's quantisation (no measurement, the formula) still pays.
+    # GPUs without a measured table (H100, Blackwell, others): the v1 fit's H200 value
+    # (0.635), from before the linear layers were measured: it covered TE's small
+    # quantisation kernels, which a GPU timed by the formulas still pays.
     hbm_efficiency_other: float = 0.635
     # GPU time per kernel that cannot be shorter (launch, ramp-up, tail): ~4 us.
     kernel_floor_s: float = 4e-6
@@ -137,8 +137,8 @@ class Constants:
     })
     attention_half_seq: float = 0.00168  # sequence length at which half the rate is reached
     attention_half_head_dim: float = 50.3  # head dim at which half the rate is reached
-    # Hopper's two above are refitted with the measured linear layers (v2); other
-    # architectures keep the v1 fit's (1679, 79.5), which their efficiencies were set with.
+    # The two above are refitted with the measured linear layers (v2, GPUs with a table);
+    # GPUs without one keep the v1 fit's (1679, 79.5), which their efficiencies were set with.
     attention_half_seq_other: float = 1679.0
     attention_half_head_dim_other: float = 79.5
     # The backward does 2.5x the forward's FLOPs (5 GEMMs of the 2 forward's size;
@@ -321,7 +321,7 @@ def gemm_seconds(m: int, n: int, k: int, precision: str, gpu: hardware.GPU,
 
 
 def _hbm(gpu: hardware.GPU, c: Constants) -> float:
-    eff = c.hbm_efficiency if _arch(gpu) == "hopper" else c.hbm_efficiency_other
+    eff = c.hbm_efficiency if _table(gpu, c) is not None else c.hbm_efficiency_other
     return (gpu.hbm_tb_s or 1.0) * 1e12 * eff
 
 
@@ -400,7 +400,7 @@ def _attention(s: TrainingSetup, gpu: hardware.GPU, c: Constants) -> tuple[float
     # QK^T and PV: 2 x 2 x seq^2 x head_dim per head and sequence, half of it causal.
     fwd_flops = 2.0 * s.batch_size * seq * seq * m.hidden_size
     peak = (gpu.peak_for("fp32" if s.precision == "fp32" else "bf16") or 1.0) * 1e12
-    half = ((c.attention_half_seq, c.attention_half_head_dim) if _arch(gpu) == "hopper"
+    half = ((c.attention_half_seq, c.attention_half_head_dim) if table is not None
             else (c.attention_half_seq_other, c.attention_half_head_dim_other))
     shape = _sat(seq, half[0]) * _sat(d, half[1])
     e_fwd, e_bwd = c.attention_efficiency[_arch(gpu)]
