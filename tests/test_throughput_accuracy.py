@@ -34,9 +34,8 @@ def test_validation_speedups_over_bf16_within_0_05():
     doc = acc.load(GRID)
     s = acc.summary(acc.rows(doc, "validation"))
     assert s["speedup_pairs"] >= 3, s
-    # v2 (measured linears, refitted on every family): 0.063; v1 was 0.040. Not held out:
-    # the shipped fit now sees every family; the held-out figures are the LOFO test's.
-    assert s["worst_speedup_error"] <= 0.065, acc.markdown(doc)
+    # Not held out: the shipped fit sees every family; the held-out figures are the LOFO test's.
+    assert s["worst_speedup_error"] <= 0.05, acc.markdown(doc)
 
 
 def test_calibration_split_fits_too():
@@ -89,8 +88,7 @@ def test_compiled_loss_runs_measured_after_the_grid_are_predicted_within_8_perce
     for precision in ("bf16", "fp8"):
         measured = runs[f"1b-b4/trainer-te/{precision}+compiled-loss"]["tokens_per_s"]
         predicted = throughput.predict(TrainingSetup(preset("1b"), 4, 4096, precision), "H200")
-        # v2: fp8 +8.5% (v1 within 8%)
-        assert abs(predicted.tokens_per_s_per_gpu / measured - 1) <= 0.09, precision
+        assert abs(predicted.tokens_per_s_per_gpu / measured - 1) <= 0.08, precision
 
 
 LOFO = ROOT / "benchmarks" / "throughput" / "lofo_h200.json"
@@ -117,13 +115,13 @@ def test_leave_one_family_out_predicts_families_the_fit_never_saw():
     te = acc.summary(acc.held_out_rows(doc, lofo, "te"))
     torch = acc.summary(acc.held_out_rows(torch_doc, lofo, "torch"))
     assert te["rows"] >= 60 and torch["rows"] >= 6
-    # The honest held-out figures (README), v2 (measured linear layers): TE median 2.6%,
-    # worst 22.2% (1b L16 fp8 b2 s4096, a host-bound step), speed-up worst 0.176; torch
-    # median 2.4%, worst 3.3% (6 runs, 5 families). Issue 25's bar (worst 10%, speed-up
-    # 0.04) is not met on TE; these bounds keep it from getting worse unnoticed.
+    # The honest held-out figures, v2 (measured linear layers): TE median 1.3%, worst 10.8%
+    # (v1: 1.7%, 22.9%), speed-up median 0.021, worst 0.143 (v1: 0.030, 0.160); torch median
+    # 2.5%, worst 3.3% (6 runs in 5 families; v1, uncalibrated: 15%, 25%). Issue 25's bar
+    # (worst 10%, speed-up 0.04) is not met on TE; these bounds keep it from getting worse.
     md = acc.held_out_markdown(doc, lofo, torch_doc)
-    assert te["median_abs_error"] <= 0.03 and te["worst_abs_error"] <= 0.25, md
-    assert te["worst_speedup_error"] <= 0.18, md
+    assert te["median_abs_error"] <= 0.015 and te["worst_abs_error"] <= 0.11, md
+    assert te["worst_speedup_error"] <= 0.15, md
     assert torch["median_abs_error"] <= 0.05 and torch["worst_abs_error"] <= 0.10, md
 
 

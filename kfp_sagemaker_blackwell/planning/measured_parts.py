@@ -18,7 +18,7 @@ Interpolation is in log space between the measured shapes: a linear layer's achi
 (FLOP/s) at (M, N, K) is the inverse-distance-weighted geometric mean of the rates of the
 nearest measured shapes (distance: the Euclidean norm of the log ratios of M, N and K), so
 it never leaves the range the table spans; with one measured M the rate is taken as
-constant in M (time in proportion to tokens). The same for attention's rate over
+constant in M past a per-call overhead (time = overhead + tokens x a per-token cost). The same for attention's rate over
 (sequence, head size).
 """
 
@@ -132,14 +132,15 @@ class PartsTable:
 
     def linear_seconds(self, m: int, n: int, k: int, recipe: str, torch_matmul: bool = False,
                        overhead_s: float = 0.0) -> float | None:
-        """Forward + backward GPU seconds of an (m x k) @ (k x n) linear layer in ``recipe``
-        at the rate the table's neighbours reach once their per-call ``overhead_s`` is
-        taken off (None where the table has no measurement of that recipe)."""
+        """Forward + backward GPU seconds of an (m x k) @ (k x n) linear layer in ``recipe``:
+        its per-call ``overhead_s`` plus its FLOPs at the rate the table's neighbours reach
+        once their own overhead is taken off (None where the table has no measurement of
+        that recipe)."""
         pts = self._points(recipe, torch_matmul, overhead_s)
         if not pts:
             return None
         rate = _idw((float(m), float(n), float(k)), pts)
-        return 6.0 * m * n * k / rate * self.time_scale
+        return (6.0 * m * n * k / rate + overhead_s) * self.time_scale
 
     def attention_seconds(self, batch: int, seq: int, heads: int,
                           head_dim: int) -> tuple[float, float] | None:
