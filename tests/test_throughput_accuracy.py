@@ -34,6 +34,7 @@ def test_validation_speedups_over_bf16_within_0_05():
     doc = acc.load(GRID)
     s = acc.summary(acc.rows(doc, "validation"))
     assert s["speedup_pairs"] >= 3, s
+    # Not held out: the shipped fit sees every family; the held-out figures are the LOFO test's.
     assert s["worst_speedup_error"] <= 0.05, acc.markdown(doc)
 
 
@@ -94,27 +95,50 @@ LOFO = ROOT / "benchmarks" / "throughput" / "lofo_h200.json"
 
 
 def test_leave_one_family_out_predicts_families_the_fit_never_saw():
-    # Every family of the grid is held out once; its runs are predicted here, now, with the
-    # constants of the fold that never saw it (so a change to the model that the committed
-    # folds no longer describe fails: rerun model_accuracy.py --leave-one-family-out).
+    # Every family of the grid (and of the torch-backend runs) is held out once; its runs are
+    # predicted here, now, with the constants of the fold that never saw it (so a change to
+    # the model that the committed folds no longer describe fails: rerun model_accuracy.py
+    # --leave-one-family-out).
+    import json
+
+    acc = _accuracy()
+    doc, torch_doc = acc.load(GRID), acc.load(acc.TORCH_RUNS)
+    lofo = json.loads(LOFO.read_text())
+    recorded = {r["name"]: r["predicted"] for f in lofo["folds"] for r in f["runs"]}
+    for backend, d, least in (("te", doc, 20), ("torch", torch_doc, 5)):
+        families = {acc.family(r) for r in d["results"] if r.get("status") == "ok"}
+        held = [tuple(f["family"]) for f in lofo["folds"] if f["backend"] == backend]
+        assert sorted(held, key=str) == sorted(families, key=str) and len(held) >= least
+        rows = acc.held_out_rows(d, lofo, backend)
+        for r in rows:
+            assert abs(r.predicted / recorded[r.record["name"]] - 1) < 1e-6, r.label
+    te = acc.summary(acc.held_out_rows(doc, lofo, "te"))
+    torch = acc.summary(acc.held_out_rows(torch_doc, lofo, "torch"))
+    assert te["rows"] >= 60 and torch["rows"] >= 6
+    # The honest held-out figures, v2 (measured linear layers): TE median 1.3%, worst 10.8%
+    # (v1: 1.7%, 22.9%), speed-up median 0.021, worst 0.143 (v1: 0.030, 0.160); torch median
+    # 2.5%, worst 3.3% (6 runs in 5 families; v1, uncalibrated: 15%, 25%). Issue 25's bar
+    # (worst 10%, speed-up 0.04) is not met on TE; these bounds keep it from getting worse.
+    md = acc.held_out_markdown(doc, lofo, torch_doc)
+    assert te["median_abs_error"] <= 0.015 and te["worst_abs_error"] <= 0.11, md
+    assert te["worst_speedup_error"] <= 0.15, md
+    assert torch["median_abs_error"] <= 0.05 and torch["worst_abs_error"] <= 0.10, md
+
+
+def test_a_held_out_file_is_evaluated_per_backend_with_its_unseen_families(tmp_path):
+    """model_accuracy.evaluate_held_out: a results file the fit never saw, summarised per
+    backend, naming the families no fitted run belongs to."""
     import json
 
     acc = _accuracy()
     doc = acc.load(GRID)
-    lofo = json.loads(LOFO.read_text())
-    families = {acc.family(r) for r in doc["results"] if r.get("status") == "ok"}
-    held = [tuple(f["family"]) for f in lofo["folds"]]
-    assert sorted(held, key=str) == sorted(families, key=str) and len(held) >= 20
-    rows = acc.held_out_rows(doc, lofo)
-    recorded = {r["name"]: r["predicted"] for f in lofo["folds"] for r in f["runs"]}
-    for r in rows:
-        assert abs(r.predicted / recorded[r.record["name"]] - 1) < 1e-6, r.label
-    s = acc.summary(rows)
-    assert s["rows"] == len(recorded) >= 60
-    # The honest held-out figures (README): median 1.7%, worst 22.9% (1b L16 fp8 b2 s4096, a
-    # host-bound step), speed-up worst 0.16. Issue 25's bar (worst 10%, speed-up 0.04) is
-    # not met; these bounds keep it from getting worse unnoticed.
-    assert s["median_abs_error"] <= 0.025, acc.held_out_markdown(doc, lofo)
-    assert s["worst_abs_error"] <= 0.25, acc.held_out_markdown(doc, lofo)
-    assert s["worst_speedup_error"] <= 0.17, acc.held_out_markdown(doc, lofo)
-    assert sum(abs(r.error) > 0.10 for r in rows) <= 3
+    torch_doc = acc.load(acc.TORCH_RUNS)
+    r = dict(next(x for x in doc["results"] if x["preset"] == "8b"), name="new",
+             seq_length=32768, batch_size=1, tokens_per_s_per_gpu=30000.0)
+    path = tmp_path / "held_out.json"
+    path.write_text(json.dumps({"gpu": "H200", "results": [r] + torch_doc["results"][:1]}))
+    out = acc.evaluate_held_out(path, fitted_on=[doc])
+    assert set(out["backends"]) == {"te", "torch"}
+    assert out["backends"]["te"]["unseen_families"] == [["8b", 4096, 32768, False]]
+    assert out["backends"]["te"]["runs"][0]["unseen_family"] is True
+    assert out["backends"]["torch"]["rows"] == 1

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -230,3 +231,58 @@ def test_markdown_shows_the_prediction_labelled():
     assert "tokens/s per GPU" in md and "$ per billion tokens" in md
     metrics = report.metrics(_plan())
     assert metrics["fp8_predicted_tokens_per_s_per_gpu"] > metrics["bf16_predicted_tokens_per_s_per_gpu"]
+
+
+def test_measured_table_interpolates_between_shapes_and_plugs_in_more_token_counts(tmp_path):
+    """The linear-layer table (planning/measured_parts.py): a measured shape is returned as
+    measured, a shape between measured ones lies between their rates, and a richer file
+    (records with "m") plugs in without code change: the time at a measured M is that M's."""
+    from kfp_sagemaker_blackwell.planning import measured_parts
+
+    recs = [{"in_features": k, "out_features": n, "recipe": "bf16", "m": m,
+             "fwd_bwd_s": 6.0 * m * n * k / rate}
+            for (m, n, k, rate) in ((8192, 2048, 2048, 300e12), (8192, 8192, 8192, 600e12),
+                                    (65536, 2048, 2048, 500e12))]
+    path = tmp_path / "x200_gemms.json"
+    path.write_text(json.dumps({"machine": "X200", "date": "today", "results": recs}))
+    table = measured_parts.load([path], "X200")
+    assert table.linear_seconds(8192, 2048, 2048, "bf16") == pytest.approx(recs[0]["fwd_bwd_s"])
+    assert table.linear_seconds(65536, 2048, 2048, "bf16") == pytest.approx(recs[2]["fwd_bwd_s"])
+    mid = 6.0 * 8192 * 4096 * 4096 / table.linear_seconds(8192, 4096, 4096, "bf16")
+    assert 300e12 < mid < 600e12
+    assert table.linear_seconds(8192, 2048, 2048, "fp8") is None  # not measured: the formula
+    assert table.attention_seconds(1, 4096, 32, 128) is None
+
+
+def test_h200_predictions_use_the_shipped_linear_timings():
+    """The H200's GEMM part comes from the measured te.Linear table: scaling the table's
+    times scales the GEMM part; the package's copy is the benchmark's file."""
+    from kfp_sagemaker_blackwell.planning import measured_parts
+
+    shipped = json.loads((measured_parts.MEASURED / "h200_gemms.json").read_text())
+    bench = json.loads((Path(__file__).resolve().parents[1] / "benchmarks" / "throughput"
+                        / "h200_gemms.json").read_text())
+    assert shipped["results"] == bench["results"]
+    s = setup("8b", "fp8", batch=1, seq=8192, ac=False, world=1)
+    base = throughput.predict(s, "H200")
+    table = throughput.DEFAULT.parts_tables["H200"]
+    slower = replace(throughput.DEFAULT, parts_tables={"H200": table.scaled(2.0)})
+    doubled = throughput.predict(s, "H200", constants=slower)
+    both = base.parts["gemm"] + base.parts["quantization"]
+    assert doubled.parts["gemm"] + doubled.parts["quantization"] > 1.8 * both
+    # H100 has no table: its GEMMs still come from the efficiency formula
+    assert throughput.predict(s, "H100").parts["gemm"] > 0
+
+
+def test_torch_backend_has_its_own_constants():
+    """The torch backend's GQA attention and per-block fixed time are its own constants
+    (calibrated on its runs, benchmarks/throughput/h200_torch_runs.json): changing them
+    moves torch-backend predictions only."""
+    s_te = setup("1b", "bf16", batch=4, seq=8192, ac=True, world=1)
+    s_torch = replace(s_te, backend="torch")
+    c = replace(throughput.DEFAULT, attention_backend_factor=dict(
+        throughput.DEFAULT.attention_backend_factor, **{"torch-gqa": 1.0}))
+    assert throughput.predict(s_te, "H200", constants=c).step_seconds == pytest.approx(
+        throughput.predict(s_te, "H200").step_seconds)
+    assert throughput.predict(s_torch, "H200", constants=c).step_seconds < \
+        throughput.predict(s_torch, "H200").step_seconds

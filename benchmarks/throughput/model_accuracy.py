@@ -192,67 +192,65 @@ def markdown(doc: dict[str, Any], constants: throughput.Constants = throughput.D
     return "\n".join(lines)
 
 
-# The H200 constants --fit adjusts (Hopper entries of the tables, the host floor).
-FIT = ("gemm_bf16", "gemm_fp8", "gemm_fp8_block", "attention_fwd", "attention_half_seq",
-       "hbm_efficiency", "cpu_block_forward_s", "cpu_block_backward_s", "cpu_step_s",
-       "cpu_fp8", "cpu_fp8_current", "cpu_fp8_block", "attention_half_head_dim",
-       "host_overlap_exponent")
+# The H200 constants --fit adjusts (the host floor, the memory-bound rate, attention where
+# no attention timings are measured, TE's per-block fixed GPU time). The linear layers are
+# not fitted: they come from the measured table (planning/measured/h200_gemms.json).
+FIT = ("attention_fwd", "attention_half_seq", "hbm_efficiency", "cpu_block_forward_s",
+       "cpu_block_backward_s", "cpu_step_s", "cpu_fp8", "cpu_fp8_current", "cpu_fp8_block",
+       "attention_half_head_dim", "host_overlap_exponent", "block_fixed_te",
+       "overhead_bf16", "overhead_fp8", "overhead_fp8_current", "overhead_fp8_block")
+OVERHEADS = {"overhead_bf16": "bf16", "overhead_fp8": "fp8", "overhead_fp8_current": "fp8-current",
+             "overhead_fp8_block": "fp8-block"}
+# The torch backend's own constants, fitted on its runs alone (TORCH_RUNS) with the TE fit
+# held fixed: its host factor and per-block fixed GPU time.
+FIT_TORCH = ("attention_torch_gqa", "block_fixed_torch")
+BOUNDED = {"attention_fwd": 0.95, "hbm_efficiency": 0.95}  # fractions of a peak
 
 
 ATTENTION_BWD_OVER_FWD = 0.53 / 0.72
 
 
 def current_values(c: throughput.Constants = throughput.DEFAULT) -> list[float]:
-    g, r = c.gemm_efficiency["hopper"], c.cpu_recipe_factor
-    return [g["bf16"], g["fp8"], g["fp8-block"], c.attention_efficiency["hopper"][0],
-            c.attention_half_seq,
-            c.hbm_efficiency, c.cpu_block_forward_s, c.cpu_block_backward_s, c.cpu_step_s,
+    r = c.cpu_recipe_factor
+    return [c.attention_efficiency["hopper"][0], c.attention_half_seq, c.hbm_efficiency,
+            c.cpu_block_forward_s, c.cpu_block_backward_s, c.cpu_step_s,
             r["fp8"], r["fp8-current"], r["fp8-block"], c.attention_half_head_dim,
-            c.host_overlap_exponent]
+            c.host_overlap_exponent, max(c.block_fixed_s["te"], 1e-5)] + [
+                max(c.linear_call_overhead_s[r], 1e-5) for r in OVERHEADS.values()]
 
 
-def with_values(x: list[float], c: throughput.Constants = throughput.DEFAULT) -> throughput.Constants:
+def torch_values(c: throughput.Constants = throughput.DEFAULT) -> list[float]:
+    return [c.attention_backend_factor["torch-gqa"], max(c.block_fixed_s["torch"], 1e-5)]
+
+
+def with_values(x: list[float], c: throughput.Constants = throughput.DEFAULT,
+                torch_x: list[float] | None = None) -> throughput.Constants:
     v = dict(zip(FIT, x, strict=True))
-    gemm = {k: dict(t) for k, t in c.gemm_efficiency.items()}
-    gemm["hopper"].update({"bf16": v["gemm_bf16"], "fp8": v["gemm_fp8"],
-                           "fp8-block": v["gemm_fp8_block"]})
     # the backward/forward efficiency ratio stays FlashAttention-3's (0.53 / 0.72)
     att = dict(c.attention_efficiency,
                hopper=(v["attention_fwd"], v["attention_fwd"] * ATTENTION_BWD_OVER_FWD))
     cpu = dict(c.cpu_recipe_factor, **{"fp8": v["cpu_fp8"], "fp8-current": v["cpu_fp8_current"],
                                        "fp8-block": v["cpu_fp8_block"]})
-    return dataclasses.replace(c, gemm_efficiency=gemm, attention_efficiency=att,
+    fixed = dict(c.block_fixed_s, te=v["block_fixed_te"])
+    backend = dict(c.attention_backend_factor)
+    if torch_x is not None:
+        t = dict(zip(FIT_TORCH, torch_x, strict=True))
+        backend["torch-gqa"] = t["attention_torch_gqa"]
+        fixed["torch"] = t["block_fixed_torch"]
+    return dataclasses.replace(c, attention_efficiency=att,
                                hbm_efficiency=v["hbm_efficiency"],
                                attention_half_seq=v["attention_half_seq"],
                                attention_half_head_dim=v["attention_half_head_dim"],
                                cpu_block_forward_s=v["cpu_block_forward_s"],
                                cpu_block_backward_s=v["cpu_block_backward_s"],
                                cpu_step_s=v["cpu_step_s"], cpu_recipe_factor=cpu,
-                               host_overlap_exponent=v["host_overlap_exponent"])
-
-
-def fit(doc: dict[str, Any]) -> dict[str, float]:
-    """Least squares on log(predicted / measured) over the calibration split, plus the
-    speed-ups over bf16 (so that recipes are fitted on what they gain)."""
-    from scipy.optimize import minimize
-
-    x0 = current_values()
-    scale = [abs(v) for v in x0]
-
-    def loss(z: list[float]) -> float:
-        x = [zi * si for zi, si in zip(z, scale, strict=True)]
-        if any(v <= 0 for v in x) or any(v > 0.95 for v in x[:4]) or x[5] > 0.95 or x[-1] < 1:
-            return 1e9
-        rs = rows(doc, "calibration", with_values(x))
-        err = sum(math.log(1 + r.error) ** 2 for r in rs)
-        return err + sum((p - m) ** 2 for _, m, p in speedups(rs))
-
-    res = minimize(loss, [1.0] * len(x0), method="Nelder-Mead",
-                   options={"maxiter": 6000, "xatol": 1e-4, "fatol": 1e-9, "adaptive": True})
-    return dict(zip(FIT, [zi * si for zi, si in zip(res.x, scale, strict=True)], strict=True))
+                               host_overlap_exponent=v["host_overlap_exponent"],
+                               block_fixed_s=fixed, attention_backend_factor=backend,
+                               linear_call_overhead_s={r: v[k] for k, r in OVERHEADS.items()})
 
 
 LOFO = Path(__file__).with_name("lofo_h200.json")
+TORCH_RUNS = Path(__file__).with_name("h200_torch_runs.json")
 
 
 def family(r: dict[str, Any]) -> tuple:
@@ -262,82 +260,167 @@ def family(r: dict[str, Any]) -> tuple:
             bool(r["activation_checkpointing"]))
 
 
-def _residuals(doc: dict[str, Any], keep, x: list[float]) -> list[float]:
+def _residuals(doc: dict[str, Any], keep, c: throughput.Constants) -> list[float]:
     """The fit's residuals over the runs ``keep`` accepts: log(predicted / measured) per run
-    and (predicted - measured) speed-up over bf16 per pair, as ``fit`` weighs them."""
-    rs = [r for r in rows(doc, None, with_values(x)) if keep(r.record)]
+    and (predicted - measured) speed-up over bf16 per pair (so that recipes are fitted on
+    what they gain)."""
+    rs = [r for r in rows(doc, None, c) if keep(r.record)]
     return [math.log(1 + r.error) for r in rs] + [p - m for _, m, p in speedups(rs)]
 
 
-def fit_families(doc: dict[str, Any], keep) -> list[float]:
-    """The H200 constants fitted (bounded least squares, the loss of ``fit``) on the runs that
-    ``keep`` accepts, from the shipped values."""
+def fit_families(doc: dict[str, Any], keep, x0: list[float] | None = None) -> list[float]:
+    """The H200 (TE backend) constants fitted by bounded least squares on the runs that
+    ``keep`` accepts (TE-backend runs only)."""
     from scipy.optimize import least_squares
 
-    x0 = current_values()
+    x0 = x0 or current_values()
     lo = [1e-6 * abs(v) for v in x0]
-    hi = [math.inf] * len(x0)
-    for i in (0, 1, 2, 3, 5):  # GEMM / attention / HBM efficiencies
-        hi[i] = 0.95
-    lo[-1] = 1.0  # the host-overlap exponent
-    res = least_squares(lambda x: _residuals(doc, keep, list(x)), x0, bounds=(lo, hi),
-                        x_scale=[abs(v) for v in x0], max_nfev=400)
+    hi = [BOUNDED.get(k, math.inf) for k in FIT]
+    lo[FIT.index("host_overlap_exponent")] = 1.0
+    for k in ("block_fixed_te", *OVERHEADS):
+        lo[FIT.index(k)] = 0.0
+    x0 = [min(max(v, a), b) for v, a, b in zip(x0, lo, hi, strict=True)]
+    te = lambda r: r.get("backend", "te") == "te" and keep(r)  # noqa: E731
+    res = least_squares(lambda x: _residuals(doc, te, with_values(list(x))), x0,
+                        bounds=(lo, hi), x_scale=[max(abs(v), 1e-4) for v in x0], max_nfev=300)
     return [float(v) for v in res.x]
 
 
-def leave_one_family_out(doc: dict[str, Any]) -> dict[str, Any]:
-    """One fit per family on every other family; the left-out family's runs predicted."""
-    fams = sorted({family(r) for r in doc["results"] if r.get("status") == "ok"}, key=str)
-    folds = []
-    for fam in fams:
-        x = fit_families(doc, lambda r, fam=fam: family(r) != fam)
-        held = [r for r in rows(doc, None, with_values(x)) if family(r.record) == fam]
-        folds.append({"family": list(fam), "constants": dict(zip(FIT, x, strict=True)),
-                      "runs": [{"name": r.record.get("name"), "measured": r.measured,
-                                "predicted": r.predicted} for r in held]})
-        print(f"{fam}: " + ", ".join(f"{r.error:+.1%}" for r in held), file=sys.stderr)
-    return {"what": "leave-one-family-out refits of the H200 constants (model_accuracy.py "
-                    "--leave-one-family-out); each fold never saw its family's runs",
-            "grid": GRID.name, "fit": list(FIT), "folds": folds}
+def fit_torch(torch_doc: dict[str, Any], x: list[float], keep=lambda r: True) -> list[float]:
+    """The torch backend's constants (FIT_TORCH) on its runs that ``keep`` accepts, the TE
+    constants ``x`` held fixed."""
+    from scipy.optimize import least_squares
+
+    res = least_squares(
+        lambda t: _residuals(torch_doc, keep, with_values(x, torch_x=list(t))),
+        torch_values(), bounds=([0.2, 0.0], [20.0, 0.05]), x_scale=[1.0, 1e-3], max_nfev=200)
+    return [float(v) for v in res.x]
 
 
-def held_out_rows(doc: dict[str, Any], lofo: dict[str, Any]) -> list[Row]:
-    """Every run predicted by its fold's constants (a fit that never saw its family)."""
-    out = []
-    for fold in lofo["folds"]:
-        c = with_values([fold["constants"][k] for k in FIT])
-        fam = tuple(fold["family"])
-        out += [r for r in rows(doc, None, c) if family(r.record) == fam]
+def fit(doc: dict[str, Any], torch_doc: dict[str, Any] | None = None) -> dict[str, float]:
+    """The shipped constants: fitted on every family of the grid (and the torch runs)."""
+    x = fit_families(doc, lambda r: True)
+    out = dict(zip(FIT, x, strict=True))
+    if torch_doc:
+        out.update(zip(FIT_TORCH, fit_torch(torch_doc, x), strict=True))
     return out
 
 
-def held_out_markdown(doc: dict[str, Any], lofo: dict[str, Any]) -> str:
-    rs = held_out_rows(doc, lofo)
-    s = summary(rs)
-    by: dict[tuple, list[Row]] = {}
-    for r in rs:
-        by.setdefault(family(r.record), []).append(r)
-    lines = [f"### Leave-one-family-out: {s['rows']} runs in {len(by)} families", "",
-             f"tokens/s per GPU: median |error| {s['median_abs_error']:.1%}, worst "
-             f"{s['worst_abs_error']:.1%}; speed-up over bf16 ({s['speedup_pairs']} pairs): median "
-             f"|error| {s['median_speedup_error']:.3f}, worst {s['worst_speedup_error']:.3f}.", "",
-             "| family (preset, width, seq, checkpointing) | runs | median error | worst |",
-             "|---|---:|---:|---:|"]
-    for fam, fr in sorted(by.items(), key=lambda kv: str(kv[0])):
-        errs = [r.error for r in fr]
-        lines.append(f"| {fam} | {len(fr)} | {statistics.median(errs):+.1%} | "
-                     f"{max(errs, key=abs):+.1%} |")
+def _families(doc: dict[str, Any]) -> list[tuple]:
+    return sorted({family(r) for r in doc["results"] if r.get("status") == "ok"}, key=str)
+
+
+def leave_one_family_out(doc: dict[str, Any], torch_doc: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One fit per family on every other family; the left-out family's runs predicted. TE
+    folds refit the TE constants on the grid's other families; torch folds refit the torch
+    backend's constants on the other torch families (the TE constants are fitted on TE runs
+    only, so they never see a torch run)."""
+    folds = []
+    x_all = current_values()
+    for fam in _families(doc):
+        x = fit_families(doc, lambda r, fam=fam: family(r) != fam)
+        held = [r for r in rows(doc, None, with_values(x)) if family(r.record) == fam]
+        folds.append({"backend": "te", "family": list(fam),
+                      "constants": dict(zip(FIT, x, strict=True)),
+                      "runs": [{"name": r.record.get("name"), "measured": r.measured,
+                                "predicted": r.predicted} for r in held]})
+        print(f"te {fam}: " + ", ".join(f"{r.error:+.1%}" for r in held), file=sys.stderr)
+    for fam in _families(torch_doc) if torch_doc else []:
+        t = fit_torch(torch_doc, x_all, lambda r, fam=fam: family(r) != fam)
+        c = with_values(x_all, torch_x=t)
+        held = [r for r in rows(torch_doc, None, c) if family(r.record) == fam]
+        folds.append({"backend": "torch", "family": list(fam),
+                      "constants": dict(zip(FIT, x_all, strict=True)) | dict(zip(FIT_TORCH, t, strict=True)),
+                      "runs": [{"name": r.record.get("name"), "measured": r.measured,
+                                "predicted": r.predicted} for r in held]})
+        print(f"torch {fam}: " + ", ".join(f"{r.error:+.1%}" for r in held), file=sys.stderr)
+    return {"what": "leave-one-family-out refits of the H200 constants (model_accuracy.py "
+                    "--leave-one-family-out); each fold never saw its family's runs",
+            "grid": GRID.name, "torch_runs": TORCH_RUNS.name, "fit": list(FIT),
+            "fit_torch": list(FIT_TORCH), "folds": folds}
+
+
+def fold_constants(fold: dict[str, Any]) -> throughput.Constants:
+    k = fold["constants"]
+    torch_x = [k[n] for n in FIT_TORCH] if all(n in k for n in FIT_TORCH) else None
+    return with_values([k[n] for n in FIT], torch_x=torch_x)
+
+
+def held_out_rows(doc: dict[str, Any], lofo: dict[str, Any], backend: str = "te") -> list[Row]:
+    """Every run of ``doc`` predicted by its fold's constants (a fit that never saw its
+    family), for the folds of ``backend``."""
+    out = []
+    for fold in lofo["folds"]:
+        if fold.get("backend", "te") != backend:
+            continue
+        fam = tuple(fold["family"])
+        out += [r for r in rows(doc, None, fold_constants(fold)) if family(r.record) == fam]
+    return out
+
+
+def _summary_line(s: dict[str, Any]) -> str:
+    return (f"tokens/s per GPU: median |error| {s['median_abs_error']:.1%}, worst "
+            f"{s['worst_abs_error']:.1%}; speed-up over bf16 ({s['speedup_pairs']} pairs): median "
+            f"|error| {s['median_speedup_error']:.3f}, worst {s['worst_speedup_error']:.3f}.")
+
+
+def held_out_markdown(doc: dict[str, Any], lofo: dict[str, Any],
+                      torch_doc: dict[str, Any] | None = None) -> str:
+    lines = []
+    for backend, d in (("te", doc), ("torch", torch_doc)):
+        rs = held_out_rows(d, lofo, backend) if d else []
+        if not rs:
+            continue
+        s = summary(rs)
+        by: dict[tuple, list[Row]] = {}
+        for r in rs:
+            by.setdefault(family(r.record), []).append(r)
+        lines += [f"### Leave-one-family-out, {backend} backend: {s['rows']} runs in {len(by)} "
+                  "families", "", _summary_line(s), "",
+                  "| family (preset, width, seq, checkpointing) | runs | median error | worst |",
+                  "|---|---:|---:|---:|"]
+        for fam, fr in sorted(by.items(), key=lambda kv: str(kv[0])):
+            errs = [r.error for r in fr]
+            lines.append(f"| {fam} | {len(fr)} | {statistics.median(errs):+.1%} | "
+                         f"{max(errs, key=abs):+.1%} |")
+        lines.append("")
     return "\n".join(lines) + "\n"
+
+
+def evaluate_held_out(path: Path, constants: throughput.Constants = throughput.DEFAULT,
+                      fitted_on: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """A results file the fit never saw (shaped like h200_grid.json: ``results`` records
+    with the configuration, ``status``, ``tokens_per_s_per_gpu``; ``backend`` per record)
+    predicted with ``constants``: per backend, the summary, and the families of the file
+    that no run the constants were fitted on (``fitted_on``: grid documents) belongs to."""
+    doc = load(path)
+    seen = {family(r) for d in (fitted_on or []) for r in d["results"] if r.get("status") == "ok"}
+    out: dict[str, Any] = {"file": str(path), "backends": {}}
+    for backend in sorted({r.get("backend", "te") for r in doc["results"]}):
+        rs = [r for r in rows(doc, None, constants) if r.record.get("backend", "te") == backend]
+        if not rs:
+            continue
+        unseen = sorted({family(r.record) for r in rs} - seen, key=str)
+        out["backends"][backend] = dict(summary(rs), unseen_families=[list(f) for f in unseen],
+                                        runs=[{"label": r.label, "measured": r.measured,
+                                               "predicted": r.predicted, "error": r.error,
+                                               "unseen_family": family(r.record) not in seen}
+                                              for r in rs])
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--grid", type=Path, default=GRID)
+    ap.add_argument("--torch-runs", type=Path, default=TORCH_RUNS)
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--fit", action="store_true")
     ap.add_argument("--leave-one-family-out", action="store_true",
                     help="refit per family (slow: minutes) and write --out; without it the "
                     "committed folds are read and their held-out table printed")
+    ap.add_argument("--held-out", type=Path, action="append", default=[],
+                    help="a results file (shaped like h200_grid.json) the fit never saw: "
+                    "predicted with the shipped constants, summarised per backend (JSON)")
     ap.add_argument("--out", type=Path, default=LOFO)
     ap.add_argument("--blackwell", action="store_true",
                     help="the B200 predictions for the Llama-3-8B shape vs the published ranges")
@@ -346,15 +429,19 @@ def main(argv: list[str] | None = None) -> int:
         print(blackwell_markdown())
         return 0
     doc = load(args.grid)
+    torch_doc = load(args.torch_runs) if args.torch_runs.exists() else None
+    if args.held_out:
+        fitted = [doc] + ([torch_doc] if torch_doc else [])
+        print(json.dumps([evaluate_held_out(p, fitted_on=fitted) for p in args.held_out], indent=1))
+        return 0
     if args.leave_one_family_out:
-        lofo = leave_one_family_out(doc)
+        lofo = leave_one_family_out(doc, torch_doc)
         args.out.write_text(json.dumps(lofo, indent=1) + "\n")
-        print(held_out_markdown(doc, lofo))
+        print(held_out_markdown(doc, lofo, torch_doc))
         return 0
     if args.fit:
-        values = fit(doc)
+        values = fit(doc, torch_doc)
         print(json.dumps(values, indent=1))
-        print(markdown(doc, with_values(list(values.values()))))
         return 0
     if args.json:
         print(json.dumps({s: summary(rows(doc, s)) for s in ("calibration", "validation")},
@@ -362,7 +449,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         print(markdown(doc))
         if LOFO.exists() and args.grid == GRID:
-            print(held_out_markdown(doc, json.loads(LOFO.read_text())))
+            print(held_out_markdown(doc, json.loads(LOFO.read_text()), torch_doc))
     return 0
 
 

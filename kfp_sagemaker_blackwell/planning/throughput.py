@@ -38,11 +38,12 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from kfp_sagemaker_blackwell.catalog import hardware
-from kfp_sagemaker_blackwell.planning import pricing
+from kfp_sagemaker_blackwell.planning import measured_parts, pricing
 from kfp_sagemaker_blackwell.planning.training_setup import DTYPE_BYTES, TrainingSetup
 
-MODEL_NAME = "throughput model v1 (planning/throughput.py)"
-HOPPER_SOURCE = f"predicted by the {MODEL_NAME}, calibrated on H200 trainer runs"
+MODEL_NAME = "throughput model v2 (planning/throughput.py)"
+HOPPER_SOURCE = (f"predicted by the {MODEL_NAME}: measured H200 linear-layer timings, "
+                 "calibrated on H200 trainer runs")
 BLACKWELL_SOURCE = (
     f"predicted, not measured: the {MODEL_NAME} with Blackwell's datasheet figures and "
     "published GEMM rates (no Blackwell GPU was available to this project)"
@@ -90,6 +91,24 @@ class Constants:
                       "mxfp8": 0.61, "nvfp4": 0.50},
         "other": {"tf32": 0.60, "bf16": 0.70, "fp8": 0.65},
     })
+    # Measured parts per GPU type (planning/measured/<gpu>_*.json, read by
+    # planning/measured_parts.py): the linear layers' forward + backward timings per recipe,
+    # interpolated at the step's (M, N, K), replace the efficiency above wherever the table
+    # has the recipe; attention timings, where measured, replace the attention formula.
+    # H200: benchmarks/throughput/h200_gemms.json (te.Linear at M = 8192, the 1b / 8b / 64b
+    # presets' layers, TE 2.20.2, 2026-12-01; copied to planning/measured/).
+    parts_tables: dict[str, measured_parts.PartsTable | None] = field(
+        default_factory=lambda: {"H200": measured_parts.shipped("H200")})
+    # Per call of a te.Linear forward + backward, the part of its time that does not grow
+    # with the tokens (launches, amax / scale bookkeeping, the weight's quantisation):
+    # taken off a measurement before its rate (FLOP/s) is read and added back at the
+    # step's shape, so a layer at M tokens takes overhead + (measured - overhead) x M / M0
+    # at the table's M0. Per recipe (FP8 recipes add quantiser calls); calibrated on the
+    # H200 grid (bf16 0.11 ms, FP8 recipes ~0.6 ms). A table measured at several token
+    # counts pins it directly (then the interpolation in M does).
+    linear_call_overhead_s: dict[str, float] = field(default_factory=lambda: {
+        "bf16": 0.000106, "fp8": 0.000603, "fp8-current": 0.000618,
+        "fp8-block": 0.000607})
     # A GEMM dimension d reaches d / (d + gemm_half_dim) of the large-shape rate (tile and
     # wave quantisation; XLA's table: 1024 x 2048 x 2048 bf16 on sm_90 runs at 0.53 of
     # peak, 4096^3 at 0.79).
@@ -97,7 +116,11 @@ class Constants:
     # Fraction of HBM bandwidth memory-bound kernels reach (elementwise, casts, the
     # optimizer): ~85-90% for large streaming kernels on H100/H200; the fitted 0.635 also
     # covers the many small kernels of a TE layer (calibrated).
-    hbm_efficiency: float = 0.635
+    hbm_efficiency: float = 0.825
+    # GPUs without a measured table (H100, Blackwell, others): the v1 fit's H200 value
+    # (0.635), from before the linear layers were measured: it covered TE's small
+    # quantisation kernels, which a GPU timed by the formulas still pays.
+    hbm_efficiency_other: float = 0.635
     # GPU time per kernel that cannot be shorter (launch, ramp-up, tail): ~4 us.
     kernel_floor_s: float = 4e-6
 
@@ -111,10 +134,14 @@ class Constants:
     # cuDNN 9.13": cuDNN forward ~0.55; the backward, bound by shared-memory traffic on
     # Blackwell, taken at the Hopper backward/forward ratio: 0.40.
     attention_efficiency: dict[str, tuple[float, float]] = field(default_factory=lambda: {
-        "hopper": (0.95, 0.70), "blackwell": (0.55, 0.40), "other": (0.50, 0.35),
+        "hopper": (0.933, 0.687), "blackwell": (0.55, 0.40), "other": (0.50, 0.35),
     })
-    attention_half_seq: float = 1679.0  # sequence length at which half the rate is reached
-    attention_half_head_dim: float = 79.5  # head dim at which half the rate is reached
+    attention_half_seq: float = 0.00168  # sequence length at which half the rate is reached
+    attention_half_head_dim: float = 22.2  # head dim at which half the rate is reached
+    # The two above are refitted with the measured linear layers (v2, GPUs with a table);
+    # GPUs without one keep the v1 fit's (1679, 79.5), which their efficiencies were set with.
+    attention_half_seq_other: float = 1679.0
+    attention_half_head_dim_other: float = 79.5
     # The backward does 2.5x the forward's FLOPs (5 GEMMs of the 2 forward's size;
     # Dao 2023, FlashAttention-2, arXiv 2307.08691).
     attention_bwd_flops_ratio: float = 2.5
@@ -186,20 +213,40 @@ class Constants:
     # 2048 and 8192 tokens per step was no faster than bf16). Calibrated on the H200 grid
     # (the lent machine's host; a faster host lowers the floor). MXFP8 / NVFP4 factors:
     # fp8-block's and a little more (unmeasured).
-    cpu_block_forward_s: float = 1.93e-3
-    cpu_block_backward_s: float = 3.70e-3
+    cpu_block_forward_s: float = 0.000968
+    cpu_block_backward_s: float = 0.00128
+    # The torch backend (plain torch.nn blocks, F.scaled_dot_product_attention) issues its
+    # block from the host at this factor of TE's time (calibrated on the torch-backend runs
+    # of benchmarks/trainer/raw/like_for_like_h200.json and benchmarks/memory/
+    # boundary_h200_torch.json by benchmarks/throughput/model_accuracy.py; TE's modules
+    # are heavier Python: one te.TransformerLayer call vs a few torch modules).
+    # (No committed torch run is host-bound, so the factor is 1.0, TE's, until one is.)
+    cpu_backend_factor: dict[str, float] = field(default_factory=lambda: {"te": 1.0, "torch": 1.0})
+    # Attention time multiplier by backend: the torch backend's
+    # F.scaled_dot_product_attention(enable_gqa=True) with grouped K/V heads runs slower than
+    # cuDNN's fused attention (its runs with GQA at sequence 8192, 1b and 3b, measured
+    # 20-26% below the TE-rate prediction, its MHA runs within 8%); calibrated on the torch
+    # runs (benchmarks/throughput/h200_torch_runs.json).
+    attention_backend_factor: dict[str, float] = field(default_factory=lambda: {
+        "te": 1.0, "torch": 1.0, "torch-gqa": 2.39})
+    # GPU time per block and micro-batch that no itemised part covers (the kernels between
+    # the measured linear layers: TE's layer plumbing, FSDP2's per-block hooks), per pass
+    # (forward, recomputed forward, backward), by backend; calibrated on the H200 grid.
+    block_fixed_s: dict[str, float] = field(default_factory=lambda: {"te": 4.12e-05, "torch": 0.00376})
     cpu_recipe_factor: dict[str, float] = field(default_factory=lambda: {
-        "fp8": 1.83, "fp8-current": 1.96, "fp8-block": 2.01, "mxfp8": 2.01, "nvfp4": 2.1,
+        "fp8": 4.28, "fp8-current": 4.66, "fp8-block": 4.85, "mxfp8": 4.85, "nvfp4": 5.09,
     })
     # Host time per optimizer step outside the blocks: optimizer and clipping launches,
     # the timer's synchronisation, the batch's host-to-device copy, logging.
-    cpu_step_s: float = 13.0e-3
+    cpu_step_s: float = 0.0142
     # A synchronisation per step (the trainer's timer) exposes the launch latency of the
     # step's first kernels.
     step_fixed_s: float = 1e-3
     # Host and GPU overlap (kernels are queued asynchronously) but not perfectly: the step
-    # takes (gpu^k + host^k)^(1/k), a smooth maximum; calibrated on the H200 grid.
-    host_overlap_exponent: float = 9.76
+    # takes (gpu^k + host^k)^(1/k), a smooth maximum. The v2 fit on the H200 grid drives k
+    # past 300 (a hard maximum); 40 is shipped (at most 1.7% above the maximum, where host
+    # and GPU balance; the grid's in-sample median moves 1.1% -> 1.2%).
+    host_overlap_exponent: float = 40.0
 
     def efficiency(self, arch: str, kind: str) -> float:
         table = self.gemm_efficiency[arch]
@@ -277,7 +324,8 @@ def gemm_seconds(m: int, n: int, k: int, precision: str, gpu: hardware.GPU,
 
 
 def _hbm(gpu: hardware.GPU, c: Constants) -> float:
-    return (gpu.hbm_tb_s or 1.0) * 1e12 * c.hbm_efficiency
+    eff = c.hbm_efficiency if _table(gpu, c) is not None else c.hbm_efficiency_other
+    return (gpu.hbm_tb_s or 1.0) * 1e12 * eff
 
 
 def _linears(s: TrainingSetup) -> list[tuple[int, int]]:
@@ -288,10 +336,37 @@ def _linears(s: TrainingSetup) -> list[tuple[int, int]]:
     return [(h, h + 2 * kv), (h, h), (h, fc1), (f, h)]
 
 
+def _table(gpu: hardware.GPU, c: Constants) -> measured_parts.PartsTable | None:
+    return c.parts_tables.get(gpu.name)
+
+
+def _measured_recipe(s: TrainingSetup, gpu: hardware.GPU, c: Constants) -> tuple[str, bool] | None:
+    """The table's recipe and kind (plain matmul or te.Linear) that times this setup's
+    block linears, None where the GPU's table has no such measurement."""
+    table = _table(gpu, c)
+    if table is None or s.precision == "fp32":
+        return None
+    if s.backend == "torch":  # nn.Linear in bf16: cuBLAS matmuls, no TE module around them
+        return ("bf16", True) if "bf16" in table.recipes() and not s.low_precision else None
+    recipe = "bf16" if s.precision == "fp16" else s.precision
+    return (recipe, False) if recipe in table.recipes() else None
+
+
 def _block_gemms(s: TrainingSetup, gpu: hardware.GPU, c: Constants) -> tuple[float, float]:
-    """Seconds of one block's GEMMs per micro-batch: (forward, data + weight gradients)."""
+    """Seconds of one block's GEMMs per micro-batch: (forward, data + weight gradients).
+    Measured linear layers (forward + backward, interpolated at the step's shapes) split
+    by FLOPs: the forward does a third."""
     t = s.batch_size * s.seq_length
     fwd = bwd = 0.0
+    measured = _measured_recipe(s, gpu, c)
+    table = _table(gpu, c)
+    if measured is not None and table is not None:
+        for fan_in, fan_out in _linears(s):
+            both = table.linear_seconds(t, fan_out, fan_in, measured[0], measured[1],
+                                        c.linear_call_overhead_s.get(measured[0], 0.0)) or 0.0
+            fwd += both / 3.0
+            bwd += both * 2.0 / 3.0
+        return fwd, bwd
     for fan_in, fan_out in _linears(s):
         fwd += gemm_seconds(t, fan_out, fan_in, s.precision, gpu, c)
         bwd += gemm_seconds(t, fan_in, fan_out, s.precision, gpu, c)  # dgrad
@@ -306,6 +381,11 @@ def _lm_head(s: TrainingSetup, gpu: hardware.GPU, c: Constants) -> float:
     t = s.batch_size * s.seq_length
     p = "fp32" if s.precision == "fp32" else "bf16"  # the trainer's high-precision LM head
     h, v = m.hidden_size, m.vocab_size
+    table = _table(gpu, c)
+    if table is not None and p == "bf16":  # the trainer's Linear: plain bf16 matmuls
+        measured = table.linear_seconds(t, v, h, "bf16", torch_matmul=True)
+        if measured:
+            return measured
     return (gemm_seconds(t, v, h, p, gpu, c) + gemm_seconds(t, h, v, p, gpu, c)
             + gemm_seconds(h, v, t, p, gpu, c))
 
@@ -314,14 +394,22 @@ def _attention(s: TrainingSetup, gpu: hardware.GPU, c: Constants) -> tuple[float
     """One block's causal attention per micro-batch: (forward, backward) seconds."""
     m = s.model
     seq, d = s.seq_length, m.head_dim
+    table = _table(gpu, c)
+    key = s.backend + ("-gqa" if s.backend == "torch" and m.num_kv_heads != m.num_heads else "")
+    factor = c.attention_backend_factor.get(key, 1.0)
+    measured = table.attention_seconds(s.batch_size, seq, m.num_heads, d) if table else None
+    if measured is not None and s.precision != "fp32":
+        return measured[0] * factor, measured[1] * factor
     # QK^T and PV: 2 x 2 x seq^2 x head_dim per head and sequence, half of it causal.
     fwd_flops = 2.0 * s.batch_size * seq * seq * m.hidden_size
     peak = (gpu.peak_for("fp32" if s.precision == "fp32" else "bf16") or 1.0) * 1e12
-    shape = _sat(seq, c.attention_half_seq) * _sat(d, c.attention_half_head_dim)
+    half = ((c.attention_half_seq, c.attention_half_head_dim) if table is not None
+            else (c.attention_half_seq_other, c.attention_half_head_dim_other))
+    shape = _sat(seq, half[0]) * _sat(d, half[1])
     e_fwd, e_bwd = c.attention_efficiency[_arch(gpu)]
     fwd = fwd_flops / (peak * e_fwd * shape)
     bwd = fwd_flops * c.attention_bwd_flops_ratio / (peak * e_bwd * shape)
-    return max(fwd, c.kernel_floor_s), max(bwd, 2 * c.kernel_floor_s)
+    return max(fwd * factor, c.kernel_floor_s), max(bwd * factor, 2 * c.kernel_floor_s)
 
 
 def _elementwise_bytes(s: TrainingSetup) -> tuple[float, float, int]:
@@ -377,11 +465,18 @@ def _block_parts(s: TrainingSetup, gpu: hardware.GPU, c: Constants) -> dict[str,
         q_fwd, q_bwd, tensors = _quantised_elements(s)
         quant = (per * (q_fwd * (1 + rec) + q_bwd) / hbm
                  + tensors * c.quant_kernels.get(s.precision, 1.0) * c.kernel_floor_s)
+    gemm = g_fwd * (1 + rec) + g_bwd
+    if quant and _measured_recipe(s, gpu, c) is not None:
+        # te.Linear's measured time includes its quantisation: shown as its own part,
+        # taken out of the GEMMs' (at most half of the measured time)
+        quant = min(quant, 0.5 * gemm)
+        gemm -= quant
+    fixed = c.block_fixed_s.get(s.backend, 0.0) * (2 + rec) if _table(gpu, c) else 0.0
     return {
-        "gemm": layers * (g_fwd * (1 + rec) + g_bwd),
+        "gemm": layers * gemm,
         "attention": layers * (a_fwd * (1 + rec) + a_bwd),
         "quantization": layers * quant,
-        "elementwise": layers * elementwise,
+        "elementwise": layers * (elementwise + fixed),
     }
 
 
@@ -464,6 +559,7 @@ def _cpu_seconds(s: TrainingSetup, c: Constants) -> float:
     rec = 1.0 if s.activation_checkpointing else 0.0
     factor = c.cpu_recipe_factor.get(s.precision, 1.0) if s.low_precision else 1.0
     per_block = (c.cpu_block_forward_s * (1 + rec) + c.cpu_block_backward_s) * factor
+    per_block *= c.cpu_backend_factor.get(s.backend, 1.0)
     return s.model.num_layers * per_block
 
 
@@ -514,7 +610,9 @@ def predict_checked(s: TrainingSetup, g: hardware.GPU, *, instance_type: str = "
     gpu_time = sum(parts.values())
     cpu_time = _cpu_seconds(s, c) * accum + c.cpu_step_s
     k = c.host_overlap_exponent
-    parts["cpu_bound_wait"] = (gpu_time ** k + cpu_time ** k) ** (1.0 / k) - gpu_time
+    top = max(gpu_time, cpu_time)  # scaled: the powers of seconds underflow at large k
+    parts["cpu_bound_wait"] = top * ((gpu_time / top) ** k + (cpu_time / top) ** k) ** (1.0 / k) \
+        - gpu_time
     parts["step_fixed"] = c.step_fixed_s
     step = sum(parts.values())
     if cpu_time > gpu_time:
