@@ -106,3 +106,14 @@ def test_the_profile_dry_run_lists_both_sides_per_precision_with_traces():
                          capture_output=True, text=True, timeout=60, check=True).stdout.splitlines()
     assert [line.split()[0] for line in out] == ["fsdp.py/bf16", "trainer/bf16", "fsdp.py/fp8", "trainer/fp8"]
     assert " total=183s " in out[-1] and all("--profile-iters 5:9 --profile-trace /tmp/" in x for x in out)
+
+
+def test_pytorch_nocast_kernels_are_elementwise_not_fp8_casts(tools):
+    # issue 26's profile (raw/issue26_profile_h200.json): the trainer's "+8.5 ms of FP8 casts"
+    # in bf16 was this bf16 add, and fsdp.py's 25 ms a plain copy
+    _, prof = tools
+    nocast = "void at::native::elementwise_kernel<128, 4, at::native::gpu_kernel_impl_nocast<at::native::{}"
+    assert prof.classify(nocast.format("CUDAFunctor_add<c10::BFloat16"), []) == "elementwise"
+    assert prof.classify(nocast.format("direct_copy_kernel_cuda(at::T"), []) == "elementwise"
+    assert prof.classify("cast_transpose_fusion_kernel_optimized(transformer_engine::CTDBiasDActParam<",
+                         []) == "fp8_cast_transpose_amax"
