@@ -2,8 +2,11 @@
 stage's runs (their trainer flags parse, the winners are chosen by the 1% rule)."""
 
 import importlib
+import json
+import re
 import subprocess
 import sys
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
@@ -117,3 +120,61 @@ def test_pytorch_nocast_kernels_are_elementwise_not_fp8_casts(tools):
     assert prof.classify(nocast.format("direct_copy_kernel_cuda(at::T"), []) == "elementwise"
     assert prof.classify("cast_transpose_fusion_kernel_optimized(transformer_engine::CTDBiasDActParam<",
                          []) == "fp8_cast_transpose_amax"
+
+
+def _rec(lfl, rid, median_s):
+    """A recorded run of the levers2 stages (as the harness writes it) with this median."""
+    run = next(r for r in lfl.levers2({}) + lfl.levers2_best({}) if r.id == rid)
+    return {"run": asdict(run), "median_s": median_s, "tokens_per_s": round(run.tokens() / median_s, 1),
+            "spread": 0.01, "rc": 0, "stage": "levers2"}
+
+
+def test_the_levers2_table_labels_each_row_by_the_flags_that_ran(tools):
+    # issue 26: the row of --no-single-gpu-fsdp --cuda-graphs read "fp8+graphs"
+    lfl, _ = tools
+    base = "L2/b8-noac/trainer-te/fp8"
+    ids = [base, f"{base}+unsharded", f"{base}+graphs", "L2/1b-b4/trainer-te/fp8+graphs",
+           "L2/1b-b4/trainer-te/fp8", "L2/1b-b4/trainer-te/bf16", "L2/1b-b4/trainer-te/bf16+graphs",
+           "L2/b4x2-noac/trainer-te/fp8+weight-cache", f"{base}+amax32"]
+    results = {rid: _rec(lfl, rid, 1.0 - 0.01 * i) for i, rid in enumerate(ids)}
+    text = lfl.levers2_table(results)
+    rows = {line.split(" | ")[0][2:]: line for line in text.splitlines() if line.startswith("| ")}
+    assert "b8-noac/trainer-te/fp8+graphs" not in rows
+    row = rows["b8-noac/trainer-te/fp8+unsharded+graphs"].split(" | ")
+    assert row[1] == "--no-single-gpu-fsdp --cuda-graphs"
+    assert row[-1] == f"{0.99 / 0.98:.3f} (vs fp8+unsharded) |"  # graphs against what they add to
+    assert rows["b4x2-noac/trainer-te/fp8+weight-cache"].split(" | ")[1] == "--grad-accum-steps 2 --fp8-weight-cache"
+    assert rows["b8-noac/trainer-te/fp8+amax32"].split(" | ")[1] == "--fp8-amax-history-len 32"
+    assert "1b-b4 fp8+unsharded+graphs / bf16+unsharded+graphs: **" in text
+
+
+def test_a_lever_that_needs_another_wins_only_against_that_one(tools):
+    lfl, _ = tools
+    base = "L2/b8-noac/trainer-te/fp8"
+    results = {base: {"median_s": 1.0}, f"{base}+unsharded": {"median_s": 0.983},
+               f"{base}+graphs": {"median_s": 0.98}}  # 1.020x the base, 1.003x unsharded
+    assert lfl.l2_parent("graphs") == "unsharded" and lfl.l2_parent("unsharded") is None
+    assert lfl.l2_winners(results) == ["unsharded"]
+    assert lfl.l2_winners({**results, f"{base}+graphs": {"median_s": 0.97}}) == ["unsharded", "graphs"]
+
+
+def test_a_run_starts_only_with_its_expected_wall_and_a_margin_left(tools):
+    # call 7 of 2026-12-02 started the b4x2 run with 44.6 s left; it needed ~50 s and was cut (rc 124)
+    lfl, _ = tools
+    run = next(r for r in lfl.levers2_best({}) if r.id == "L2/b4x2-noac/trainer-te/fp8")
+    assert not lfl.fits(run, 44.6) and lfl.fits(run, 51.0)
+
+
+def test_the_readme_like_for_like_tables_are_like_for_like_output(tools):
+    # each table of the README's "Measured so far" is --table output of the results file its
+    # paragraph names
+    lfl, _ = tools
+    root = BENCH.parents[1]
+    text = (root / "README.md").read_text()
+    section = text[text.index("## Measured so far"):].split("\n## ", 1)[0]
+    blocks = re.findall(r"((?:^ *\|.*\n)+)", section, re.M)
+    assert len(blocks) >= 2
+    for block in blocks:
+        named = re.findall(r"benchmarks/trainer/raw/(\w+\.json)", section[:section.index(block)])
+        out = lfl.tables(json.loads((BENCH / "raw" / named[-1]).read_text()))
+        assert "\n".join(line.strip() for line in block.splitlines()) in out, named[-1]

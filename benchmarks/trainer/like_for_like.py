@@ -156,6 +156,9 @@ L2_LEVERS = {
     "late-sync": ["--late-sync"],
 }
 L2_WIN = 1.01  # a lever wins when the base's median is more than 1% slower than its own
+# The short name of each lever flag (a row's label says exactly which flags ran).
+FLAG_NAMES = {"--no-single-gpu-fsdp": "unsharded", "--cuda-graphs": "graphs", "--late-sync": "late-sync",
+              "--fp8-weight-cache": "weight-cache", "--fp8-amax-history-len": "amax"}
 
 
 def _l2(rid: str, kind: str, batch: int, ac: bool, prec: str, expect: float, flags=(), **kw) -> Run:
@@ -164,11 +167,24 @@ def _l2(rid: str, kind: str, batch: int, ac: bool, prec: str, expect: float, fla
                warmup=L2_WARMUP, expect_s=expect, **kw)
 
 
+def l2_parent(name: str) -> str | None:
+    """The lever whose flags ``name``'s flags extend (graphs: unsharded), None for the base run."""
+    own = L2_LEVERS[name]
+    subsets = [n for n, f in L2_LEVERS.items() if n != name and len(f) < len(own) and own[:len(f)] == f]
+    return max(subsets, key=lambda n: len(L2_LEVERS[n])) if subsets else None
+
+
 def l2_winners(results: dict, base: str = "L2/b8-noac/trainer-te/fp8") -> list[str]:
-    """The levers whose fp8 batch-8 median beat the base trainer's by more than 1% (same call)."""
-    ref = results.get(base, {}).get("median_s")
-    return [name for name in L2_LEVERS
-            if ref and (m := results.get(f"{base}+{name}", {}).get("median_s")) and ref / m > L2_WIN]
+    """The levers whose fp8 batch-8 median beat, by more than 1% (same call), the run they add
+    to: the base trainer, or for a lever that needs another (graphs) that lever's run."""
+    won = []
+    for name in L2_LEVERS:
+        parent = l2_parent(name)
+        ref = results.get(f"{base}+{parent}" if parent else base, {}).get("median_s")
+        m = results.get(f"{base}+{name}", {}).get("median_s")
+        if ref and m and ref / m > L2_WIN:
+            won.append(name)
+    return won
 
 
 def l2_flags(names: list[str]) -> list[str]:
@@ -212,8 +228,9 @@ def levers2_best(results: dict) -> list[Run]:
         if won != ["unsharded"]:
             runs.append(_l2(f"b8-noac/trainer-te/bf16+{tag}", "trainer", 8, False, "bf16", 50, flags))
     runs += [
-        _l2("b4x2-noac/trainer-te/fp8", "trainer", 4, False, "fp8", 38, accum=2),
-        _l2("b4x2-noac/trainer-te/fp8+weight-cache", "trainer", 4, False, "fp8", 38, ["--fp8-weight-cache"],
+        # 42 and 43 s in call 8 of 2026-12-02 (call 7 started the first with 45 s left and cut it)
+        _l2("b4x2-noac/trainer-te/fp8", "trainer", 4, False, "fp8", 44, accum=2),
+        _l2("b4x2-noac/trainer-te/fp8+weight-cache", "trainer", 4, False, "fp8", 44, ["--fp8-weight-cache"],
             accum=2),
         _l2("b16-ac/fsdp.py/bf16", "fsdp", 16, True, "bf16", 57),
         _l2("b16-ac/fsdp.py/fp8", "fsdp", 16, True, "fp8", 45),
@@ -227,25 +244,66 @@ def levers2_best(results: dict) -> list[Run]:
     return runs
 
 
+def run_flags(rec: dict) -> list[str]:
+    """The trainer flags a recorded run added to the base command (grad accumulation included)."""
+    run = rec.get("run", {})
+    accum = run.get("accum", 1)
+    return [*(["--grad-accum-steps", str(accum)] if accum > 1 else []), *run.get("flags", [])]
+
+
+def flag_label(flags: list[str]) -> str:
+    """``+name`` per lever flag, in the order given (``--fp8-amax-history-len 32``: ``+amax32``)."""
+    out, it = [], iter(flags)
+    for f in it:
+        if f == "--grad-accum-steps":
+            next(it, None)  # in the configuration's name already (b4x2)
+        elif f == "--fp8-amax-history-len":
+            out.append(f"amax{next(it, '')}")
+        elif f.startswith("--"):
+            out.append(FLAG_NAMES.get(f, f[2:]))
+    return "".join(f"+{x}" for x in out)
+
+
+def _l2_subset(results: dict, prefix: str, flags: list[str]) -> tuple[str, dict] | None:
+    """The run of ``prefix`` (shape/side/precision) whose flags are the largest proper subset of
+    ``flags``: what the row's last lever adds to (the base run has no flags)."""
+    best = None
+    for rid, rec in results.items():
+        other = rec.get("run", {}).get("flags", [])
+        if (rid.startswith("L2/") and rid[3:].split("+")[0] == prefix and set(other) < set(flags)
+                and rec.get("tokens_per_s") and (best is None or len(other) > len(best[1]["run"]["flags"]))):
+            best = (rid, rec)
+    return best
+
+
 def levers2_table(results: dict) -> str:
     """The ``L2/`` runs: median tokens/s (spread), against fsdp.py of the same configuration and
-    precision and against the base trainer."""
-    out = ["| run | median tokens/s (spread) | / fsdp.py | / base trainer |", "|---|---|---|---|"]
+    precision, against the base trainer and against the run without the row's last lever. The
+    label is built from the flags that ran, which the ``trainer flags`` column lists exactly."""
+    out = ["| run | trainer flags | stage | median tokens/s (spread) | / fsdp.py | / base trainer "
+           "| / without the last lever |", "|---|---|---|---|---|---|---|"]
     for rid, rec in results.items():
         if not rid.startswith("L2/"):
             continue
         shape, side, rest = rid[3:].split("/", 2)
         prec = rest.split("+")[0]
+        flags, own = run_flags(rec), rec.get("run", {}).get("flags", [])
         ref = results.get(f"L2/{shape}/fsdp.py/{prec}", {}).get("tokens_per_s")
         base = results.get(f"L2/{shape}/trainer-te/{prec}", {}).get("tokens_per_s")
         tps = rec.get("tokens_per_s")
         r1 = f"{tps / ref:.3f}" if tps and ref and side != "fsdp.py" else ""
-        r2 = f"{tps / base:.3f}" if tps and base and "+" in rest else ""
-        out.append(f"| {rid[3:]} | {_tps(rec)} rc={rec.get('rc')} | {r1} | {r2} |")
+        r2 = f"{tps / base:.3f}" if tps and base and own else ""
+        sub = _l2_subset(results, f"{shape}/{side}/{prec}", own) if tps and own else None
+        r3 = f"{tps / sub[1]['tokens_per_s']:.3f} (vs {prec}{flag_label(sub[1]['run']['flags']) or ' base'})" \
+            if sub and sub[1]["run"]["flags"] else ""
+        shown = " ".join(flags) if side != "fsdp.py" else "(fsdp.py)"
+        out.append(f"| {shape}/{side}/{prec}{flag_label(own)} | {shown or '(none)'} | {rec.get('stage', '')} "
+                   f"| {_tps(rec)} rc={rec.get('rc')} | {r1} | {r2} | {r3} |")
     for tag in ("", "+graphs"):  # the issue's 1b bar: fp8 >= 1.20x its bf16
-        fp8, bf16 = (results.get(f"L2/1b-b4/trainer-te/{p}{tag}", {}).get("tokens_per_s") for p in ("fp8", "bf16"))
-        if fp8 and bf16:
-            out.append(f"\n1b-b4 fp8{tag} / bf16{tag}: **{fp8 / bf16:.3f}** (goal 1.20)")
+        fp8, bf16 = (results.get(f"L2/1b-b4/trainer-te/{p}{tag}", {}) for p in ("fp8", "bf16"))
+        if fp8.get("tokens_per_s") and bf16.get("tokens_per_s"):
+            lf, lb = flag_label(fp8["run"]["flags"]), flag_label(bf16["run"]["flags"])
+            out.append(f"\n1b-b4 fp8{lf} / bf16{lb}: **{fp8['tokens_per_s'] / bf16['tokens_per_s']:.3f}** (goal 1.20)")
     return "\n".join(out)
 
 
@@ -384,23 +442,28 @@ def _pause(tr: dict) -> str:
     return "n/a" if pause is None else f"{pause:.3f} s ({tr.get('gc_max_pause_step')})"
 
 
-def tables(results: dict) -> str:
-    """The Markdown tables of a results file: like for like (medians, spreads, ratios of
-    medians) and the 30-step stall runs."""
+def like_table(results: dict, prefix: str = "") -> str:
+    """Like for like (medians, spreads, ratios of medians) of the runs whose ids start with
+    ``prefix`` ("": the ``table-*`` stages; "L2/": the ``levers2`` stage's base runs); "" if none."""
     out = ["| configuration | reference: median tokens/s (spread) | trainer: median tokens/s (spread) "
            "| ratio of medians | goal |", "|---|---|---|---|---|"]
     for shape, label in (("b8-noac", "batch 8, no checkpointing"), ("b16-ac", "batch 16, checkpointing")):
         for ref, mine, goal in PAIRS:
-            r, t = results.get(f"{shape}/{ref}"), results.get(f"{shape}/{mine}")
+            r, t = results.get(f"{prefix}{shape}/{ref}"), results.get(f"{prefix}{shape}/{mine}")
             if not r and not t:
                 continue
             ratio = (f"**{t['tokens_per_s'] / r['tokens_per_s']:.3f}**"
                      if r and t and r.get("tokens_per_s") and t.get("tokens_per_s") else "n/a")
             out.append(f"| {label}, {mine.split('/')[1]} | {ref.split('/')[0]} {_tps(r)} | "
                        f"{mine.split('/')[0]} {_tps(t)} | {ratio} | {goal:.2f} |")
-    out += ["", "| 30-step run | median step s | slowest after warm-up / median | slowest step | "
-            "automatic full collections | longest collection (step) | median tokens/s | MFU (bf16 peak) |",
-            "|---|---|---|---|---|---|---|---|"]
+    return "\n".join(out) if len(out) > 2 else ""
+
+
+def stall_table(results: dict) -> str:
+    """The 30-step ``stall`` runs: each step against the median; "" if none."""
+    out = ["| 30-step run | median step s | slowest after warm-up / median | slowest step | "
+           "automatic full collections | longest collection (step) | median tokens/s | MFU (bf16 peak) |",
+           "|---|---|---|---|---|---|---|---|"]
     for rid, rec in results.items():
         if not rid.startswith("stall/") or not rec.get("times"):
             continue
@@ -412,7 +475,16 @@ def tables(results: dict) -> str:
             f"{slowest + 1 + rec['run']['warmup']} | {tr.get('gc_automatic_full', 'n/a')} | "
             f"{_pause(tr)} | "
             f"{rec['tokens_per_s']:,.0f} | {_pct(rec.get('mfu_bf16_peak'))} |")
-    return "\n".join(out)
+    return "\n".join(out) if len(out) > 2 else ""
+
+
+def tables(results: dict) -> str:
+    """The Markdown tables of a results file that has runs for them: like for like, the 30-step
+    stall runs, like for like of the ``levers2`` base runs and the ``levers2`` table."""
+    has_l2 = any(rid.startswith("L2/") for rid in results)
+    parts = [like_table(results), stall_table(results), like_table(results, "L2/"),
+             levers2_table(results) if has_l2 else ""]
+    return "\n\n".join(p for p in parts if p)
 
 
 def run_env(run: Run) -> dict[str, str]:
@@ -420,6 +492,15 @@ def run_env(run: Run) -> dict[str, str]:
     the path, unbuffered output, NVLink multicast off (the lent machines' rule)."""
     return {**os.environ, **run.env, "PYTHONUNBUFFERED": "1", "NCCL_NVLS_ENABLE": "0",
             "PYTHONPATH": os.pathsep.join(filter(None, [os.getcwd(), os.environ.get("PYTHONPATH")]))}
+
+
+FIT_MARGIN = 1.15  # a run's wall wanders by ~10% between calls (the b4x2 run: 42 s, then cut at 45 s)
+
+
+def fits(run: Run, left: float) -> bool:
+    """Whether a run is started with ``left`` seconds of the call's budget (its timeout is then
+    capped at ``left``): its expected wall with a margin, or 45 s (its timeout if shorter)."""
+    return left >= FIT_MARGIN * (run.expect_s or min(run.timeout, 45))
 
 
 def main() -> int:
@@ -435,7 +516,7 @@ def main() -> int:
     a = p.parse_args()
     if a.table:
         loaded = json.loads(Path(a.table).read_text())
-        print(tables(loaded) + "\n\n" + levers2_table(loaded))
+        print(tables(loaded))
         return 0
     if a.time_budget <= 0 and not a.dry_run:
         p.error("--time-budget SECONDS is required (or --table RESULTS_JSON)")
@@ -459,7 +540,7 @@ def main() -> int:
                 print(run.id, expect + " ".join(shlex.quote(c) for c in cmd), run.env or "")
                 continue
             left = end - time.time()
-            if left < (run.expect_s or min(run.timeout, 45)):  # a run cut short measures nothing
+            if not fits(run, left):  # a run cut short measures nothing
                 print(f"[lfl] {run.id}: skipped, {left:.0f} s left", flush=True)
                 continue
             t0 = time.time()
