@@ -23,15 +23,18 @@ The ``levers2`` and ``levers2-best`` stages (issue 26, second round) measure the
 flags in one call: fsdp.py and the base trainer at b8-noac (bf16, fp8), each lever alone
 (``--no-single-gpu-fsdp``, ``--cuda-graphs`` on top of it, fsdp.py's 32-long amax history,
 ``--late-sync``), the 1b preset
-(batch 4, seq 4096) base and graphed, then the levers that won by more than 1% together, the FP8
+(batch 4, seq 4096) base and graphed, then the levers that won by more than 1% (each against the
+run it adds to: the graphs against the unsharded path) together, the FP8
 weight cache at 2 micro-batches and b16-ac while time remains (12 iterations, 4 left out; ids
 ``L2/...``; ``--dry-run`` prints each run's expected seconds):
 
     python3 benchmarks/trainer/like_for_like.py --time-budget 560 --stages levers2,levers2-best
 
-Results are merged into ``--state`` after every run (a later call resumes and skips what is done)
+A run starts only with 1.15x its expected seconds left in ``--time-budget`` (its timeout is
+capped at what is left). Results are merged into ``--state`` after every run (a later call resumes and skips what is done)
 and copied to ``--out``; the filtered output of every run is appended to ``--raw-log``.
-``--table RESULTS.json`` prints the Markdown tables (like for like, stalls) from a results file.
+``--table RESULTS.json`` prints the Markdown tables a results file has runs for (like for like,
+stalls, the ``L2/`` like for like and levers, each row labelled by the trainer flags that ran).
 """
 
 from __future__ import annotations
