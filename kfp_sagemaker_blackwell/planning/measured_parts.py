@@ -38,7 +38,14 @@ NEIGHBOURS = 4
 HOST_BOUND_ELEMENTS = 128 * 704
 # A linear layer's rate is read from measurements at least this many times its recipe's
 # host time per call (GPU-bound ones): closer to it, the time is the host's, not the GPU's.
-GPU_BOUND = 2.0
+# Chosen on calibration data only (benchmarks/throughput/README.md, v3): of 1.0 / 1.3 / 1.6 /
+# 2.0 / 3.0, 1.6 has the lowest leave-one-family-out median on h200_grid.json (1.4% vs 1.8% at
+# 2.0) and predicts benchmarks/trainer's like-for-like 1b runs within 7% (2.0: fp8 12% fast).
+GPU_BOUND = 1.6
+# The weight of the token count in the distance between linear-layer shapes: a shape's rate
+# changes little with M once GPU-bound, so the same (K, N) measured at other token counts is
+# nearer than other shapes at the same M.
+M_WEIGHT = 0.25
 
 
 @dataclass(frozen=True)
@@ -162,7 +169,7 @@ class PartsTable:
                 if t.recipe == recipe and (t.fwd_bwd_s >= floor or floor == 0.0):
                     r = t.rate(torch_matmul, overhead_s)
                     if r:
-                        pts.append(((float(t.m), float(t.n), float(t.k)), r))
+                        pts.append(((float(t.m) ** M_WEIGHT, float(t.n), float(t.k)), r))
             self._index[key] = pts
         return self._index[key]
 
@@ -208,8 +215,29 @@ class PartsTable:
         pts = self._points(recipe, torch_matmul, overhead_s)
         if not pts:
             return None
-        rate = _idw((float(m), float(n), float(k)), pts)
-        return (6.0 * m * n * k / rate + overhead_s) * self.time_scale
+        rate = _idw((float(m) ** M_WEIGHT, float(n), float(k)), pts)
+        seconds = 6.0 * m * n * k / rate + overhead_s
+        if not torch_matmul:  # an isolated measurement of the shape bounds its GPU time
+            seconds = min(seconds, self._measured_bound(m, n, k, recipe))
+        return seconds * self.time_scale
+
+    def _measured_bound(self, m: int, n: int, k: int, recipe: str) -> float:
+        """The measured time of this (K, N) at M tokens, interpolated in log M between the
+        measured token counts (above the largest: in proportion to M; below the smallest:
+        the smallest's time); infinite where the shape was not measured."""
+        own = sorted((t.m, t.fwd_bwd_s) for t in self.linears
+                     if t.recipe == recipe and t.n == n and t.k == k)
+        if not own:
+            return math.inf
+        if m >= own[-1][0]:
+            return own[-1][1] * m / own[-1][0]
+        if m <= own[0][0]:
+            return own[0][1]
+        for (m0, t0), (m1, t1) in zip(own, own[1:], strict=False):
+            if m0 <= m <= m1:
+                f = math.log(m / m0) / math.log(m1 / m0)
+                return math.exp(math.log(t0) + f * (math.log(t1) - math.log(t0)))
+        return math.inf
 
     def attention_seconds(self, batch: int, seq: int, heads: int,
                           head_dim: int) -> tuple[float, float] | None:

@@ -112,22 +112,22 @@ class Constants:
     # benchmarks/throughput/model_accuracy.py --fit; never on the held-out files:
     # - the trainer's host time per block over the tiny stack's ("layer": same TE modules
     #   without FSDP2's per-block hooks, the trainer's autocast and loss plumbing);
-    cpu_layer_scale: dict[str, float] = field(default_factory=lambda: {"te": 1.565, "torch": 0.525})
+    cpu_layer_scale: dict[str, float] = field(default_factory=lambda: {"te": 1.265, "torch": 0.101})
     # - the share of a block's host time that its forward takes (paid again when
     #   checkpointing recomputes it): v1's fitted 0.968 / (0.968 + 1.28) ms.
     cpu_forward_share: float = 0.43
     # - the share of the itemised FSDP2 copy bytes a step really moves at the measured copy
     #   rate (at world size 1 some of the all-gather / reduce-scatter copies are views);
-    fsdp_copy_scale: float = 0.461
+    fsdp_copy_scale: float = 0.534
     # A GEMM dimension d reaches d / (d + gemm_half_dim) of the large-shape rate (tile and
     # wave quantisation; XLA's table: 1024 x 2048 x 2048 bf16 on sm_90 runs at 0.53 of
     # peak, 4096^3 at 0.79).
     gemm_half_dim: float = 160.0
     # Fraction of HBM bandwidth the blocks' elementwise kernels and the loss reach on a GPU
     # with a measured table (v3 residual, fitted on the H200 calibration runs; it runs into
-    # 0.544: the itemised bytes are taken at a little over half HBM's rate). The
+    # 0.711). The
     # optimizer and FSDP2's copies are timed from their measurements instead.
-    hbm_efficiency: float = 0.544
+    hbm_efficiency: float = 0.711
     # GPUs without a measured table (H100, Blackwell, others): the v1 fit's H200 value
     # (0.635), from before the linear layers were measured: it covered TE's small
     # quantisation kernels, which a GPU timed by the formulas still pays.
@@ -237,12 +237,12 @@ class Constants:
     # TE's measured fused attention); v3 residual, fitted on the calibration-torch runs of
     # benchmarks/throughput/h200_torch_grid.json.
     attention_backend_factor: dict[str, float] = field(default_factory=lambda: {
-        "te": 1.0, "torch": 1.0, "torch-gqa": 2.57})
+        "te": 1.0, "torch": 1.0, "torch-gqa": 2.55})
     # GPU time per block and micro-batch that no itemised part covers (the kernels between
     # the measured linear layers: TE's layer plumbing, FSDP2's per-block hooks), per pass
     # (forward, recomputed forward, backward), by backend; v3 residuals fitted on the H200
     # calibration runs (TE: h200_grid.json; torch: h200_torch_grid.json's calibration-torch).
-    block_fixed_s: dict[str, float] = field(default_factory=lambda: {"te": 1.59e-4, "torch": 4.75e-4})
+    block_fixed_s: dict[str, float] = field(default_factory=lambda: {"te": 3.99e-4, "torch": 6.12e-4})
     cpu_recipe_factor: dict[str, float] = field(default_factory=lambda: {
         "fp8": 4.28, "fp8-current": 4.66, "fp8-block": 4.85, "mxfp8": 4.85, "nvfp4": 5.09,
     })
@@ -254,7 +254,7 @@ class Constants:
     # calibration runs: what a step costs beyond its measured parts and does not grow with
     # tokens or depth: the optimizer's and FSDP2's per-tensor host work, the loss's
     # compiled-graph dispatch, the timer).
-    cpu_step_measured_s: float = 0.0442
+    cpu_step_measured_s: float = 0.0556
     # A synchronisation per step (the trainer's timer) exposes the launch latency of the
     # step's first kernels.
     step_fixed_s: float = 1e-3
