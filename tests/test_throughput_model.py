@@ -281,7 +281,7 @@ def test_h200_predictions_use_the_shipped_linear_timings():
 
 def test_torch_backend_has_its_own_constants():
     """The torch backend's GQA attention and per-block fixed time are its own constants
-    (calibrated on its runs, benchmarks/throughput/h200_torch_runs.json): changing them
+    (calibrated on its runs, benchmarks/throughput/h200_torch_grid.json): changing them
     moves torch-backend predictions only."""
     s_te = setup("1b", "bf16", batch=4, seq=8192, ac=True, world=1)
     s_torch = replace(s_te, backend="torch")

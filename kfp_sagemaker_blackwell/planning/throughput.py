@@ -524,10 +524,11 @@ def _optimizer(s: TrainingSetup, gpu: hardware.GPU, c: Constants) -> float:
     per_param = 2 * stored + 2 * master + grad + 4 * state + 3 * grad
     kernels = _param_tensors(s) * c.optimizer_kernels_per_tensor * 3
     table = _table(gpu, c)
-    measured = [table.optimizer_s(op) for op in ("adamw_fused_step", "clip_grad_norm")] \
+    ops = [table.optimizer_s(op) for op in ("adamw_fused_step", "clip_grad_norm")] \
         if table is not None and stored == 4 and state == 4 else []
-    if measured and all(measured):  # fp32 parameters and states, as measured
-        return sum(e * p + t * _param_tensors(s) for e, t in measured if e)
+    measured = [m for m in ops if m is not None]
+    if measured and len(measured) == len(ops):  # fp32 parameters and states, as measured
+        return sum(e * p + t * _param_tensors(s) for e, t in measured)
     return p * per_param / _hbm(gpu, c) + kernels * c.kernel_floor_s
 
 
