@@ -256,13 +256,18 @@ def test_measured_table_interpolates_between_shapes_and_plugs_in_more_token_coun
 
 def test_h200_predictions_use_the_shipped_linear_timings():
     """The H200's GEMM part comes from the measured te.Linear table: scaling the table's
-    times scales the GEMM part; the package's copy is the benchmark's file."""
+    times scales the GEMM part; the package's copies are the benchmark's files (the parts
+    table v3 reads, and the earlier M = 8192 table)."""
     from kfp_sagemaker_blackwell.planning import measured_parts
 
-    shipped = json.loads((measured_parts.MEASURED / "h200_gemms.json").read_text())
-    bench = json.loads((Path(__file__).resolve().parents[1] / "benchmarks" / "throughput"
-                        / "h200_gemms.json").read_text())
-    assert shipped["results"] == bench["results"]
+    bench_dir = Path(__file__).resolve().parents[1] / "benchmarks" / "throughput"
+    for name in ("h200_parts.json", "h200_gemms.json"):
+        shipped = json.loads((measured_parts.MEASURED / name).read_text())
+        assert shipped == json.loads((bench_dir / name).read_text()), name
+    table = measured_parts.shipped("H200")
+    assert table.source.startswith("h200_parts.json") and len(table.linears) >= 700
+    assert len(table.attention) >= 30 and table.layer_host_s("fp8") and \
+        table.optimizer_s("adamw_fused_step")
     s = setup("8b", "fp8", batch=1, seq=8192, ac=False, world=1)
     base = throughput.predict(s, "H200")
     table = throughput.DEFAULT.parts_tables["H200"]
@@ -276,7 +281,7 @@ def test_h200_predictions_use_the_shipped_linear_timings():
 
 def test_torch_backend_has_its_own_constants():
     """The torch backend's GQA attention and per-block fixed time are its own constants
-    (calibrated on its runs, benchmarks/throughput/h200_torch_runs.json): changing them
+    (calibrated on its runs, benchmarks/throughput/h200_torch_grid.json): changing them
     moves torch-backend predictions only."""
     s_te = setup("1b", "bf16", batch=4, seq=8192, ac=True, world=1)
     s_torch = replace(s_te, backend="torch")
@@ -286,3 +291,40 @@ def test_torch_backend_has_its_own_constants():
         throughput.predict(s_te, "H200").step_seconds)
     assert throughput.predict(s_torch, "H200", constants=c).step_seconds < \
         throughput.predict(s_torch, "H200").step_seconds
+
+
+def test_parts_table_reads_host_floor_layers_and_optimizer_from_a_parts_file(tmp_path):
+    """v3's parts file (benchmarks/throughput/parts.py): the host's time per te.Linear call
+    is the small layers' measured time, host-bound measurements do not set a GPU rate, the
+    tiny-block stacks give the host's time per block (slope over depth) and per step, the
+    optimizer ops their time per element and per tensor, attention records of forward +
+    backward are split by FLOPs and interpolated by sequence, heads and head size."""
+    from kfp_sagemaker_blackwell.planning import measured_parts
+
+    host = 1e-3
+    linear = [{"in_features": 128, "out_features": 128, "recipe": "bf16", "tokens": 8192,
+               "fwd_bwd_s": host}]
+    for m in (2048, 65536):  # 2048: host-bound (GPU 0.1 ms hidden under 1 ms); 65536: GPU
+        gpu = 6.0 * m * 4096 * 4096 / 600e12
+        linear.append({"in_features": 4096, "out_features": 4096, "recipe": "bf16",
+                       "tokens": m, "fwd_bwd_s": max(gpu, host)})
+    doc = {"machine": "X200", "linear": linear,
+           "attention": [{"heads": h, "kv_heads": 8, "head_dim": 128, "seq_length": 4096,
+                          "batch_size": 1, "fwd_bwd_s": 3.5e-3 * h / 32} for h in (32, 64)],
+           "layer": [{"recipe": "bf16", "layers": n, "tokens": 256, "fwd_bwd_s": 0.002 + 0.003 * n}
+                     for n in (1, 4, 16)],
+           "optimizer": [{"op": "adamw_fused_step", "tensors": t, "elements": 2**27,
+                          "seconds": 2**27 * 1e-11 + t * 4e-6} for t in (16, 256, 4096)]}
+    path = tmp_path / "x200_parts.json"
+    path.write_text(json.dumps(doc))
+    table = measured_parts.load([path], "X200")
+    assert table.linear_host_s("bf16") == pytest.approx(host)
+    # the rate comes from the GPU-bound point only: 600 TFLOP/s at M = 2048 too
+    assert table.linear_seconds(2048, 4096, 4096, "bf16") == pytest.approx(
+        6.0 * 2048 * 4096 * 4096 / 600e12)
+    assert table.layer_host_s("bf16") == pytest.approx((0.003, 0.002))
+    per_element, per_tensor = table.optimizer_s("adamw_fused_step")
+    assert per_tensor == pytest.approx(4e-6) and per_element == pytest.approx(1e-11, rel=0.01)
+    fwd, bwd = table.attention_seconds(1, 4096, 48, 128)
+    assert bwd == pytest.approx(2.5 * fwd) and 1e-3 / 3.5 * 32 / 32 < fwd + bwd
+    assert table.layer_host_s("fp8") is None and table.optimizer_s("clip_grad_norm") is None

@@ -119,13 +119,15 @@ def load(path: Path = GRID) -> dict[str, Any]:
     return json.loads(path.read_text())
 
 
-def setup_of(r: dict[str, Any]) -> TrainingSetup:
+def setup_of(r: dict[str, Any], loss_kernel: str = "eager") -> TrainingSetup:
     spec = ModelSpec(**{k: v for k, v in r["model"].items() if k in ModelSpec.__dataclass_fields__})
     extra = {k: r[k] for k in ("gradient_accumulation_steps",) if k in r}
-    # The grid predates the compiled loss: its runs used the eager cross-entropy.
+    # The grid predates the compiled loss: its runs used the eager cross-entropy; later
+    # files say which (h200_heldout.json, h200_torch_grid.json: compiled, the trainer's default).
     return TrainingSetup(spec, r["batch_size"], r["seq_length"], r["precision"],
                          bool(r["activation_checkpointing"]), r.get("world_size", 1),
-                         backend=r.get("backend", "te"), loss_kernel=r.get("loss_kernel", "eager"), **extra)
+                         backend=r.get("backend", "te"), loss_kernel=r.get("loss_kernel", loss_kernel),
+                         **extra)
 
 
 def rows(doc: dict[str, Any], split: str | None = None,
@@ -192,65 +194,57 @@ def markdown(doc: dict[str, Any], constants: throughput.Constants = throughput.D
     return "\n".join(lines)
 
 
-# The H200 constants --fit adjusts (the host floor, the memory-bound rate, attention where
-# no attention timings are measured, TE's per-block fixed GPU time). The linear layers are
-# not fitted: they come from the measured table (planning/measured/h200_gemms.json).
-FIT = ("attention_fwd", "attention_half_seq", "hbm_efficiency", "cpu_block_forward_s",
-       "cpu_block_backward_s", "cpu_step_s", "cpu_fp8", "cpu_fp8_current", "cpu_fp8_block",
-       "attention_half_head_dim", "host_overlap_exponent", "block_fixed_te",
-       "overhead_bf16", "overhead_fp8", "overhead_fp8_current", "overhead_fp8_block")
-OVERHEADS = {"overhead_bf16": "bf16", "overhead_fp8": "fp8", "overhead_fp8_current": "fp8-current",
-             "overhead_fp8_block": "fp8-block"}
-# The torch backend's own constants, fitted on its runs alone (TORCH_RUNS) with the TE fit
-# held fixed: its host factor and per-block fixed GPU time.
-FIT_TORCH = ("attention_torch_gqa", "block_fixed_torch")
-BOUNDED = {"attention_fwd": 0.95, "hbm_efficiency": 0.95}  # fractions of a peak
-
-
-ATTENTION_BWD_OVER_FWD = 0.53 / 0.72
+# The v3 model's residual constants --fit adjusts (everything else comes from the measured
+# parts, planning/measured/h200_parts.json): the memory-bound rate of the blocks'
+# elementwise kernels and the loss, the trainer's host time per block over the tiny stack's,
+# the host's per-step time, the GPU time per block no measured part covers.
+FIT = ("hbm_efficiency", "cpu_layer_te", "cpu_step_measured_s", "block_fixed_te", "fsdp_copy_scale")
+# The torch backend's own residuals, fitted on its calibration runs alone (TORCH_RUNS'
+# calibration-torch rows) with the TE fit held fixed: SDPA's GQA attention over TE's fused
+# one, its per-block fixed GPU time, its host time per block over TE's.
+FIT_TORCH = ("attention_torch_gqa", "block_fixed_torch", "cpu_layer_torch")
+BOUNDED = {"hbm_efficiency": 0.95, "fsdp_copy_scale": 1.5}  # fractions of a peak
 
 
 def current_values(c: throughput.Constants = throughput.DEFAULT) -> list[float]:
-    r = c.cpu_recipe_factor
-    return [c.attention_efficiency["hopper"][0], c.attention_half_seq, c.hbm_efficiency,
-            c.cpu_block_forward_s, c.cpu_block_backward_s, c.cpu_step_s,
-            r["fp8"], r["fp8-current"], r["fp8-block"], c.attention_half_head_dim,
-            c.host_overlap_exponent, max(c.block_fixed_s["te"], 1e-5)] + [
-                max(c.linear_call_overhead_s[r], 1e-5) for r in OVERHEADS.values()]
+    return [c.hbm_efficiency, c.cpu_layer_scale["te"], c.cpu_step_measured_s,
+            max(c.block_fixed_s["te"], 1e-5), c.fsdp_copy_scale]
 
 
 def torch_values(c: throughput.Constants = throughput.DEFAULT) -> list[float]:
-    return [c.attention_backend_factor["torch-gqa"], max(c.block_fixed_s["torch"], 1e-5)]
+    return [c.attention_backend_factor["torch-gqa"], max(c.block_fixed_s["torch"], 1e-5),
+            c.cpu_layer_scale["torch"]]
 
 
 def with_values(x: list[float], c: throughput.Constants = throughput.DEFAULT,
                 torch_x: list[float] | None = None) -> throughput.Constants:
     v = dict(zip(FIT, x, strict=True))
-    # the backward/forward efficiency ratio stays FlashAttention-3's (0.53 / 0.72)
-    att = dict(c.attention_efficiency,
-               hopper=(v["attention_fwd"], v["attention_fwd"] * ATTENTION_BWD_OVER_FWD))
-    cpu = dict(c.cpu_recipe_factor, **{"fp8": v["cpu_fp8"], "fp8-current": v["cpu_fp8_current"],
-                                       "fp8-block": v["cpu_fp8_block"]})
     fixed = dict(c.block_fixed_s, te=v["block_fixed_te"])
+    cpu = dict(c.cpu_layer_scale, te=v["cpu_layer_te"])
     backend = dict(c.attention_backend_factor)
     if torch_x is not None:
         t = dict(zip(FIT_TORCH, torch_x, strict=True))
         backend["torch-gqa"] = t["attention_torch_gqa"]
         fixed["torch"] = t["block_fixed_torch"]
-    return dataclasses.replace(c, attention_efficiency=att,
-                               hbm_efficiency=v["hbm_efficiency"],
-                               attention_half_seq=v["attention_half_seq"],
-                               attention_half_head_dim=v["attention_half_head_dim"],
-                               cpu_block_forward_s=v["cpu_block_forward_s"],
-                               cpu_block_backward_s=v["cpu_block_backward_s"],
-                               cpu_step_s=v["cpu_step_s"], cpu_recipe_factor=cpu,
-                               host_overlap_exponent=v["host_overlap_exponent"],
-                               block_fixed_s=fixed, attention_backend_factor=backend,
-                               linear_call_overhead_s={r: v[k] for k, r in OVERHEADS.items()})
+        cpu["torch"] = t["cpu_layer_torch"]
+    return dataclasses.replace(c, hbm_efficiency=v["hbm_efficiency"],
+                               cpu_step_measured_s=v["cpu_step_measured_s"],
+                               fsdp_copy_scale=v["fsdp_copy_scale"],
+                               block_fixed_s=fixed, cpu_layer_scale=cpu,
+                               attention_backend_factor=backend)
 
 
 LOFO = Path(__file__).with_name("lofo_h200.json")
-TORCH_RUNS = Path(__file__).with_name("h200_torch_runs.json")
+# The torch backend's calibration runs: h200_torch_grid.json's calibration-torch rows (its
+# heldout-torch rows are the held-out check, never fitted).
+TORCH_RUNS = Path(__file__).with_name("h200_torch_grid.json")
+TORCH_CALIBRATION = "calibration-torch"
+
+
+def load_torch(path: Path | None = None) -> dict[str, Any]:
+    """The torch backend's calibration runs (its held-out rows left out)."""
+    doc = load(path or TORCH_RUNS)
+    return dict(doc, results=[r for r in doc["results"] if r.get("split") == TORCH_CALIBRATION])
 
 
 def family(r: dict[str, Any]) -> tuple:
@@ -276,9 +270,7 @@ def fit_families(doc: dict[str, Any], keep, x0: list[float] | None = None) -> li
     x0 = x0 or current_values()
     lo = [1e-6 * abs(v) for v in x0]
     hi = [BOUNDED.get(k, math.inf) for k in FIT]
-    lo[FIT.index("host_overlap_exponent")] = 1.0
-    for k in ("block_fixed_te", *OVERHEADS):
-        lo[FIT.index(k)] = 0.0
+    lo[FIT.index("block_fixed_te")] = 0.0
     x0 = [min(max(v, a), b) for v, a, b in zip(x0, lo, hi, strict=True)]
     te = lambda r: r.get("backend", "te") == "te" and keep(r)  # noqa: E731
     res = least_squares(lambda x: _residuals(doc, te, with_values(list(x))), x0,
@@ -293,7 +285,8 @@ def fit_torch(torch_doc: dict[str, Any], x: list[float], keep=lambda r: True) ->
 
     res = least_squares(
         lambda t: _residuals(torch_doc, keep, with_values(x, torch_x=list(t))),
-        torch_values(), bounds=([0.2, 0.0], [20.0, 0.05]), x_scale=[1.0, 1e-3], max_nfev=200)
+        torch_values(), bounds=([0.2, 0.0, 0.1], [20.0, 0.05, 10.0]), x_scale=[1.0, 1e-3, 1.0],
+        max_nfev=200)
     return [float(v) for v in res.x]
 
 
@@ -387,6 +380,11 @@ def held_out_markdown(doc: dict[str, Any], lofo: dict[str, Any],
     return "\n".join(lines) + "\n"
 
 
+# Rows of these splits are fitted on (h200_torch_grid.json holds its calibration-torch rows beside
+# its heldout-torch ones): a held-out evaluation leaves them out.
+FITTED_SPLITS = ("calibration", "validation", TORCH_CALIBRATION)
+
+
 def evaluate_held_out(path: Path, constants: throughput.Constants = throughput.DEFAULT,
                       fitted_on: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """A results file the fit never saw (shaped like h200_grid.json: ``results`` records
@@ -394,8 +392,10 @@ def evaluate_held_out(path: Path, constants: throughput.Constants = throughput.D
     predicted with ``constants``: per backend, the summary, and the families of the file
     that no run the constants were fitted on (``fitted_on``: grid documents) belongs to."""
     doc = load(path)
+    fitted = [r for r in doc["results"] if r.get("split") in FITTED_SPLITS]
+    doc = dict(doc, results=[r for r in doc["results"] if r.get("split") not in FITTED_SPLITS])
     seen = {family(r) for d in (fitted_on or []) for r in d["results"] if r.get("status") == "ok"}
-    out: dict[str, Any] = {"file": str(path), "backends": {}}
+    out: dict[str, Any] = {"file": str(path), "fitted_rows_left_out": len(fitted), "backends": {}}
     for backend in sorted({r.get("backend", "te") for r in doc["results"]}):
         rs = [r for r in rows(doc, None, constants) if r.record.get("backend", "te") == backend]
         if not rs:
@@ -429,7 +429,7 @@ def main(argv: list[str] | None = None) -> int:
         print(blackwell_markdown())
         return 0
     doc = load(args.grid)
-    torch_doc = load(args.torch_runs) if args.torch_runs.exists() else None
+    torch_doc = load_torch(args.torch_runs) if args.torch_runs.exists() else None
     if args.held_out:
         fitted = [doc] + ([torch_doc] if torch_doc else [])
         print(json.dumps([evaluate_held_out(p, fitted_on=fitted) for p in args.held_out], indent=1))

@@ -33,6 +33,19 @@ from typing import Any
 MEASURED = Path(__file__).with_name("measured")
 # How many measured neighbours an interpolation weighs.
 NEIGHBOURS = 4
+# A te.Linear this small (K x N elements; the "small" preset's layers, 128 x 704 at most)
+# does too little GPU work to matter: its measured time is the host's per call.
+HOST_BOUND_ELEMENTS = 128 * 704
+# A linear layer's rate is read from measurements at least this many times its recipe's
+# host time per call (GPU-bound ones): closer to it, the time is the host's, not the GPU's.
+# Chosen on calibration data only (benchmarks/throughput/README.md, v3): of 1.0 / 1.3 / 1.6 /
+# 2.0 / 3.0, 1.6 has the lowest leave-one-family-out median on h200_grid.json (1.4% vs 1.8% at
+# 2.0) and predicts benchmarks/trainer's like-for-like 1b runs within 7% (2.0: fp8 12% fast).
+GPU_BOUND = 1.6
+# The weight of the token count in the distance between linear-layer shapes: a shape's rate
+# changes little with M once GPU-bound, so the same (K, N) measured at other token counts is
+# nearer than other shapes at the same M.
+M_WEIGHT = 0.25
 
 
 @dataclass(frozen=True)
@@ -74,6 +87,36 @@ class AttentionTiming:
         return flops / self.fwd_s, flops / self.bwd_s
 
 
+@dataclass(frozen=True)
+class LayerTiming:
+    """A stack of ``layers`` tiny blocks of the trainer's model, forward + backward: so
+    little GPU work that the time is the host's (launches, TE's Python, autograd)."""
+
+    recipe: str
+    layers: int
+    fwd_bwd_s: float
+
+
+@dataclass(frozen=True)
+class OptimizerTiming:
+    """One optimizer-step op (``adamw_fused_step``, ``clip_grad_norm``,
+    ``cast_fp32_to_bf16``) over ``elements`` fp32 values in ``tensors`` tensors."""
+
+    op: str
+    tensors: int
+    elements: int
+    seconds: float
+
+
+def line_fit(xs: list[float], ys: list[float]) -> tuple[float, float]:
+    """Least-squares (slope, intercept) of ys over xs."""
+    n = len(xs)
+    mx, my = sum(xs) / n, sum(ys) / n
+    sxx = sum((x - mx) ** 2 for x in xs)
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sxx if sxx else 0.0
+    return slope, my - slope * mx
+
+
 def _idw(query: tuple[float, ...], points: list[tuple[tuple[float, ...], float]]) -> float:
     """Inverse-distance-weighted geometric mean of ``points``' values at ``query`` (all
     coordinates and values positive; distances between logs)."""
@@ -99,6 +142,8 @@ class PartsTable:
     source: str  # where the measurements come from (file, command, date)
     linears: tuple[LinearTiming, ...] = ()
     attention: tuple[AttentionTiming, ...] = ()
+    layers: tuple[LayerTiming, ...] = ()
+    optimizer: tuple[OptimizerTiming, ...] = ()
     # every time multiplied by this (1.0 as measured; the model's "no dead constants" check
     # and sensitivity studies scale it)
     time_scale: float = 1.0
@@ -109,8 +154,8 @@ class PartsTable:
         return self.scaled(factor)
 
     def scaled(self, factor: float) -> PartsTable:
-        return PartsTable(self.gpu, self.source, self.linears, self.attention,
-                          self.time_scale * factor)
+        return PartsTable(self.gpu, self.source, self.linears, self.attention, self.layers,
+                          self.optimizer, self.time_scale * factor)
 
     def _points(self, recipe: str, torch_matmul: bool,
                 overhead_s: float) -> list[tuple[tuple[float, ...], float]]:
@@ -119,16 +164,47 @@ class PartsTable:
             if len(self._index) > 256:
                 self._index.clear()
             pts: list[tuple[tuple[float, ...], float]] = []
+            floor = 0.0 if torch_matmul else GPU_BOUND * self.linear_host_s(recipe)
             for t in self.linears:
-                if t.recipe == recipe:
+                if t.recipe == recipe and (t.fwd_bwd_s >= floor or floor == 0.0):
                     r = t.rate(torch_matmul, overhead_s)
                     if r:
-                        pts.append(((float(t.m), float(t.n), float(t.k)), r))
+                        pts.append(((float(t.m) ** M_WEIGHT, float(t.n), float(t.k)), r))
             self._index[key] = pts
         return self._index[key]
 
     def recipes(self) -> set[str]:
         return {t.recipe for t in self.linears}
+
+    def linear_host_s(self, recipe: str) -> float:
+        """The host's time per te.Linear forward + backward call in ``recipe``: the median
+        measured time of the layers too small for the GPU to matter (K x N <= HOST_BOUND_ELEMENTS:
+        the "small" preset's), 0 where the table has none. Its points are host-bound, so
+        rates are read from the points at least GPU_BOUND times slower."""
+        times = sorted(t.fwd_bwd_s for t in self.linears
+                       if t.recipe == recipe and t.n * t.k <= HOST_BOUND_ELEMENTS)
+        return times[len(times) // 2] * self.time_scale if times else 0.0
+
+    def layer_host_s(self, recipe: str) -> tuple[float, float] | None:
+        """(per layer, per step) seconds of the tiny-block stacks in ``recipe``: the slope
+        and intercept over depth (the host's work per block and per step), None without."""
+        pts = [(float(t.layers), t.fwd_bwd_s) for t in self.layers if t.recipe == recipe]
+        if len({x for x, _ in pts}) < 2:
+            return None
+        slope, intercept = line_fit([x for x, _ in pts], [y for _, y in pts])
+        return slope * self.time_scale, max(intercept, 0.0) * self.time_scale
+
+    def optimizer_s(self, op: str) -> tuple[float, float] | None:
+        """(per element, per tensor) seconds of an optimizer-step ``op``: per element from the
+        run over the fewest tensors (GPU-bound: its per-tensor costs hide behind the
+        streaming), per tensor from the slope between the two runs over the most tensors
+        (the host's launches), None without two measured tensor counts."""
+        pts = sorted((t for t in self.optimizer if t.op == op), key=lambda t: t.tensors)
+        if len({t.tensors for t in pts}) < 2:
+            return None
+        a, b = pts[-2], pts[-1]
+        per_tensor = max(b.seconds - a.seconds, 0.0) / (b.tensors - a.tensors)
+        return pts[0].seconds / pts[0].elements * self.time_scale, per_tensor * self.time_scale
 
     def linear_seconds(self, m: int, n: int, k: int, recipe: str, torch_matmul: bool = False,
                        overhead_s: float = 0.0) -> float | None:
@@ -139,8 +215,29 @@ class PartsTable:
         pts = self._points(recipe, torch_matmul, overhead_s)
         if not pts:
             return None
-        rate = _idw((float(m), float(n), float(k)), pts)
-        return (6.0 * m * n * k / rate + overhead_s) * self.time_scale
+        rate = _idw((float(m) ** M_WEIGHT, float(n), float(k)), pts)
+        seconds = 6.0 * m * n * k / rate + overhead_s
+        if not torch_matmul:  # an isolated measurement of the shape bounds its GPU time
+            seconds = min(seconds, self._measured_bound(m, n, k, recipe))
+        return seconds * self.time_scale
+
+    def _measured_bound(self, m: int, n: int, k: int, recipe: str) -> float:
+        """The measured time of this (K, N) at M tokens, interpolated in log M between the
+        measured token counts (above the largest: in proportion to M; below the smallest:
+        the smallest's time); infinite where the shape was not measured."""
+        own = sorted((t.m, t.fwd_bwd_s) for t in self.linears
+                     if t.recipe == recipe and t.n == n and t.k == k)
+        if not own:
+            return math.inf
+        if m >= own[-1][0]:
+            return own[-1][1] * m / own[-1][0]
+        if m <= own[0][0]:
+            return own[0][1]
+        for (m0, t0), (m1, t1) in zip(own, own[1:], strict=False):
+            if m0 <= m <= m1:
+                f = math.log(m / m0) / math.log(m1 / m0)
+                return math.exp(math.log(t0) + f * (math.log(t1) - math.log(t0)))
+        return math.inf
 
     def attention_seconds(self, batch: int, seq: int, heads: int,
                           head_dim: int) -> tuple[float, float] | None:
@@ -148,10 +245,11 @@ class PartsTable:
         if not self.attention:
             return None
         flops = 2.0 * batch * seq * seq * heads * head_dim
-        fwd = _idw((float(seq), float(head_dim)),
-                   [((float(a.seq), float(a.head_dim)), a.rates()[0]) for a in self.attention])
-        bwd = _idw((float(seq), float(head_dim)),
-                   [((float(a.seq), float(a.head_dim)), a.rates()[1]) for a in self.attention])
+        q = (float(seq), float(heads), float(head_dim))
+        fwd = _idw(q, [((float(a.seq), float(a.heads), float(a.head_dim)), a.rates()[0])
+                       for a in self.attention])
+        bwd = _idw(q, [((float(a.seq), float(a.heads), float(a.head_dim)), a.rates()[1])
+                       for a in self.attention])
         return flops / fwd * self.time_scale, flops / bwd * self.time_scale
 
 
@@ -164,11 +262,17 @@ def _linear(r: dict[str, Any]) -> LinearTiming | None:
 
 
 def _attention(r: dict[str, Any]) -> AttentionTiming | None:
-    keys = ("seq_length", "head_dim", "num_heads", "fwd_s", "bwd_s")
-    if not all(r.get(k) for k in keys):
+    heads = r.get("num_heads", r.get("heads"))
+    if not (r.get("seq_length") and r.get("head_dim") and heads):
         return None
-    return AttentionTiming(int(r["seq_length"]), int(r["head_dim"]), int(r["num_heads"]),
-                           int(r.get("batch_size", 1)), float(r["fwd_s"]), float(r["bwd_s"]))
+    if r.get("fwd_s") and r.get("bwd_s"):
+        fwd, bwd = float(r["fwd_s"]), float(r["bwd_s"])
+    elif r.get("fwd_bwd_s"):  # parts.py: forward + backward together, split by FLOPs (1 : 2.5)
+        fwd, bwd = float(r["fwd_bwd_s"]) / 3.5, float(r["fwd_bwd_s"]) * 2.5 / 3.5
+    else:
+        return None
+    return AttentionTiming(int(r["seq_length"]), int(r["head_dim"]), int(heads),
+                           int(r.get("batch_size", 1)), fwd, bwd)
 
 
 def load(paths: list[Path], gpu: str) -> PartsTable:
@@ -176,13 +280,16 @@ def load(paths: list[Path], gpu: str) -> PartsTable:
     file's ``"results"`` (records of other kinds, and failed ones, are skipped)."""
     linears: list[LinearTiming] = []
     attention: list[AttentionTiming] = []
+    layers: list[LayerTiming] = []
+    optimizer: list[OptimizerTiming] = []
     sources = []
     for path in paths:
         doc = json.loads(Path(path).read_text())
         sources.append(f"{Path(path).name} ({doc.get('machine', gpu)}, {doc.get('date', '?')}: "
                        f"{doc.get('command', '')})")
-        for r in doc.get("results", []):
-            if r.get("status", "ok") != "ok":
+        records = doc.get("results", []) + doc.get("linear", []) + doc.get("attention", [])
+        for r in records:
+            if r.get("status", "ok") != "ok" or r.get("error"):
                 continue
             lin = _linear(r)
             if lin:
@@ -190,10 +297,18 @@ def load(paths: list[Path], gpu: str) -> PartsTable:
             att = _attention(r)
             if att:
                 attention.append(att)
-    return PartsTable(gpu, "; ".join(sources), tuple(linears), tuple(attention))
+        layers += [LayerTiming(str(r["recipe"]), int(r["layers"]), float(r["fwd_bwd_s"]))
+                   for r in doc.get("layer", []) if r.get("fwd_bwd_s")]
+        optimizer += [OptimizerTiming(str(r["op"]), int(r["tensors"]), int(r["elements"]),
+                                      float(r["seconds"])) for r in doc.get("optimizer", [])
+                      if r.get("seconds")]
+    return PartsTable(gpu, "; ".join(sources), tuple(linears), tuple(attention), tuple(layers),
+                      tuple(optimizer))
 
 
 def shipped(gpu: str) -> PartsTable | None:
-    """The measured table shipped for ``gpu`` (``planning/measured/<gpu>_*.json``), if any."""
-    paths = sorted(MEASURED.glob(f"{gpu.lower()}_*.json"))
+    """The measured table shipped for ``gpu``: ``planning/measured/<gpu>_parts.json`` (every
+    part, benchmarks/throughput/parts.py) where there is one, else its ``<gpu>_*.json``."""
+    parts = MEASURED / f"{gpu.lower()}_parts.json"
+    paths = [parts] if parts.exists() else sorted(MEASURED.glob(f"{gpu.lower()}_*.json"))
     return load(paths, gpu) if paths else None

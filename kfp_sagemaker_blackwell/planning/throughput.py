@@ -41,9 +41,10 @@ from kfp_sagemaker_blackwell.catalog import hardware
 from kfp_sagemaker_blackwell.planning import measured_parts, pricing
 from kfp_sagemaker_blackwell.planning.training_setup import DTYPE_BYTES, TrainingSetup
 
-MODEL_NAME = "throughput model v2 (planning/throughput.py)"
-HOPPER_SOURCE = (f"predicted by the {MODEL_NAME}: measured H200 linear-layer timings, "
-                 "calibrated on H200 trainer runs")
+MODEL_NAME = "throughput model v3 (planning/throughput.py)"
+HOPPER_SOURCE = (f"predicted by the {MODEL_NAME}: built from measured H200 parts (linear "
+                 "layers, attention, per-layer host time, optimizer), residuals calibrated on "
+                 "H200 trainer runs")
 BLACKWELL_SOURCE = (
     f"predicted, not measured: the {MODEL_NAME} with Blackwell's datasheet figures and "
     "published GEMM rates (no Blackwell GPU was available to this project)"
@@ -91,32 +92,42 @@ class Constants:
                       "mxfp8": 0.61, "nvfp4": 0.50},
         "other": {"tf32": 0.60, "bf16": 0.70, "fp8": 0.65},
     })
-    # Measured parts per GPU type (planning/measured/<gpu>_*.json, read by
-    # planning/measured_parts.py): the linear layers' forward + backward timings per recipe,
-    # interpolated at the step's (M, N, K), replace the efficiency above wherever the table
-    # has the recipe; attention timings, where measured, replace the attention formula.
-    # H200: benchmarks/throughput/h200_gemms.json (te.Linear at M = 8192, the 1b / 8b / 64b
-    # presets' layers, TE 2.20.2, 2026-12-01; copied to planning/measured/).
+    # Measured parts per GPU type (planning/measured/<gpu>_parts.json, read by
+    # planning/measured_parts.py) replace the formulas wherever they have the part (v3):
+    # H200: benchmarks/throughput/h200_parts.json (benchmarks/throughput/parts.py, one H200,
+    # TE 2.20.2, 2026-12-02; copied to planning/measured/):
+    # - GEMMs: "linear" (te.Linear forward + backward at every (K, N) of the presets, M = 2k..64k
+    #   tokens, per recipe), interpolated at the step's (M, N, K) from the GPU-bound
+    #   measurements (PartsTable.linear_seconds); the LM head from its bf16 shapes;
+    # - attention: "attention" (TE fused attention by sequence, heads, head size);
+    # - the host's time per block and per step: "layer" (stacks of 1 / 4 / 16 tiny blocks of
+    #   the trainer's TECausalLM: slope and intercept over depth, PartsTable.layer_host_s);
+    # - the optimizer step: "optimizer" (fused AdamW and clip_grad_norm_ per element and per
+    #   tensor); FSDP2's copies at the streaming rate of the measured fp32 -> bf16 copy.
     parts_tables: dict[str, measured_parts.PartsTable | None] = field(
         default_factory=lambda: {"H200": measured_parts.shipped("H200")})
-    # Per call of a te.Linear forward + backward, the part of its time that does not grow
-    # with the tokens (launches, amax / scale bookkeeping, the weight's quantisation):
-    # taken off a measurement before its rate (FLOP/s) is read and added back at the
-    # step's shape, so a layer at M tokens takes overhead + (measured - overhead) x M / M0
-    # at the table's M0. Per recipe (FP8 recipes add quantiser calls); calibrated on the
-    # H200 grid (bf16 0.11 ms, FP8 recipes ~0.6 ms). A table measured at several token
-    # counts pins it directly (then the interpolation in M does).
-    linear_call_overhead_s: dict[str, float] = field(default_factory=lambda: {
-        "bf16": 0.000106, "fp8": 0.000603, "fp8-current": 0.000618,
-        "fp8-block": 0.000607})
+    # The residuals of the measured model (GPUs with a table), by backend, fitted on the
+    # calibration runs only (h200_grid.json's calibration + validation rows, TE; the
+    # calibration-torch rows of h200_torch_grid.json, torch) by
+    # benchmarks/throughput/model_accuracy.py --fit; never on the held-out files:
+    # - the trainer's host time per block over the tiny stack's ("layer": same TE modules
+    #   without FSDP2's per-block hooks, the trainer's autocast and loss plumbing);
+    cpu_layer_scale: dict[str, float] = field(default_factory=lambda: {"te": 1.265, "torch": 0.101})
+    # - the share of a block's host time that its forward takes (paid again when
+    #   checkpointing recomputes it): v1's fitted 0.968 / (0.968 + 1.28) ms.
+    cpu_forward_share: float = 0.43
+    # - the share of the itemised FSDP2 copy bytes a step really moves at the measured copy
+    #   rate (at world size 1 some of the all-gather / reduce-scatter copies are views);
+    fsdp_copy_scale: float = 0.534
     # A GEMM dimension d reaches d / (d + gemm_half_dim) of the large-shape rate (tile and
     # wave quantisation; XLA's table: 1024 x 2048 x 2048 bf16 on sm_90 runs at 0.53 of
     # peak, 4096^3 at 0.79).
     gemm_half_dim: float = 160.0
-    # Fraction of HBM bandwidth memory-bound kernels reach (elementwise, casts, the
-    # optimizer): ~85-90% for large streaming kernels on H100/H200; the fitted 0.635 also
-    # covers the many small kernels of a TE layer (calibrated).
-    hbm_efficiency: float = 0.825
+    # Fraction of HBM bandwidth the blocks' elementwise kernels and the loss reach on a GPU
+    # with a measured table (v3 residual, fitted on the H200 calibration runs; it runs into
+    # 0.711). The
+    # optimizer and FSDP2's copies are timed from their measurements instead.
+    hbm_efficiency: float = 0.711
     # GPUs without a measured table (H100, Blackwell, others): the v1 fit's H200 value
     # (0.635), from before the linear layers were measured: it covered TE's small
     # quantisation kernels, which a GPU timed by the formulas still pays.
@@ -136,10 +147,8 @@ class Constants:
     attention_efficiency: dict[str, tuple[float, float]] = field(default_factory=lambda: {
         "hopper": (0.933, 0.687), "blackwell": (0.55, 0.40), "other": (0.50, 0.35),
     })
-    attention_half_seq: float = 0.00168  # sequence length at which half the rate is reached
-    attention_half_head_dim: float = 22.2  # head dim at which half the rate is reached
-    # The two above are refitted with the measured linear layers (v2, GPUs with a table);
-    # GPUs without one keep the v1 fit's (1679, 79.5), which their efficiencies were set with.
+    # Sequence length and head dim at which half the rate is reached (v1 fit on the H200
+    # grid; the attention of GPUs with a measured table comes from the table).
     attention_half_seq_other: float = 1679.0
     attention_half_head_dim_other: float = 79.5
     # The backward does 2.5x the forward's FLOPs (5 GEMMs of the 2 forward's size;
@@ -225,20 +234,27 @@ class Constants:
     # Attention time multiplier by backend: the torch backend's
     # F.scaled_dot_product_attention(enable_gqa=True) with grouped K/V heads runs slower than
     # cuDNN's fused attention (its runs with GQA at sequence 8192, 1b and 3b, measured
-    # 20-26% below the TE-rate prediction, its MHA runs within 8%); calibrated on the torch
-    # runs (benchmarks/throughput/h200_torch_runs.json).
+    # TE's measured fused attention); v3 residual, fitted on the calibration-torch runs of
+    # benchmarks/throughput/h200_torch_grid.json.
     attention_backend_factor: dict[str, float] = field(default_factory=lambda: {
-        "te": 1.0, "torch": 1.0, "torch-gqa": 2.39})
+        "te": 1.0, "torch": 1.0, "torch-gqa": 2.55})
     # GPU time per block and micro-batch that no itemised part covers (the kernels between
     # the measured linear layers: TE's layer plumbing, FSDP2's per-block hooks), per pass
-    # (forward, recomputed forward, backward), by backend; calibrated on the H200 grid.
-    block_fixed_s: dict[str, float] = field(default_factory=lambda: {"te": 4.12e-05, "torch": 0.00376})
+    # (forward, recomputed forward, backward), by backend; v3 residuals fitted on the H200
+    # calibration runs (TE: h200_grid.json; torch: h200_torch_grid.json's calibration-torch).
+    block_fixed_s: dict[str, float] = field(default_factory=lambda: {"te": 3.99e-4, "torch": 6.12e-4})
     cpu_recipe_factor: dict[str, float] = field(default_factory=lambda: {
         "fp8": 4.28, "fp8-current": 4.66, "fp8-block": 4.85, "mxfp8": 4.85, "nvfp4": 5.09,
     })
     # Host time per optimizer step outside the blocks: optimizer and clipping launches,
-    # the timer's synchronisation, the batch's host-to-device copy, logging.
+    # the timer's synchronisation, the batch's host-to-device copy, logging (v1 fit; GPUs
+    # without a measured table).
     cpu_step_s: float = 0.0142
+    # The same where the block's host time is measured (v3 residual, fitted on the H200
+    # calibration runs: what a step costs beyond its measured parts and does not grow with
+    # tokens or depth: the optimizer's and FSDP2's per-tensor host work, the loss's
+    # compiled-graph dispatch, the timer).
+    cpu_step_measured_s: float = 0.0556
     # A synchronisation per step (the trainer's timer) exposes the launch latency of the
     # step's first kernels.
     step_fixed_s: float = 1e-3
@@ -346,8 +362,8 @@ def _measured_recipe(s: TrainingSetup, gpu: hardware.GPU, c: Constants) -> tuple
     table = _table(gpu, c)
     if table is None or s.precision == "fp32":
         return None
-    if s.backend == "torch":  # nn.Linear in bf16: cuBLAS matmuls, no TE module around them
-        return ("bf16", True) if "bf16" in table.recipes() and not s.low_precision else None
+    if s.backend == "torch":  # nn.Linear in bf16: the same cuBLAS GEMMs as te.Linear's
+        return ("bf16", False) if "bf16" in table.recipes() and not s.low_precision else None
     recipe = "bf16" if s.precision == "fp16" else s.precision
     return (recipe, False) if recipe in table.recipes() else None
 
@@ -362,8 +378,7 @@ def _block_gemms(s: TrainingSetup, gpu: hardware.GPU, c: Constants) -> tuple[flo
     table = _table(gpu, c)
     if measured is not None and table is not None:
         for fan_in, fan_out in _linears(s):
-            both = table.linear_seconds(t, fan_out, fan_in, measured[0], measured[1],
-                                        c.linear_call_overhead_s.get(measured[0], 0.0)) or 0.0
+            both = table.linear_seconds(t, fan_out, fan_in, measured[0], measured[1]) or 0.0
             fwd += both / 3.0
             bwd += both * 2.0 / 3.0
         return fwd, bwd
@@ -383,7 +398,7 @@ def _lm_head(s: TrainingSetup, gpu: hardware.GPU, c: Constants) -> float:
     h, v = m.hidden_size, m.vocab_size
     table = _table(gpu, c)
     if table is not None and p == "bf16":  # the trainer's Linear: plain bf16 matmuls
-        measured = table.linear_seconds(t, v, h, "bf16", torch_matmul=True)
+        measured = table.linear_seconds(t, v, h, "bf16")
         if measured:
             return measured
     return (gemm_seconds(t, v, h, p, gpu, c) + gemm_seconds(t, h, v, p, gpu, c)
@@ -403,9 +418,7 @@ def _attention(s: TrainingSetup, gpu: hardware.GPU, c: Constants) -> tuple[float
     # QK^T and PV: 2 x 2 x seq^2 x head_dim per head and sequence, half of it causal.
     fwd_flops = 2.0 * s.batch_size * seq * seq * m.hidden_size
     peak = (gpu.peak_for("fp32" if s.precision == "fp32" else "bf16") or 1.0) * 1e12
-    half = ((c.attention_half_seq, c.attention_half_head_dim) if table is not None
-            else (c.attention_half_seq_other, c.attention_half_head_dim_other))
-    shape = _sat(seq, half[0]) * _sat(d, half[1])
+    shape = _sat(seq, c.attention_half_seq_other) * _sat(d, c.attention_half_head_dim_other)
     e_fwd, e_bwd = c.attention_efficiency[_arch(gpu)]
     fwd = fwd_flops / (peak * e_fwd * shape)
     bwd = fwd_flops * c.attention_bwd_flops_ratio / (peak * e_bwd * shape)
@@ -510,6 +523,12 @@ def _optimizer(s: TrainingSetup, gpu: hardware.GPU, c: Constants) -> float:
     # param r/w (+ master r/w), grad r, two moments r/w; clipping: grad r (norm), r/w (scale)
     per_param = 2 * stored + 2 * master + grad + 4 * state + 3 * grad
     kernels = _param_tensors(s) * c.optimizer_kernels_per_tensor * 3
+    table = _table(gpu, c)
+    ops = [table.optimizer_s(op) for op in ("adamw_fused_step", "clip_grad_norm")] \
+        if table is not None and stored == 4 and state == 4 else []
+    measured = [m for m in ops if m is not None]
+    if measured and len(measured) == len(ops):  # fp32 parameters and states, as measured
+        return sum(e * p + t * _param_tensors(s) for e, t in measured)
     return p * per_param / _hbm(gpu, c) + kernels * c.kernel_floor_s
 
 
@@ -525,7 +544,16 @@ def _fsdp_copies(s: TrainingSetup, gpu: hardware.GPU, c: Constants) -> float:
     r = DTYPE_BYTES[s.reduce_dtype] if s.precision != "fp32" else 4
     gather = p / w * (stored + b) + 2 * p * b
     reduce = p * (b + r) + p / w * (r + 2 * stored)
-    return (2 * gather + reduce) / _hbm(gpu, c)
+    scale = c.fsdp_copy_scale if _table(gpu, c) is not None else 1.0
+    return scale * (2 * gather + reduce) / _stream(gpu, c)
+
+
+def _stream(gpu: hardware.GPU, c: Constants) -> float:
+    """Bytes/s of a streaming copy: the measured fp32 -> bf16 copy's (6 B per element) where
+    the GPU has a table, else the HBM formula's."""
+    table = _table(gpu, c)
+    cast = table.optimizer_s("cast_fp32_to_bf16") if table is not None else None
+    return 6.0 / cast[0] if cast and cast[0] else _hbm(gpu, c)
 
 
 def _comm_bandwidth(gpu: hardware.GPU, world_size: int, instance: hardware.InstanceType | None,
@@ -554,8 +582,23 @@ def _communication(s: TrainingSetup, gpu: hardware.GPU,
     return moved / _comm_bandwidth(gpu, w, instance, c)
 
 
+def _measured_host(s: TrainingSetup, gpu: hardware.GPU, c: Constants) -> tuple[float, float] | None:
+    """(per micro-batch, per step) host seconds from the table's tiny-block stacks: the
+    per-block time of the setup's recipe (the torch backend: bf16's) scaled by the backend's
+    residual, the forward's share again under checkpointing; the stack's per-step intercept
+    (delayed scaling's amax bookkeeping). None without a measurement."""
+    table = _table(gpu, c)
+    recipe = "bf16" if s.backend == "torch" or not s.low_precision else s.precision
+    layer = table.layer_host_s(recipe) if table is not None and s.precision != "fp32" else None
+    if layer is None:
+        return None
+    rec = c.cpu_forward_share if s.activation_checkpointing else 0.0
+    per_block = layer[0] * c.cpu_layer_scale.get(s.backend, 1.0) * (1.0 + rec)
+    return s.model.num_layers * per_block, layer[1]
+
+
 def _cpu_seconds(s: TrainingSetup, c: Constants) -> float:
-    """Host time to issue one micro-batch."""
+    """Host time to issue one micro-batch (formula: GPUs without a measured table)."""
     rec = 1.0 if s.activation_checkpointing else 0.0
     factor = c.cpu_recipe_factor.get(s.precision, 1.0) if s.low_precision else 1.0
     per_block = (c.cpu_block_forward_s * (1 + rec) + c.cpu_block_backward_s) * factor
@@ -608,7 +651,9 @@ def predict_checked(s: TrainingSetup, g: hardware.GPU, *, instance_type: str = "
     parts["communication_exposed"] = exposed
     parts["multi_gpu"] = c.multi_gpu_fraction * compute if s.world_size > 1 else 0.0
     gpu_time = sum(parts.values())
-    cpu_time = _cpu_seconds(s, c) * accum + c.cpu_step_s
+    host = _measured_host(s, g, c)
+    cpu_time = (host[0] * accum + host[1] + c.cpu_step_measured_s if host
+                else _cpu_seconds(s, c) * accum + c.cpu_step_s)
     k = c.host_overlap_exponent
     top = max(gpu_time, cpu_time)  # scaled: the powers of seconds underflow at large k
     parts["cpu_bound_wait"] = top * ((gpu_time / top) ** k + (cpu_time / top) ** k) ** (1.0 / k) \
