@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import datetime
 import gc
+import json
 import time
+from pathlib import Path
 from typing import Any
 
 
@@ -35,6 +37,14 @@ def header(command: str, trainer_settings: dict[str, Any], **extra: Any) -> dict
     """A grid file's head: the command, the machine, the trainer settings every run shares,
     any ``extra`` keys (a schema), then the results list the runs are appended to."""
     return {"command": command, **machine(), "trainer_settings": trainer_settings, **extra, "results": []}
+
+
+def write(doc: dict[str, Any], paths: list[str]) -> None:
+    """Write a grid file to every path given (a state copy and the copy that comes back), whole
+    each time, so a run cut off between configurations leaves a valid file."""
+    text = json.dumps(doc, indent=1) + "\n"
+    for p in paths:
+        Path(p).write_text(text)
 
 
 def failed(record: dict[str, Any], exc: Any) -> None:

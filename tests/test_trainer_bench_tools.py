@@ -122,6 +122,23 @@ def test_pytorch_nocast_kernels_are_elementwise_not_fp8_casts(tools):
                          []) == "fp8_cast_transpose_amax"
 
 
+def test_the_step_timers_trace_summary_classifies_kernels_like_the_profile(tools):
+    # steady_timer.py --profile-trace had its own kernel table, which still counted
+    # gpu_kernel_impl_nocast kernels as FP8 casts; both now read kernel_names.BY_KERNEL
+    _, prof = tools
+    sys.path.insert(0, str(BENCH))
+    try:
+        timer = importlib.import_module("steady_timer")
+    finally:
+        sys.path.remove(str(BENCH))
+    nocast_add = "void at::native::elementwise_kernel<128, 4, at::native::gpu_kernel_impl_nocast<add>"
+    for name in (nocast_add, "nvjet_tst_256x128_64x4_2x1_v_bz_coopA_NTN", "ncclDevKernel_AllGather_RING_LL",
+                 "cast_transpose_fusion_kernel_optimized"):
+        assert timer.category(name) == prof.classify(name, [])
+    assert timer.category(nocast_add) == "elementwise"
+    assert timer.category("void at::native::nll_loss_forward_reduce_cuda_kernel_2d") == "loss"
+
+
 def _rec(lfl, rid, median_s):
     """A recorded run of the levers2 stages (as the harness writes it) with this median."""
     run = next(r for r in lfl.levers2({}) + lfl.levers2_best({}) if r.id == rid)

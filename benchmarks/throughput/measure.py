@@ -369,10 +369,7 @@ def header(command: str, device: str = "cuda") -> dict:
             "trainer_settings": TRAINER_SETTINGS, "schema": SCHEMA, "results": []}
 
 
-def write(doc: dict, paths: list[str]) -> None:
-    text = json.dumps(doc, indent=1) + "\n"
-    for p in paths:
-        Path(p).write_text(text)
+write = gpu_record.write
 
 
 def _args(argv: list[str] | None) -> argparse.Namespace:

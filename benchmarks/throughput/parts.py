@@ -38,6 +38,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks import gpu_record  # noqa: E402
 from benchmarks.throughput import gemms  # noqa: E402
 
 SECTIONS = ("linear", "attention", "layer", "quantisation", "optimizer")
@@ -248,9 +249,7 @@ def linear_args(tokens: str, max_op_s: float) -> argparse.Namespace:
 def write(doc: dict, paths: list[str]) -> None:
     doc["layer_fit"] = layer_fit(doc["layer"])
     doc["quantisation_fit"] = quantisation_fit(doc["quantisation"])
-    text = json.dumps(doc, indent=1) + "\n"
-    for p in paths:
-        Path(p).write_text(text)
+    gpu_record.write(doc, paths)
 
 
 def _args(argv: list[str] | None) -> argparse.Namespace:

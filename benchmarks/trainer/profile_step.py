@@ -41,6 +41,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import like_for_like as lfl  # noqa: E402  (this folder's harness; not a package)
+from kernel_names import BY_KERNEL  # noqa: E402  (kernel name -> category, one table)
 
 CATEGORIES = ("gemm", "attention", "normalization", "elementwise", "fp8_cast_transpose_amax",
               "fsdp_copies_collectives", "memcpy_memset", "optimizer", "grad_clip", "loss", "other")
@@ -53,19 +54,6 @@ BY_ANCESTOR = (
     ("optimizer", re.compile(r"^Optimizer\.(step|zero_grad)")),
     ("grad_clip", re.compile(r"^trainer\.clip_grad_norm$")),
     ("fsdp_copies_collectives", re.compile(r"^(FSDP::|FullyShardedDataParallel\._)")),
-)
-BY_KERNEL = (
-    ("fsdp_copies_collectives", re.compile(r"nccl", re.I)),
-    ("optimizer", re.compile(r"adam|multi_tensor_apply", re.I)),
-    ("memcpy_memset", re.compile(r"memcpy|memset", re.I)),
-    ("attention", re.compile(r"fmha|flash|attn|attention|cudnn|sdpa", re.I)),
-    ("gemm", re.compile(r"gemm|cutlass|xmma|nvjet|cublas|sm90_|sm100_|matmul", re.I)),
-    # not "nocast": PyTorch's non-vectorised TensorIterator path (gpu_kernel_impl_nocast<...>)
-    # runs plain copies and adds, which issue 26's first profile counted as FP8 casts
-    ("fp8_cast_transpose_amax", re.compile(r"(?<!no)cast|transpose|quantiz|amax|fp8|scal", re.I)),
-    ("normalization", re.compile(r"norm", re.I)),
-    ("elementwise", re.compile(r"elementwise|vectorized|gelu|silu|swiglu|reduce|add|mul|copy|fill|"
-                               r"unrolled|triton", re.I)),
 )
 KERNEL_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 RANGE_CATS = ("cpu_op", "user_annotation")

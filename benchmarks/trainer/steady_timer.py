@@ -38,6 +38,9 @@ import statistics
 import sys
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from kernel_names import kernel_category  # noqa: E402  (one kernel-name table, beside this file)
+
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -155,28 +158,18 @@ def _start_profiler():
     return prof
 
 
-# Kernel name -> category, first match wins (names of cuBLAS/CUTLASS/cuDNN/TE/NCCL kernels).
-CATEGORIES = (
-    ("nccl_and_copies", re.compile(r"nccl|memcpy|memset|Memcpy|Memset|all_gather|reduce_scatter|split_with_sizes_copy|chunk_cat", re.I)),
-    ("cross_entropy", re.compile(r"SoftMax|log_softmax|nll_loss|cross_entropy", re.I)),
-    ("attention", re.compile(r"fmha|flash|attn|attention|cudnn|sdpa", re.I)),
-    ("gemm", re.compile(r"gemm|cutlass|xmma|nvjet|cublas|sm90_|sm100_|matmul", re.I)),
-    ("fp8_cast_transpose", re.compile(r"cast|transpose|quantiz|amax|fp8|scale", re.I)),
-    ("normalization", re.compile(r"norm", re.I)),
-    ("optimizer", re.compile(r"adam|multi_tensor|foreach|optim", re.I)),
-    ("elementwise", re.compile(r"elementwise|vectorized|gelu|silu|swiglu|reduce|add|mul|copy|fill|unrolled", re.I)),
-)
-
+CROSS_ENTROPY = re.compile(r"SoftMax|log_softmax|nll_loss|cross_entropy", re.I)
 
 # Ranges that torch.optim and FSDP1 annotate (they carry the device time of what they enclose).
 ANNOTATION = re.compile(r"^(Optimizer\.|FullyShardedDataParallel\.|FSDP::|ProfilerStep|## )")
 
 
 def category(name: str) -> str:
-    for label, pattern in CATEGORIES:
-        if pattern.search(name):
-            return label
-    return "other"
+    """profile_step.py's kernel categories, plus the cross-entropy by kernel name (this
+    timer sees no CPU ranges)."""
+    if CROSS_ENTROPY.search(name):
+        return "loss"
+    return kernel_category(name)
 
 
 def breakdown(prof, wall_s: float, iters: int) -> dict:
