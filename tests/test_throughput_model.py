@@ -328,3 +328,32 @@ def test_parts_table_reads_host_floor_layers_and_optimizer_from_a_parts_file(tmp
     fwd, bwd = table.attention_seconds(1, 4096, 48, 128)
     assert bwd == pytest.approx(2.5 * fwd) and 1e-3 / 3.5 * 32 / 32 < fwd + bwd
     assert table.layer_host_s("fp8") is None and table.optimizer_s("clip_grad_norm") is None
+
+
+def test_torch_gqa_attention_overhead_grows_with_tokens_not_only_with_flops():
+    """v4: SDPA's GQA attention costs TE's measured fused attention times a factor plus a
+    cost per token and query head (fitted on every torch run of h200_torch_grid.json). A
+    factor alone (v3: 2.55 at every sequence) over-charged sequence 16k's quadratic
+    attention (1b L8 b1 s16384 predicted 28% slow): over TE's, the torch attention's
+    multiple falls as the sequence grows."""
+    def ratio(seq):
+        s_te = setup("1b", "bf16", batch=1, seq=seq, ac=False, world=1)
+        te = throughput.predict(s_te, "H200").parts["attention"]
+        return throughput.predict(replace(s_te, backend="torch"), "H200").parts["attention"] / te
+
+    assert ratio(1024) > ratio(4096) > ratio(16384) > 1.0
+
+
+def test_parts_linear_scale_scales_only_the_measured_linear_layers():
+    """v4's table-wide residual: the trainer's linear-layer time over the parts table's
+    (the table and the trainer runs came from different sessions)."""
+    s = setup("8b", "fp8", batch=2, seq=4096, ac=False, world=1)
+    base = throughput.predict(s, "H200")
+    c = replace(throughput.DEFAULT, parts_linear_scale=2 * throughput.DEFAULT.parts_linear_scale)
+    scaled = throughput.predict(s, "H200", constants=c)
+    assert scaled.parts["gemm"] + scaled.parts["quantization"] == pytest.approx(
+        2 * (base.parts["gemm"] + base.parts["quantization"]), rel=0.02)
+    assert scaled.parts["lm_head"] == pytest.approx(2 * base.parts["lm_head"])
+    assert scaled.parts["attention"] == pytest.approx(base.parts["attention"])
+    assert throughput.predict(s, "H100", constants=c).step_seconds == pytest.approx(
+        throughput.predict(s, "H100").step_seconds)
