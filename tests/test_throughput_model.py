@@ -330,20 +330,6 @@ def test_parts_table_reads_host_floor_layers_and_optimizer_from_a_parts_file(tmp
     assert table.layer_host_s("fp8") is None and table.optimizer_s("clip_grad_norm") is None
 
 
-def test_torch_gqa_attention_overhead_grows_with_tokens_not_only_with_flops():
-    """v4: SDPA's GQA attention costs TE's measured fused attention times a factor plus a
-    cost per token and query head (fitted on every torch run of h200_torch_grid.json). A
-    factor alone (v3: 2.55 at every sequence) over-charged sequence 16k's quadratic
-    attention (1b L8 b1 s16384 predicted 28% slow): over TE's, the torch attention's
-    multiple falls as the sequence grows."""
-    def ratio(seq):
-        s_te = setup("1b", "bf16", batch=1, seq=seq, ac=False, world=1)
-        te = throughput.predict(s_te, "H200").parts["attention"]
-        return throughput.predict(replace(s_te, backend="torch"), "H200").parts["attention"] / te
-
-    assert ratio(1024) > ratio(4096) > ratio(16384) > 1.0
-
-
 def test_parts_linear_scale_scales_only_the_measured_linear_layers():
     """v4's table-wide residual: the trainer's linear-layer time over the parts table's
     (the table and the trainer runs came from different sessions)."""
