@@ -11,6 +11,8 @@ other family, issue 25 item 5), checked below and stated in benchmarks/throughpu
 import importlib
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 GRID = ROOT / "benchmarks" / "throughput" / "h200_grid.json"
 
@@ -20,8 +22,9 @@ def _accuracy():
 
 
 def test_validation_split_within_11_percent_worst_and_4_percent_median():
-    # v3 (measured parts, 5 TE residuals): median 2.8%, worst 10.0% (1b L16 fp8 b2 s4096);
-    # v2's fitted constants reached 8% worst here (in-sample: the shipped fit sees every row).
+    # In-sample (the shipped fit sees every row). v4 (residuals fitted on the union of every
+    # H200 trainer run, not on this grid alone): median 2.8%, worst 10.0%; v3 (fitted on this
+    # grid): 2.8%, 10.0% (1b L16 fp8 b2 s4096); v2's fitted constants reached 8% worst here.
     acc = _accuracy()
     doc = acc.load(GRID)
     rows = acc.rows(doc, "validation")
@@ -119,11 +122,12 @@ def test_leave_one_family_out_predicts_families_the_fit_never_saw():
     te = acc.summary(acc.held_out_rows(doc, lofo, "te"))
     torch = acc.summary(acc.held_out_rows(torch_doc, lofo, "torch"))
     assert te["rows"] >= 60 and torch["rows"] >= 6
-    # The held-out figures on the grid, v3 (measured parts + 5 TE residuals): TE median 1.8%,
-    # worst 21.7% (1b L8 fp8-block b1 s8192; v2 1.3%, 10.8%), speed-up median 0.020, worst 0.245
-    # (v2 0.021, 0.143); torch, its 6 calibration-torch runs of h200_torch_grid.json in 6
-    # families (v2's were 6 older runs in 5): median 7.5%, worst 17.5%. Issue 25's bar is not
-    # met; these bounds keep it from getting worse.
+    # The held-out figures on the grid alone (folds fitted on the grid's other families), v4:
+    # TE median 1.8%, worst 21.5% (1b L8 fp8-block b4 s2048 ckpt), speed-up median 0.020, worst
+    # 0.238 (v3 1.8%, 21.7%, 0.020, 0.245; v2 1.3%, 10.8%, 0.021, 0.143); torch, the 6
+    # calibration-torch runs of h200_torch_grid.json in 6 families: median 4.8%, worst 17.5%
+    # (v3 7.5%, 17.5%). Issue 25's bar is not met; these bounds keep it from getting worse.
+    # The union of every run is the next test's.
     md = acc.held_out_markdown(doc, lofo, torch_doc)
     assert te["median_abs_error"] <= 0.02 and te["worst_abs_error"] <= 0.22, md
     assert te["worst_speedup_error"] <= 0.25 and te["median_speedup_error"] <= 0.021, md
@@ -135,17 +139,25 @@ TORCH_GRID = ROOT / "benchmarks" / "throughput" / "h200_torch_grid.json"
 
 
 def test_the_held_out_files_are_predicted_within_the_bars_v3_meets():
-    """Issue 25's held-out check: 41 TE runs in 19 families absent from h200_grid.json and 10
-    torch runs (h200_torch_grid.json's heldout-torch rows; its calibration-torch rows are left
-    out), measured on 2026-12-02 and never fitted on, predicted with the shipped constants.
+    """The record of issue 25's one-shot held-out check (spent: v4 is fitted on these runs):
+    41 TE runs in 19 families absent from h200_grid.json and 10 torch runs
+    (h200_torch_grid.json's heldout-torch rows; its calibration-torch rows are left out),
+    measured on 2026-12-02, predicted with the frozen v3 residuals (model_accuracy.V3; the v4
+    code with its two new terms off is v3's model), reproducing raw/heldout_eval_v3.json.
     v3 (benchmarks/throughput/raw/heldout_eval_v3.json): TE median 7.7%, worst 37.0% (64b L2
     fp8 b2 s1024), speed-up median 0.025, worst 0.243; torch median 3.4%, worst 28.3% (1b L8
     b1 s16384). The issue's bars (median 5%, worst 10%, speed-up 0.04) are not met."""
     acc = _accuracy()
-    fitted = [acc.load(GRID), acc.load_torch()]
-    te = acc.evaluate_held_out(HELD_OUT, fitted_on=fitted)["backends"]["te"]
-    out = acc.evaluate_held_out(TORCH_GRID, fitted_on=fitted)
+    import json
+
+    fitted, v3 = [acc.load(GRID), acc.load_torch()], acc.v3_constants()
+    te = acc.evaluate_held_out(HELD_OUT, v3, fitted_on=fitted)["backends"]["te"]
+    out = acc.evaluate_held_out(TORCH_GRID, v3, fitted_on=fitted)
     torch = out["backends"]["torch"]
+    record = json.loads((ROOT / "benchmarks" / "throughput" / "raw" / "heldout_eval_v3.json").read_text())
+    for got, was in ((te, record[0]["backends"]["te"]), (torch, record[1]["backends"]["torch"])):
+        assert [r["predicted"] for r in got["runs"]] == pytest.approx([r["predicted"] for r in was["runs"]],
+                                                                      rel=1e-9)
     assert out["fitted_rows_left_out"] == 6 and torch["rows"] == 10 and te["rows"] == 41
     assert len(te["unseen_families"]) >= 19 and len(torch["unseen_families"]) >= 9
     assert ["64b", 8192, 1024, False] in te["unseen_families"]
@@ -174,3 +186,56 @@ def test_a_held_out_file_is_evaluated_per_backend_with_its_unseen_families(tmp_p
     assert out["backends"]["te"]["unseen_families"] == [["8b", 4096, 32768, False]]
     assert out["backends"]["te"]["runs"][0]["unseen_family"] is True
     assert out["backends"]["torch"]["rows"] == 1
+
+
+LOFO_ALL = ROOT / "benchmarks" / "throughput" / "lofo_all_h200.json"
+
+
+def test_union_leave_one_family_out_over_every_measured_run_meets_the_v4_bars():
+    """v4 (issue 25 items 2, 5): every measured H200 trainer run (h200_grid.json 2026-12-01,
+    h200_heldout.json and h200_torch_grid.json 2026-12-02) is predicted by a fit that never saw
+    a run of its family (preset x width x sequence x checkpointing; lofo_all_h200.json),
+    re-predicted here with each fold's constants. v4: TE 111 runs / 44 families median 4.2%,
+    worst 26.4% (64b L2 fp8 b2 s1024), speed-up median 0.024, worst 0.265; per session
+    2026-12-01 (25 families) 4.3% / 21.8%, 2026-12-02 (19) 4.2% / 26.4%; torch 16 runs / 16
+    families 5.7% / 16.4% (1b L8 b1 s16384). Issue 25's bar (5% / 10%, 0.04) is met at the
+    median only; these bounds keep it from getting worse. (The variants considered and not
+    shipped, raw/lofo_all_h200_v4a/b/c.json, did worse: see the README.)"""
+    import json
+
+    acc = _accuracy()
+    union = acc.load_union()
+    lofo = json.loads(LOFO_ALL.read_text())
+    recorded = {(r["file"], r["name"]): r["predicted"] for f in lofo["folds"] for r in f["runs"]}
+    ok = [r for r in union["results"] if r.get("status") == "ok"]
+    for backend, least in (("te", 40), ("torch", 15)):
+        families = {acc.family(r) for r in ok if acc.backend_of(r) == backend}
+        folds = [f for f in lofo["folds"] if f["backend"] == backend]
+        assert sorted((tuple(f["family"]) for f in folds), key=str) == sorted(families, key=str)
+        assert len(folds) >= least
+        rows = acc.union_held_out_rows(union, lofo, backend)
+        assert len(rows) == sum(acc.backend_of(r) == backend for r in ok)
+        for r in rows:  # the committed folds still describe the model
+            assert r.predicted == pytest.approx(recorded[(r.record["file"], r.record["name"])], rel=1e-6)
+    # a fold never saw its family: the unseen families are named in its record
+    assert ["64b", 8192, 1024, False] in [f["family"] for f in lofo["folds"] if f["backend"] == "te"]
+    s = acc.union_summaries(union, lofo)
+    md = acc.union_markdown(union, lofo)
+    te, early, late, torch = s["te"]["all"], s["te"]["2026-12-01"], s["te"]["2026-12-02"], s["torch"]["all"]
+    assert (te["families"], early["families"], late["families"], torch["families"]) == (44, 25, 19, 16)
+    assert te["median_abs_error"] <= 0.043 and te["worst_abs_error"] <= 0.27, md
+    assert te["median_speedup_error"] <= 0.025 and te["worst_speedup_error"] <= 0.27, md
+    assert early["median_abs_error"] <= 0.044 and early["worst_abs_error"] <= 0.22, md
+    assert late["median_abs_error"] <= 0.043 and late["worst_abs_error"] <= 0.27, md
+    assert torch["median_abs_error"] <= 0.058 and torch["worst_abs_error"] <= 0.17, md
+    assert lofo["summaries"]["te"]["all"]["rows"] == te["rows"] == 111
+
+
+def test_b200_llama3_8b_fp8_stays_below_the_best_published_8xb200_figure():
+    """Issue 25: B200 predictions stay below the best published 8xB200 figure for the same
+    model (Megatron-Bridge, Llama-3-8B, seq 8192, FP8 current scaling: about 30,600 tokens/s
+    per GPU). The v4 refit leaves GPUs without a parts table unchanged (24,401 tokens/s/GPU for
+    fp8 at the plan's batch 3, as v3)."""
+    acc = _accuracy()
+    fp8 = [r for r in acc.blackwell_rows() if r[1] in ("fp8", "fp8-current")]
+    assert len(fp8) == 4 and all(0 < r[2] < 30_600 for r in fp8), fp8

@@ -328,3 +328,18 @@ def test_parts_table_reads_host_floor_layers_and_optimizer_from_a_parts_file(tmp
     fwd, bwd = table.attention_seconds(1, 4096, 48, 128)
     assert bwd == pytest.approx(2.5 * fwd) and 1e-3 / 3.5 * 32 / 32 < fwd + bwd
     assert table.layer_host_s("fp8") is None and table.optimizer_s("clip_grad_norm") is None
+
+
+def test_parts_linear_scale_scales_only_the_measured_linear_layers():
+    """v4's table-wide residual: the trainer's linear-layer time over the parts table's
+    (the table and the trainer runs came from different sessions)."""
+    s = setup("8b", "fp8", batch=2, seq=4096, ac=False, world=1)
+    base = throughput.predict(s, "H200")
+    c = replace(throughput.DEFAULT, parts_linear_scale=2 * throughput.DEFAULT.parts_linear_scale)
+    scaled = throughput.predict(s, "H200", constants=c)
+    assert scaled.parts["gemm"] + scaled.parts["quantization"] == pytest.approx(
+        2 * (base.parts["gemm"] + base.parts["quantization"]), rel=0.02)
+    assert scaled.parts["lm_head"] == pytest.approx(2 * base.parts["lm_head"])
+    assert scaled.parts["attention"] == pytest.approx(base.parts["attention"])
+    assert throughput.predict(s, "H100", constants=c).step_seconds == pytest.approx(
+        throughput.predict(s, "H100").step_seconds)
