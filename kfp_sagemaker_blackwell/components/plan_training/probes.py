@@ -20,7 +20,7 @@ from typing import Any
 from kfp_sagemaker_blackwell.catalog import hardware
 from kfp_sagemaker_blackwell.common.errors import UserError
 from kfp_sagemaker_blackwell.common.step_series import SeriesFormatError, read_series
-from kfp_sagemaker_blackwell.components.plan_training.search import Probe
+from kfp_sagemaker_blackwell.planning.probe import Probe
 
 LABEL_PREFIX = "probe"
 

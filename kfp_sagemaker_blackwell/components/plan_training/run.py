@@ -20,6 +20,7 @@ from kfp_sagemaker_blackwell.common.documents import VERDICTS_SCHEMA, read_docum
 from kfp_sagemaker_blackwell.common.errors import UserError, unknown_name
 from kfp_sagemaker_blackwell.components.plan_training import probes, report, search
 from kfp_sagemaker_blackwell.planning import planner, pricing
+from kfp_sagemaker_blackwell.planning.probe import Probe
 
 
 @dataclass(frozen=True)
@@ -139,7 +140,7 @@ def goal_and_book(params: Mapping[str, Any], verdicts: str = ""
     if not modes:
         raise UserError("capacity_modes", "is empty.", f"list some of {search.CAPACITY_MODES}.")
     precisions = _choices("precisions", params["precisions"], PRECISIONS, parse_precision)
-    probes = tuple(search.Probe.from_dict(p) for p in params["probes"] or [])
+    probes = tuple(Probe.from_dict(p, field="probes") for p in params["probes"] or [])
     model = planner.model_from_parameters(params)
     validated, notes = read_verdicts(verdicts) if verdicts else ({}, [])
     book = pricing.PriceBook(params["region"], params["instance_hour_prices"])

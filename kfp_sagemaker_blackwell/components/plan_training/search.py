@@ -8,8 +8,9 @@ checkpointing) is asked of the project's two models, nothing new is modelled her
   per precision and checkpointing mode, and its per-GPU peak) at the given headroom;
 - **how fast?** ``kfp_sagemaker_blackwell.planning.throughput.predict`` (tokens/s per GPU), corrected
   by a probe of the same precision, micro-batch and checkpointing on the same GPU when
-  one is given (``Probe``: the measured / predicted ratio at the probe's world size,
-  applied to the prediction for the full run: "probe, then extrapolate");
+  one is given (``kfp_sagemaker_blackwell.planning.probe``: the measured / predicted ratio
+  at the probe's world size, applied to the prediction for the full run: "probe, then
+  extrapolate");
 - **what does it cost?** ``kfp_sagemaker_blackwell.planning.pricing``: a ``PriceBook`` price (yours,
   the AWS Price List API, or the shipped table, each with its source) through the one
   cost function ``pricing.cost``; a training plan's cost is the offering's
@@ -43,6 +44,7 @@ from kfp_sagemaker_blackwell.catalog.spec import ModelSpec
 from kfp_sagemaker_blackwell.common.errors import UserError
 from kfp_sagemaker_blackwell.common.training_job import MAX_RUNTIME_LIMIT_S
 from kfp_sagemaker_blackwell.planning import estimator, planner, pricing, throughput
+from kfp_sagemaker_blackwell.planning.probe import Probe, correct
 
 CAPACITY_MODES = ("on-demand", "spot", "training-plan")
 RANK_BY = ("cost", "time")
@@ -54,51 +56,6 @@ MEMORY_SOURCE = ("predicted by the memory estimate (components/memory_estimate: 
                  "calibrated on H200 runs, median 0.1% on held-out runs)")
 SPOT_PRICE_NOTE = ("spot at the on-demand rate: an upper bound (SageMaker reports the spot "
                    "saving after the job)")
-
-
-@dataclass(frozen=True)
-class Probe:
-    """A measured speed of one configuration: a short probe job or a full run, on
-    ``world_size`` GPUs of ``instance_type`` (or of ``gpu``, when only that is known)."""
-
-    precision: str
-    batch_size: int
-    activation_checkpointing: bool
-    tokens_per_s_per_gpu: float
-    instance_type: str = ""
-    gpu: str = ""  # a GPU name (H200, "NVIDIA H200"); default: the instance type's
-    world_size: int = 1  # GPUs the probe ran on
-    peak_memory_bytes: int = 0  # 0: not measured
-    source: str = ""  # e.g. the probe's training job name
-    kind: str = "probed"  # probed (a short job) or measured (a full run)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Probe:
-        known = set(cls.__dataclass_fields__)
-        unknown = set(data) - known if isinstance(data, dict) else set()
-        if unknown or not isinstance(data, dict):
-            raise UserError("probes", f"{data!r}: unknown keys {sorted(unknown)}.",
-                            f"give each probe as {{{', '.join(sorted(known))}}}.")
-        try:
-            probe = cls(**data)
-            ok = probe.tokens_per_s_per_gpu > 0 and probe.world_size >= 1 and \
-                probe.batch_size >= 1 and probe.kind in ("probed", "measured")
-            probe.gpu_name()
-        except (TypeError, ValueError, KeyError) as exc:
-            raise UserError("probes", f"{data!r}: {exc}.", "give precision, batch_size, "
-                            "activation_checkpointing, tokens_per_s_per_gpu and a known "
-                            "instance_type or gpu.") from None
-        if not ok:
-            raise UserError("probes", f"{data!r} is not a measurement.", "give tokens_per_s_"
-                            "per_gpu > 0, batch_size and world_size >= 1, kind probed or "
-                            "measured.")
-        return probe
-
-    def gpu_name(self) -> str:
-        """The GPU it ran on (a KeyError/ValueError when neither field names one)."""
-        if self.gpu:
-            return hardware.gpu(self.gpu).name
-        return hardware.INSTANCE_TYPES[self.instance_type].gpu
 
 
 @dataclass(frozen=True)
@@ -323,15 +280,9 @@ def _config(goal: Goal, request: planner.Request, precision: str, batch: int,
         memory_source += f"; {precision}: {planner.UNMEASURED_NOTE}"
     probe = _probe_for(goal, hw, precision, batch, checkpointing)
     if probe is not None:
-        at = replace(setup, world_size=probe.world_size)
-        predicted_at_probe = throughput.predict(
-            at, hw.gpu, instance_type=hw.instance_type).tokens_per_s_per_gpu
-        factor = probe.tokens_per_s_per_gpu / predicted_at_probe
-        tps *= factor
-        kind = probe.kind
-        source = (f"{probe.kind}: {probe.source or 'a probe'} on {probe.world_size} "
-                  f"{probe.gpu_name()} GPU(s), x{factor:.3f} the throughput model's prediction "
-                  "there")
+        corrected = correct(probe, setup, hw.gpu, instance_type=hw.instance_type,
+                            predicted=tps)
+        tps, kind, source = corrected.corrected, probe.kind, corrected.source
         if probe.peak_memory_bytes and probe.world_size == hw.world_size:
             peak, memory_kind = probe.peak_memory_bytes, probe.kind
             memory_source = f"{probe.kind}: peak memory of {probe.source or 'a probe'}"
@@ -345,9 +296,7 @@ def _probe_for(goal: Goal, hw: planner.Hardware, precision: str, batch: int,
                checkpointing: bool) -> Probe | None:
     """The probe of this precision, micro-batch and checkpointing on this GPU (of this
     instance type and world size first, else the largest below it, when there are several)."""
-    match = [p for p in goal.probes
-             if p.precision == precision and p.batch_size == batch
-             and p.activation_checkpointing == checkpointing and p.gpu_name() == hw.gpu.name]
+    match = [p for p in goal.probes if p.matches(precision, batch, checkpointing, hw.gpu.name)]
     return max(match, key=lambda p: (p.instance_type == hw.instance_type,
                                      p.world_size == hw.world_size,
                                      p.world_size <= hw.world_size, p.world_size),

@@ -1,0 +1,129 @@
+"""Probe, then extrapolate: a short measured run corrects the prediction for the full run.
+
+A ``Probe`` is a measured speed (and optionally peak memory) of one configuration
+(precision, micro-batch, activation checkpointing) on ``world_size`` GPUs of one GPU
+type: a short probe job (about ten steps) or a full run. :func:`correct` compares it
+with the throughput model's prediction for that same configuration at the probe's
+world size and applies the measured / predicted ratio to the prediction for the full
+run (its world size, its network): the model extrapolates, the probe calibrates.
+One implementation for every component that takes probes (plan_training's search,
+memory_estimate's ``probe`` parameter).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, replace
+from typing import Any
+
+from kfp_sagemaker_blackwell.catalog import hardware
+from kfp_sagemaker_blackwell.common.errors import UserError
+from kfp_sagemaker_blackwell.planning import estimator, throughput
+from kfp_sagemaker_blackwell.planning.training_setup import TrainingSetup
+
+KINDS = ("probed", "measured")
+
+
+@dataclass(frozen=True)
+class Probe:
+    """A measured speed of one configuration: a short probe job or a full run, on
+    ``world_size`` GPUs of ``instance_type`` (or of ``gpu``, when only that is known)."""
+
+    precision: str
+    batch_size: int
+    activation_checkpointing: bool
+    tokens_per_s_per_gpu: float
+    instance_type: str = ""
+    gpu: str = ""  # a GPU name (H200, "NVIDIA H200"); default: the instance type's
+    world_size: int = 1  # GPUs the probe ran on
+    peak_memory_bytes: int = 0  # 0: not measured
+    source: str = ""  # e.g. the probe's training job name
+    kind: str = "probed"  # probed (a short job) or measured (a full run)
+
+    @classmethod
+    def from_dict(cls, data: Any, *, field: str = "probe") -> Probe:
+        """A probe from its JSON object; a UserError naming ``field`` (the parameter
+        that carried it) when it is not one."""
+        known = set(cls.__dataclass_fields__)
+        unknown = set(data) - known if isinstance(data, dict) else set()
+        if unknown or not isinstance(data, dict):
+            raise UserError(field, f"{data!r}: unknown keys {sorted(unknown)}.",
+                            f"give each probe as {{{', '.join(sorted(known))}}}.")
+        try:
+            probe = cls(**data)
+            ok = probe.tokens_per_s_per_gpu > 0 and probe.world_size >= 1 and \
+                probe.batch_size >= 1 and probe.kind in KINDS and probe.peak_memory_bytes >= 0
+            probe.gpu_name()
+        except (TypeError, ValueError, KeyError) as exc:
+            raise UserError(field, f"{data!r}: {exc}.", "give precision, batch_size, "
+                            "activation_checkpointing, tokens_per_s_per_gpu and a known "
+                            "instance_type or gpu.") from None
+        if not ok:
+            raise UserError(field, f"{data!r} is not a measurement.", "give tokens_per_s_"
+                            "per_gpu > 0, batch_size and world_size >= 1, peak_memory_bytes "
+                            ">= 0, kind probed or measured.")
+        return probe
+
+    @classmethod
+    def from_json(cls, text: str, *, field: str = "probe") -> Probe:
+        """A probe from a JSON object's text (a UserError naming ``field`` otherwise)."""
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise UserError(field, f"{text!r} is not JSON ({exc.msg} at character {exc.pos}).",
+                            'give one JSON object, e.g. {"precision": "fp8", "batch_size": 2, '
+                            '"activation_checkpointing": false, "tokens_per_s_per_gpu": 9000, '
+                            '"gpu": "H200"}.') from None
+        return cls.from_dict(data, field=field)
+
+    def gpu_name(self) -> str:
+        """The GPU it ran on (a KeyError/ValueError when neither field names one)."""
+        if self.gpu:
+            return hardware.gpu(self.gpu).name
+        return hardware.INSTANCE_TYPES[self.instance_type].gpu
+
+    def matches(self, precision: str, batch_size: int, checkpointing: bool, gpu: str) -> bool:
+        """Whether it probed this configuration on this GPU (by name)."""
+        return (self.precision, self.batch_size, self.activation_checkpointing,
+                self.gpu_name()) == (precision, batch_size, checkpointing, gpu)
+
+
+@dataclass(frozen=True)
+class Correction:
+    """The full run's predicted tokens/s per GPU, corrected by a probe."""
+
+    predicted: float  # the throughput model, full run
+    predicted_at_probe: float  # the throughput model, at the probe's world size
+    probed: float  # the probe's measurement
+    corrected: float  # predicted x probed / predicted_at_probe
+    source: str  # what corrected it, with the ratio
+
+    @property
+    def factor(self) -> float:
+        return self.probed / self.predicted_at_probe
+
+
+def correct(probe: Probe, setup: TrainingSetup, gpu: hardware.GPU, *,
+            instance_type: str = "", predicted: float | None = None) -> Correction:
+    """The prediction for ``setup`` (the full run, already checked) corrected by ``probe``
+    of the same configuration on the same GPU type: the measured / predicted ratio at the
+    probe's world size, applied to the full run's prediction (``predicted`` when the
+    caller has it)."""
+    if not probe.matches(setup.precision, setup.batch_size, setup.activation_checkpointing,
+                         gpu.name):
+        raise ValueError(f"{probe} did not probe {setup.precision} batch {setup.batch_size} "
+                         f"on {gpu.name}")
+    full = predicted if predicted is not None else throughput.predict_checked(
+        setup, gpu, instance_type=instance_type).tokens_per_s_per_gpu
+    at = throughput.predict(replace(setup, world_size=probe.world_size), gpu,
+                            instance_type=instance_type).tokens_per_s_per_gpu
+    factor = probe.tokens_per_s_per_gpu / at
+    source = (f"{probe.kind}: {probe.source or 'a probe'} on {probe.world_size} "
+              f"{probe.gpu_name()} GPU(s), x{factor:.3f} the throughput model's prediction there")
+    return Correction(full, at, probe.tokens_per_s_per_gpu, full * factor, source)
+
+
+def predicted_peak_at_probe(probe: Probe, setup: TrainingSetup, gpu: hardware.GPU) -> int:
+    """The memory estimate's peak per GPU for ``setup`` at the probe's world size (what
+    the probe's ``peak_memory_bytes`` is compared with: sharded parts depend on it)."""
+    return estimator.estimate_checked(replace(setup, world_size=probe.world_size), gpu).peak_bytes
