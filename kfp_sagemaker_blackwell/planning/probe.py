@@ -127,3 +127,21 @@ def predicted_peak_at_probe(probe: Probe, setup: TrainingSetup, gpu: hardware.GP
     """The memory estimate's peak per GPU for ``setup`` at the probe's world size (what
     the probe's ``peak_memory_bytes`` is compared with: sharded parts depend on it)."""
     return estimator.estimate_checked(replace(setup, world_size=probe.world_size), gpu).peak_bytes
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """A probe beside the predictions for its configuration: the corrected throughput,
+    and the predicted peak at the probe's world size when it measured its peak."""
+
+    probe: Probe
+    throughput: Correction
+    predicted_peak_at_probe_bytes: int | None  # None: the probe measured no peak
+
+
+def compare(probe: Probe, setup: TrainingSetup, gpu: hardware.GPU, *,
+            instance_type: str = "", predicted: float | None = None) -> Comparison:
+    """:func:`correct`, and :func:`predicted_peak_at_probe` when the probe has a peak."""
+    peak = predicted_peak_at_probe(probe, setup, gpu) if probe.peak_memory_bytes else None
+    return Comparison(probe, correct(probe, setup, gpu, instance_type=instance_type,
+                                     predicted=predicted), peak)

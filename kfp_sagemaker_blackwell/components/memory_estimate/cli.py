@@ -94,8 +94,17 @@ def with_defaults(given: dict[str, Any]) -> dict[str, Any]:
 
 
 def component_values(args: argparse.Namespace, params: list[cli.Parameter]) -> dict[str, Any]:
-    """The component's parameters as given on the command line, else as declared."""
-    return with_defaults(cli.given(args, params))
+    """The component's parameters as given on the command line, else as declared
+    (``--probe @FILE``: the file's text)."""
+    values = with_defaults(cli.given(args, params))
+    if values["probe"].startswith("@"):
+        path = Path(values["probe"][1:])
+        try:
+            values["probe"] = path.read_text()
+        except OSError as exc:
+            raise UserError("probe", f"{path} could not be read ({exc.strerror}).",
+                            "give the probe's JSON, or @FILE of a file holding it.") from None
+    return values
 
 
 @cli_errors
@@ -104,6 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         values = component_values(args, params)
+        probe = run.parse_probe(values)
         model = {name: getattr(args, name) for name in ("norm", *MODEL_SWITCHES)}
         training = {"reduce_dtype": args.reduce_dtype,
                     "gradient_accumulation_steps": args.grad_accum_steps}
@@ -111,8 +121,11 @@ def main(argv: list[str] | None = None) -> int:
             k: v for k, v in training.items() if v is not None}))
         planner.check_single_precision_supported(result)
         run.check_runnable(result, values)
-        md = report.markdown(result)
+        probed = run.compare_probe(result, probe)
+        md = report.markdown(result, probed)
         doc = report.json_document(result)
+        if probed is not None:
+            doc["probe"] = report.probe_document(probed)
         if args.cross_check:
             _cross_check(result, doc)
             md += "\n" + _cross_check_markdown(doc)

@@ -39,6 +39,7 @@ def memory_estimate(
     require_all_runnable: bool = False,
     max_candidate_batch_size: int = 0,
     instance_hour_prices: Optional[dict] = None,
+    probe: str = "",
 ) -> NamedTuple(  # type: ignore[valid-type]
     "Outputs",
     [("plan", str), ("runnable_precisions", list), ("all_runnable", bool),
@@ -101,6 +102,14 @@ def memory_estimate(
         instance_hour_prices: Instance type -> USD per instance-hour for the predicted
             cost per billion tokens (default: the shipped table, labelled "verify"; the
             plan's ``price_source`` says which was used).
+        probe: A short measured run ("probe, then extrapolate"), as a JSON object
+            {precision, batch_size, activation_checkpointing, tokens_per_s_per_gpu,
+            instance_type or gpu, world_size, peak_memory_bytes, source, kind}; on the
+            command line also @FILE. Of the configuration this estimate plans for its
+            precision, on its GPU type (any world size): the report shows the predicted,
+            the probed and the corrected tokens/s (the measured / predicted ratio at the
+            probe's world size, applied to the full run) and predicted against probed
+            peak memory. "" = none.
 
     Returns:
         plan: The MemoryPlan JSON (kfp_sagemaker_blackwell.planning.memory_plan) the training
@@ -110,8 +119,9 @@ def memory_estimate(
         batch_candidates: Configurations worth timing ({precision, batch_size,
             activation_checkpointing}: powers of two up to the largest that fits).
         report: Markdown table (KFP UI): per precision fits, batch, checkpointing,
-            peak GiB per GPU and what the peak is made of.
-        metrics: Per precision peak GiB, fits, batch size, largest batches.
+            peak GiB per GPU and what the peak is made of (and a probe's comparison).
+        metrics: Per precision peak GiB, fits, batch size, largest batches (with a probe:
+            its probed and corrected tokens/s, probed peak GiB).
     """
     params = dict(locals())  # this signature's parameters: their one declaration
     from collections import namedtuple

@@ -6,6 +6,7 @@ from typing import Any
 
 from kfp_sagemaker_blackwell.planning import estimator
 from kfp_sagemaker_blackwell.planning.planner import PLAN_THROUGHPUT_KEYS, PlanResult
+from kfp_sagemaker_blackwell.planning.probe import Comparison
 
 _LABELS = {
     "parameters": "parameters (sharded)",
@@ -30,7 +31,7 @@ def _yn(x: bool) -> str:
     return "yes" if x else "no"
 
 
-def markdown(result: PlanResult) -> str:
+def markdown(result: PlanResult, probed: Comparison | None = None) -> str:
     plan, req = result.plan, result.request
     m = req.model
     hw = req.hardware
@@ -63,6 +64,7 @@ def markdown(result: PlanResult) -> str:
             f"{notes} |"
         )
     lines += _throughput_markdown(result)
+    lines += probe_markdown(result, probed)
     lines += ["", "#### What the peak is made of (GiB per GPU)", ""]
     precs = list(plan.precisions)
     lines.append("| part | " + " | ".join(precs) + " |")
@@ -128,8 +130,38 @@ def _throughput_markdown(result: PlanResult) -> list[str]:
     return out
 
 
-def metrics(result: PlanResult) -> dict[str, float]:
-    """Scalars for KFP Metrics (one set per precision)."""
+def probe_markdown(result: PlanResult, probed: Comparison | None) -> list[str]:
+    """Predicted, probed and corrected by the probe, each labelled (none without one)."""
+    if probed is None:
+        return []
+    pr, t = probed.probe, probed.throughput
+    entry = result.plan.precisions[pr.precision]
+    world = result.plan.world_size
+    peak = probed.predicted_peak_at_probe_bytes
+    what = f"{pr.kind}: {pr.source or 'a probe'} ({pr.world_size} x {pr.gpu_name()})"
+
+    def gb(x: float | None) -> str:
+        return "not measured" if x is None else f"{gib(x):.1f} GiB"
+
+    return [
+        "", f"#### Probe, then extrapolate ({pr.precision}, batch {pr.batch_size}, "
+        f"checkpointing {'on' if pr.activation_checkpointing else 'off'})", "",
+        "| | tokens/s per GPU | peak / GPU |", "|---|---|---|",
+        f"| predicted, full run ({world} GPUs) | {t.predicted:,.0f} | {gb(entry.peak_bytes)} |",
+        f"| predicted at the probe's world size ({pr.world_size} GPU(s)) | "
+        f"{t.predicted_at_probe:,.0f} | {gb(peak) if peak is not None else 'n/a'} |",
+        f"| {what} | {t.probed:,.0f} | {gb(pr.peak_memory_bytes or None)} |",
+        f"| corrected by the probe, full run ({world} GPUs) | {t.corrected:,.0f} | "
+        "not corrected |",
+        "", f"Corrected: {t.source}." + (
+            f" Probed / predicted peak at the probe's world size: "
+            f"{pr.peak_memory_bytes / peak:.3f}." if peak else "")
+        + " The plan's entries keep the prediction.",
+    ]
+
+
+def metrics(result: PlanResult, probed: Comparison | None = None) -> dict[str, float]:
+    """Scalars for KFP Metrics (one set per precision; a probe's under its precision)."""
     plan = result.plan
     out: dict[str, float] = {
         "parameters_billion": round(result.request.model.total_params() / 1e9, 4),
@@ -147,7 +179,30 @@ def metrics(result: PlanResult) -> dict[str, float]:
             value = getattr(e, key)
             if value is not None:
                 out[f"{p}_predicted_{key}"] = float(value)
+    if probed is not None:
+        p, t = probed.probe.precision, probed.throughput
+        out[f"{p}_probed_tokens_per_s_per_gpu"] = float(t.probed)
+        out[f"{p}_corrected_tokens_per_s_per_gpu"] = float(t.corrected)
+        out[f"{p}_probe_factor"] = round(t.factor, 4)
+        if probed.predicted_peak_at_probe_bytes is not None:
+            out[f"{p}_probed_peak_gib"] = round(gib(probed.probe.peak_memory_bytes), 2)
+            out[f"{p}_predicted_peak_gib_at_probe"] = round(
+                gib(probed.predicted_peak_at_probe_bytes), 2)
     return out
+
+
+def probe_document(probed: Comparison) -> dict[str, Any]:
+    """The CLI's ``--json`` ``probe``: the probe, its correction, the peaks compared."""
+    from dataclasses import asdict
+
+    return {"probe": asdict(probed.probe), "predicted_tokens_per_s_per_gpu":
+            probed.throughput.predicted, "predicted_at_probe_tokens_per_s_per_gpu":
+            probed.throughput.predicted_at_probe, "probed_tokens_per_s_per_gpu":
+            probed.throughput.probed, "corrected_tokens_per_s_per_gpu":
+            probed.throughput.corrected, "factor": probed.throughput.factor,
+            "source": probed.throughput.source, "predicted_peak_at_probe_bytes":
+            probed.predicted_peak_at_probe_bytes,
+            "probed_peak_bytes": probed.probe.peak_memory_bytes or None}
 
 
 def json_document(result: PlanResult) -> dict[str, Any]:

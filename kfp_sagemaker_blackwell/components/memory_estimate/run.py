@@ -15,6 +15,7 @@ from typing import Any
 from kfp_sagemaker_blackwell.common.errors import UserError
 from kfp_sagemaker_blackwell.components.memory_estimate import report
 from kfp_sagemaker_blackwell.planning import planner
+from kfp_sagemaker_blackwell.planning.probe import Comparison, Probe, compare
 from kfp_sagemaker_blackwell.planning.training_setup import TrainingSetup
 
 # The component's parameters that the planner's Request carries itself; every other one
@@ -77,18 +78,60 @@ def check_runnable(result: planner.PlanResult, params: Mapping[str, Any]) -> Non
         )
 
 
+def parse_probe(params: Mapping[str, Any]) -> Probe | None:
+    """The ``probe`` parameter (JSON text; "" = none), read once."""
+    text = params["probe"] or ""
+    return Probe.from_json(text, field="probe") if text.strip() else None
+
+
+def compare_probe(result: planner.PlanResult, probe: Probe | None) -> Comparison | None:
+    """The probe beside the plan's entry for its precision: a UserError naming ``probe``
+    unless it ran this estimate's configuration (precision, micro-batch, checkpointing)
+    on its GPU type."""
+    if probe is None:
+        return None
+    plan, hw = result.plan, result.request.hardware
+    entry = plan.precisions.get(probe.precision)
+    if entry is None or not entry.runnable:
+        why = "is not planned here" if entry is None else "does not run or fit here"
+        raise UserError("probe", f"probed {probe.precision}, which {why} (planned: "
+                        f"{', '.join(plan.precisions)}; runnable: "
+                        f"{', '.join(plan.runnable_precisions()) or 'none'}).",
+                        "probe a runnable precision of this estimate, or add it to precisions.")
+    want = (entry.batch_size, entry.activation_checkpointing)
+    if (probe.batch_size, probe.activation_checkpointing) != want or \
+            probe.gpu_name() != hw.gpu.name:
+        raise UserError(
+            "probe", f"ran {probe.precision} batch {probe.batch_size}, checkpointing "
+            f"{_on(probe.activation_checkpointing)} on {probe.gpu_name()}; this estimate's "
+            f"{probe.precision} is batch {want[0]}, checkpointing {_on(want[1])} on "
+            f"{hw.gpu.name}.", f"probe that configuration, or set batch_size={probe.batch_size} "
+            f"and activation_checkpointing={_on(probe.activation_checkpointing)} (a probe on "
+            "another GPU type says nothing about this one).")
+    setup = result.request.setup(probe.precision, entry.batch_size,
+                                 entry.activation_checkpointing)
+    return compare(probe, setup, hw.gpu, instance_type=hw.instance_type,
+                   predicted=entry.tokens_per_s_per_gpu)
+
+
+def _on(x: bool) -> str:
+    return "on" if x else "off"
+
+
 def run_component(**params: Any) -> ComponentOutputs:
     """The component's outputs for its parameters, every one by name (the CLI's
     ``with_defaults`` fills in the signature's defaults)."""
+    probe = parse_probe(params)
     result = planner.plan(request(params))
     planner.check_single_precision_supported(result)
     check_runnable(result, params)
+    probed = compare_probe(result, probe)
     runnable = result.plan.runnable_precisions()
     return ComponentOutputs(
         plan=result.plan.to_json(),
         runnable_precisions=runnable,
         all_runnable=len(runnable) == len(result.plan.precisions),
         batch_candidates=planner.batch_candidates(result, params["max_candidate_batch_size"]),
-        markdown=report.markdown(result),
-        metrics=report.metrics(result),
+        markdown=report.markdown(result, probed),
+        metrics=report.metrics(result, probed),
     )

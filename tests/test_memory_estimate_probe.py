@@ -1,0 +1,134 @@
+"""The memory estimate's ``probe``: a short measured run corrects the full run's prediction."""
+
+import json
+
+import pytest
+
+from kfp_sagemaker_blackwell.common.errors import USER_ERROR_EXIT_CODE, UserError
+from kfp_sagemaker_blackwell.components.memory_estimate import cli
+from kfp_sagemaker_blackwell.components.memory_estimate.run import run_component
+
+GiB = 2**30
+# (the plan's and metrics' tokens/s are rounded to 0.1: compared to 1e-5)
+REL = 1e-5
+# 8B on 8 H200s, fp8, micro-batch 2, no checkpointing (fits: the estimate's configuration)
+CONFIG = {"instance_type": "", "gpu": "H200", "world_size": 8, "model_preset": "8b",
+          "seq_length": 2048, "batch_size": 2, "precisions": ["fp8"],
+          "activation_checkpointing": "off"}
+
+
+def _run(**given):
+    return run_component(**cli.with_defaults({**CONFIG, **given}))
+
+
+def _probe(**changes):
+    return {"precision": "fp8", "batch_size": 2, "activation_checkpointing": False,
+            "tokens_per_s_per_gpu": 1000.0, "gpu": "H200", "world_size": 1,
+            "source": "probe-job-7", **changes}
+
+
+@pytest.fixture(scope="module")
+def predicted():
+    """The throughput model and memory estimate for the full run and at one GPU."""
+    full, one = _run().metrics, _run(world_size=1).metrics
+    return {"full": full["fp8_predicted_tokens_per_s_per_gpu"],
+            "one": one["fp8_predicted_tokens_per_s_per_gpu"],
+            "peak_one_gib": one["fp8_peak_gib"]}
+
+
+def test_a_probe_scales_the_full_runs_prediction_by_measured_over_predicted_at_its_size(
+        predicted):
+    # the probe on 1 GPU measured 0.8x what the model predicts on 1 GPU: the 8-GPU
+    # prediction is scaled by 0.8, not replaced by the 1-GPU measurement
+    probe = _probe(tokens_per_s_per_gpu=0.8 * predicted["one"], peak_memory_bytes=40 * GiB)
+    out = _run(probe=json.dumps(probe))
+    m = out.metrics
+    assert m["fp8_predicted_tokens_per_s_per_gpu"] == predicted["full"]  # the plan keeps it
+    assert m["fp8_probed_tokens_per_s_per_gpu"] == pytest.approx(0.8 * predicted["one"])
+    assert m["fp8_probe_factor"] == pytest.approx(0.8, rel=REL)
+    assert m["fp8_corrected_tokens_per_s_per_gpu"] == pytest.approx(0.8 * predicted["full"], rel=REL)
+    assert m["fp8_probed_peak_gib"] == 40.0
+    assert m["fp8_predicted_peak_gib_at_probe"] == pytest.approx(predicted["peak_one_gib"],
+                                                                  abs=0.01)
+    md = out.markdown
+    assert "#### Probe, then extrapolate (fp8, batch 2, checkpointing off)" in md
+    assert f"| predicted, full run (8 GPUs) | {predicted['full']:,.0f} |" in md
+    assert f"| probed: probe-job-7 (1 x H200) | {0.8 * predicted['one']:,.0f} | 40.0 GiB |" in md
+    assert f"| corrected by the probe, full run (8 GPUs) | {0.8 * predicted['full']:,.0f} |" in md
+    assert "probed: probe-job-7 on 1 H200 GPU(s), x0.800" in md
+
+
+def test_without_a_probe_nothing_is_probed_or_corrected():
+    out = _run()
+    assert "Probe, then extrapolate" not in out.markdown
+    assert not [k for k in out.metrics if "probe" in k or "corrected" in k]
+
+
+@pytest.mark.parametrize("changes, says", [
+    ({"batch_size": 4}, "batch 4"),
+    ({"activation_checkpointing": True}, "checkpointing on"),
+    ({"gpu": "B200"}, "on B200"),
+    ({"precision": "bf16"}, "probed bf16, which is not planned"),
+])
+def test_a_probe_of_another_configuration_is_refused_naming_probe(changes, says):
+    with pytest.raises(UserError, match="probe") as exc:
+        _run(probe=json.dumps(_probe(**changes)))
+    assert exc.value.field == "probe" and says in str(exc.value)
+
+
+@pytest.mark.parametrize("text, says", [
+    ("{not json", "is not JSON"),
+    ('["fp8"]', "unknown keys"),
+    ('{"precision": "fp8", "speed": 3}', "unknown keys ['speed']"),
+    ('{"precision": "fp8"}', "missing"),
+    (json.dumps(_probe(tokens_per_s_per_gpu=0)), "is not a measurement"),
+    (json.dumps(_probe(gpu="", instance_type="")), "instance_type or gpu"),
+])
+def test_a_malformed_probe_is_refused_naming_probe(text, says):
+    with pytest.raises(UserError) as exc:
+        _run(probe=text)
+    assert exc.value.field == "probe" and says in str(exc.value)
+
+
+def _argv():
+    return ["--model-preset", "8b", "--gpu", "H200", "--world-size", "8", "--batch-size", "2",
+            "--seq-length", "2048", "--precisions", "fp8", "--activation-checkpointing", "off"]
+
+
+def test_cli_takes_the_probe_as_json_or_at_file(tmp_path, capsys, predicted):
+    probe = _probe(tokens_per_s_per_gpu=1.25 * predicted["one"])
+    assert cli.main([*_argv(), "--probe", json.dumps(probe), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)["probe"]
+    assert doc["corrected_tokens_per_s_per_gpu"] == pytest.approx(1.25 * predicted["full"], rel=REL)
+    assert doc["predicted_tokens_per_s_per_gpu"] == pytest.approx(predicted["full"])
+    assert doc["probe"]["source"] == "probe-job-7" and doc["probed_peak_bytes"] is None
+    path = tmp_path / "probe.json"
+    path.write_text(json.dumps(probe))
+    assert cli.main([*_argv(), "--probe", f"@{path}"]) == 0
+    assert "| corrected by the probe, full run (8 GPUs) |" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("value", ["@/nonexistent/probe.json", '{"precision": "fp8"}'])
+def test_cli_bad_probe_exits_2_naming_it(value, capsys):
+    assert cli.main([*_argv(), "--probe", value]) == USER_ERROR_EXIT_CODE
+    assert "probe:" in capsys.readouterr().err
+
+
+class _Out:
+    def __init__(self, path):
+        self.path, self.metrics = str(path), {}
+
+    def log_metric(self, name, value):
+        self.metrics[name] = value
+
+
+def test_component_writes_the_probes_comparison_to_its_report_and_metrics(tmp_path, predicted):
+    from kfp_sagemaker_blackwell.components.memory_estimate.component import memory_estimate
+
+    report, metrics = _Out(tmp_path / "report.md"), _Out(tmp_path / "metrics")
+    probe = _probe(tokens_per_s_per_gpu=0.5 * predicted["one"])
+    memory_estimate.python_func(report=report, metrics=metrics, probe=json.dumps(probe),
+                                **CONFIG)
+    assert "| corrected by the probe, full run (8 GPUs) |" in (tmp_path / "report.md").read_text()
+    assert metrics.metrics["fp8_corrected_tokens_per_s_per_gpu"] == pytest.approx(
+        0.5 * predicted["full"], rel=REL)
