@@ -256,14 +256,13 @@ def test_measured_table_interpolates_between_shapes_and_plugs_in_more_token_coun
 
 def test_h200_predictions_use_the_shipped_linear_timings():
     """The H200's GEMM part comes from the measured te.Linear table: scaling the table's
-    times scales the GEMM part; the package's copies are the benchmark's files (the parts
-    table v3 reads, and the earlier M = 8192 table)."""
+    times scales the GEMM part; the package's copy is the benchmark's file (the parts table
+    v3 reads; the earlier M = 8192 table, h200_gemms.json, stays in benchmarks/ only)."""
     from kfp_sagemaker_blackwell.planning import measured_parts
 
     bench_dir = Path(__file__).resolve().parents[1] / "benchmarks" / "throughput"
-    for name in ("h200_parts.json", "h200_gemms.json"):
-        shipped = json.loads((measured_parts.MEASURED / name).read_text())
-        assert shipped == json.loads((bench_dir / name).read_text()), name
+    shipped = json.loads((measured_parts.MEASURED / "h200_parts.json").read_text())
+    assert shipped == json.loads((bench_dir / "h200_parts.json").read_text())
     table = measured_parts.shipped("H200")
     assert table.source.startswith("h200_parts.json") and len(table.linears) >= 700
     assert len(table.attention) >= 30 and table.layer_host_s("fp8") and \
