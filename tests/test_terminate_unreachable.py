@@ -159,7 +159,7 @@ def sigterm_after_the_outage(module: str, args: list[str], served: Served, outpu
             wait_for(busy, 60, f"{module} busy")
             then()
             served.kill()
-            wait_for(lambda: riding in output.read_text(), 20, f"{module} riding out the outage")
+            wait_for(lambda: riding in output.read_text(), 60, f"{module} riding out the outage")
             started = time.monotonic()
             proc.send_signal(signal.SIGTERM)
             proc.wait(timeout=30)
