@@ -12,6 +12,7 @@ checked here with a stubbed CodeBuild client.
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
 import signal
 from collections.abc import Iterator
@@ -261,3 +262,90 @@ def test_the_follow_and_stop_clients_make_one_call_and_leave_retries_to_the_runn
     with pytest.raises(EndpointConnectionError):
         sm.describe_training_job(TrainingJobName=NAME)
     assert len(sent) == 1
+
+
+# ---------------------------------------------------------------- responses cut short
+class CuttingServer:
+    """A loopback HTTP server answering each request with the next canned response, sent
+    as raw bytes and the connection closed: what a client sees when the endpoint dies
+    in the middle of an answer."""
+
+    def __init__(self, *responses: bytes) -> None:
+        import socket
+        import threading
+
+        self.responses = list(responses)
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while self.responses:
+            conn, _ = self.sock.accept()
+            with conn:
+                conn.recv(65536)
+                conn.sendall(self.responses.pop(0))
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def http_response(body: bytes, *, length: int | None = None, cut_at: int | None = None) -> bytes:
+    head = ("HTTP/1.1 200 OK\r\nContent-Type: application/x-amz-json-1.1\r\n"
+            "x-amzn-RequestId: 0000\r\nConnection: close\r\n"
+            f"Content-Length: {len(body) if length is None else length}\r\n\r\n").encode()
+    return (head + body)[:cut_at]
+
+
+DESCRIBED_JSON = json.dumps({**described("Completed", "Completed"),
+                             "CreationTime": NOW.timestamp()}).encode()
+CUT_SHORT = {
+    "inside the body": http_response(DESCRIBED_JSON, cut_at=len(http_response(b"")) + 20),
+    "inside the headers": http_response(DESCRIBED_JSON, cut_at=40),
+}
+
+
+@pytest.mark.parametrize("raw", CUT_SHORT.values(), ids=CUT_SHORT.keys())
+def test_a_response_cut_short_is_a_transient_connection_error_not_an_empty_answer(raw):
+    """botocore leaves the Content-Length check of a non-streaming body to nobody
+    (enforce_content_length=False): without the client's check, a DescribeTrainingJob cut
+    short by a dying endpoint "succeeds" with no TrainingJobStatus in it."""
+    server = CuttingServer(raw)
+    try:
+        sm = aws.client("sagemaker", REGION, endpoint_url=server.url, **aws.FOLLOW_CLIENT)
+        with pytest.raises(Exception) as caught:
+            sm.describe_training_job(TrainingJobName=NAME)
+    finally:
+        server.close()
+    assert aws.is_transient(caught.value), caught.value
+    assert "DescribeTrainingJob was cut short" in str(caught.value)
+
+
+def test_whole_responses_and_head_requests_pass_the_length_check():
+    """No false alarm: a complete answer parses; a HEAD's Content-Length is the object's,
+    with no body."""
+    head = (b"HTTP/1.1 200 OK\r\nContent-Length: 1234\r\nx-amz-request-id: 1\r\n"
+            b"ETag: \"e\"\r\nConnection: close\r\n\r\n")
+    server = CuttingServer(http_response(DESCRIBED_JSON), head)
+    try:
+        sm = aws.client("sagemaker", REGION, endpoint_url=server.url, **aws.FOLLOW_CLIENT)
+        assert sm.describe_training_job(TrainingJobName=NAME)["TrainingJobStatus"] == "Completed"
+        s3 = aws.client("s3", REGION, endpoint_url=server.url, **aws.FOLLOW_CLIENT)
+        assert s3.head_object(Bucket="b", Key="k")["ContentLength"] == 1234
+    finally:
+        server.close()
+
+
+def test_the_follower_rides_out_a_describe_cut_short_then_reads_the_job():
+    """The killed-backend case of tests/test_terminate_unreachable.py, made deterministic:
+    the poll that got half an answer is retried, and says so."""
+    server = CuttingServer(CUT_SHORT["inside the body"], http_response(DESCRIBED_JSON))
+    lines: list[str] = []
+    try:
+        sm = aws.client("sagemaker", REGION, endpoint_url=server.url, **aws.FOLLOW_CLIENT)
+        job = RemoteJobRunner(sm, sm, out=lines.append, poll_interval_s=0.05).poll(
+            TrainingJob(NAME, REGION))
+    finally:
+        server.close()
+    assert job is not None and job["TrainingJobStatus"] == "Completed"
+    assert any("cut short" in line and "retrying for up to" in line for line in lines), lines

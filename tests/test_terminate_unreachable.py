@@ -159,7 +159,10 @@ def sigterm_after_the_outage(module: str, args: list[str], served: Served, outpu
             wait_for(busy, 60, f"{module} busy")
             then()
             served.kill()
-            wait_for(lambda: riding in output.read_text(), 60, f"{module} riding out the outage")
+            # the step's own exit ends the wait too: the assertion then shows what it said
+            wait_for(lambda: riding in output.read_text() or proc.poll() is not None, 60,
+                     f"{module} riding out the outage")
+            assert riding in output.read_text(), (proc.poll(), output.read_text())
             started = time.monotonic()
             proc.send_signal(signal.SIGTERM)
             proc.wait(timeout=30)

@@ -21,6 +21,7 @@ from kfp_sagemaker_blackwell.common.errors import UserError
 
 if TYPE_CHECKING:  # boto3 is an optional dependency (extra "aws"); the stubs: extra "dev"
     from botocore.config import Config
+    from botocore.exceptions import HTTPClientError
     from mypy_boto3_codebuild import CodeBuildClient
     from mypy_boto3_ecr import ECRClient
     from mypy_boto3_iam import IAMClient
@@ -42,7 +43,7 @@ FOLLOW_CLIENT: dict[str, Any] = {"max_attempts": 0, "connect_timeout": 3, "read_
 # botocore's names for a request that never got an answer (connection refused, reset, timed out).
 TRANSIENT_ERRORS = frozenset({"EndpointConnectionError", "ConnectionClosedError",
                               "ReadTimeoutError", "ConnectTimeoutError", "ConnectionError",
-                              "ProxyConnectionError", "HTTPClientError"})
+                              "ProxyConnectionError", "HTTPClientError", "TruncatedResponse"})
 TRANSIENT_CODES = frozenset({"InternalFailure", "InternalServerError", "ServiceUnavailable",
                              "InternalError"})
 
@@ -154,7 +155,52 @@ def client(
     made.meta.events.register(
         "before-parameter-build", functools.partial(_record_call, region=made.meta.region_name)
     )
+    made.meta.events.register("before-parse", _reject_truncated)
     return made
+
+
+@functools.cache
+def truncated_response_error() -> type[HTTPClientError]:
+    """The class of ``_reject_truncated``'s error (botocore is imported only when used)."""
+    from botocore.exceptions import HTTPClientError as _HTTPClientError
+
+    class TruncatedResponse(_HTTPClientError):  # a connection error: transient, retried
+        fmt = ("the response to {operation} was cut short ({detail}): the connection broke "
+               "mid-response, so nothing in it is used")
+
+    return TruncatedResponse
+
+
+def _reject_truncated(operation_model: Any, response_dict: dict[str, Any], **_: Any) -> None:
+    """Raises ``TruncatedResponse`` for a response the connection cut short.
+
+    botocore turns off urllib3's Content-Length check (``enforce_content_length=False`` in
+    ``httpsession.py``) and checks the length itself only for streaming bodies, so a
+    non-streaming response cut mid-body (an endpoint that died, a proxy that dropped the
+    connection) parses without an error into a dict missing its fields: a
+    DescribeTrainingJob "succeeds" with no TrainingJobStatus, a BatchGetBuilds with no
+    builds. Seen when the local backend was killed -9 while answering: the follower took
+    the empty answer for a result instead of riding the outage out. Checked here, before
+    the parse: a response with no headers at all or neither Content-Length nor chunked
+    framing (cut inside the header block), or a body shorter or longer than its
+    Content-Length (HEAD, 204 and 304 have no body to check).
+    """
+    headers = response_dict.get("headers") or {}
+    body = response_dict.get("body")
+    detail = ""
+    if not headers:
+        detail = "no headers"
+    elif (isinstance(body, bytes) and response_dict.get("status_code") not in (204, 304)
+          and (operation_model.http or {}).get("method") != "HEAD"):
+        length = str(headers.get("content-length", ""))
+        if length.isdigit() and int(length) != len(body):
+            detail = f"{len(body)} of {length} bytes"
+        elif not length and "chunked" not in str(headers.get("transfer-encoding", "")).lower():
+            # AWS frames every answer (Content-Length, or chunked, which urllib3 checks):
+            # neither means the header block itself was cut
+            detail = "no Content-Length"
+    if detail:
+        raise truncated_response_error()(operation=operation_model.name, detail=detail)
 
 
 @functools.lru_cache(maxsize=1)
