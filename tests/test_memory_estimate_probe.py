@@ -78,9 +78,9 @@ def test_a_probe_of_another_configuration_is_refused_naming_probe(changes, says)
 
 @pytest.mark.parametrize("text, says", [
     ("{not json", "is not JSON"),
-    ('["fp8"]', "unknown keys"),
-    ('{"precision": "fp8", "speed": 3}', "unknown keys ['speed']"),
-    ('{"precision": "fp8"}', "missing"),
+    ('["fp8"]', "list ['fp8'], not a JSON object"),
+    ('{"precision": "fp8", "speed": 3}', "unknown key(s) 'speed'"),
+    ('{"precision": "fp8"}', "lacks 'batch_size'"),
     (json.dumps(_probe(tokens_per_s_per_gpu=0)), "is not a measurement"),
     (json.dumps(_probe(gpu="", instance_type="")), "instance_type or gpu"),
 ])

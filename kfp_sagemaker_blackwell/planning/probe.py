@@ -17,11 +17,16 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from kfp_sagemaker_blackwell.catalog import hardware
+from kfp_sagemaker_blackwell.common.documents import check_keys
 from kfp_sagemaker_blackwell.common.errors import UserError
 from kfp_sagemaker_blackwell.planning import estimator, throughput
 from kfp_sagemaker_blackwell.planning.training_setup import TrainingSetup
 
 KINDS = ("probed", "measured")
+REQUIRED = ("precision", "batch_size", "activation_checkpointing", "tokens_per_s_per_gpu")
+FIX = ("give each probe as a JSON object of precision, batch_size, activation_checkpointing, "
+       "tokens_per_s_per_gpu and a known instance_type or gpu (optional: world_size, "
+       "peak_memory_bytes, source, kind).")
 
 
 @dataclass(frozen=True)
@@ -44,20 +49,15 @@ class Probe:
     def from_dict(cls, data: Any, *, field: str = "probe") -> Probe:
         """A probe from its JSON object; a UserError naming ``field`` (the parameter
         that carried it) when it is not one."""
-        known = set(cls.__dataclass_fields__)
-        unknown = set(data) - known if isinstance(data, dict) else set()
-        if unknown or not isinstance(data, dict):
-            raise UserError(field, f"{data!r}: unknown keys {sorted(unknown)}.",
-                            f"give each probe as {{{', '.join(sorted(known))}}}.")
+        check_keys(data, cls.__dataclass_fields__, field=field, what="a probe",
+                   fix=FIX, required=REQUIRED)
         try:
             probe = cls(**data)
             ok = probe.tokens_per_s_per_gpu > 0 and probe.world_size >= 1 and \
                 probe.batch_size >= 1 and probe.kind in KINDS and probe.peak_memory_bytes >= 0
             probe.gpu_name()
         except (TypeError, ValueError, KeyError) as exc:
-            raise UserError(field, f"{data!r}: {exc}.", "give precision, batch_size, "
-                            "activation_checkpointing, tokens_per_s_per_gpu and a known "
-                            "instance_type or gpu.") from None
+            raise UserError(field, f"{data!r}: {exc}.", FIX) from None
         if not ok:
             raise UserError(field, f"{data!r} is not a measurement.", "give tokens_per_s_"
                             "per_gpu > 0, batch_size and world_size >= 1, peak_memory_bytes "
