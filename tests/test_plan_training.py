@@ -223,6 +223,25 @@ def test_a_probe_corrects_the_prediction_and_says_so():
         plan(probes=[{**probe, "tokens_per_s_per_gpu": 0}])
 
 
+def test_a_probe_the_memory_estimate_says_cannot_fit_where_it_ran_is_noted_not_refused():
+    # 8B fp8 batch 2 at sequence 8192 on one H100: fp32 master weights and AdamW states
+    # alone exceed its 80 GB; a record of it contradicts the memory model (a note)
+    kw = dict(instance_types=[P5], max_instance_count=1, seq_length=8192,
+              capacity_modes=["on-demand"], precisions=["bf16", "fp8"])
+    probe = {"instance_type": P5, "precision": "fp8", "batch_size": 2,
+             "activation_checkpointing": False, "world_size": 1,
+             "tokens_per_s_per_gpu": 1000.0, "source": "probe-job-1"}
+    out = plan(**kw, probes=[probe])
+    notes = [n for n in out.result.notes if "contradicts the memory model" in n]
+    assert len(notes) == 1 and notes[0].startswith(
+        "probes: fp8 batch 2, checkpointing off, sequence 8192 on 1 x H100 is predicted by "
+        "the memory estimate at ")
+    assert f"- {notes[0]}" in out.markdown
+    assert out.result.chosen is not None  # evidence, not an error
+    fits = plan(**kw, probes=[{**probe, "world_size": 8, "activation_checkpointing": True}])
+    assert not [n for n in fits.result.notes if "contradicts" in n]
+
+
 def _verdicts(tmp_path: Path, passed: list[str], failed: list[str]) -> str:
     rows = [{"precision": p, "verdict": "pass", "converges": True, "reasons": []} for p in passed]
     rows += [{"precision": p, "verdict": "fail", "converges": False,
