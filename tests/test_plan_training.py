@@ -156,6 +156,23 @@ def test_a_budget_below_everything_names_max_cost_usd():
     assert "no configuration's worst case fits $100.00" in problem.problem
 
 
+def test_max_runtime_lets_a_run_the_model_predicts_as_too_fast_as_its_worst_miss_finish():
+    # The throughput model's worst held-out miss predicted a run 26.4% too fast; with the
+    # default margin the chosen run's max_runtime_seconds (SageMaker stops the job there)
+    # still covers its steps at that speed, with room to spare.
+    from kfp_sagemaker_blackwell.planning import throughput
+
+    out = plan(instance_types=[P5], max_instance_count=1, seq_length=8192,
+               capacity_modes=["on-demand"], precisions=["fp8"])
+    chosen, startup = out.result.chosen, out.result.goal.startup_seconds
+    steps_s = chosen.seconds - startup  # predicted
+    worst = steps_s * (1 + throughput.HELD_OUT_WORST_TOO_FAST)
+    assert out.parameters["max_runtime_seconds"] == chosen.max_runtime_seconds
+    assert chosen.max_runtime_seconds - startup >= worst * 1.05
+    assert chosen.max_runtime_seconds == pytest.approx(
+        startup + steps_s * (1 + throughput.RUNTIME_MARGIN), abs=1)
+
+
 def test_spot_is_costed_at_most_on_demand_and_its_worst_case_is_max_wait():
     out = plan(instance_types=[P5], max_instance_count=1, seq_length=8192,
                capacity_modes=["spot"], precisions=["fp8"])
