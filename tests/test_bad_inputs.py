@@ -159,6 +159,9 @@ CASES: list[tuple[str, str, list[str], str]] = [
     ("memory-plan-not-json", TRAINING, train("--memory-plan", "not json"), "memory_plan"),
     ("memory-plan-missing-file", TRAINING, train("--memory-plan", "@/nonexistent/plan.json"),
      "memory_plan"),
+    ("memory-plan-unknown-key", TRAINING, train(
+        "--memory-plan", '{"schema": "kfp-sagemaker/memory-plan/v1", "precision": {}}'),
+     "memory_plan: the plan has unknown key(s) 'precision' (did you mean 'precisions'"),
     # ---- memory_estimate ----
     ("estimate-precision-unknown", MEMORY, ["--instance-type", "ml.p6-b200.48xlarge",
                                             "--precision", "fp6"], "precision"),

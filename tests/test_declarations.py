@@ -243,3 +243,22 @@ def test_the_kfp_literals_of_the_planners_headroom_are_the_planners():
     for name in ("memory_estimate", "plan_training"):
         declared = cli.source_defaults(f"kfp_sagemaker_blackwell.components.{name}.component", name)
         assert declared["headroom"] == DEFAULT_HEADROOM, name
+
+
+def test_the_runtime_margins_default_is_the_throughput_models_and_written_once_more_for_kfp():
+    """plan_training's runtime_margin defaults to the throughput model's RUNTIME_MARGIN (its
+    worst held-out error plus an allowance, declared beside its accuracy); KFP runs the
+    component's source text, so its signature writes it as a literal, checked here, as the
+    headroom's is. The pipeline takes the constant itself."""
+    from kfp_sagemaker_blackwell.pipelines.plan_and_train import PIPELINE
+    from kfp_sagemaker_blackwell.planning import throughput
+
+    declared = cli.source_defaults("kfp_sagemaker_blackwell.components.plan_training.component",
+                                   "plan_training")
+    assert declared["runtime_margin"] == throughput.RUNTIME_MARGIN
+    assert PIPELINE.component_spec.inputs["runtime_margin"].default == throughput.RUNTIME_MARGIN
+    # no other literal copy in the package: the component's, and the constant's own parts
+    copies = [p for p in (ROOT / "kfp_sagemaker_blackwell").rglob("*.py")
+              if str(throughput.RUNTIME_MARGIN) in p.read_text(encoding="utf-8")]
+    assert [p.relative_to(ROOT).as_posix() for p in copies] == [
+        "kfp_sagemaker_blackwell/components/plan_training/component.py"]

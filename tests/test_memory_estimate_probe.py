@@ -58,6 +58,47 @@ def test_a_probe_scales_the_full_runs_prediction_by_measured_over_predicted_at_i
     assert "probed: probe-job-7 on 1 H200 GPU(s), x0.800" in md
 
 
+def test_a_probe_that_cannot_fit_where_it_ran_is_reported_as_contradicting_the_memory_model(
+        predicted):
+    # 8B fp8 batch 2 fits on 8 H200s, not on the probe's one (fp32 master weights and
+    # AdamW states alone are 16 bytes per parameter): a record that says it ran there is
+    # evidence against the model, reported, not refused
+    out = _run(probe=json.dumps(_probe(tokens_per_s_per_gpu=0.9 * predicted["one"],
+                                       peak_memory_bytes=40 * GiB)))
+    warning = next(line for line in out.markdown.splitlines() if line.startswith("**Warning:**"))
+    assert warning.startswith(
+        "**Warning:** probe: fp8 batch 2, checkpointing off, sequence 2048 on 1 x H200 is "
+        f"predicted by the memory estimate at {predicted['peak_one_gib']:.1f} GiB per GPU, "
+        "more than the H200's 140.4 GiB, yet this record says it ran there")
+    assert predicted["peak_one_gib"] > 140.4
+    assert "peak 40.0 GiB measured): the probe contradicts the memory model" in warning
+    # on one H200 no batch fits in either mode: the fix is more GPUs, the fewest that fit
+    assert warning.endswith("fits on 1 x H200: world_size 2 (the same configuration on 2 GPUs).")
+    assert out.metrics["fp8_probe_fits_predicted"] == 0.0
+    assert out.metrics["fp8_probe_factor"] == pytest.approx(0.9, rel=REL)  # still corrects
+
+
+def test_a_probe_that_fits_where_it_ran_has_no_warning():
+    out = _run(probe=json.dumps(_probe(world_size=8)))
+    assert "**Warning:**" not in out.markdown
+    assert out.metrics["fp8_probe_fits_predicted"] == 1.0
+
+
+def test_the_warning_names_the_smaller_batch_and_checkpointing_that_fit_on_the_probes_gpus():
+    # 3B bf16 batch 16 without checkpointing: 145.6 GiB on one H200, fits on 8
+    config = {"model_preset": "3b", "batch_size": 16, "precisions": ["bf16"]}
+    out = _run(**config, probe=json.dumps(_probe(precision="bf16", batch_size=16)))
+    assert out.metrics["bf16_probe_fits_predicted"] == 0.0
+    # (the probe's fit is against the GPU's whole memory: the planner's at headroom 0)
+    one = _run(**{**config, "batch_size": 0}, world_size=1, activation_checkpointing="auto",
+               headroom=0.0).metrics
+    no, ac = (int(one[f"bf16_max_batch_{m}_checkpointing"]) for m in ("without", "with"))
+    assert 1 <= no < 16 <= ac
+    assert (f"to probe what the model says fits on 1 x H200: world_size 2 (the same "
+            f"configuration on 2 GPUs) or a smaller probe batch (up to {no}) or activation "
+            f"checkpointing on (batch up to {ac}).") in out.markdown
+
+
 def test_without_a_probe_nothing_is_probed_or_corrected():
     out = _run()
     assert "Probe, then extrapolate" not in out.markdown
@@ -78,9 +119,9 @@ def test_a_probe_of_another_configuration_is_refused_naming_probe(changes, says)
 
 @pytest.mark.parametrize("text, says", [
     ("{not json", "is not JSON"),
-    ('["fp8"]', "unknown keys"),
-    ('{"precision": "fp8", "speed": 3}', "unknown keys ['speed']"),
-    ('{"precision": "fp8"}', "missing"),
+    ('["fp8"]', "list ['fp8'], not a JSON object"),
+    ('{"precision": "fp8", "speed": 3}', "unknown key(s) 'speed'"),
+    ('{"precision": "fp8"}', "lacks 'batch_size'"),
     (json.dumps(_probe(tokens_per_s_per_gpu=0)), "is not a measurement"),
     (json.dumps(_probe(gpu="", instance_type="")), "instance_type or gpu"),
 ])
@@ -98,10 +139,14 @@ def _argv():
 def test_cli_takes_the_probe_as_json_or_at_file(tmp_path, capsys, predicted):
     probe = _probe(tokens_per_s_per_gpu=1.25 * predicted["one"])
     assert cli.main([*_argv(), "--probe", json.dumps(probe), "--json"]) == 0
-    doc = json.loads(capsys.readouterr().out)["probe"]
+    printed = capsys.readouterr()
+    doc = json.loads(printed.out)["probe"]
     assert doc["corrected_tokens_per_s_per_gpu"] == pytest.approx(1.25 * predicted["full"], rel=REL)
     assert doc["predicted_tokens_per_s_per_gpu"] == pytest.approx(predicted["full"])
     assert doc["probe"]["source"] == "probe-job-7" and doc["probed_peak_bytes"] is None
+    assert doc["fits_at_probe_predicted"] is False  # 8B on one H200: see above
+    assert doc["warning"].startswith("probe: fp8 batch 2, checkpointing off, sequence 2048")
+    assert f"memory_estimate: warning: {doc['warning']}" in printed.err
     path = tmp_path / "probe.json"
     path.write_text(json.dumps(probe))
     assert cli.main([*_argv(), "--probe", f"@{path}"]) == 0

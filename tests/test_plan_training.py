@@ -156,6 +156,23 @@ def test_a_budget_below_everything_names_max_cost_usd():
     assert "no configuration's worst case fits $100.00" in problem.problem
 
 
+def test_max_runtime_lets_a_run_the_model_predicts_as_too_fast_as_its_worst_miss_finish():
+    # The throughput model's worst held-out miss predicted a run 26.4% too fast; with the
+    # default margin the chosen run's max_runtime_seconds (SageMaker stops the job there)
+    # still covers its steps at that speed, with room to spare.
+    from kfp_sagemaker_blackwell.planning import throughput
+
+    out = plan(instance_types=[P5], max_instance_count=1, seq_length=8192,
+               capacity_modes=["on-demand"], precisions=["fp8"])
+    chosen, startup = out.result.chosen, out.result.goal.startup_seconds
+    steps_s = chosen.seconds - startup  # predicted
+    worst = steps_s * (1 + throughput.HELD_OUT_WORST_TOO_FAST)
+    assert out.parameters["max_runtime_seconds"] == chosen.max_runtime_seconds
+    assert chosen.max_runtime_seconds - startup >= worst * 1.05
+    assert chosen.max_runtime_seconds == pytest.approx(
+        startup + steps_s * (1 + throughput.RUNTIME_MARGIN), abs=1)
+
+
 def test_spot_is_costed_at_most_on_demand_and_its_worst_case_is_max_wait():
     out = plan(instance_types=[P5], max_instance_count=1, seq_length=8192,
                capacity_modes=["spot"], precisions=["fp8"])
@@ -221,6 +238,25 @@ def test_a_probe_corrects_the_prediction_and_says_so():
     assert "] probed: probed: probe-job-1" not in plan(**kw).markdown
     with pytest.raises(UserError, match="probes"):
         plan(probes=[{**probe, "tokens_per_s_per_gpu": 0}])
+
+
+def test_a_probe_the_memory_estimate_says_cannot_fit_where_it_ran_is_noted_not_refused():
+    # 8B fp8 batch 2 at sequence 8192 on one H100: fp32 master weights and AdamW states
+    # alone exceed its 80 GB; a record of it contradicts the memory model (a note)
+    kw = dict(instance_types=[P5], max_instance_count=1, seq_length=8192,
+              capacity_modes=["on-demand"], precisions=["bf16", "fp8"])
+    probe = {"instance_type": P5, "precision": "fp8", "batch_size": 2,
+             "activation_checkpointing": False, "world_size": 1,
+             "tokens_per_s_per_gpu": 1000.0, "source": "probe-job-1"}
+    out = plan(**kw, probes=[probe])
+    notes = [n for n in out.result.notes if "contradicts the memory model" in n]
+    assert len(notes) == 1 and notes[0].startswith(
+        "probes: fp8 batch 2, checkpointing off, sequence 8192 on 1 x H100 is predicted by "
+        "the memory estimate at ")
+    assert f"- {notes[0]}" in out.markdown
+    assert out.result.chosen is not None  # evidence, not an error
+    fits = plan(**kw, probes=[{**probe, "world_size": 8, "activation_checkpointing": True}])
+    assert not [n for n in fits.result.notes if "contradicts" in n]
 
 
 def _verdicts(tmp_path: Path, passed: list[str], failed: list[str]) -> str:

@@ -231,6 +231,28 @@ def test_union_leave_one_family_out_over_every_measured_run_meets_the_v4_bars():
     assert lofo["summaries"]["te"]["all"]["rows"] == te["rows"] == 111
 
 
+def test_the_accuracy_the_model_declares_is_its_leave_one_family_out_record():
+    """planning/throughput.py declares its held-out accuracy once (its predictions' source
+    string and plan_training's default runtime_margin are made from it): the median |error|
+    and the worst too-fast miss over every fold of lofo_all_h200.json, and a margin that
+    lets the worst run finish (a job past max_runtime_seconds is stopped before its last
+    step)."""
+    import json
+
+    from kfp_sagemaker_blackwell.planning import throughput
+
+    lofo = json.loads(LOFO_ALL.read_text())
+    runs = [r for f in lofo["folds"] for r in f["runs"]]
+    too_fast = max(r["predicted"] / r["measured"] - 1 for r in runs)
+    assert throughput.HELD_OUT_WORST_TOO_FAST == round(too_fast, 3)
+    assert throughput.HELD_OUT_MEDIAN_ERROR == round(
+        lofo["summaries"]["te"]["all"]["median_abs_error"], 3)
+    # the slowest run against its prediction still ends inside the margin, with room
+    assert 1 + throughput.RUNTIME_MARGIN >= max(r["predicted"] / r["measured"] for r in runs) + 0.05
+    assert f"median error {throughput.HELD_OUT_MEDIAN_ERROR:.1%}, worst 26%" in \
+        throughput.HOPPER_SOURCE
+
+
 def test_b200_llama3_8b_fp8_stays_below_the_best_published_8xb200_figure():
     """Issue 25: B200 predictions stay below the best published 8xB200 figure for the same
     model (Megatron-Bridge, Llama-3-8B, seq 8192, FP8 current scaling: about 30,600 tokens/s

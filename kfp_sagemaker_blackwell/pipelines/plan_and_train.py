@@ -27,6 +27,7 @@ from kfp_sagemaker_blackwell.components.parse_logs.component import parse_logs
 from kfp_sagemaker_blackwell.components.plan_training.component import plan_training
 from kfp_sagemaker_blackwell.components.sagemaker_training.component import sagemaker_training
 from kfp_sagemaker_blackwell.pipelines import _steps
+from kfp_sagemaker_blackwell.planning.throughput import RUNTIME_MARGIN
 
 NAME = "plan-and-train"
 DEFAULT_PARALLELISM = 3
@@ -67,7 +68,7 @@ def build_pipeline(parallelism: int = DEFAULT_PARALLELISM) -> Any:
         capacity_modes: list = ["on-demand"],  # noqa: B006 (KFP default)
         instance_hour_prices: dict = {},  # noqa: B006 (KFP default)
         headroom: float = 0.05,
-        runtime_margin: float = 0.2,
+        runtime_margin: float = RUNTIME_MARGIN,
         startup_seconds: int = 600,
         rank_by: str = "cost",
         probe_count: int = 3,
@@ -114,7 +115,9 @@ def build_pipeline(parallelism: int = DEFAULT_PARALLELISM) -> Any:
                 Plans rate), before the AWS Price List API and the shipped table.
             headroom: Fraction of GPU memory to keep free (0.05 = 5%).
             runtime_margin: The run's max_runtime_seconds = the steps' predicted time x
-                (1 + this) + startup_seconds.
+                (1 + this) + startup_seconds. Default: the throughput model's worst error
+                on configuration families left out of its fit plus a 10-point allowance
+                (planning/throughput.py RUNTIME_MARGIN).
             startup_seconds: Billed time before a job's first step (image download,
                 initialisation), added to every predicted time.
             rank_by: cost (cheapest first) or time (fastest first).

@@ -33,14 +33,22 @@ predicted, never measured (``throughput_source`` says by what)::
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from kfp_sagemaker_blackwell.common.documents import read_document
+from kfp_sagemaker_blackwell.common.documents import check_keys, read_document
 from kfp_sagemaker_blackwell.common.errors import UserError
 
 SCHEMA = "kfp-sagemaker/memory-plan/v1"
+FIELD = "memory_plan"  # the parameter a plan is passed in (sagemaker_training's)
+FIX = "pass the plan output of the memory_estimate component."
+# A plan's keys are its fields: one this version does not know comes from another version
+# of memory_estimate (or an edit), which a field-by-field reading would get wrong.
+KEYS_FIX = ("pass the plan output of memory_estimate of this version (estimate again: "
+            "python -m kfp_sagemaker_blackwell.components.memory_estimate ... --plan-out "
+            "FILE), or remove the keys it does not accept.")
 
 
 @dataclass(frozen=True)
@@ -99,12 +107,21 @@ class MemoryPlan:
         return json.dumps(asdict(self), sort_keys=True)
 
     @classmethod
-    def from_json(cls, text: str) -> MemoryPlan:
-        data = read_document(text, schema=SCHEMA, field="memory_plan",
-                             fix="pass the plan output of the memory_estimate component.")
-        entries = {k: PrecisionPlan(**v) for k, v in data.get("precisions", {}).items()}
-        fields = {k: v for k, v in data.items() if k != "precisions"}
-        return cls(**fields, precisions=entries)
+    def from_json(cls, text: str, *, field: str = FIELD) -> MemoryPlan:
+        """The plan ``text`` holds; a UserError naming ``field`` when it is not one (not
+        JSON, another document, a key this version does not know or one it lacks)."""
+        data = read_document(text, schema=SCHEMA, field=field, fix=FIX)
+        check_keys(data, _names(cls), field=field, what="the plan", fix=KEYS_FIX,
+                   required=_required(cls))
+        precisions = data.get("precisions", {})
+        if not isinstance(precisions, dict):
+            raise UserError(field, f"the plan's precisions is {type(precisions).__name__}, "
+                            "not an object of precision -> entry.", KEYS_FIX)
+        entries = {k: PrecisionPlan(**check_keys(
+            v, _names(PrecisionPlan), field=field, what=f"the plan's precisions[{k!r}]",
+            fix=KEYS_FIX, required=_required(PrecisionPlan))) for k, v in precisions.items()}
+        return cls(**{k: v for k, v in data.items() if k != "precisions"},
+                   precisions=entries)
 
     def entry_for(self, precision: str) -> PrecisionPlan:
         """The plan for one precision; a UserError when it cannot run."""
@@ -127,3 +144,13 @@ class MemoryPlan:
                 "use a smaller batch or sequence, activation checkpointing, or more GPUs.",
             )
         return entry
+
+
+def _names(cls: type) -> list[str]:
+    return [f.name for f in dataclasses.fields(cls)]
+
+
+def _required(cls: type) -> list[str]:
+    """The fields without a default (a plan must carry them)."""
+    return [f.name for f in dataclasses.fields(cls) if f.default is dataclasses.MISSING
+            and f.default_factory is dataclasses.MISSING]

@@ -25,7 +25,7 @@ estimates behind it. Rules, in the user's words:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
@@ -224,6 +224,12 @@ def largest_batch(request: Request, precision: str, checkpointing: bool) -> int:
         s = request.setup(precision, b, checkpointing)
         return _fits(request, estimator.estimate_checked(s, request.hardware.gpu))
 
+    return largest_fitting(fits)
+
+
+def largest_fitting(fits: Callable[[int], bool]) -> int:
+    """The largest micro-batch (up to ``MAX_BATCH_SIZE``) for which ``fits`` holds, peak
+    memory growing with the batch (0 when even 1 does not fit)."""
     if not fits(1):
         return 0
     lo, hi = 1, 2

@@ -6,8 +6,10 @@ type: a short probe job (about ten steps) or a full run. :func:`correct` compare
 with the throughput model's prediction for that same configuration at the probe's
 world size and applies the measured / predicted ratio to the prediction for the full
 run (its world size, its network): the model extrapolates, the probe calibrates.
-One implementation for every component that takes probes (plan_training's search,
-memory_estimate's ``probe`` parameter).
+:func:`fit_at_probe` asks the memory estimate whether the probe's own configuration
+fits where it ran: one that cannot, yet says it ran, contradicts the memory model and
+is reported as such. One implementation for every component that takes probes
+(plan_training's search, memory_estimate's ``probe`` parameter).
 """
 
 from __future__ import annotations
@@ -17,11 +19,16 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from kfp_sagemaker_blackwell.catalog import hardware
+from kfp_sagemaker_blackwell.common.documents import check_keys
 from kfp_sagemaker_blackwell.common.errors import UserError
-from kfp_sagemaker_blackwell.planning import estimator, throughput
+from kfp_sagemaker_blackwell.planning import estimator, planner, throughput
 from kfp_sagemaker_blackwell.planning.training_setup import TrainingSetup
 
 KINDS = ("probed", "measured")
+REQUIRED = ("precision", "batch_size", "activation_checkpointing", "tokens_per_s_per_gpu")
+FIX = ("give each probe as a JSON object of precision, batch_size, activation_checkpointing, "
+       "tokens_per_s_per_gpu and a known instance_type or gpu (optional: world_size, "
+       "peak_memory_bytes, source, kind).")
 
 
 @dataclass(frozen=True)
@@ -44,20 +51,15 @@ class Probe:
     def from_dict(cls, data: Any, *, field: str = "probe") -> Probe:
         """A probe from its JSON object; a UserError naming ``field`` (the parameter
         that carried it) when it is not one."""
-        known = set(cls.__dataclass_fields__)
-        unknown = set(data) - known if isinstance(data, dict) else set()
-        if unknown or not isinstance(data, dict):
-            raise UserError(field, f"{data!r}: unknown keys {sorted(unknown)}.",
-                            f"give each probe as {{{', '.join(sorted(known))}}}.")
+        check_keys(data, cls.__dataclass_fields__, field=field, what="a probe",
+                   fix=FIX, required=REQUIRED)
         try:
             probe = cls(**data)
             ok = probe.tokens_per_s_per_gpu > 0 and probe.world_size >= 1 and \
                 probe.batch_size >= 1 and probe.kind in KINDS and probe.peak_memory_bytes >= 0
             probe.gpu_name()
         except (TypeError, ValueError, KeyError) as exc:
-            raise UserError(field, f"{data!r}: {exc}.", "give precision, batch_size, "
-                            "activation_checkpointing, tokens_per_s_per_gpu and a known "
-                            "instance_type or gpu.") from None
+            raise UserError(field, f"{data!r}: {exc}.", FIX) from None
         if not ok:
             raise UserError(field, f"{data!r} is not a measurement.", "give tokens_per_s_"
                             "per_gpu > 0, batch_size and world_size >= 1, peak_memory_bytes "
@@ -123,25 +125,106 @@ def correct(probe: Probe, setup: TrainingSetup, gpu: hardware.GPU, *,
     return Correction(full, at, probe.tokens_per_s_per_gpu, full * factor, source)
 
 
-def predicted_peak_at_probe(probe: Probe, setup: TrainingSetup, gpu: hardware.GPU) -> int:
-    """The memory estimate's peak per GPU for ``setup`` at the probe's world size (what
-    the probe's ``peak_memory_bytes`` is compared with: sharded parts depend on it)."""
-    return estimator.estimate_checked(replace(setup, world_size=probe.world_size), gpu).peak_bytes
+@dataclass(frozen=True)
+class FitAtProbe:
+    """The memory estimate of a probe's own configuration: its precision, micro-batch,
+    checkpointing and sequence on ``world_size`` GPUs of its type, against the GPU's whole
+    memory (no headroom: the question is not what to plan but whether it could run at all).
+
+    Every probe record says it ran (it carries a measured speed), so a record the model
+    says cannot fit contradicts the memory model: evidence about the model, reported,
+    never an error (the record may also not be what ran: a wrong world_size or batch)."""
+
+    probe: Probe
+    gpu: hardware.GPU
+    seq_length: int
+    peak_bytes: int  # predicted per GPU at the probe's world size
+    # What the model says fits instead: the largest micro-batch at the probe's world size
+    # in each checkpointing mode (0: none), and the fewest GPUs, doubling the probe's up
+    # to the full run's, on which the probe's own configuration fits (0: none).
+    largest_batch_without_checkpointing: int
+    largest_batch_with_checkpointing: int
+    fitting_world_size: int
+
+    @property
+    def fits(self) -> bool:
+        return self.peak_bytes <= self.gpu.memory_bytes
+
+    def warning(self, field: str = "probe") -> str:
+        """One line naming ``field``: the prediction, the contradiction, what to change
+        ("" when it fits)."""
+        if self.fits:
+            return ""
+        p, gib = self.probe, estimator.GiB
+        where = f"{p.world_size} x {self.gpu.name}"
+        measured = f", peak {p.peak_memory_bytes / gib:.1f} GiB measured" \
+            if p.peak_memory_bytes else ""
+        return (
+            f"{field}: {p.precision} batch {p.batch_size}, checkpointing "
+            f"{'on' if p.activation_checkpointing else 'off'}, sequence {self.seq_length} on "
+            f"{where} is predicted by the memory estimate at {self.peak_bytes / gib:.1f} GiB "
+            f"per GPU, more than the {self.gpu.name}'s {self.gpu.memory_bytes / gib:.1f} GiB, "
+            f"yet this record says it ran there ({p.tokens_per_s_per_gpu:,.0f} tokens/s per "
+            f"GPU{measured}): the probe contradicts the memory model (evidence, kept; not an "
+            "error). Check that the record is what ran (precision, batch_size, "
+            "activation_checkpointing, world_size); to probe what the model says fits on "
+            f"{where}: {self._alternatives()}.")
+
+    def _alternatives(self) -> str:
+        p, out = self.probe, []
+        if self.fitting_world_size:
+            out.append(f"world_size {self.fitting_world_size} (the same configuration on "
+                       f"{self.fitting_world_size} GPUs)")
+        # (the probe's own batch does not fit in its mode: a fitting one is smaller)
+        same = self.largest_batch_with_checkpointing if p.activation_checkpointing \
+            else self.largest_batch_without_checkpointing
+        if same:
+            out.append(f"a smaller probe batch (up to {same})")
+        if not p.activation_checkpointing and self.largest_batch_with_checkpointing:
+            out.append("activation checkpointing on (batch up to "
+                       f"{self.largest_batch_with_checkpointing})")
+        return " or ".join(out) or (f"nothing at this sequence on {p.world_size} GPU(s): more "
+                                    "GPUs (world_size), a shorter sequence or a smaller model")
+
+
+def fit_at_probe(probe: Probe, setup: TrainingSetup, gpu: hardware.GPU) -> FitAtProbe:
+    """:class:`FitAtProbe` of ``probe``, whose configuration is ``setup``'s (the full run:
+    its model, sequence and training settings; its world size bounds the search for one
+    on which the probe's configuration fits)."""
+    at = replace(setup, world_size=probe.world_size)
+
+    def fits(s: TrainingSetup) -> bool:
+        return estimator.estimate_checked(s, gpu).peak_bytes <= gpu.memory_bytes
+
+    def largest(ac: bool) -> int:
+        return planner.largest_fitting(
+            lambda b: fits(replace(at, batch_size=b, activation_checkpointing=ac)))
+
+    world = probe.world_size * 2
+    while world <= setup.world_size and not fits(replace(at, world_size=world)):
+        world *= 2
+    return FitAtProbe(probe, gpu, setup.seq_length,
+                      estimator.estimate_checked(at, gpu).peak_bytes, largest(False),
+                      largest(True), world if world <= setup.world_size else 0)
 
 
 @dataclass(frozen=True)
 class Comparison:
     """A probe beside the predictions for its configuration: the corrected throughput,
-    and the predicted peak at the probe's world size when it measured its peak."""
+    the predicted peak at the probe's world size when it measured its peak, and whether
+    the memory estimate says the probe's configuration fits where it ran."""
 
     probe: Probe
     throughput: Correction
     predicted_peak_at_probe_bytes: int | None  # None: the probe measured no peak
+    fit: FitAtProbe
 
 
 def compare(probe: Probe, setup: TrainingSetup, gpu: hardware.GPU, *,
             instance_type: str = "", predicted: float | None = None) -> Comparison:
-    """:func:`correct`, and :func:`predicted_peak_at_probe` when the probe has a peak."""
-    peak = predicted_peak_at_probe(probe, setup, gpu) if probe.peak_memory_bytes else None
+    """:func:`correct` and :func:`fit_at_probe` (its predicted peak is the one the
+    probe's measured peak is compared with: sharded parts depend on the world size)."""
+    fit = fit_at_probe(probe, setup, gpu)
+    peak = fit.peak_bytes if probe.peak_memory_bytes else None
     return Comparison(probe, correct(probe, setup, gpu, instance_type=instance_type,
-                                     predicted=predicted), peak)
+                                     predicted=predicted), peak, fit)

@@ -126,6 +126,8 @@ def main(argv: list[str] | None = None) -> int:
         doc = report.json_document(result)
         if probed is not None:
             doc["probe"] = report.probe_document(probed)
+            if args.json and doc["probe"]["warning"]:  # (the Markdown carries it otherwise)
+                print(f"memory_estimate: warning: {doc['probe']['warning']}", file=sys.stderr)
         if args.cross_check:
             _cross_check(result, doc)
             md += "\n" + _cross_check_markdown(doc)

@@ -109,7 +109,9 @@ def memory_estimate(
             precision, on its GPU type (any world size): the report shows the predicted,
             the probed and the corrected tokens/s (the measured / predicted ratio at the
             probe's world size, applied to the full run) and predicted against probed
-            peak memory. "" = none.
+            peak memory, with a warning when the memory estimate says the probe's own
+            configuration cannot fit where it ran (the probe contradicts the model; the
+            warning says what fits there). "" = none.
 
     Returns:
         plan: The MemoryPlan JSON (kfp_sagemaker_blackwell.planning.memory_plan) the training

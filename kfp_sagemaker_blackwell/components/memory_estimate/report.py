@@ -134,7 +134,7 @@ def probe_markdown(result: PlanResult, probed: Comparison | None) -> list[str]:
     """Predicted, probed and corrected by the probe, each labelled (none without one)."""
     if probed is None:
         return []
-    pr, t = probed.probe, probed.throughput
+    pr, t, fit = probed.probe, probed.throughput, probed.fit
     entry = result.plan.precisions[pr.precision]
     world = result.plan.world_size
     peak = probed.predicted_peak_at_probe_bytes
@@ -149,7 +149,7 @@ def probe_markdown(result: PlanResult, probed: Comparison | None) -> list[str]:
         "| | tokens/s per GPU | peak / GPU |", "|---|---|---|",
         f"| predicted, full run ({world} GPUs) | {t.predicted:,.0f} | {gb(entry.peak_bytes)} |",
         f"| predicted at the probe's world size ({pr.world_size} GPU(s)) | "
-        f"{t.predicted_at_probe:,.0f} | {gb(peak) if peak is not None else 'n/a'} |",
+        f"{t.predicted_at_probe:,.0f} | {gb(fit.peak_bytes)} |",
         f"| {what} | {t.probed:,.0f} | {gb(pr.peak_memory_bytes or None)} |",
         f"| corrected by the probe, full run ({world} GPUs) | {t.corrected:,.0f} | "
         "not corrected |",
@@ -157,7 +157,7 @@ def probe_markdown(result: PlanResult, probed: Comparison | None) -> list[str]:
             f" Probed / predicted peak at the probe's world size: "
             f"{pr.peak_memory_bytes / peak:.3f}." if peak else "")
         + " The plan's entries keep the prediction.",
-    ]
+    ] + (["", f"**Warning:** {fit.warning('probe')}"] if not fit.fits else [])
 
 
 def metrics(result: PlanResult, probed: Comparison | None = None) -> dict[str, float]:
@@ -184,6 +184,7 @@ def metrics(result: PlanResult, probed: Comparison | None = None) -> dict[str, f
         out[f"{p}_probed_tokens_per_s_per_gpu"] = float(t.probed)
         out[f"{p}_corrected_tokens_per_s_per_gpu"] = float(t.corrected)
         out[f"{p}_probe_factor"] = round(t.factor, 4)
+        out[f"{p}_probe_fits_predicted"] = float(probed.fit.fits)
         if probed.predicted_peak_at_probe_bytes is not None:
             out[f"{p}_probed_peak_gib"] = round(gib(probed.probe.peak_memory_bytes), 2)
             out[f"{p}_predicted_peak_gib_at_probe"] = round(
@@ -192,7 +193,9 @@ def metrics(result: PlanResult, probed: Comparison | None = None) -> dict[str, f
 
 
 def probe_document(probed: Comparison) -> dict[str, Any]:
-    """The CLI's ``--json`` ``probe``: the probe, its correction, the peaks compared."""
+    """The CLI's ``--json`` ``probe``: the probe, its correction, the peaks compared, and
+    whether the memory estimate says the probe's configuration fits where it ran
+    (``warning``: "" when it does)."""
     from dataclasses import asdict
 
     return {"probe": asdict(probed.probe), "predicted_tokens_per_s_per_gpu":
@@ -202,7 +205,10 @@ def probe_document(probed: Comparison) -> dict[str, Any]:
             probed.throughput.corrected, "factor": probed.throughput.factor,
             "source": probed.throughput.source, "predicted_peak_at_probe_bytes":
             probed.predicted_peak_at_probe_bytes,
-            "probed_peak_bytes": probed.probe.peak_memory_bytes or None}
+            "probed_peak_bytes": probed.probe.peak_memory_bytes or None,
+            "fits_at_probe_predicted": probed.fit.fits,
+            "predicted_peak_at_probe_world_size_bytes": probed.fit.peak_bytes,
+            "warning": probed.fit.warning("probe")}
 
 
 def json_document(result: PlanResult) -> dict[str, Any]:

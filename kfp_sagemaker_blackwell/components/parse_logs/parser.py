@@ -92,7 +92,6 @@ class LogParser:
         self._cols: dict[str, list[float]] = {name: [] for name in NUMERIC_STEP_FIELDS}
         self._precision: list[str] = []
         self._emulated: list[bool] = []
-        self._step_stream: list[int] = []  # index into self._streams per step row
         self.found = Findings()
         self.warnings: list[str] = []
         self.stats = {"lines": 0, "bytes": 0, "trainer_records": 0, "step_lines": 0,
@@ -133,7 +132,7 @@ class LogParser:
         if not scan.take_steps(exact=False):  # a value the contract refuses: read it exactly
             scan = Scan(EXACT_SCAN_RE.split(chunk), last_step_before)
             scan.take_steps(exact=True)
-        self._add_steps(scan, sidx)
+        self._add_steps(scan)
         noise = scan.noise(chunk)
         lines = noise.count(b"\n") + (0 if chunk.endswith(b"\n") else 1)
         self._streams[sidx].lines += lines
@@ -146,7 +145,7 @@ class LogParser:
         self.stats["unparsed_trainer_records"] += unparsed
         self.stats["tracebacks"] += self.found.on_noise(noise, scan.step_at_noise)
 
-    def _add_steps(self, scan: Scan, sidx: int) -> None:
+    def _add_steps(self, scan: Scan) -> None:
         if not scan.steps:
             return
         self._steps.extend(scan.steps)
@@ -154,7 +153,6 @@ class LogParser:
             self._cols[name].extend(values)
         self._precision.extend(scan.precision)
         self._emulated.extend(scan.emulated)
-        self._step_stream.extend(itertools.repeat(sidx, len(scan.steps)))
         self.stats["step_lines"] += len(scan.steps)
         self._last_step = scan.steps[-1]
 

@@ -33,7 +33,7 @@ def plan_training(
     region: str = "",
     instance_hour_prices: Optional[dict] = None,
     headroom: float = 0.05,
-    runtime_margin: float = 0.2,
+    runtime_margin: float = 0.364,  # planning/throughput.py RUNTIME_MARGIN (KFP runs this text)
     startup_seconds: int = 600,
     rank_by: str = "cost",
     probes: Optional[list] = None,
@@ -103,14 +103,18 @@ def plan_training(
         headroom: Fraction of GPU memory to keep free (0.05 = 5%).
         runtime_margin: max_runtime_seconds = the steps' predicted time x (1 + this) +
             ``startup_seconds``: room for the throughput model's error (the worst case
-            is costed with it).
+            is costed with it; a job past it is stopped before its last step). Default:
+            the model's worst error on configuration families left out of its fit
+            (predicted too fast; benchmarks/throughput/lofo_all_h200.json) plus a
+            10-point allowance (planning/throughput.py RUNTIME_MARGIN).
         startup_seconds: Billed time before the first step (image download, torchrun and
             model initialisation, compilation), added to every job's predicted time.
         rank_by: cost (cheapest first, then fastest) or time (fastest first).
         probes: Measured speeds that correct the prediction: a list of
             {instance_type, precision, batch_size, activation_checkpointing,
             tokens_per_s_per_gpu, world_size, peak_memory_bytes, source, kind
-            (probed or measured)}.
+            (probed or measured)}. One the memory estimate says cannot fit where it ran
+            is noted: it contradicts the memory model.
         show_top: Rows of the ranked table in the report.
         probe_count: How many of the best distinct configurations ``top_candidates``
             lists (the plan_and_train pipeline probes them).

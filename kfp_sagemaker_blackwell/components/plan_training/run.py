@@ -154,7 +154,7 @@ def goal_and_book(params: Mapping[str, Any], verdicts: str = ""
         runtime_margin=float(params["runtime_margin"]), rank_by=params["rank_by"],
         startup_seconds=params["startup_seconds"], max_batch_size=params["max_batch_size"],
         validated=validated, probes=probes)
-    return goal, book, notes + more
+    return goal, book, notes + more + search.probe_notes(goal, probes, "probes")
 
 
 def top_candidates(result: search.SearchResult, count: int) -> list[dict[str, Any]]:
@@ -197,6 +197,7 @@ def with_probes(goal: search.Goal, paths: list[str]
     if not used:
         notes.append("no probe ran on a candidate's GPU: the probed candidates are ranked on "
                      "their predictions")
+    notes += search.probe_notes(goal, used, "probe_series")
     return replace(goal, only=done, probes=goal.probes + tuple(used)), runs, notes
 
 

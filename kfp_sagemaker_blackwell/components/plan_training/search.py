@@ -44,7 +44,7 @@ from kfp_sagemaker_blackwell.catalog.spec import ModelSpec
 from kfp_sagemaker_blackwell.common.errors import UserError
 from kfp_sagemaker_blackwell.common.training_job import MAX_RUNTIME_LIMIT_S
 from kfp_sagemaker_blackwell.planning import estimator, planner, pricing, throughput
-from kfp_sagemaker_blackwell.planning.probe import Probe, correct
+from kfp_sagemaker_blackwell.planning.probe import Probe, correct, fit_at_probe
 
 CAPACITY_MODES = ("on-demand", "spot", "training-plan")
 RANK_BY = ("cost", "time")
@@ -301,6 +301,29 @@ def _probe_for(goal: Goal, hw: planner.Hardware, precision: str, batch: int,
                                      p.world_size == hw.world_size,
                                      p.world_size <= hw.world_size, p.world_size),
                default=None)
+
+
+def probe_notes(goal: Goal, probes: Iterable[Probe], parameter: str) -> list[str]:
+    """A note for each of ``probes`` (given in ``parameter``) whose own configuration the
+    memory estimate says cannot fit where it ran (``planning.probe.fit_at_probe``: it
+    contradicts the memory model; its speed still corrects its candidates)."""
+    notes = []
+    for p in probes:
+        gpu = hardware.gpu(p.gpu_name())
+        if not gpu.supports(p.precision):
+            continue  # it matches no candidate (_probe_for), and has no estimate
+        # the most GPUs of this type the goal plans on: how far fit_at_probe looks for
+        # a world size on which the probe's configuration fits
+        most = max((it.gpus_per_node * max(goal.instance_counts) for it in
+                    (hardware.INSTANCE_TYPES[t] for t in goal.instance_types)
+                    if it.gpu == gpu.name), default=p.world_size)
+        hw = planner.Hardware(gpu, "", most, max(most, p.world_size))
+        setup = planner.Request(goal.model, goal.seq_length, hw).setup(
+            p.precision, p.batch_size, p.activation_checkpointing)
+        fit = fit_at_probe(p, setup, gpu)
+        if not fit.fits:
+            notes.append(fit.warning(parameter))
+    return notes
 
 
 def predicted_at(goal: Goal, instance_type: str, precision: str, batch: int,
