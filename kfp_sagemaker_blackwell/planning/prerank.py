@@ -36,6 +36,7 @@ from kfp_sagemaker_blackwell.planning.probe import Probe, correct, correct_peak
 from kfp_sagemaker_blackwell.planning.training_setup import TrainingSetup
 
 PREDICTED, CORRECTED = "predicted", "probe-corrected"
+THROUGHPUT_SOURCE = "predicted by the throughput model (memory_estimate's plan)"
 MEMORY_SOURCE = "predicted by the memory estimate (memory_estimate's plan)"
 
 
@@ -70,6 +71,10 @@ class Ranked:
     memory_kind: str
     memory_source: str
     fits: bool
+    throughput_probe: Probe | None = None  # what corrected the speed (None: predicted)
+    throughput_factor: float | None = None  # its measured / predicted at its configuration
+    memory_probe: Probe | None = None  # what corrected the peak (None: predicted)
+    memory_factor: float | None = None
     rank: int = 0  # 1 = best of the fitting ones; 0: dropped for memory
     timed: bool = True  # a trial times it
     why_not: str = ""  # why no trial times it
@@ -149,19 +154,21 @@ def _ranked(request: planner.Request, candidate: dict[str, Any],
     setup = request.setup(p, b, ac)
     predicted = float(candidate["predicted_tokens_per_s_per_gpu"])
     peak = estimator.estimate_checked(setup, hw.gpu).peak_bytes
-    tps, kind, source = predicted, PREDICTED, "the throughput model (memory_estimate's plan)"
-    probe = nearest(probes, p, b, ac)
-    if probe is not None:
-        c = correct(probe, setup, hw.gpu, instance_type=hw.instance_type, predicted=predicted,
+    speed = nearest(probes, p, b, ac)
+    tps, kind, source, speed_factor = predicted, PREDICTED, THROUGHPUT_SOURCE, None
+    if speed is not None:
+        c = correct(speed, setup, hw.gpu, instance_type=hw.instance_type, predicted=predicted,
                     same_configuration=False)
-        tps, kind, source = c.corrected, CORRECTED, c.source
-    corrected_peak, memory_kind, memory_source = peak, PREDICTED, MEMORY_SOURCE
-    probe = nearest(tuple(q for q in probes if q.peak_memory_bytes), p, b, ac)
-    if probe is not None:
-        m = correct_peak(probe, setup, hw.gpu, predicted=peak, same_configuration=False)
-        corrected_peak, memory_kind, memory_source = m.corrected, CORRECTED, m.source
+        tps, kind, source, speed_factor = c.corrected, CORRECTED, c.source, c.factor
+    memory = nearest(tuple(q for q in probes if q.peak_memory_bytes), p, b, ac)
+    corrected_peak, memory_kind, memory_source, peak_factor = peak, PREDICTED, MEMORY_SOURCE, None
+    if memory is not None:
+        m = correct_peak(memory, setup, hw.gpu, predicted=peak, same_configuration=False)
+        corrected_peak, memory_kind, memory_source, peak_factor = (m.corrected, CORRECTED,
+                                                                   m.source, m.factor)
     return Ranked(dict(candidate), predicted, tps, kind, source, peak, corrected_peak,
-                  memory_kind, memory_source, corrected_peak <= request.usable_bytes)
+                  memory_kind, memory_source, corrected_peak <= request.usable_bytes,
+                  speed, speed_factor, memory, peak_factor)
 
 
 def prerank(plan: MemoryPlan, candidates: list[dict[str, Any]], probes: tuple[Probe, ...],
