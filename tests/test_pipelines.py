@@ -285,6 +285,16 @@ BAD_RUN_LOCAL = [
     ("batch_tuning", ["--output-kms-key-id", "not-a-key"], "output_kms_key_id: 'not-a-key'"),
     ("batch_tuning", ["--max-cost-usd", "-5"], "max_cost_usd: -5"),
     ("batch_tuning", ["--volume-kms-key-id", "alias/x y"], "volume_kms_key_id"),
+    ("batch_tuning", ["--probe", '{"precision": "fp8", "batch_size": 2'], "probe: "),
+    ("batch_tuning", ["--probe", '{"precision": "bf16", "batch_size": 2, "activation_'
+                      'checkpointing": false, "tokens_per_s_per_gpu": 9000, "gpu": "B200"}'],
+     "probe: ran bf16 on B200; the candidates are fp8 on B200"),
+    ("batch_tuning", ["--probe", '{"precision": "fp8", "batch_size": 2, "activation_'
+                      'checkpointing": false, "tokens_per_s_per_gpu": 9000, "gpu": "H200"}'],
+     "probe fp8 on a B200 instance"),
+    ("batch_tuning", ["--probe", '{"precision": "fp8", "batch_size": 1, "activation_'
+                      'checkpointing": false, "tokens_per_s_per_gpu": 9000, "gpu": "B200"}',
+                      "--trial-count", "-1"], "trial_count: -1 is not a count"),
     ("precision_sweep", ["--max-cost-usd", "10"], "exceeds $10.00"),  # 4 jobs x 24 h of p6
 ]
 
