@@ -216,3 +216,65 @@ def test_the_compiled_pipeline_times_the_pre_ranked_trials_and_reports_them(tmp_
                                              "producerTask": "prerank-candidates"}
     defaults = doc["root"]["inputDefinitions"]["parameters"]
     assert defaults["probe"]["defaultValue"] == "" and defaults["trial_count"]["defaultValue"] == 3
+
+
+# ---- whole local runs (the embedded default), tiny model ----
+
+LOCAL = {"model_preset": "tiny", "precision": "fp8", "seq_length": 32, "max_batch_size": 4,
+         "activation_checkpointing": "off", "max_steps": 4,
+         "hyperparameters": {"log-every": "1", "checkpoint-every": "0"}}
+
+
+@pytest.mark.slow
+def test_a_probe_pre_ranks_and_only_the_best_trial_is_timed_on_the_local_backend(tmp_path):
+    from kfp_sagemaker_blackwell.common import cli
+    from kfp_sagemaker_blackwell.pipelines import batch_tuning
+    from kfp_sagemaker_blackwell.pipelines import local as _local
+
+    # a probe of batch 1 on one B200 (the default instance type's GPU), as a user gives it
+    given = {"precision": "fp8", "batch_size": 1, "activation_checkpointing": False,
+             "tokens_per_s_per_gpu": 50000.0, "gpu": "B200", "world_size": 1,
+             "source": "probe-job-1"}
+    args = {**cli.defaults(batch_tuning.PIPELINE.pipeline_func), **LOCAL,
+            "probe": json.dumps(given), "trial_count": 1}
+    batch_tuning.check_arguments({"role_arn": _local.LOCAL_ROLE_ARN,
+                                  "bucket": _local.LOCAL_BUCKET, **args})
+    with _local.local_aws() as backend:
+        args = {"role_arn": _local.LOCAL_ROLE_ARN, "bucket": _local.LOCAL_BUCKET, **args}
+        run = _local.run_local(batch_tuning.build_pipeline(1), args, runs_dir=tmp_path)
+        jobs = _local.training_jobs(backend)
+    assert run.state == "SUCCEEDED", run.error
+    candidates = run.parameters("memory-estimate")["batch_candidates"]
+    trials = run.parameters("prerank-candidates")["trials"]
+    assert len(candidates) == 3 and len(trials) == 1  # batches 1, 2, 4: the best one timed
+    assert trials[0]["batch_size"] == candidates[0]["batch_size"]  # one probe: the order stays
+    # (kfp.local hands JSON numbers back as floats)
+    assert [j["HyperParameters"]["batch-size"] for j in jobs] == [str(int(trials[0]["batch_size"]))]
+    pre = run.output("prerank-candidates", "summary").read_text()
+    assert "**1 of 3 candidates timed** (trial_count=1)." in pre
+    assert "- probed: probe-job-1 (fp8 batch 1, checkpointing off, 1 x B200)" in pre
+    summary = run.output("rank-throughput", "summary").read_text()
+    assert "tokens/s/GPU (predicted for ml.p6-b200.48xlarge, probe-corrected)" in summary
+    assert f"| {trials[0]['corrected_tokens_per_s_per_gpu']:,.0f} |" in summary
+    assert "tokens/s/GPU (measured)" in summary
+    assert run.output("cleanup", "report") is not None
+
+
+@pytest.mark.slow
+def test_without_a_probe_every_candidate_is_timed_on_the_local_backend(tmp_path):
+    from kfp_sagemaker_blackwell.common import cli
+    from kfp_sagemaker_blackwell.pipelines import batch_tuning
+    from kfp_sagemaker_blackwell.pipelines import local as _local
+
+    args = {**cli.defaults(batch_tuning.PIPELINE.pipeline_func), **LOCAL, "max_batch_size": 2}
+    with _local.local_aws() as backend:
+        args = {"role_arn": _local.LOCAL_ROLE_ARN, "bucket": _local.LOCAL_BUCKET, **args}
+        run = _local.run_local(batch_tuning.build_pipeline(1), args, runs_dir=tmp_path)
+        jobs = _local.training_jobs(backend)
+    assert run.state == "SUCCEEDED", run.error
+    candidates = run.parameters("memory-estimate")["batch_candidates"]
+    assert run.parameters("prerank-candidates")["trials"] == candidates
+    assert sorted(j["HyperParameters"]["batch-size"] for j in jobs) == ["1", "2"]
+    summary = run.output("rank-throughput", "summary").read_text()
+    assert "probe-corrected" not in summary and "predicted for ml.p6-b200.48xlarge by the plan" \
+        in summary
