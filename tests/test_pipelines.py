@@ -13,7 +13,7 @@ from kfp_sagemaker_blackwell.pipelines.compile import COMPILED
 
 ROOT = Path(__file__).resolve().parent.parent
 AWS_TASKS = {"build-image", "sagemaker-training", "parse-logs", "cleanup"}
-PURE_TASKS = {"memory-estimate", "compare-convergence", "rank-throughput"}
+PURE_TASKS = {"memory-estimate", "compare-convergence", "rank-throughput", "prerank-candidates"}
 
 
 def _pipeline_files():
