@@ -83,8 +83,8 @@ def test_every_component_yaml_loads_and_composes_into_a_new_pipeline(tmp_path):
         for p in sorted((COMPILED / "components").glob("*.yaml"))
     }
     assert set(loaded) == {"build_image", "cleanup", "compare_convergence", "memory_estimate",
-                           "parse_logs", "plan_training", "rank_throughput",
-                           "sagemaker_training"}
+                           "parse_logs", "plan_training", "prerank_candidates",
+                           "rank_throughput", "sagemaker_training"}
 
     @dsl.pipeline(name="another-teams-pipeline")
     def theirs(role_arn: str, bucket: str):
@@ -100,7 +100,10 @@ def test_every_component_yaml_loads_and_composes_into_a_new_pipeline(tmp_path):
                     memory_plan=plan.outputs["plan"])
                 logs = loaded["parse_logs"](job_name=job.outputs["job_name"])
             loaded["compare_convergence"](series=dsl.Collected(logs.outputs["series"]))
-            loaded["rank_throughput"](series=dsl.Collected(logs.outputs["series"]))
+            trials = loaded["prerank_candidates"](
+                memory_plan=plan.outputs["plan"],
+                batch_candidates=plan.outputs["batch_candidates"]).outputs["trials"]
+            loaded["rank_throughput"](series=dsl.Collected(logs.outputs["series"]), plan=trials)
             loaded["plan_training"](training_tokens=10**9,
                                     probe_series=dsl.Collected(logs.outputs["series"]))
 

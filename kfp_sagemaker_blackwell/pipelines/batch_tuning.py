@@ -120,8 +120,10 @@ def build_pipeline(parallelism: int = DEFAULT_PARALLELISM) -> Any:
             probe: A short measured run ("probe, then extrapolate"), as memory_estimate's
                 probe: a JSON object {precision, batch_size, activation_checkpointing,
                 tokens_per_s_per_gpu, instance_type or gpu, world_size, peak_memory_bytes,
-                source, kind}, or a JSON list of them. Of ``precision`` on the instance
-                type's GPU (any batch, checkpointing and world size): every candidate's
+                source, kind}, or a JSON list of them; peak_memory_bytes: the peak
+                reserved per GPU (parse_logs' peak_reserved_gib x 2^30), 0 = not measured.
+                Of ``precision`` on the instance type's GPU (any batch, checkpointing and
+                world size): every candidate's
                 predicted tokens/s and peak are corrected by the nearest probe, those that
                 no longer fit are dropped, and the best ``trial_count`` are timed. "" =
                 none: every candidate is timed.

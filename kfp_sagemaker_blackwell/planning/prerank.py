@@ -12,7 +12,8 @@ the JSON memory_estimate's ``probe`` takes; several as a list):
   nearest micro-batch) with ``probe.correct`` / ``probe.correct_peak``: the measured /
   predicted ratio at the probe's configuration, applied to the candidate's prediction for
   the full run. A probe that measured no peak leaves the peaks predicted;
-- a candidate whose corrected peak exceeds the plan's usable memory is dropped;
+- a candidate whose corrected peak exceeds the plan's usable memory is dropped (a probe
+  that used less memory than predicted adds no batch above the plan's largest);
 - the rest are ranked by corrected tokens/s per GPU (on one instance type the cost per
   token ranks them the same way), and only the best ``trial_count`` are timed.
 
@@ -188,10 +189,10 @@ def prerank(plan: MemoryPlan, candidates: list[dict[str, Any]], probes: tuple[Pr
     rows = [_ranked(request, c, probes) for c in candidates]
     fitting = sorted((r for r in rows if r.fits), key=lambda r: -r.tokens_per_s_per_gpu)
     if not fitting and rows:
-        worst = min(rows, key=lambda r: r.peak_bytes)
+        smallest = min(rows, key=lambda r: r.peak_bytes)
         raise UserError("probe", f"corrects every candidate's peak above the usable "
                         f"{request.usable_bytes / estimator.GiB:.1f} GiB per GPU (the smallest: "
-                        f"{worst.peak_bytes / estimator.GiB:.1f} GiB; {worst.memory_source}).",
+                        f"{smallest.peak_bytes / estimator.GiB:.1f} GiB; {smallest.memory_source}).",
                         "train with activation checkpointing, a shorter sequence or more GPUs; "
                         "or check the probe's peak_memory_bytes (its peak per GPU, in bytes).")
     keep = len(fitting) if trial_count == 0 else trial_count

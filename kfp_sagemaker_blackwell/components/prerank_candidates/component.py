@@ -36,7 +36,9 @@ def prerank_candidates(
         probe: Probes, as memory_estimate's ``probe`` takes one: a JSON object
             {precision, batch_size, activation_checkpointing, tokens_per_s_per_gpu,
             instance_type or gpu, world_size, peak_memory_bytes, source, kind}, or a
-            JSON list of them; on the command line also @FILE. Of a runnable precision
+            JSON list of them; on the command line also @FILE. peak_memory_bytes: the
+            peak reserved per GPU (parse_logs' peak_reserved_gib x 2^30), 0 = not
+            measured. Of a runnable precision
             of the plan, on its GPU type (any micro-batch, checkpointing and world
             size). "" = none: every candidate is timed.
         trial_count: With a probe: how many of the best pre-ranked candidates are timed
