@@ -32,6 +32,8 @@ CLIS = {
     "kfp_sagemaker_blackwell.components.plan_training.__main__": ("kfp_sagemaker_blackwell.components.plan_training.component", "plan_training"),
     "kfp_sagemaker_blackwell.components.rank_throughput.__main__": ("kfp_sagemaker_blackwell.components.rank_throughput.component",
                                             "rank_throughput"),
+    "kfp_sagemaker_blackwell.components.prerank_candidates.__main__": (
+        "kfp_sagemaker_blackwell.components.prerank_candidates.component", "prerank_candidates"),
 }
 ROOT = Path(__file__).resolve().parent.parent
 # What is not yet converted: (test, source) -> why. Strict, so that a marker must go the

@@ -132,7 +132,7 @@ def test_the_sweeps_pass_their_items_so_the_budget_covers_every_job():
     from kfp_sagemaker_blackwell.pipelines import batch_tuning, precision_sweep
 
     for module, items in ((precision_sweep, "runnable_precisions"),
-                          (batch_tuning, "batch_candidates")):
+                          (batch_tuning, "trials")):
         spec = module.PIPELINE.pipeline_spec
         train = [t for comp in spec.components.values() for name, t in comp.dag.tasks.items()
                  if name.startswith("sagemaker-training")]

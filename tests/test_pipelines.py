@@ -13,7 +13,7 @@ from kfp_sagemaker_blackwell.pipelines.compile import COMPILED
 
 ROOT = Path(__file__).resolve().parent.parent
 AWS_TASKS = {"build-image", "sagemaker-training", "parse-logs", "cleanup"}
-PURE_TASKS = {"memory-estimate", "compare-convergence", "rank-throughput"}
+PURE_TASKS = {"memory-estimate", "compare-convergence", "rank-throughput", "prerank-candidates"}
 
 
 def _pipeline_files():
@@ -83,8 +83,8 @@ def test_every_component_yaml_loads_and_composes_into_a_new_pipeline(tmp_path):
         for p in sorted((COMPILED / "components").glob("*.yaml"))
     }
     assert set(loaded) == {"build_image", "cleanup", "compare_convergence", "memory_estimate",
-                           "parse_logs", "plan_training", "rank_throughput",
-                           "sagemaker_training"}
+                           "parse_logs", "plan_training", "prerank_candidates",
+                           "rank_throughput", "sagemaker_training"}
 
     @dsl.pipeline(name="another-teams-pipeline")
     def theirs(role_arn: str, bucket: str):
@@ -100,7 +100,10 @@ def test_every_component_yaml_loads_and_composes_into_a_new_pipeline(tmp_path):
                     memory_plan=plan.outputs["plan"])
                 logs = loaded["parse_logs"](job_name=job.outputs["job_name"])
             loaded["compare_convergence"](series=dsl.Collected(logs.outputs["series"]))
-            loaded["rank_throughput"](series=dsl.Collected(logs.outputs["series"]))
+            trials = loaded["prerank_candidates"](
+                memory_plan=plan.outputs["plan"],
+                batch_candidates=plan.outputs["batch_candidates"]).outputs["trials"]
+            loaded["rank_throughput"](series=dsl.Collected(logs.outputs["series"]), plan=trials)
             loaded["plan_training"](training_tokens=10**9,
                                     probe_series=dsl.Collected(logs.outputs["series"]))
 
@@ -285,6 +288,16 @@ BAD_RUN_LOCAL = [
     ("batch_tuning", ["--output-kms-key-id", "not-a-key"], "output_kms_key_id: 'not-a-key'"),
     ("batch_tuning", ["--max-cost-usd", "-5"], "max_cost_usd: -5"),
     ("batch_tuning", ["--volume-kms-key-id", "alias/x y"], "volume_kms_key_id"),
+    ("batch_tuning", ["--probe", '{"precision": "fp8", "batch_size": 2'], "probe: "),
+    ("batch_tuning", ["--probe", '{"precision": "bf16", "batch_size": 2, "activation_'
+                      'checkpointing": false, "tokens_per_s_per_gpu": 9000, "gpu": "B200"}'],
+     "probe: ran bf16 on B200; the candidates are fp8 on B200"),
+    ("batch_tuning", ["--probe", '{"precision": "fp8", "batch_size": 2, "activation_'
+                      'checkpointing": false, "tokens_per_s_per_gpu": 9000, "gpu": "H200"}'],
+     "probe fp8 on a B200 instance"),
+    ("batch_tuning", ["--probe", '{"precision": "fp8", "batch_size": 1, "activation_'
+                      'checkpointing": false, "tokens_per_s_per_gpu": 9000, "gpu": "B200"}',
+                      "--trial-count", "-1"], "trial_count: -1 is not a count"),
     ("precision_sweep", ["--max-cost-usd", "10"], "exceeds $10.00"),  # 4 jobs x 24 h of p6
 ]
 

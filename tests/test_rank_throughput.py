@@ -239,3 +239,21 @@ def test_a_count_passed_through_the_pipeline_json_reads_as_a_count(tmp_path):
     r = rank(load([_series(tmp_path, "b2", batch=2, ac=False, tps=5.0, mem=None)]))
     text = markdown(r, {"instance_type": "ml.p6-b200.48xlarge", "instance_count": 1.0})
     assert "- instances: 1 x ml.p6-b200.48xlarge" in text
+
+
+def test_a_probe_corrected_prediction_stands_beside_the_measured_with_its_label(tmp_path):
+    """Batch tuning with a probe: prerank_candidates' trials carry the corrected figure."""
+    paths = [_series(tmp_path, "b4", batch=4, ac=True, tps=800.0, mem=None, emulated=True)]
+    trials = [{"precision": "fp8", "batch_size": 4, "activation_checkpointing": True,
+               "predicted_tokens_per_s_per_gpu": 23456.7,
+               "corrected_tokens_per_s_per_gpu": 21111.0, "throughput_kind": "probe-corrected"}]
+    r = rank(load(paths, trials))
+    assert r.best.corrected_tokens_per_s_per_gpu == 21111.0
+    context = {"instance_type": "ml.p6-b200.48xlarge"}
+    text = markdown(r, context)
+    assert "tokens/s/GPU (predicted for ml.p6-b200.48xlarge, probe-corrected)" in text
+    assert "| 23,457 | 21,111 |" in text and "Probe-corrected: the plan's prediction x" in text
+    assert "probe-corrected" in html_report(r, context)
+    # without a probe's correction: no such column
+    plain = markdown(rank(load(paths, [dict(trials[0], corrected_tokens_per_s_per_gpu=None)])))
+    assert "probe-corrected" not in plain

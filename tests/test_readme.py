@@ -49,7 +49,7 @@ NOT_RUN = {
     "python pipelines/precision_sweep.py --run-local --precisions bf16,fp8 --max-steps 100":
         "minutes of training; tests/test_pipelines.py runs the sweep locally",
     "python pipelines/batch_tuning.py --run-local":
-        "minutes of training; tests/test_pipelines.py runs batch tuning locally",
+        "minutes of training; tests/test_batch_tuning_probe.py runs batch tuning locally",
     "python pipelines/plan_and_train.py --run-local":
         "minutes of training; tests/test_plan_training.py runs plan_and_train locally",
     "python -m kfp_sagemaker_blackwell.pipelines.compile":

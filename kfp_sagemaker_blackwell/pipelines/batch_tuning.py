@@ -6,6 +6,11 @@ each candidate trains briefly on SageMaker, its logs are parsed, and the
 candidates are ranked by tokens/s per GPU next to their peak memory. All inside
 an exit handler whose exit task is ``cleanup``.
 
+Probe, then extrapolate: given ``probe`` (a short measured run's tokens/s and peak
+memory, memory_estimate's probe JSON), ``prerank_candidates`` corrects every
+candidate's predicted speed and peak by it, drops those that no longer fit, and only
+the best ``trial_count`` are timed. Without a probe every candidate is timed.
+
     python pipelines/batch_tuning.py --compile           # compiled/batch_tuning.yaml
     python pipelines/batch_tuning.py --run-local         # on this machine
 """
@@ -23,6 +28,7 @@ from kfp import dsl
 from kfp_sagemaker_blackwell.catalog.hardware import DEFAULT_INSTANCE_TYPE
 from kfp_sagemaker_blackwell.components.memory_estimate.component import memory_estimate
 from kfp_sagemaker_blackwell.components.parse_logs.component import parse_logs
+from kfp_sagemaker_blackwell.components.prerank_candidates.component import prerank_candidates
 from kfp_sagemaker_blackwell.components.rank_throughput.component import rank_throughput
 from kfp_sagemaker_blackwell.components.sagemaker_training.component import sagemaker_training
 from kfp_sagemaker_blackwell.pipelines import _steps
@@ -37,7 +43,8 @@ def build_pipeline(parallelism: int = DEFAULT_PARALLELISM) -> Any:
     @dsl.pipeline(
         name=NAME,
         description="Time short training runs of the batch sizes (with and without activation "
-        "checkpointing) the memory plan says fit, and rank them by tokens/s per GPU.",
+        "checkpointing) the memory plan says fit (with a probe: the best that still fit once "
+        "the probe corrects their predictions), and rank them by tokens/s per GPU.",
     )
     def batch_tuning(
         role_arn: str,
@@ -65,6 +72,8 @@ def build_pipeline(parallelism: int = DEFAULT_PARALLELISM) -> Any:
         activation_checkpointing: str = "auto",
         max_batch_size: int = 64,
         max_steps: int = 50,
+        probe: str = "",
+        trial_count: int = 3,
         hyperparameters: dict = {},  # noqa: B006 (KFP default)
         max_cost_usd: float = 0.0,
         instance_hour_prices: dict = {},  # noqa: B006 (KFP default)
@@ -108,6 +117,18 @@ def build_pipeline(parallelism: int = DEFAULT_PARALLELISM) -> Any:
             activation_checkpointing: auto (try with and without), on, or off.
             max_batch_size: Largest candidate micro-batch (0 = the largest that fits).
             max_steps: Optimizer steps per candidate (enough to pass warm-up).
+            probe: A short measured run ("probe, then extrapolate"), as memory_estimate's
+                probe: a JSON object {precision, batch_size, activation_checkpointing,
+                tokens_per_s_per_gpu, instance_type or gpu, world_size, peak_memory_bytes,
+                source, kind}, or a JSON list of them; peak_memory_bytes: the peak
+                reserved per GPU (parse_logs' peak_reserved_gib x 2^30), 0 = not measured.
+                Of ``precision`` on the instance type's GPU (any batch, checkpointing and
+                world size): every candidate's
+                predicted tokens/s and peak are corrected by the nearest probe, those that
+                no longer fit are dropped, and the best ``trial_count`` are timed. "" =
+                none: every candidate is timed.
+            trial_count: With a probe: how many of the best pre-ranked candidates are
+                timed (0: every one that fits). Without a probe every candidate is.
             hyperparameters: Extra trainer hyperparameters for every candidate.
             max_cost_usd: Budget for all training jobs together: no job starts when their
                 worst cases (instances x max runtime x instance-hour price, summed)
@@ -136,12 +157,15 @@ def build_pipeline(parallelism: int = DEFAULT_PARALLELISM) -> Any:
                 pipeline=NAME,
             )
             plan = memory_estimate(**plan_arguments(arguments)).set_display_name("memory plan")
-            with dsl.ParallelFor(
-                plan.outputs["batch_candidates"], parallelism=parallelism
-            ) as candidate:
+            chosen = prerank_candidates(**prerank_arguments(
+                arguments, memory_plan=plan.outputs["plan"],
+                batch_candidates=plan.outputs["batch_candidates"],
+            )).set_display_name("pre-rank candidates")
+            trials = chosen.outputs["trials"]
+            with dsl.ParallelFor(trials, parallelism=parallelism) as candidate:
                 train = sagemaker_training(**training_arguments(
                     arguments, image_uri=image.outputs["image_uri"], prefix=prefix,
-                    candidate=candidate, candidates=plan.outputs["batch_candidates"],
+                    candidate=candidate, candidates=trials,
                 )).set_display_name("train candidate")
                 logs = parse_logs(
                     job_name=train.outputs["job_name"],
@@ -150,7 +174,7 @@ def build_pipeline(parallelism: int = DEFAULT_PARALLELISM) -> Any:
                 ).set_display_name("parse logs")
             rank_throughput(
                 series=dsl.Collected(logs.outputs["series"]),
-                plan=plan.outputs["batch_candidates"],
+                plan=trials,
                 run_context=_steps.report_context(
                     pipeline=NAME, instance_type=instance_type, instance_count=instance_count,
                     region=region, model_preset=model_preset),
@@ -167,6 +191,13 @@ def plan_arguments(a: dict[str, Any]) -> dict[str, Any]:
         precisions=[a["precision"]], activation_checkpointing=a["activation_checkpointing"],
         max_candidate_batch_size=a["max_batch_size"],
         instance_hour_prices=a["instance_hour_prices"], require_all_runnable=True)
+
+
+def prerank_arguments(a: dict[str, Any], *, memory_plan: Any,
+                      batch_candidates: Any) -> dict[str, Any]:
+    """What the pre-ranking step is passed (the DSL's call and the argument check's)."""
+    return dict(memory_plan=memory_plan, batch_candidates=batch_candidates, probe=a["probe"],
+                trial_count=a["trial_count"])
 
 
 def training_arguments(a: dict[str, Any], *, image_uri: Any, prefix: Any, candidate: Any,
@@ -198,6 +229,8 @@ def check_arguments(arguments: dict[str, Any]) -> None:
     """Checks a run's arguments (``--run-local``) or the compiled defaults (``--compile``)
     before anything starts or is written; raises UserError."""
     from kfp_sagemaker_blackwell.common.errors import UserError
+    from kfp_sagemaker_blackwell.planning.memory_plan import MemoryPlan
+    from kfp_sagemaker_blackwell.planning.prerank import parse_probes, prerank
 
     # parsed once: the memory plan and the training checks below trust the Precision
     arguments = {**arguments,
@@ -206,11 +239,15 @@ def check_arguments(arguments: dict[str, Any]) -> None:
         raise UserError("max_batch_size", f"{arguments['max_batch_size']!r} is negative.",
                         "pass 0 (no cap) or the largest batch size to try.")
     _steps.check_bucket(arguments["bucket"])
+    probes = parse_probes(arguments["probe"], field="probe")  # before the plan: its own error
     plan = _steps.check_memory_plan(plan_arguments(arguments))
+    # the trials a run would start: the pre-ranking step's own code, in-process
+    trials = prerank(MemoryPlan.from_json(plan.plan), plan.batch_candidates, probes,
+                     arguments["trial_count"]).trials
     run = _steps.stand_ins(arguments)
-    _steps.check_training(plan.batch_candidates, lambda candidate: training_arguments(
+    _steps.check_training(trials, lambda candidate: training_arguments(
         arguments, image_uri=run["image_uri"], prefix=run["prefix"],
-        candidate=SimpleNamespace(**candidate), candidates=plan.batch_candidates))
+        candidate=SimpleNamespace(**candidate), candidates=trials))
     _steps.check_cleanup_policy(arguments["cleanup_policy"])
 
 

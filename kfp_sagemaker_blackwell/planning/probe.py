@@ -8,8 +8,15 @@ world size and applies the measured / predicted ratio to the prediction for the 
 run (its world size, its network): the model extrapolates, the probe calibrates.
 :func:`fit_at_probe` asks the memory estimate whether the probe's own configuration
 fits where it ran: one that cannot, yet says it ran, contradicts the memory model and
-is reported as such. One implementation for every component that takes probes
-(plan_training's search, memory_estimate's ``probe`` parameter).
+is reported as such. One implementation for every component that takes probes (plan_training's search,
+memory_estimate's ``probe`` parameter, batch tuning's pre-ranking).
+
+A probe corrects the prediction for its own configuration; with
+``same_configuration=False`` also for another micro-batch or checkpointing of the same
+precision on the same GPU type (the ratio is then taken at the probe's configuration:
+how far the models are off for this model, precision and GPU, carried to the
+neighbours a batch-size sweep compares). Peak memory is corrected the same way
+(:func:`correct_peak`).
 """
 
 from __future__ import annotations
@@ -106,22 +113,23 @@ class Correction:
 
 
 def correct(probe: Probe, setup: TrainingSetup, gpu: hardware.GPU, *,
-            instance_type: str = "", predicted: float | None = None) -> Correction:
+            instance_type: str = "", predicted: float | None = None,
+            same_configuration: bool = True) -> Correction:
     """The prediction for ``setup`` (the full run, already checked) corrected by ``probe``
     of the same configuration on the same GPU type: the measured / predicted ratio at the
     probe's world size, applied to the full run's prediction (``predicted`` when the
-    caller has it)."""
-    if not probe.matches(setup.precision, setup.batch_size, setup.activation_checkpointing,
-                         gpu.name):
-        raise ValueError(f"{probe} did not probe {setup.precision} batch {setup.batch_size} "
-                         f"on {gpu.name}")
+    caller has it). ``same_configuration=False``: a probe of the same precision on the
+    same GPU type whose micro-batch or checkpointing may differ (the ratio at the
+    probe's own configuration). A ValueError for a probe that says nothing about it."""
+    _check_applies(probe, setup, gpu, same_configuration)
     full = predicted if predicted is not None else throughput.predict_checked(
         setup, gpu, instance_type=instance_type).tokens_per_s_per_gpu
-    at = throughput.predict(replace(setup, world_size=probe.world_size), gpu,
+    at = throughput.predict(at_probe(probe, setup), gpu,
                             instance_type=instance_type).tokens_per_s_per_gpu
     factor = probe.tokens_per_s_per_gpu / at
     source = (f"{probe.kind}: {probe.source or 'a probe'} on {probe.world_size} "
-              f"{probe.gpu_name()} GPU(s), x{factor:.3f} the throughput model's prediction there")
+              f"{probe.gpu_name()} GPU(s), x{factor:.3f} the throughput model's prediction there"
+              + _elsewhere(probe, setup))
     return Correction(full, at, probe.tokens_per_s_per_gpu, full * factor, source)
 
 
@@ -206,6 +214,72 @@ def fit_at_probe(probe: Probe, setup: TrainingSetup, gpu: hardware.GPU) -> FitAt
     return FitAtProbe(probe, gpu, setup.seq_length,
                       estimator.estimate_checked(at, gpu).peak_bytes, largest(False),
                       largest(True), world if world <= setup.world_size else 0)
+
+def _check_applies(probe: Probe, setup: TrainingSetup, gpu: hardware.GPU,
+                   same_configuration: bool) -> None:
+    if same_configuration and not probe.matches(
+            setup.precision, setup.batch_size, setup.activation_checkpointing, gpu.name):
+        raise ValueError(f"{probe} did not probe {setup.precision} batch {setup.batch_size} "
+                         f"on {gpu.name}")
+    if (probe.precision, probe.gpu_name()) != (setup.precision, gpu.name):
+        raise ValueError(f"{probe} did not probe {setup.precision} on {gpu.name}")
+
+
+def _elsewhere(probe: Probe, setup: TrainingSetup) -> str:
+    """What a correction of another configuration says about where its ratio comes from."""
+    if (probe.batch_size, probe.activation_checkpointing) == (
+            setup.batch_size, setup.activation_checkpointing):
+        return ""
+    return (f" (batch {probe.batch_size}, checkpointing "
+            f"{'on' if probe.activation_checkpointing else 'off'}), applied to batch "
+            f"{setup.batch_size}, checkpointing {'on' if setup.activation_checkpointing else 'off'}")
+
+
+def at_probe(probe: Probe, setup: TrainingSetup) -> TrainingSetup:
+    """``setup`` as the probe ran it: its micro-batch, checkpointing and world size."""
+    return replace(setup, batch_size=probe.batch_size,
+                   activation_checkpointing=probe.activation_checkpointing,
+                   world_size=probe.world_size)
+
+
+@dataclass(frozen=True)
+class PeakCorrection:
+    """The full run's predicted peak memory per GPU, corrected by a probe's peak."""
+
+    predicted: int  # the memory estimate, full run
+    predicted_at_probe: int  # the memory estimate, at the probe's configuration
+    probed: int  # the probe's measured peak
+    corrected: int  # predicted x probed / predicted_at_probe
+    source: str
+
+    @property
+    def factor(self) -> float:
+        return self.probed / self.predicted_at_probe
+
+
+def correct_peak(probe: Probe, setup: TrainingSetup, gpu: hardware.GPU, *,
+                 predicted: int | None = None, same_configuration: bool = True
+                 ) -> PeakCorrection:
+    """The memory estimate's peak per GPU for ``setup`` corrected by the probe's measured
+    peak (``peak_memory_bytes`` > 0) as :func:`correct` corrects the speed: the measured /
+    predicted ratio at the probe's configuration, applied to the full run's peak."""
+    if not probe.peak_memory_bytes:
+        raise ValueError(f"{probe} measured no peak memory")
+    _check_applies(probe, setup, gpu, same_configuration)
+    full = predicted if predicted is not None else estimator.estimate_checked(
+        setup, gpu).peak_bytes
+    at = predicted_peak_at_probe(probe, setup, gpu)
+    factor = probe.peak_memory_bytes / at
+    source = (f"{probe.kind}: peak memory of {probe.source or 'a probe'} on "
+              f"{probe.world_size} {probe.gpu_name()} GPU(s), x{factor:.3f} the memory "
+              f"estimate's there" + _elsewhere(probe, setup))
+    return PeakCorrection(full, at, probe.peak_memory_bytes, round(full * factor), source)
+
+
+def predicted_peak_at_probe(probe: Probe, setup: TrainingSetup, gpu: hardware.GPU) -> int:
+    """The memory estimate's peak per GPU for ``setup`` as the probe ran it (what the
+    probe's ``peak_memory_bytes`` is compared with: sharded parts depend on its world size)."""
+    return estimator.estimate_checked(at_probe(probe, setup), gpu).peak_bytes
 
 
 @dataclass(frozen=True)

@@ -33,8 +33,9 @@ def rank_throughput(
 
     Args:
         series: The parse_logs ``series`` Datasets of the candidate runs.
-        plan: memory_estimate's ``batch_candidates``: their predicted tokens/s per GPU
-            (for the target instance) stand beside the measured ones.
+        plan: memory_estimate's ``batch_candidates`` (or prerank_candidates' ``trials``):
+            their predicted tokens/s per GPU (for the target instance), and a probe's
+            correction of it where there is one, stand beside the measured ones.
         run_context: What the pipeline knows about the run, shown on top of the report
             beside what the series say (model, sequence, batch sizes, steps, job names):
             e.g. {"pipeline": ..., "run_id": ..., "instance_type": ..., "region": ...}.
@@ -43,7 +44,8 @@ def rank_throughput(
         report: HTML: the run context, throughput and (when measured) memory bars per
             candidate, each labelled measured, and the table.
         summary: Markdown table (rank, setting, status, tokens/s per GPU measured and,
-            where a prediction exists, predicted by the plan or on the run's GPU, peak GiB).
+            where a prediction exists, predicted by the plan (probe-corrected) or on the
+            run's GPU, peak GiB).
         metrics: best_tokens_per_s_per_gpu, best_batch_size, candidates, completed.
         best_batch_size: The fastest completed candidate's batch size (0 when none).
         best_activation_checkpointing: Whether that candidate used checkpointing.

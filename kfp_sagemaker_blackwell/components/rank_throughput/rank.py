@@ -52,6 +52,8 @@ class Candidate:
     predicted_tokens_per_s_per_gpu: float | None = None
     # The plan's prediction for the target instance's GPU (memory_estimate's candidates).
     planned_tokens_per_s_per_gpu: float | None = None
+    # That prediction corrected by a probe (prerank_candidates' trials; None without one).
+    corrected_tokens_per_s_per_gpu: float | None = None
     meta: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -80,12 +82,13 @@ def _num(x: Any) -> float | None:
 
 
 def _planned(plan: Sequence[Mapping[str, Any]], precision: str, batch: int | None,
-             ac: bool | None) -> float | None:
-    """The plan's predicted tokens/s per GPU for this configuration, or None."""
+             ac: bool | None, key: str = "predicted_tokens_per_s_per_gpu") -> float | None:
+    """The plan's ``key`` (predicted, or probe-corrected, tokens/s per GPU) for this
+    configuration, or None."""
     for entry in plan:
         if (entry.get("precision"), entry.get("batch_size"),
                 entry.get("activation_checkpointing")) == (precision, batch, ac):
-            return _num(entry.get("predicted_tokens_per_s_per_gpu"))
+            return _num(entry.get(key))
     return None
 
 
@@ -122,6 +125,8 @@ def load(paths: list[str], plan: Sequence[Mapping[str, Any]] = ()) -> list[Candi
             failure_reason=str(meta.get("failure_reason") or ""),
             predicted_tokens_per_s_per_gpu=_predict(meta, s.precision),
             planned_tokens_per_s_per_gpu=_planned(plan, s.precision, batch, ac),
+            corrected_tokens_per_s_per_gpu=_planned(plan, s.precision, batch, ac,
+                                                    "corrected_tokens_per_s_per_gpu"),
             meta=meta,
         ))
     return out
@@ -190,6 +195,9 @@ def columns(r: Ranking, context: Mapping[str, Any] | None = None) -> list[tuple[
            ("measured", "tokens/s/GPU (measured)")]
     if any(c.planned_tokens_per_s_per_gpu for c in r.candidates):
         out.append(("planned", f"tokens/s/GPU (predicted for {_target(context)} by the plan)"))
+    if any(c.corrected_tokens_per_s_per_gpu for c in r.candidates):
+        out.append(("corrected", f"tokens/s/GPU (predicted for {_target(context)}, "
+                    "probe-corrected)"))
     if any(c.predicted_tokens_per_s_per_gpu for c in r.candidates):
         out += [("predicted", "tokens/s/GPU (predicted on the run's GPU)"),
                 ("ratio", "measured / predicted")]
@@ -205,6 +213,7 @@ def _cells(i: int, c: Candidate) -> dict[str, str]:
             "setting": _setting(c), "status": status,
             "measured": _fmt(c.tokens_per_s_per_gpu, ",.0f"),
             "planned": _fmt(c.planned_tokens_per_s_per_gpu, ",.0f"),
+            "corrected": _fmt(c.corrected_tokens_per_s_per_gpu, ",.0f"),
             "predicted": _fmt(c.predicted_tokens_per_s_per_gpu, ",.0f"),
             "ratio": _fmt(c.measured_over_predicted, ".2f"),
             "memory": _fmt(c.peak_memory_gib, ".2f")}
@@ -216,6 +225,10 @@ def _notes(r: Ranking, context: Mapping[str, Any] | None) -> list[str]:
         notes.append(f"Predicted by the plan: memory_estimate's throughput model "
                      f"(planning/throughput.py) for each configuration on "
                      f"{_target(context)}, before anything ran.")
+    if any(c.corrected_tokens_per_s_per_gpu for c in r.candidates):
+        notes.append("Probe-corrected: the plan's prediction x a probe's measured / predicted "
+                     "ratio (prerank_candidates, planning/probe.py); the pre-ranking timed "
+                     "only these candidates.")
     if any(c.predicted_tokens_per_s_per_gpu for c in r.candidates):
         notes.append("Predicted on the run's GPU: the throughput model "
                      "(planning/throughput.py) for each run's configuration on the "
@@ -246,8 +259,8 @@ def markdown(r: Ranking, context: Mapping[str, Any] | None = None) -> str:
         lines += ["", EMULATED_CAVEAT]
     cols = columns(r, context)
     lines += ["", "| " + " | ".join(md.inline(h) for _, h in cols) + " |",
-              "|" + "|".join("---:" if k in ("rank", "measured", "planned", "predicted",
-                                             "ratio", "memory") else "---" for k, _ in cols)
+              "|" + "|".join("---:" if k in ("rank", "measured", "planned", "corrected",
+                                             "predicted", "ratio", "memory") else "---" for k, _ in cols)
               + "|"]
     for i, c in enumerate(r.candidates, 1):
         cells = _cells(i, c)
@@ -326,7 +339,7 @@ def html_report(r: Ranking, context: Mapping[str, Any] | None = None,
         parts.append("<p class='note'>No memory chart: no run measured GPU memory (CPU or "
                      "emulated runs).</p>")
     cols = columns(r, context)
-    numeric = {"rank", "measured", "planned", "predicted", "ratio", "memory"}
+    numeric = {"rank", "measured", "planned", "corrected", "predicted", "ratio", "memory"}
     rows = "".join(
         "<tr>" + "".join(f"<td class='num'>{e(cells[k])}</td>" if k in numeric
                          else f"<td>{e(cells[k])}</td>" for k, _ in cols) + "</tr>"

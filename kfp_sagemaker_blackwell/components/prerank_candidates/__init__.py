@@ -1,0 +1,1 @@
+"""Pre-ranks batch-tuning candidates with probes, before any trial is paid for."""
