@@ -7,6 +7,7 @@ import pytest
 from kfp_sagemaker_blackwell.common.errors import USER_ERROR_EXIT_CODE, UserError
 from kfp_sagemaker_blackwell.components.memory_estimate import cli
 from kfp_sagemaker_blackwell.components.memory_estimate.run import run_component
+from kfp_sagemaker_blackwell.planning import estimator
 
 GiB = 2**30
 # (the plan's and metrics' tokens/s are rounded to 0.1: compared to 1e-5)
@@ -47,13 +48,15 @@ def test_a_probe_scales_the_full_runs_prediction_by_measured_over_predicted_at_i
     assert m["fp8_probed_tokens_per_s_per_gpu"] == pytest.approx(0.8 * predicted["one"])
     assert m["fp8_probe_factor"] == pytest.approx(0.8, rel=REL)
     assert m["fp8_corrected_tokens_per_s_per_gpu"] == pytest.approx(0.8 * predicted["full"], rel=REL)
-    assert m["fp8_probed_peak_gib"] == 40.0
-    assert m["fp8_predicted_peak_gib_at_probe"] == pytest.approx(predicted["peak_one_gib"],
-                                                                  abs=0.01)
+    # like for like: the probe's peak is the allocator's (peak reserved, no CUDA context)
+    assert m["fp8_probed_peak_reserved_gib"] == 40.0
+    context_gib = (estimator.CUDA_CONTEXT_BYTES + estimator.NCCL_BUFFER_BYTES[1]) / GiB
+    assert m["fp8_predicted_peak_reserved_gib_at_probe"] == pytest.approx(
+        predicted["peak_one_gib"] - context_gib, abs=0.01)
     md = out.markdown
     assert "#### Probe, then extrapolate (fp8, batch 2, checkpointing off)" in md
     assert f"| predicted, full run (8 GPUs) | {predicted['full']:,.0f} |" in md
-    assert f"| probed: probe-job-7 (1 x H200) | {0.8 * predicted['one']:,.0f} | 40.0 GiB |" in md
+    assert f"| probed: probe-job-7 (1 x H200) | {0.8 * predicted['one']:,.0f} | 40.0 GiB reserved |" in md
     assert f"| corrected by the probe, full run (8 GPUs) | {0.8 * predicted['full']:,.0f} |" in md
     assert "probed: probe-job-7 on 1 H200 GPU(s), x0.800" in md
 

@@ -240,6 +240,31 @@ def test_a_probe_corrects_the_prediction_and_says_so():
         plan(probes=[{**probe, "tokens_per_s_per_gpu": 0}])
 
 
+def test_a_probe_of_the_full_run_gives_its_peak_reserved_plus_the_predicted_cuda_context():
+    """The probe's peak is the allocator's (parse_logs' peak_reserved_gib): the device peak
+    compared with the GPU's memory adds the CUDA context the allocator does not hold."""
+    from kfp_sagemaker_blackwell.planning import estimator
+
+    kw = dict(instance_types=[P5], max_instance_count=1, seq_length=8192,
+              capacity_modes=["on-demand"], precisions=["bf16"])
+    top = plan(**kw).result.chosen.config
+    hw = planner.resolve_hardware(instance_type=P5)
+    setup = planner.Request(preset("8b"), 8192, hw).setup(
+        top.precision, top.batch_size, top.activation_checkpointing)
+    context = estimator.estimate(setup, hw.gpu).breakdown["cuda_context"]
+    probe = {"instance_type": P5, "precision": top.precision, "batch_size": top.batch_size,
+             "activation_checkpointing": top.activation_checkpointing, "world_size": 8,
+             "tokens_per_s_per_gpu": top.tokens_per_s_per_gpu, "source": "probe-job-2",
+             "peak_memory_bytes": 50 * 2**30}
+    out = plan(**kw, probes=[probe]).result
+    probed = next(c.config for c in out.ranked + out.dropped if (
+        c.config.precision, c.config.batch_size, c.config.activation_checkpointing) == (
+        top.precision, top.batch_size, top.activation_checkpointing))
+    assert probed.memory_kind == "probed"
+    assert probed.peak_bytes == 50 * 2**30 + context
+    assert "peak reserved of probe-job-2 + the predicted CUDA context" in probed.memory_source
+
+
 def test_a_probe_the_memory_estimate_says_cannot_fit_where_it_ran_is_noted_not_refused():
     # 8B fp8 batch 2 at sequence 8192 on one H100: fp32 master weights and AdamW states
     # alone exceed its 80 GB; a record of it contradicts the memory model (a note)

@@ -164,7 +164,7 @@ def _ranked(request: planner.Request, candidate: dict[str, Any],
     memory = nearest(tuple(q for q in probes if q.peak_memory_bytes), p, b, ac)
     corrected_peak, memory_kind, memory_source, peak_factor = peak, PREDICTED, MEMORY_SOURCE, None
     if memory is not None:
-        m = correct_peak(memory, setup, hw.gpu, predicted=peak, same_configuration=False)
+        m = correct_peak(memory, setup, hw.gpu, same_configuration=False)
         corrected_peak, memory_kind, memory_source, peak_factor = (m.corrected, CORRECTED,
                                                                    m.source, m.factor)
     return Ranked(dict(candidate), predicted, tps, kind, source, peak, corrected_peak,

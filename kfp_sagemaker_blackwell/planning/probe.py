@@ -50,7 +50,9 @@ class Probe:
     instance_type: str = ""
     gpu: str = ""  # a GPU name (H200, "NVIDIA H200"); default: the instance type's
     world_size: int = 1  # GPUs the probe ran on
-    peak_memory_bytes: int = 0  # 0: not measured
+    # Peak reserved by PyTorch's caching allocator (torch.cuda.max_memory_reserved, the
+    # trainer's peak_reserved, parse_logs' peak_reserved_gib): no CUDA context. 0: not measured
+    peak_memory_bytes: int = 0
     source: str = ""  # e.g. the probe's training job name
     kind: str = "probed"  # probed (a short job) or measured (a full run)
 
@@ -246,10 +248,10 @@ def at_probe(probe: Probe, setup: TrainingSetup) -> TrainingSetup:
 class PeakCorrection:
     """The full run's predicted peak memory per GPU, corrected by a probe's peak."""
 
-    predicted: int  # the memory estimate, full run
-    predicted_at_probe: int  # the memory estimate, at the probe's configuration
-    probed: int  # the probe's measured peak
-    corrected: int  # predicted x probed / predicted_at_probe
+    predicted: int  # the memory estimate's device peak, full run (reserved + CUDA context)
+    predicted_at_probe: int  # its peak reserved, at the probe's configuration
+    probed: int  # the probe's measured peak reserved
+    corrected: int  # the full run's reserved x probed / predicted_at_probe, + its CUDA context
     source: str
 
     @property
@@ -258,28 +260,32 @@ class PeakCorrection:
 
 
 def correct_peak(probe: Probe, setup: TrainingSetup, gpu: hardware.GPU, *,
-                 predicted: int | None = None, same_configuration: bool = True
-                 ) -> PeakCorrection:
-    """The memory estimate's peak per GPU for ``setup`` corrected by the probe's measured
-    peak (``peak_memory_bytes`` > 0) as :func:`correct` corrects the speed: the measured /
-    predicted ratio at the probe's configuration, applied to the full run's peak."""
+                 same_configuration: bool = True) -> PeakCorrection:
+    """The memory estimate's device peak per GPU for ``setup`` corrected by the probe's
+    measured peak reserved (``peak_memory_bytes`` > 0) as :func:`correct` corrects the
+    speed: the measured / predicted ratio of the peak reserved at the probe's
+    configuration, applied to the full run's peak reserved; the CUDA context, which the
+    allocator's figure does not hold, is added back unscaled (like for like: scaling the
+    device peak by reserved / device-peak would be optimistic by the context's share)."""
     if not probe.peak_memory_bytes:
         raise ValueError(f"{probe} measured no peak memory")
     _check_applies(probe, setup, gpu, same_configuration)
-    full = predicted if predicted is not None else estimator.estimate_checked(
-        setup, gpu).peak_bytes
+    full = estimator.estimate_checked(setup, gpu)
     at = predicted_peak_at_probe(probe, setup, gpu)
     factor = probe.peak_memory_bytes / at
-    source = (f"{probe.kind}: peak memory of {probe.source or 'a probe'} on "
+    source = (f"{probe.kind}: peak reserved of {probe.source or 'a probe'} on "
               f"{probe.world_size} {probe.gpu_name()} GPU(s), x{factor:.3f} the memory "
               f"estimate's there" + _elsewhere(probe, setup))
-    return PeakCorrection(full, at, probe.peak_memory_bytes, round(full * factor), source)
+    corrected = full.peak_bytes - full.peak_reserved_bytes + round(
+        full.peak_reserved_bytes * factor)
+    return PeakCorrection(full.peak_bytes, at, probe.peak_memory_bytes, corrected, source)
 
 
 def predicted_peak_at_probe(probe: Probe, setup: TrainingSetup, gpu: hardware.GPU) -> int:
-    """The memory estimate's peak per GPU for ``setup`` as the probe ran it (what the
-    probe's ``peak_memory_bytes`` is compared with: sharded parts depend on its world size)."""
-    return estimator.estimate_checked(at_probe(probe, setup), gpu).peak_bytes
+    """The memory estimate's peak reserved per GPU for ``setup`` as the probe ran it (what
+    the probe's ``peak_memory_bytes`` is compared with, like for like: the allocator's
+    figure, no CUDA context; sharded parts depend on its world size)."""
+    return estimator.estimate_checked(at_probe(probe, setup), gpu).peak_reserved_bytes
 
 
 @dataclass(frozen=True)
@@ -290,7 +296,7 @@ class Comparison:
 
     probe: Probe
     throughput: Correction
-    predicted_peak_at_probe_bytes: int | None  # None: the probe measured no peak
+    predicted_peak_at_probe_bytes: int | None  # peak reserved; None: the probe measured none
     fit: FitAtProbe
 
 
@@ -299,6 +305,6 @@ def compare(probe: Probe, setup: TrainingSetup, gpu: hardware.GPU, *,
     """:func:`correct` and :func:`fit_at_probe` (its predicted peak is the one the
     probe's measured peak is compared with: sharded parts depend on the world size)."""
     fit = fit_at_probe(probe, setup, gpu)
-    peak = fit.peak_bytes if probe.peak_memory_bytes else None
+    peak = predicted_peak_at_probe(probe, setup, gpu) if probe.peak_memory_bytes else None
     return Comparison(probe, correct(probe, setup, gpu, instance_type=instance_type,
                                      predicted=predicted), peak, fit)

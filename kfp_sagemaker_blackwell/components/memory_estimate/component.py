@@ -105,7 +105,9 @@ def memory_estimate(
         probe: A short measured run ("probe, then extrapolate"), as a JSON object
             {precision, batch_size, activation_checkpointing, tokens_per_s_per_gpu,
             instance_type or gpu, world_size, peak_memory_bytes, source, kind}; on the
-            command line also @FILE. Of the configuration this estimate plans for its
+            command line also @FILE. peak_memory_bytes: the peak reserved per GPU
+            (parse_logs' peak_reserved_gib x 2^30, no CUDA context; compared with the
+            estimate's peak reserved), 0 = not measured. Of the configuration this estimate plans for its
             precision, on its GPU type (any world size): the report shows the predicted,
             the probed and the corrected tokens/s (the measured / predicted ratio at the
             probe's world size, applied to the full run) and predicted against probed

@@ -150,11 +150,12 @@ def probe_markdown(result: PlanResult, probed: Comparison | None) -> list[str]:
         f"| predicted, full run ({world} GPUs) | {t.predicted:,.0f} | {gb(entry.peak_bytes)} |",
         f"| predicted at the probe's world size ({pr.world_size} GPU(s)) | "
         f"{t.predicted_at_probe:,.0f} | {gb(fit.peak_bytes)} |",
-        f"| {what} | {t.probed:,.0f} | {gb(pr.peak_memory_bytes or None)} |",
+        f"| {what} | {t.probed:,.0f} | {gb(pr.peak_memory_bytes or None)} reserved |",
         f"| corrected by the probe, full run ({world} GPUs) | {t.corrected:,.0f} | "
         "not corrected |",
         "", f"Corrected: {t.source}." + (
-            f" Probed / predicted peak at the probe's world size: "
+            f" Probed / predicted peak reserved (the allocator's, no CUDA context) at the "
+            "probe's world size: "
             f"{pr.peak_memory_bytes / peak:.3f}." if peak else "")
         + " The plan's entries keep the prediction.",
     ] + (["", f"**Warning:** {fit.warning('probe')}"] if not fit.fits else [])
@@ -186,8 +187,8 @@ def metrics(result: PlanResult, probed: Comparison | None = None) -> dict[str, f
         out[f"{p}_probe_factor"] = round(t.factor, 4)
         out[f"{p}_probe_fits_predicted"] = float(probed.fit.fits)
         if probed.predicted_peak_at_probe_bytes is not None:
-            out[f"{p}_probed_peak_gib"] = round(gib(probed.probe.peak_memory_bytes), 2)
-            out[f"{p}_predicted_peak_gib_at_probe"] = round(
+            out[f"{p}_probed_peak_reserved_gib"] = round(gib(probed.probe.peak_memory_bytes), 2)
+            out[f"{p}_predicted_peak_reserved_gib_at_probe"] = round(
                 gib(probed.predicted_peak_at_probe_bytes), 2)
     return out
 

@@ -113,8 +113,10 @@ def plan_training(
         probes: Measured speeds that correct the prediction: a list of
             {instance_type, precision, batch_size, activation_checkpointing,
             tokens_per_s_per_gpu, world_size, peak_memory_bytes, source, kind
-            (probed or measured)}. One the memory estimate says cannot fit where it ran
-            is noted: it contradicts the memory model.
+            (probed or measured)}; peak_memory_bytes: the peak reserved per GPU
+            (parse_logs' peak_reserved_gib x 2^30; the predicted CUDA context is added
+            to it), 0 = not measured. One the memory estimate says cannot fit where it
+            ran is noted: it contradicts the memory model.
         show_top: Rows of the ranked table in the report.
         probe_count: How many of the best distinct configurations ``top_candidates``
             lists (the plan_and_train pipeline probes them).

@@ -272,7 +272,8 @@ def _config(goal: Goal, request: planner.Request, precision: str, batch: int,
             checkpointing: bool) -> Config:
     hw = request.hardware
     setup = request.setup(precision, batch, checkpointing)
-    peak = estimator.estimate_checked(setup, hw.gpu).peak_bytes
+    estimate = estimator.estimate_checked(setup, hw.gpu)
+    peak = estimate.peak_bytes
     tps = throughput.predict_checked(setup, hw.gpu, instance_type=hw.instance_type).tokens_per_s_per_gpu
     kind, source = "predicted", throughput.source_for(hw.gpu)
     memory_kind, memory_source = "predicted", MEMORY_SOURCE
@@ -284,8 +285,12 @@ def _config(goal: Goal, request: planner.Request, precision: str, batch: int,
                             predicted=tps)
         tps, kind, source = corrected.corrected, probe.kind, corrected.source
         if probe.peak_memory_bytes and probe.world_size == hw.world_size:
-            peak, memory_kind = probe.peak_memory_bytes, probe.kind
-            memory_source = f"{probe.kind}: peak memory of {probe.source or 'a probe'}"
+            # the probe's figure is the allocator's (no CUDA context): the context added
+            # back, as predicted, to compare with the GPU's memory like for like
+            peak = probe.peak_memory_bytes + estimate.breakdown["cuda_context"]
+            memory_kind = probe.kind
+            memory_source = (f"{probe.kind}: peak reserved of {probe.source or 'a probe'} "
+                             "+ the predicted CUDA context")
     return Config(hw.instance_type, max(1, hw.world_size // hw.gpus_per_node), hw.gpu.name,
                   hw.world_size, precision, batch, checkpointing, peak, request.usable_bytes,
                   memory_kind, memory_source, tps, kind, source,
