@@ -232,6 +232,19 @@ LOCAL = {"model_preset": "tiny", "precision": "fp8", "seq_length": 32, "max_batc
          "hyperparameters": {"log-every": "1", "checkpoint-every": "0"}}
 
 
+def _run_on_the_local_backend(args, tmp_path):
+    """batch_tuning with ``args`` on the local backend: the run (succeeded) and its jobs."""
+    from kfp_sagemaker_blackwell.pipelines import batch_tuning
+    from kfp_sagemaker_blackwell.pipelines import local as _local
+
+    with _local.local_aws() as backend:
+        args = {"role_arn": _local.LOCAL_ROLE_ARN, "bucket": _local.LOCAL_BUCKET, **args}
+        run = _local.run_local(batch_tuning.build_pipeline(1), args, runs_dir=tmp_path)
+        jobs = _local.training_jobs(backend)
+    assert run.state == "SUCCEEDED", run.error
+    return run, jobs
+
+
 @pytest.mark.slow
 def test_a_probe_pre_ranks_and_only_the_best_trial_is_timed_on_the_local_backend(tmp_path):
     from kfp_sagemaker_blackwell.common import cli
@@ -246,11 +259,7 @@ def test_a_probe_pre_ranks_and_only_the_best_trial_is_timed_on_the_local_backend
             "probe": json.dumps(given), "trial_count": 1}
     batch_tuning.check_arguments({"role_arn": _local.LOCAL_ROLE_ARN,
                                   "bucket": _local.LOCAL_BUCKET, **args})
-    with _local.local_aws() as backend:
-        args = {"role_arn": _local.LOCAL_ROLE_ARN, "bucket": _local.LOCAL_BUCKET, **args}
-        run = _local.run_local(batch_tuning.build_pipeline(1), args, runs_dir=tmp_path)
-        jobs = _local.training_jobs(backend)
-    assert run.state == "SUCCEEDED", run.error
+    run, jobs = _run_on_the_local_backend(args, tmp_path)
     candidates = run.parameters("memory-estimate")["batch_candidates"]
     trials = run.parameters("prerank-candidates")["trials"]
     assert len(candidates) == 3 and len(trials) == 1  # batches 1, 2, 4: the best one timed
@@ -271,14 +280,9 @@ def test_a_probe_pre_ranks_and_only_the_best_trial_is_timed_on_the_local_backend
 def test_without_a_probe_every_candidate_is_timed_on_the_local_backend(tmp_path):
     from kfp_sagemaker_blackwell.common import cli
     from kfp_sagemaker_blackwell.pipelines import batch_tuning
-    from kfp_sagemaker_blackwell.pipelines import local as _local
 
     args = {**cli.defaults(batch_tuning.PIPELINE.pipeline_func), **LOCAL, "max_batch_size": 2}
-    with _local.local_aws() as backend:
-        args = {"role_arn": _local.LOCAL_ROLE_ARN, "bucket": _local.LOCAL_BUCKET, **args}
-        run = _local.run_local(batch_tuning.build_pipeline(1), args, runs_dir=tmp_path)
-        jobs = _local.training_jobs(backend)
-    assert run.state == "SUCCEEDED", run.error
+    run, jobs = _run_on_the_local_backend(args, tmp_path)
     candidates = run.parameters("memory-estimate")["batch_candidates"]
     assert run.parameters("prerank-candidates")["trials"] == candidates
     assert sorted(j["HyperParameters"]["batch-size"] for j in jobs) == ["1", "2"]
