@@ -283,6 +283,18 @@ class Constants:
     # past 300 (a hard maximum); 40 is shipped (at most 1.7% above the maximum, where host
     # and GPU balance; the grid's in-sample median moves 1.1% -> 1.2%).
     host_overlap_exponent: float = 40.0
+    # v5 experiments (measured by the union's leave-one-family-out, not shipped: off):
+    # - the step in two segments, each overlapping host and GPU on its own: the trainer reads
+    #   the loss and the gradient norm on the host before optimizer.step() (float(flag[0]),
+    #   float(gnorm): a device sync; trainer/train.py _step, so in both sessions), so the
+    #   optimizer's GPU time cannot hide the forward/backward's host time. The per-step host
+    #   time goes cpu_step_optimizer_share to the optimizer's segment, the rest before it;
+    sync_before_optimizer: bool = False
+    cpu_step_optimizer_share: float = 0.0
+    # - low-precision te.Linear below the smallest token count the table times it GPU-bound
+    #   at: the time of that measurement scaled as the same shape's bf16 time scales with M
+    #   (the table's bf16 is GPU-bound down to smaller M), not its rate held constant.
+    linear_small_m_follows_bf16: bool = False
 
     def efficiency(self, arch: str, kind: str) -> float:
         table = self.gemm_efficiency[arch]
@@ -398,8 +410,9 @@ def _block_gemms(s: TrainingSetup, gpu: hardware.GPU, c: Constants) -> tuple[flo
     table = _table(gpu, c)
     if measured is not None and table is not None:
         for fan_in, fan_out in _linears(s):
-            both = (table.linear_seconds(t, fan_out, fan_in, measured[0], measured[1]) or 0.0) \
-                * c.parts_linear_scale
+            both = (table.linear_seconds(t, fan_out, fan_in, measured[0], measured[1],
+                                         follow_bf16_below=c.linear_small_m_follows_bf16)
+                    or 0.0) * c.parts_linear_scale
             fwd += both / 3.0
             bwd += both * 2.0 / 3.0
         return fwd, bwd
@@ -673,12 +686,18 @@ def predict_checked(s: TrainingSetup, g: hardware.GPU, *, instance_type: str = "
     parts["multi_gpu"] = c.multi_gpu_fraction * compute if s.world_size > 1 else 0.0
     gpu_time = sum(parts.values())
     host = _measured_host(s, g, c)
-    cpu_time = (host[0] * accum + host[1] + c.cpu_step_measured_s if host
-                else _cpu_seconds(s, c) * accum + c.cpu_step_s)
+    per_step = c.cpu_step_measured_s if host else c.cpu_step_s
+    blocks_host = host[0] * accum + host[1] if host else _cpu_seconds(s, c) * accum
+    cpu_time = blocks_host + per_step
     k = c.host_overlap_exponent
-    top = max(gpu_time, cpu_time)  # scaled: the powers of seconds underflow at large k
-    parts["cpu_bound_wait"] = top * ((gpu_time / top) ** k + (cpu_time / top) ** k) ** (1.0 / k) \
-        - gpu_time
+    if c.sync_before_optimizer:
+        share = c.cpu_step_optimizer_share
+        gpu_b = parts["optimizer"]
+        both = _smooth_max(gpu_time - gpu_b, blocks_host + (1 - share) * per_step, k) + \
+            _smooth_max(gpu_b, share * per_step, k)
+    else:
+        both = _smooth_max(gpu_time, cpu_time, k)
+    parts["cpu_bound_wait"] = both - gpu_time
     parts["step_fixed"] = c.step_fixed_s
     step = sum(parts.values())
     if cpu_time > gpu_time:
@@ -698,6 +717,12 @@ def predict_checked(s: TrainingSetup, g: hardware.GPU, *, instance_type: str = "
         bound=bound,
     )
     return _with_cost(out, s, it, prices)
+
+
+def _smooth_max(a: float, b: float, k: float) -> float:
+    """(a^k + b^k)^(1/k): the time of work a and b that overlap (host and GPU)."""
+    top = max(a, b)  # scaled: the powers of seconds underflow at large k
+    return top * ((a / top) ** k + (b / top) ** k) ** (1.0 / k) if top > 0 else 0.0
 
 
 def _with_cost(p: Prediction, s: TrainingSetup, it: hardware.InstanceType | None,
