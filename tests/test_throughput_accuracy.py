@@ -200,7 +200,7 @@ def test_union_leave_one_family_out_over_every_measured_run_meets_the_v4_bars():
     2026-12-01 (25 families) 4.3% / 21.8%, 2026-12-02 (19) 4.2% / 26.4%; torch 16 runs / 16
     families 5.7% / 16.4% (1b L8 b1 s16384). Issue 25's bar (5% / 10%, 0.04) is met at the
     median only; these bounds keep it from getting worse. (The variants considered and not
-    shipped, raw/lofo_all_h200_v4a/b/c.json, did worse: see the README.)"""
+    shipped, raw/lofo_all_h200_v4a/b/c.json and v5a/b.json, did worse: see the README.)"""
     import json
 
     acc = _accuracy()
@@ -229,6 +229,25 @@ def test_union_leave_one_family_out_over_every_measured_run_meets_the_v4_bars():
     assert late["median_abs_error"] <= 0.043 and late["worst_abs_error"] <= 0.27, md
     assert torch["median_abs_error"] <= 0.058 and torch["worst_abs_error"] <= 0.17, md
     assert lofo["summaries"]["te"]["all"]["rows"] == te["rows"] == 111
+
+
+def test_the_v5_variants_on_record_were_measured_on_every_family_and_did_worse_at_the_worst():
+    """The v5 study's two structural variants (benchmarks/throughput/README.md "v5 study", code at
+    commit 23d51f4) are on record as union folds over the same 44 TE and 16 torch families; the
+    README's reason for not shipping them (each one's held-out TE worst above the shipped
+    model's 26.4%) holds for the recorded numbers."""
+    import json
+
+    raw = ROOT / "benchmarks" / "throughput" / "raw"
+    shipped = json.loads(LOFO_ALL.read_text())["summaries"]
+    for name, worst in (("v5a", 0.271), ("v5b", 0.272)):
+        doc = json.loads((raw / f"lofo_all_h200_{name}.json").read_text())
+        assert doc["model"].startswith("v4 with {"), doc["model"]
+        fams = {b: sum(f["backend"] == b for f in doc["folds"]) for b in ("te", "torch")}
+        assert fams == {"te": 44, "torch": 16}
+        te = doc["summaries"]["te"]["all"]
+        assert te["rows"] == 111 and te["worst_abs_error"] == pytest.approx(worst, abs=5e-4)
+        assert te["worst_abs_error"] > shipped["te"]["all"]["worst_abs_error"]
 
 
 def test_b200_llama3_8b_fp8_stays_below_the_best_published_8xb200_figure():

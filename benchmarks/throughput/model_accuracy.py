@@ -241,12 +241,14 @@ def base() -> throughput.Constants:
     return _BASE[-1] if _BASE else throughput.DEFAULT
 
 
-VARIANT: dict[str, Any] = {}  # --variant: the v5 experiments' Constants fields (not shipped)
+VARIANT: dict[str, Any] = {}  # --variant: Constants fields changed for a study (not shipped)
 
 
 def use_variant(fields: dict[str, Any]) -> None:
     """Fit and predict from the shipped model with ``fields`` of Constants changed (this
-    process): the v5 experiments, each measured by --union-lofo --variant ... --union-out."""
+    process): a structural variant measured by --union-lofo --variant ... --union-out. v5's
+    two (raw/lofo_all_h200_v5a/b.json) ran from the code of commit 23d51f4, which had their
+    switches (sync_before_optimizer, cpu_step_optimizer_share, linear_small_m_follows_bf16)."""
     VARIANT.update(fields)
     _BASE.append(dataclasses.replace(base(), **fields))
 
@@ -627,8 +629,8 @@ def main(argv: list[str] | None = None) -> int:
                     "--union-lofo / --union-table: v3's residuals refitted per fold "
                     "(raw/lofo_all_h200_v3.json)")
     ap.add_argument("--variant", action="append", default=[], metavar="FIELD=JSON",
-                    help="with --union-lofo / --fit-union: a Constants field changed (the v5 "
-                    "experiments, e.g. sync_before_optimizer=true); write with --union-out")
+                    help="with --union-lofo / --fit-union / --union-table: a Constants field "
+                    "changed for a study (e.g. host_overlap_exponent=20); write with --union-out")
     ap.add_argument("--union-out", type=Path, help="where --union-lofo writes (default: "
                     "lofo_all_h200.json, or raw/lofo_all_h200_v3.json with --v3)")
     ap.add_argument("--blackwell", action="store_true",

@@ -207,40 +207,19 @@ class PartsTable:
         return pts[0].seconds / pts[0].elements * self.time_scale, per_tensor * self.time_scale
 
     def linear_seconds(self, m: int, n: int, k: int, recipe: str, torch_matmul: bool = False,
-                       overhead_s: float = 0.0, follow_bf16_below: bool = False) -> float | None:
+                       overhead_s: float = 0.0) -> float | None:
         """Forward + backward GPU seconds of an (m x k) @ (k x n) linear layer in ``recipe``:
         its per-call ``overhead_s`` plus its FLOPs at the rate the table's neighbours reach
         once their own overhead is taken off (None where the table has no measurement of
-        that recipe). ``follow_bf16_below``: below the smallest M at which this (K, N) is
-        timed GPU-bound in ``recipe``, that time scaled as bf16's time of the shape scales."""
+        that recipe)."""
         pts = self._points(recipe, torch_matmul, overhead_s)
         if not pts:
             return None
-        if follow_bf16_below and recipe != "bf16" and not torch_matmul:
-            below = self._below_gpu_bound(m, n, k, recipe)
-            if below is not None:
-                return below
         rate = _idw((float(m) ** M_WEIGHT, float(n), float(k)), pts)
         seconds = 6.0 * m * n * k / rate + overhead_s
         if not torch_matmul:  # an isolated measurement of the shape bounds its GPU time
             seconds = min(seconds, self._measured_bound(m, n, k, recipe))
         return seconds * self.time_scale
-
-    def _below_gpu_bound(self, m: int, n: int, k: int, recipe: str) -> float | None:
-        """(v5 experiment) ``recipe``'s time at an M below its smallest GPU-bound measurement
-        of this (K, N), M0: its time at M0 x bf16's time at M / bf16's at M0 (bounded by the
-        measured time at M); None where M is not below M0 or bf16 has no timing."""
-        floor = GPU_BOUND * self.linear_host_s(recipe)
-        own = sorted(t.m for t in self.linears
-                     if t.recipe == recipe and t.n == n and t.k == k and t.fwd_bwd_s >= floor)
-        if not own or m >= own[0]:
-            return None
-        m0 = own[0]
-        b, b0 = self.linear_seconds(m, n, k, "bf16"), self.linear_seconds(m0, n, k, "bf16")
-        f0 = self.linear_seconds(m0, n, k, recipe)
-        if not (b and b0 and f0):
-            return None
-        return min(f0 * b / b0, self._measured_bound(m, n, k, recipe) * self.time_scale)
 
     def _measured_bound(self, m: int, n: int, k: int, recipe: str) -> float:
         """The measured time of this (K, N) at M tokens, interpolated in log M between the

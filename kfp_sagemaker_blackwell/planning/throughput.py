@@ -105,6 +105,15 @@ class Constants:
     #   the trainer's TECausalLM: slope and intercept over depth, PartsTable.layer_host_s);
     # - the optimizer step: "optimizer" (fused AdamW and clip_grad_norm_ per element and per
     #   tensor); FSDP2's copies at the streaming rate of the measured fp32 -> bf16 copy.
+    # Not used (v5 study, benchmarks/throughput/README.md): the table's "quantisation" section
+    # (te.Linear at M=128 per recipe minus bf16) is host-bound: 1.3-1.7 ms per low-precision
+    # call for 4M to 201M weight elements alike, so its per-element slope (fp8 8e-13 s) is not
+    # a GPU cost; and the te.Linear timings' own per-call intercept (line over M through a
+    # shape's three smallest GPU-bound timings) is 0.30 ms fp8 vs 0.25 ms bf16 (medians over
+    # 13 / 22 shapes; single shapes -1.5 to +1.2 ms): no FP8 per-call GPU cost beyond what the
+    # interpolated timings already hold is measurable there.
+    # A low-precision te.Linear below its smallest GPU-bound M scaled as bf16's time scales
+    # (v5b, code at commit 23d51f4): union leave-one-family-out TE worst 26.4% -> 27.2%.
     parts_tables: dict[str, measured_parts.PartsTable | None] = field(
         default_factory=lambda: {"H200": measured_parts.shipped("H200")})
     # The trainer's linear-layer time over the parts table's (v4 residual, a scale factor per
@@ -283,18 +292,12 @@ class Constants:
     # past 300 (a hard maximum); 40 is shipped (at most 1.7% above the maximum, where host
     # and GPU balance; the grid's in-sample median moves 1.1% -> 1.2%).
     host_overlap_exponent: float = 40.0
-    # v5 experiments (measured by the union's leave-one-family-out, not shipped: off):
-    # - the step in two segments, each overlapping host and GPU on its own: the trainer reads
-    #   the loss and the gradient norm on the host before optimizer.step() (float(flag[0]),
-    #   float(gnorm): a device sync; trainer/train.py _step, so in both sessions), so the
-    #   optimizer's GPU time cannot hide the forward/backward's host time. The per-step host
-    #   time goes cpu_step_optimizer_share to the optimizer's segment, the rest before it;
-    sync_before_optimizer: bool = False
-    cpu_step_optimizer_share: float = 0.0
-    # - low-precision te.Linear below the smallest token count the table times it GPU-bound
-    #   at: the time of that measurement scaled as the same shape's bf16 time scales with M
-    #   (the table's bf16 is GPU-bound down to smaller M), not its rate held constant.
-    linear_small_m_follows_bf16: bool = False
+    # Considered for v5, not shipped: two overlaps per step instead of one, split where the
+    # trainer's host reads the loss and gradient norm before optimizer.step() (a device sync,
+    # trainer/train.py _step; so the optimizer's GPU time cannot hide the forward/backward's
+    # host time). Measured by the union's leave-one-family-out (code at commit 23d51f4,
+    # raw/lofo_all_h200_v5a.json, the per-step host time before the sync): TE median 4.2% ->
+    # 4.0% but worst 26.4% -> 27.1% (3b L6 s1024 better, 64b L2 s1024 worse), torch 5.7% -> 5.9%.
 
     def efficiency(self, arch: str, kind: str) -> float:
         table = self.gemm_efficiency[arch]
@@ -410,9 +413,8 @@ def _block_gemms(s: TrainingSetup, gpu: hardware.GPU, c: Constants) -> tuple[flo
     table = _table(gpu, c)
     if measured is not None and table is not None:
         for fan_in, fan_out in _linears(s):
-            both = (table.linear_seconds(t, fan_out, fan_in, measured[0], measured[1],
-                                         follow_bf16_below=c.linear_small_m_follows_bf16)
-                    or 0.0) * c.parts_linear_scale
+            both = (table.linear_seconds(t, fan_out, fan_in, measured[0], measured[1]) or 0.0) \
+                * c.parts_linear_scale
             fwd += both / 3.0
             bwd += both * 2.0 / 3.0
         return fwd, bwd
@@ -686,18 +688,12 @@ def predict_checked(s: TrainingSetup, g: hardware.GPU, *, instance_type: str = "
     parts["multi_gpu"] = c.multi_gpu_fraction * compute if s.world_size > 1 else 0.0
     gpu_time = sum(parts.values())
     host = _measured_host(s, g, c)
-    per_step = c.cpu_step_measured_s if host else c.cpu_step_s
-    blocks_host = host[0] * accum + host[1] if host else _cpu_seconds(s, c) * accum
-    cpu_time = blocks_host + per_step
+    cpu_time = (host[0] * accum + host[1] + c.cpu_step_measured_s if host
+                else _cpu_seconds(s, c) * accum + c.cpu_step_s)
     k = c.host_overlap_exponent
-    if c.sync_before_optimizer:
-        share = c.cpu_step_optimizer_share
-        gpu_b = parts["optimizer"]
-        both = _smooth_max(gpu_time - gpu_b, blocks_host + (1 - share) * per_step, k) + \
-            _smooth_max(gpu_b, share * per_step, k)
-    else:
-        both = _smooth_max(gpu_time, cpu_time, k)
-    parts["cpu_bound_wait"] = both - gpu_time
+    top = max(gpu_time, cpu_time)  # scaled: the powers of seconds underflow at large k
+    parts["cpu_bound_wait"] = top * ((gpu_time / top) ** k + (cpu_time / top) ** k) ** (1.0 / k) \
+        - gpu_time
     parts["step_fixed"] = c.step_fixed_s
     step = sum(parts.values())
     if cpu_time > gpu_time:
@@ -717,12 +713,6 @@ def predict_checked(s: TrainingSetup, g: hardware.GPU, *, instance_type: str = "
         bound=bound,
     )
     return _with_cost(out, s, it, prices)
-
-
-def _smooth_max(a: float, b: float, k: float) -> float:
-    """(a^k + b^k)^(1/k): the time of work a and b that overlap (host and GPU)."""
-    top = max(a, b)  # scaled: the powers of seconds underflow at large k
-    return top * ((a / top) ** k + (b / top) ** k) ** (1.0 / k) if top > 0 else 0.0
 
 
 def _with_cost(p: Prediction, s: TrainingSetup, it: hardware.InstanceType | None,
