@@ -241,6 +241,18 @@ def base() -> throughput.Constants:
     return _BASE[-1] if _BASE else throughput.DEFAULT
 
 
+VARIANT: dict[str, Any] = {}  # --variant: Constants fields changed for a study (not shipped)
+
+
+def use_variant(fields: dict[str, Any]) -> None:
+    """Fit and predict from the shipped model with ``fields`` of Constants changed (this
+    process): a structural variant measured by --union-lofo --variant ... --union-out. v5's
+    two (raw/lofo_all_h200_v5a/b.json) ran from the code of commit 23d51f4, which had their
+    switches (sync_before_optimizer, cpu_step_optimizer_share, linear_small_m_follows_bf16)."""
+    VARIANT.update(fields)
+    _BASE.append(dataclasses.replace(base(), **fields))
+
+
 def use_v3() -> None:
     """Refit from v3's frozen residuals from here on (this process; v4 fits the same ones)."""
     global FIT, FIT_TORCH
@@ -274,8 +286,10 @@ def values_of(c: throughput.Constants) -> dict[str, float]:
             "block_fixed_torch": c.block_fixed_s["torch"], "cpu_layer_torch": c.cpu_layer_scale["torch"]}
 
 
-def with_dict(v: dict[str, float], c: throughput.Constants = throughput.DEFAULT) -> throughput.Constants:
-    """``c`` with the residuals of ``v`` (names of values_of; the others kept)."""
+def with_dict(v: dict[str, float], c: throughput.Constants | None = None) -> throughput.Constants:
+    """``c`` (default: the model the fits start from, base()) with the residuals of ``v``
+    (names of values_of; the others kept)."""
+    c = c or base()
     v = values_of(c) | v
     return dataclasses.replace(
         c, hbm_efficiency=v["hbm_efficiency"], parts_linear_scale=v["parts_linear_scale"],
@@ -541,7 +555,8 @@ def union_lofo(union: dict[str, Any], workers: int = 2) -> dict[str, Any]:
             print(f"{backend} {fam}: " + ", ".join(f"{r.error:+.1%}" for r in held), file=sys.stderr)
     return {"what": "leave-one-family-out over every measured H200 trainer run "
                     "(model_accuracy.py --union-lofo): each fold never saw a run of its family",
-            "model": "v3" if _BASE else "v4", "files": [p.name for p in UNION_FILES],
+            "model": ("v4 with " + json.dumps(VARIANT)) if VARIANT else ("v3" if _BASE else "v4"),
+            "files": [p.name for p in UNION_FILES],
             "fit": list(FIT), "fit_torch": list(FIT_TORCH), "folds": folds}
 
 
@@ -613,6 +628,11 @@ def main(argv: list[str] | None = None) -> int:
                     help="with --held-out: v3's frozen residuals (the one-shot verdict); with "
                     "--union-lofo / --union-table: v3's residuals refitted per fold "
                     "(raw/lofo_all_h200_v3.json)")
+    ap.add_argument("--variant", action="append", default=[], metavar="FIELD=JSON",
+                    help="with --union-lofo / --fit-union / --union-table: a Constants field "
+                    "changed for a study (e.g. host_overlap_exponent=20); write with --union-out")
+    ap.add_argument("--union-out", type=Path, help="where --union-lofo writes (default: "
+                    "lofo_all_h200.json, or raw/lofo_all_h200_v3.json with --v3)")
     ap.add_argument("--blackwell", action="store_true",
                     help="the B200 predictions for the Llama-3-8B shape vs the published ranges")
     args = ap.parse_args(argv)
@@ -621,10 +641,12 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.fit_union or args.union_lofo or args.union_table:
         union = load_union()
+        if args.variant:
+            use_variant({k: json.loads(v) for k, v in (a.split("=", 1) for a in args.variant)})
         if args.fit_union:
             print(json.dumps(fit_union(union), indent=1))
             return 0
-        out = LOFO_ALL_V3 if args.v3 else LOFO_ALL
+        out = args.union_out or (LOFO_ALL_V3 if args.v3 else LOFO_ALL)
         if args.v3:
             use_v3()
         lofo = json.loads(out.read_text()) if args.union_table else union_lofo(union)

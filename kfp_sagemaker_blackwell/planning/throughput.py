@@ -120,6 +120,15 @@ class Constants:
     #   the trainer's TECausalLM: slope and intercept over depth, PartsTable.layer_host_s);
     # - the optimizer step: "optimizer" (fused AdamW and clip_grad_norm_ per element and per
     #   tensor); FSDP2's copies at the streaming rate of the measured fp32 -> bf16 copy.
+    # Not used (v5 study, benchmarks/throughput/README.md): the table's "quantisation" section
+    # (te.Linear at M=128 per recipe minus bf16) is host-bound: 1.3-1.7 ms per low-precision
+    # call for 4M to 201M weight elements alike, so its per-element slope (fp8 8e-13 s) is not
+    # a GPU cost; and the te.Linear timings' own per-call intercept (line over M through a
+    # shape's three smallest GPU-bound timings) is 0.30 ms fp8 vs 0.25 ms bf16 (medians over
+    # 13 / 22 shapes; single shapes -1.5 to +1.2 ms): no FP8 per-call GPU cost beyond what the
+    # interpolated timings already hold is measurable there.
+    # A low-precision te.Linear below its smallest GPU-bound M scaled as bf16's time scales
+    # (v5b, code at commit 23d51f4): union leave-one-family-out TE worst 26.4% -> 27.2%.
     parts_tables: dict[str, measured_parts.PartsTable | None] = field(
         default_factory=lambda: {"H200": measured_parts.shipped("H200")})
     # The trainer's linear-layer time over the parts table's (v4 residual, a scale factor per
@@ -298,6 +307,12 @@ class Constants:
     # past 300 (a hard maximum); 40 is shipped (at most 1.7% above the maximum, where host
     # and GPU balance; the grid's in-sample median moves 1.1% -> 1.2%).
     host_overlap_exponent: float = 40.0
+    # Considered for v5, not shipped: two overlaps per step instead of one, split where the
+    # trainer's host reads the loss and gradient norm before optimizer.step() (a device sync,
+    # trainer/train.py _step; so the optimizer's GPU time cannot hide the forward/backward's
+    # host time). Measured by the union's leave-one-family-out (code at commit 23d51f4,
+    # raw/lofo_all_h200_v5a.json, the per-step host time before the sync): TE median 4.2% ->
+    # 4.0% but worst 26.4% -> 27.1% (3b L6 s1024 better, 64b L2 s1024 worse), torch 5.7% -> 5.9%.
 
     def efficiency(self, arch: str, kind: str) -> float:
         table = self.gemm_efficiency[arch]
