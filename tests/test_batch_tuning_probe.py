@@ -11,7 +11,8 @@ from kfp_sagemaker_blackwell.components.memory_estimate.cli import with_defaults
 from kfp_sagemaker_blackwell.components.memory_estimate.run import run_component
 from kfp_sagemaker_blackwell.planning import estimator, probe, throughput
 from kfp_sagemaker_blackwell.planning.memory_plan import MemoryPlan
-from kfp_sagemaker_blackwell.planning.prerank import parse_probes, prerank, request_of
+from kfp_sagemaker_blackwell.planning.prerank import prerank, request_of
+from kfp_sagemaker_blackwell.planning.probe import parse_probes
 
 GiB = 2**30
 # batch tuning's memory plan: 8B on one ml.p5e.48xlarge (8 x H200), fp8, both modes

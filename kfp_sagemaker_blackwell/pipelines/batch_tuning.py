@@ -230,7 +230,8 @@ def check_arguments(arguments: dict[str, Any]) -> None:
     before anything starts or is written; raises UserError."""
     from kfp_sagemaker_blackwell.common.errors import UserError
     from kfp_sagemaker_blackwell.planning.memory_plan import MemoryPlan
-    from kfp_sagemaker_blackwell.planning.prerank import parse_probes, prerank
+    from kfp_sagemaker_blackwell.planning.prerank import prerank
+    from kfp_sagemaker_blackwell.planning.probe import parse_probes
 
     # parsed once: the memory plan and the training checks below trust the Precision
     arguments = {**arguments,

@@ -24,7 +24,6 @@ micro-batches correct each candidate by its nearest, and can reorder them.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -39,23 +38,6 @@ from kfp_sagemaker_blackwell.planning.training_setup import TrainingSetup
 PREDICTED, CORRECTED = "predicted", "probe-corrected"
 THROUGHPUT_SOURCE = "predicted by the throughput model (memory_estimate's plan)"
 MEMORY_SOURCE = "predicted by the memory estimate (memory_estimate's plan)"
-
-
-def parse_probes(text: str, *, field: str = "probe") -> tuple[Probe, ...]:
-    """``text``: "" (none), one probe's JSON object, or a JSON list of them; a UserError
-    naming ``field`` and the format otherwise."""
-    if not (text or "").strip():
-        return ()
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError:
-        return (Probe.from_json(text, field=field),)  # its error names the format
-    if isinstance(data, list):
-        if not data:
-            raise UserError(field, "is an empty list.", 'give "" (no probe), one probe\'s '
-                            "JSON object, or a list of them.")
-        return tuple(Probe.from_dict(item, field=field) for item in data)
-    return (Probe.from_dict(data, field=field),)
 
 
 @dataclass(frozen=True)

@@ -99,6 +99,23 @@ class Probe:
                 self.gpu_name()) == (precision, batch_size, checkpointing, gpu)
 
 
+def parse_probes(text: str, *, field: str = "probe") -> tuple[Probe, ...]:
+    """``text``: "" (none), one probe's JSON object, or a JSON list of them; a UserError
+    naming ``field`` and the format otherwise."""
+    if not (text or "").strip():
+        return ()
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError:
+        return (Probe.from_json(text, field=field),)  # its error names the format
+    if isinstance(data, list):
+        if not data:
+            raise UserError(field, "is an empty list.", 'give "" (no probe), one probe\'s '
+                            "JSON object, or a list of them.")
+        return tuple(Probe.from_dict(item, field=field) for item in data)
+    return (Probe.from_dict(data, field=field),)
+
+
 @dataclass(frozen=True)
 class Correction:
     """The full run's predicted tokens/s per GPU, corrected by a probe."""

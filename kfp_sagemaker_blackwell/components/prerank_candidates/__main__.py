@@ -70,7 +70,8 @@ def main(argv: list[str] | None = None) -> int:
     args, values = cli.parse(build_parser(), argv)
     from kfp_sagemaker_blackwell.components.prerank_candidates.report import markdown
     from kfp_sagemaker_blackwell.planning.memory_plan import MemoryPlan
-    from kfp_sagemaker_blackwell.planning.prerank import parse_probes, prerank
+    from kfp_sagemaker_blackwell.planning.prerank import prerank
+    from kfp_sagemaker_blackwell.planning.probe import parse_probes
 
     try:
         result = prerank(MemoryPlan.from_json(_text("memory_plan", values["memory_plan"])),

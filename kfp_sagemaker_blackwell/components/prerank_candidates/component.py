@@ -59,7 +59,8 @@ def prerank_candidates(
 
     from kfp_sagemaker_blackwell.components.prerank_candidates.report import markdown, metric_values
     from kfp_sagemaker_blackwell.planning.memory_plan import MemoryPlan
-    from kfp_sagemaker_blackwell.planning.prerank import parse_probes, prerank
+    from kfp_sagemaker_blackwell.planning.prerank import prerank
+    from kfp_sagemaker_blackwell.planning.probe import parse_probes
 
     result = prerank(MemoryPlan.from_json(memory_plan), batch_candidates,
                      parse_probes(probe, field="probe"), trial_count)
