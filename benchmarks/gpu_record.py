@@ -7,6 +7,8 @@ from __future__ import annotations
 import datetime
 import gc
 import json
+import os
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -28,9 +30,29 @@ def machine() -> dict[str, Any]:
         "gpu": props.name,
         "gpu_memory_bytes": int(props.total_memory),
         "torch": torch.__version__,
+        "cuda": torch.version.cuda,
         "transformer_engine": te_version,
         "date": datetime.date.today().isoformat(),
+        # one id per lent machine (the session script sets it): runs of one session share it
+        "session": os.environ.get("GPU_SESSION_ID"),
+        "nvidia_smi": nvidia_smi(),
+        "cuda_alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF"),
     }
+
+
+NVSMI_FIELDS = ("driver_version", "clocks.sm", "clocks.max.sm", "clocks.mem", "clocks.max.mem",
+                "power.draw", "power.limit", "temperature.gpu", "pstate")
+
+
+def nvidia_smi() -> dict[str, str] | None:
+    """The driver, clocks, power and temperature as nvidia-smi reads them now (None without it)."""
+    try:
+        p = subprocess.run(["nvidia-smi", f"--query-gpu={','.join(NVSMI_FIELDS)}", "--format=csv,noheader"],
+                           capture_output=True, text=True, timeout=20, check=True)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    values = [v.strip() for v in p.stdout.splitlines()[0].split(",")] if p.stdout.strip() else []
+    return dict(zip(NVSMI_FIELDS, values, strict=False))
 
 
 def header(command: str, trainer_settings: dict[str, Any], **extra: Any) -> dict[str, Any]:

@@ -165,10 +165,28 @@ def test_torch_set_is_bf16_on_the_torch_backend_in_its_own_roles():
     assert all(c["backend"] == "torch" and c["precision"] == "bf16" for c in ts)
     cal = [c for c in ts if c["split"] == "calibration-torch"]
     ho = [c for c in ts if c["split"] == "heldout-torch"]
-    assert len(ho) >= 8 and len(cal) + len(ho) == len(ts)
+    ho2 = [c for c in ts if c["split"] == "heldout2-torch"]
+    assert len(ho) >= 8 and len(cal) + len(ho) + len(ho2) == len(ts)
     assert {m.family(c) for c in cal} <= grid["calibration"]
-    assert not {m.family(c) for c in ho} & (grid["calibration"] | grid["validation"])
+    assert not {m.family(c) for c in ho + ho2} & (grid["calibration"] | grid["validation"])
     assert {m.family(c) for c in ho} <= {m.family(c) for c in m.configurations("heldout")}
+    assert {m.family(c) for c in ho2} <= {m.family(c) for c in m.configurations("heldout2")}
+
+
+def test_issue_36s_new_held_out_families_are_in_neither_the_grid_nor_the_earlier_held_out_set():
+    """The session's held-out check (issue 36): >= 20 configurations whose families the grid
+    (what the model is fitted on) does not hold, and that no earlier held-out file held either."""
+    m = _load("benchmarks/throughput/measure.py")
+    grid = _grid_families(m)
+    ho2 = m.configurations("heldout2")
+    old = {m.family(c) for c in m.configurations("heldout")}
+    fams = {m.family(c) for c in ho2}
+    assert not fams & (grid["calibration"] | grid["validation"] | old)
+    assert len(ho2) + len(m.configurations("heldout")) >= 20
+    # each new family is a pair: bf16 and an FP8 recipe of the same shape (a speed-up to check)
+    for f in fams:
+        precs = {c["precision"] for c in ho2 if m.family(c) == f}
+        assert "bf16" in precs and precs - {"bf16"}, f
 
 
 def test_device_sets_fit_the_h200_and_the_session_budget():

@@ -92,9 +92,12 @@ SHAPES = {
 PRECISIONS = ("bf16", "fp8", "fp8-current", "fp8-block")
 
 
-def _cfg(name, split, preset, layers, batch, seq, ac, prec, backend="te") -> dict:
-    return {"name": name, "split": split, "preset": preset, "num_layers": layers, "batch_size": batch,
-            "seq_length": seq, "activation_checkpointing": ac, "precision": prec, "backend": backend}
+def _cfg(name, split, preset, layers, batch, seq, ac, prec, backend="te", overrides=None) -> dict:
+    out = {"name": name, "split": split, "preset": preset, "num_layers": layers, "batch_size": batch,
+           "seq_length": seq, "activation_checkpointing": ac, "precision": prec, "backend": backend}
+    if overrides:  # model fields beyond the depth (width, heads, KV heads, FFN): ModelSpec's names
+        out["overrides"] = dict(overrides)
+    return out
 
 
 def _named(prefix: str, split: str, rows, backend: str = "te") -> list[dict]:
@@ -181,6 +184,28 @@ HELDOUT_TORCH = [
     ("64b", 2, 2, 1024, False, "bf16"), ("32b", 2, 2, 4096, False, "bf16"),
     ("8b", 8, 2, 16384, True, "bf16"), ("1b", 16, 16, 1024, True, "bf16"),
 ]
+# Issue 36's new held-out families, measured in the same session as the parts and the grid:
+# families (preset x width x sequence x checkpointing) in neither h200_grid.json nor HELDOUT_TE,
+# with widths no preset has (6144), GQA ratios 16:1 and 1:1, sequences 1536-12288 and
+# micro-batches up to 32. (preset, layers, batch, seq, checkpointing, precision, overrides, tag)
+W6144 = {"hidden_size": 6144, "num_heads": 48, "num_kv_heads": 8, "ffn_hidden_size": 16384}
+KV2 = {"num_kv_heads": 2}
+MHA32 = {"num_kv_heads": 32}
+HELDOUT2_TE = [
+    ("8b", 3, 2, 4096, False, "bf16", W6144, "w6144"), ("8b", 3, 2, 4096, False, "fp8", W6144, "w6144"),
+    ("8b", 4, 1, 12288, True, "bf16", KV2, "kv2"), ("8b", 4, 1, 12288, True, "fp8-current", KV2, "kv2"),
+    ("1b", 8, 1, 12288, False, "bf16", MHA32, "kv32"), ("1b", 8, 1, 12288, False, "fp8", MHA32, "kv32"),
+    ("1b", 12, 32, 1536, True, "bf16", None, ""), ("1b", 12, 32, 1536, True, "fp8", None, ""),
+    ("14b", 2, 1, 12288, False, "bf16", None, ""), ("14b", 2, 1, 12288, False, "fp8-block", None, ""),
+    ("3b", 5, 3, 6144, True, "bf16", None, ""), ("3b", 5, 3, 6144, True, "fp8", None, ""),
+    ("te-fsdp-example", 12, 2, 2048, False, "bf16", None, ""),
+    ("te-fsdp-example", 12, 2, 2048, False, "fp8", None, ""),
+    ("32b", 2, 8, 2048, True, "bf16", None, ""), ("32b", 2, 8, 2048, True, "fp8-current", None, ""),
+    ("3b", 4, 6, 3072, False, "bf16", None, ""), ("3b", 4, 6, 3072, False, "fp8-current", None, ""),
+]
+# A fixed configuration timed at the start and at the end of a session's TE block: the drift
+# between the two says how far the machine moved while the grid and the held-out set ran.
+REFERENCE = [("8b", 4, 1, 8192, False, "bf16"), ("8b", 4, 1, 8192, False, "fp8")]
 # The code path on a CPU, in seconds (tiny preset; times mean nothing).
 SMOKE = [("tiny", 2, 2, 64, False, "bf16"), ("tiny", 2, 2, 64, True, "bf16")]
 
@@ -189,12 +214,25 @@ def heldout() -> list[dict]:
     return _named("ho", "heldout", HELDOUT_TE)
 
 
+def heldout2() -> list[dict]:
+    return [_cfg(f"ho2-{p}{'-' + tag if tag else ''}-L{n}-b{b}-s{s}-{'ac' if ac else 'noac'}-{prec}", "heldout2",
+                 p, n, b, s, ac, prec, overrides=o) for p, n, b, s, ac, prec, o, tag in HELDOUT2_TE]
+
+
+def reference(when: str) -> list[dict]:
+    return _named(f"ref-{when}", "reference", REFERENCE)
+
+
 def torch_sets() -> list[dict]:
+    ho2 = [_cfg(f"torch-ho2-{p}{'-' + tag if tag else ''}-L{n}-b{b}-s{s}-{'ac' if ac else 'noac'}-bf16",
+                "heldout2-torch", p, n, b, s, ac, "bf16", "torch", o)
+           for p, n, b, s, ac, prec, o, tag in HELDOUT2_TE if prec == "bf16"]
     return (_named("torch-cal", "calibration-torch", CALIBRATION_TORCH, "torch")
-            + _named("torch-ho", "heldout-torch", HELDOUT_TORCH, "torch"))
+            + _named("torch-ho", "heldout-torch", HELDOUT_TORCH, "torch") + ho2)
 
 
-SPLITS = ("calibration", "validation", "all", "heldout", "torch", "smoke")
+SPLITS = ("calibration", "validation", "all", "heldout", "heldout2", "reference-start", "reference-end",
+          "torch", "smoke")
 
 
 def configurations(split: str) -> list[dict]:
@@ -202,7 +240,8 @@ def configurations(split: str) -> list[dict]:
         return _named("smoke", "smoke", SMOKE, "torch")
     cal, val = calibration(), validation()
     combos = {"calibration": cal, "validation": val, "all": cal + val, "heldout": heldout(),
-              "torch": torch_sets()}[split]
+              "heldout2": heldout2(), "reference-start": reference("start"),
+              "reference-end": reference("end"), "torch": torch_sets()}[split]
     names = [c["name"] for c in combos]
     if len(names) != len(set(names)):
         raise SystemExit("measure.py: duplicate configuration names")
@@ -212,7 +251,8 @@ def configurations(split: str) -> list[dict]:
 def spec_of(combo: dict):
     from kfp_sagemaker_blackwell.catalog import spec as spec_mod
 
-    return spec_mod.spec_from_values(combo["preset"], num_layers=combo["num_layers"])
+    return spec_mod.spec_from_values(combo["preset"], num_layers=combo["num_layers"],
+                                     **combo.get("overrides", {}))
 
 
 def predicted_peak_bytes(combo: dict) -> int:
@@ -325,7 +365,7 @@ def measure(combo: dict, steps: int, warmup: int, clock: StepClock, device: str 
                       batch_size=combo["batch_size"], seq_length=combo["seq_length"],
                       activation_checkpointing=combo["activation_checkpointing"], max_steps=steps,
                       log_every=steps, timing_warmup_steps=warmup, save_model=False,
-                      num_layers=combo["num_layers"])
+                      num_layers=combo["num_layers"], **combo.get("overrides", {}))
     gc.collect()
     if device == "cuda":
         torch.cuda.empty_cache()

@@ -28,6 +28,7 @@ from kfp_sagemaker_blackwell.catalog import logformat
 from kfp_sagemaker_blackwell.catalog.flags import ConfigError, TrainConfig
 from kfp_sagemaker_blackwell.catalog.precisions import COMPUTE_DTYPE
 from kfp_sagemaker_blackwell.trainer import (
+    allocator,
     checkpoint,
     data,
     emulation,
@@ -239,6 +240,7 @@ class _RunState:
     amax_states: list[Any] = field(default_factory=list)  # emulated delayed-scaling histories
     losses: list[tuple[int, float]] = field(default_factory=list)  # (step, loss): metrics.json
     collector: gc_schedule.GcSchedule | None = None  # the garbage collector's schedule and record
+    allocator: allocator.Settings | None = None  # the CUDA allocator's configuration (GPU runs)
 
 
 @dataclass(frozen=True)
@@ -265,12 +267,13 @@ def run(cfg: TrainConfig, log_out=None) -> dict[str, Any]:
     t_start = time.perf_counter()
     device_type = parallel.resolve_device(cfg.device)
     plan = precision.plan(cfg.precision, cfg.backend, device_type)  # refuses before any work
+    alloc = allocator.configure() if device_type == "cuda" else None  # before the first CUDA allocation
     world = parallel.init(device_type)
     precision.check_levers(cfg, plan.backend, world.world_size)
     log = _Log(world.is_main, log_out)
     stop = _StopFlag()
     stop.install()
-    state = _RunState()
+    state = _RunState(allocator=alloc)
     try:
         return _run(cfg, plan, world, log, stop, state, t_start)
     except TrainingFailed:
@@ -322,6 +325,7 @@ def _summary(cfg, plan, world, state: _RunState, meter, t_start, status) -> dict
         "params": cfg.model.total_params(),
         "resumed_from_step": state.resumed_from,
         "checkpoint": state.last_checkpoint,
+        **(state.allocator.to_dict() if state.allocator is not None else {}),
     }
     if state.collector is not None:
         out.update(state.collector.summary())
