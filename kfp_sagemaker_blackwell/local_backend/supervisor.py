@@ -199,15 +199,17 @@ class Supervisor:
                                           max_wait)
         processes.reap(procs)
         job.hosts = []
-        if checkpoint_uri:
-            instances.sync_checkpoints(s3, layouts, checkpoint_uri, {})
+        refused = instances.sync_checkpoints(s3, layouts, checkpoint_uri, {}) \
+            if checkpoint_uri else ""
         elapsed = time.monotonic() - started
         job.billable_s += elapsed
         job.training_s += elapsed
         if reason:
             return reason, ""
         if all(p.proc.returncode == 0 for p in procs):
-            return "completed", ""
+            # a refused link fails the job: the local backend's own rule (on the host, a
+            # link's target is the host's file, not the container's)
+            return ("failed", f"ClientError: {refused}") if refused else ("completed", "")
         return "failed", processes.failure_reason(
             procs, failed_host, oom_kills=processes.oom_kill_count() - oom_kills)
 

@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from kfp_sagemaker_blackwell.catalog.sagemaker import MAX_RUNTIME_SECONDS, parse_image
-from kfp_sagemaker_blackwell.local_backend import storage
+from kfp_sagemaker_blackwell.local_backend import container, storage
 from kfp_sagemaker_blackwell.local_backend.api import ApiError, validation
 from kfp_sagemaker_blackwell.local_backend.jobs import Job
 from kfp_sagemaker_blackwell.local_backend.settings import ClientFactory
@@ -198,9 +198,23 @@ def validate_create_request(req: dict[str, Any]) -> None:
     spec = req["AlgorithmSpecification"]
     if not spec.get("TrainingImage") and not spec.get("AlgorithmName"):
         raise validation("AlgorithmSpecification needs a TrainingImage or an AlgorithmName.")
+    _check_channels(req.get("InputDataConfig") or [])
     _check_resource_config(req["ResourceConfig"])
     _check_kms(req)
     _check_spot(req)
+
+
+def _check_channels(channels: list[dict[str, Any]]) -> None:
+    """Each channel must be a directory of its own under /opt/ml/input/data: botocore's
+    ChannelName pattern ([A-Za-z0-9\\.\\-_]+) admits "." and "..", which would be data/
+    itself and input/. Whether SageMaker refuses them is not documented; the local backend
+    refuses them before Create, so that no download lands outside the channel's tree."""
+    for i, channel in enumerate(channels):
+        name = channel.get("ChannelName")
+        if not container.is_channel_name(name):
+            raise constraint_error(f"InputDataConfig.{i + 1}.ChannelName", name,
+                                   "Member must name one directory under "
+                                   "/opt/ml/input/data (not '.' or '..')")
 
 
 def _check_resource_config(rc: dict[str, Any]) -> None:

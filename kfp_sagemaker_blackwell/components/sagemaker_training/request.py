@@ -39,6 +39,9 @@ KMS_KEY_RE = re.compile(
     r"|arn:aws[a-z-]*:kms:([a-z0-9-]+):\d{12}:(?:key/(?:mrk-)?[0-9a-f-]{32,36}"
     r"|alias/[a-zA-Z0-9/_-]{1,256}))$")
 CHANNEL_RE = re.compile(r"^[A-Za-z0-9.\-_]{1,64}$")
+# botocore's ChannelName pattern admits them, but a channel is the directory
+# /opt/ml/input/data/<name>: "." and ".." would be data/ itself and input/.
+DOT_NAMES = frozenset({".", ".."})
 
 MODEL_DIMENSIONS = {name: name.replace("_", "-") for name in DIMENSION_BOUNDS}
 
@@ -638,9 +641,12 @@ def _network(cfg: TrainingJobConfig, region: str) -> None:
     if channels:
         limits.check("input_channels", "InputDataConfig", channels)
     for name, uri in channels.items():
-        if not CHANNEL_RE.match(name):
-            raise UserError("input_channels", f"channel name {name!r} is invalid.",
-                            "use 1-64 letters, digits, '.', '-' or '_' (e.g. train).")
+        if not CHANNEL_RE.match(name) or name in DOT_NAMES:
+            raise UserError("input_channels", f"channel name {name!r} is invalid"
+                            + (" (it would not be a directory of its own under "
+                               "/opt/ml/input/data)." if name in DOT_NAMES else "."),
+                            "use 1-64 letters, digits, '.', '-' or '_', not '.' or '..' "
+                            "(e.g. train).")
         _check_s3(f"input_channels[{name}]", uri,
                   "InputDataConfig[].DataSource.S3DataSource.S3Uri")
     if bool(cfg.vpc_subnet_ids) != bool(cfg.vpc_security_group_ids):
