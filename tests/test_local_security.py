@@ -258,6 +258,13 @@ def test_a_body_that_is_not_a_json_object_is_a_serialization_exception(backend, 
     (lambda r: r.update(HyperParameters={f"k{i}": "1" for i in range(101)}), "hyperParameters"),
     (lambda r: r["StoppingCondition"].update(MaxRuntimeInSeconds=0),
      "StoppingCondition.MaxRuntimeInSeconds"),
+    # botocore's ParamValidator's wording, as a botocore client gets it client-side
+    (lambda r: r["StoppingCondition"].update(MaxRuntimeInSeconds="abc"),
+     "Invalid type for parameter StoppingCondition.MaxRuntimeInSeconds, value: abc, type: "
+     "<class 'str'>, valid types: <class 'int'>"),
+    (lambda r: r["StoppingCondition"].update(MaxRuntimeInSeconds=True),  # JSON true: not 1 s
+     "Invalid type for parameter StoppingCondition.MaxRuntimeInSeconds, value: True, type: "
+     "<class 'bool'>, valid types: <class 'int'>"),
     (lambda r: r.update(Tags=[{"Key": "a\tb", "Value": "v"}]), "tags.1.key"),
 ])
 def test_create_refuses_values_outside_botocores_model(backend, change, field):

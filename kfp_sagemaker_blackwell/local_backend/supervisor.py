@@ -109,8 +109,15 @@ class Supervisor:
             state.finish(job, "Stopped", "Stopped")
             return
         except PendingTimeout:
-            # AWS Batch's guide to SageMaker jobs: a job that times out waiting for
-            # capacity ends Stopped, its secondary status saying it timed out in Pending.
+            # Stopped, not Failed, with no FailureReason: botocore's model (StoppingCondition.
+            # MaxPendingTimeInSeconds: "can be pending before it is stopped"; SecondaryStatus
+            # has no value of its own for it, Stopped's are MaxRuntimeExceeded,
+            # MaxWaitTimeExceeded and Stopped) and AWS Batch's guide to SageMaker jobs
+            # (docs.aws.amazon.com/batch/latest/userguide/sm_job_stuck_in_runnable_capacity.html:
+            # "Training job times out waiting for capacity: STOPPED, secondaryStatus indicates
+            # the job timed out in pending"): Stopped/Stopped, the transition's StatusMessage
+            # saying so. (A capacity error, FailureReason "CapacityError: ...", is Failed on
+            # AWS; not emulated here.)
             state.finish(job, "Stopped", "Stopped",
                          message=PENDING_TIMEOUT_MESSAGE.format(types=instance_list(job)))
             return
