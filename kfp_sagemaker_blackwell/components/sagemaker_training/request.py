@@ -86,12 +86,15 @@ class TrainingJobConfig(_Declared):  # type: ignore[misc]
     def from_values(cls, values: dict[str, Any]) -> TrainingJobConfig:
         """From the component's parameter values (``locals()`` of its body, the CLI's
         flags, a pipeline's argument check): the keys that are fields (not the output
-        artifacts), a None container emptied."""
+        artifacts), a None container emptied, whole numbers inside lists and dicts ints
+        again (``kfp_values.integral``: kfp.local hands them over as floats)."""
+        from kfp_sagemaker_blackwell.common.kfp_values import integral
+
         kw = {}
         for f in dataclasses.fields(cls):
             if f.name not in values:
                 continue
-            value = values[f.name]
+            value = integral(values[f.name])
             if value is None and f.default_factory is not dataclasses.MISSING:
                 value = f.default_factory()
             kw[f.name] = value
@@ -112,10 +115,15 @@ class Budget:
                 0 <= max_cost_usd < math.inf):
             raise UserError("max_cost_usd", f"{max_cost_usd!r} is not an amount.",
                             "pass USD as a number >= 0 (0: no limit).")
-        # kfp.local (2.17) hands a loop body the loop's item for an input that is the loop's
-        # own list: one job then (the pipelines' argument check sums the whole sweep's).
-        jobs = len(budget_items) if isinstance(budget_items, list) else 1
-        return cls(float(max_cost_usd), jobs or 1)
+        # The loop's own list on a cluster, and locally too (kfp.local 2.17 handed the loop
+        # item instead: fixed in pipelines/_kfp_local_fixes.py). Anything else would count
+        # one job where the loop runs several: refused, not guessed.
+        if budget_items is not None and not isinstance(budget_items, list):
+            raise UserError("budget_items", f"{budget_items!r:.80} is not a list (the items of "
+                            "the ParallelFor this job is one of).",
+                            "pass the loop's list itself (budget_items=<the ParallelFor's "
+                            "items>), not its item.")
+        return cls(float(max_cost_usd), len(budget_items or []) or 1)
 
     def check(self, worst: Any, *, instance_type: str, jobs: int | None = None,
               missing: str = "", refuse_unknown: bool = True) -> None:
@@ -523,9 +531,7 @@ def instance_choices(cfg: TrainingJobConfig) -> list[tuple[str, int]]:
     ``instance_count``). One entry: no InstancePreferences in the request."""
     out = [(cfg.instance_type, cfg.instance_count)]
     for entry in cfg.fallback_instances or []:
-        count = entry.get("InstanceCount", cfg.instance_count)
-        if isinstance(count, float) and count.is_integer():
-            count = int(count)  # KFP passes numbers inside lists of dicts as floats
+        count = entry.get("InstanceCount", cfg.instance_count)  # an int: from_values
         out.append((str(entry.get("InstanceType", "")), count))
     return out
 
