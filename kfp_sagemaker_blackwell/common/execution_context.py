@@ -224,9 +224,14 @@ class ExecutionContext:
     def call(self, call: Callable[[], T], *, budget_s: float = float("inf")) -> T:
         """``call()``, given up for ``TerminationRequested`` as soon as termination is
         requested (``call_within``): a request in flight to an endpoint that never answers
-        does not hold the termination for its read timeout."""
+        does not hold the termination for its read timeout. Made after the request (a
+        last look, e.g. whether a job whose Create answer was lost exists, so that it is
+        recorded before it is stopped), it gets what is left of the default stop budget."""
         if self._requested:
-            raise TerminationRequested()
+            try:
+                return call_within(self.stop_budget(DEFAULT_STOP_TIMEOUT_S), call)
+            except NoAnswer:
+                raise TerminationRequested() from None
         return call_within(budget_s, call, give_up=lambda: self._requested)
 
     def check(self, what: str) -> None:

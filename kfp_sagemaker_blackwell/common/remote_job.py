@@ -209,7 +209,7 @@ class RemoteJobRunner:
     def copy_logs(self, job: RemoteJob, described: dict[str, Any]) -> None:
         """The job's new log lines to ``out``; a failing read is said once, not raised
         (the log is a convenience, the job's status is what counts)."""
-        if self.logs is None:
+        if self.logs is None or self.ctx.terminating:  # the stop comes first
             return
         group, prefix = job.log_location(described)
         if self._tail is None or (self._tail.group, self._tail.prefix) != (group, prefix):
