@@ -45,6 +45,18 @@ def test_without_a_probe_every_candidate_is_timed_exactly_as_the_plan_lists_it(p
     assert all(r.throughput_kind == r.memory_kind == "predicted" for r in out.ranked)
 
 
+def test_candidates_handed_over_with_float_numbers_give_the_same_trials(planned):
+    """kfp.local hands memory_estimate's candidates to the next step with every number a
+    float (batch_size 4.0); the trials a cluster would give come out: ints again."""
+    plan, candidates = planned
+    floats = [{k: float(v) if isinstance(v, int) and not isinstance(v, bool) else v
+               for k, v in c.items()} for c in candidates]
+    assert any(isinstance(c["batch_size"], float) for c in floats)
+    trials = prerank(plan, floats, (), 3).trials
+    assert trials == candidates
+    assert [type(t["batch_size"]) for t in trials] == [int] * len(candidates)
+
+
 def test_the_models_asked_again_give_the_plans_predictions(planned):
     """The pre-ranking rebuilds each candidate's setup from the plan: the same model."""
     plan, candidates = planned

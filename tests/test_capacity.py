@@ -220,7 +220,9 @@ def test_a_pending_job_takes_the_capacity_freed_and_times_out_stopped_otherwise(
     sm.create_training_job(**request("wait-out", "exit 0", StoppingCondition=pending))
     job = wait_for(sm, "wait-out", ended)
     assert time.monotonic() - t0 >= 1800 * SCALE
+    # botocore's model and AWS Batch's guide (local_backend/supervisor.py): Stopped, no reason
     assert (job["TrainingJobStatus"], job["SecondaryStatus"]) == ("Stopped", "Stopped")
+    assert "FailureReason" not in job
     assert "MaxPendingTimeInSeconds" in job["SecondaryStatusTransitions"][-1]["StatusMessage"]
     assert "BillableTimeInSeconds" in job and "SelectedInstanceType" not in job["ResourceConfig"]
     stop(sm, "hold-a", "hold-b2")

@@ -506,6 +506,35 @@ def test_cli_writes_the_reports_and_exits_by_outcome(tmp_path):
     assert usage.returncode == 2 and "two series" in usage.stderr
 
 
+def test_a_series_left_out_for_its_contract_is_named_in_every_output_and_the_exit(tmp_path):
+    """The PARTIAL report says which file it left out and why (HTML and Markdown), the
+    verdicts and metrics count it, and the command exits 2 as rank_throughput does."""
+    fp8 = write_run(tmp_path, "fp8", curve())
+    hostile = _edit(fp8, rows=lambda t: t + [dict(t[99], loss="0.01")], name="fp8-dup.csv")
+    fp8.unlink()
+    base = write_run(tmp_path, "bf16", curve(), seed=1)
+    html_path, md_path, verdicts = (tmp_path / "r.html", tmp_path / "s.md",
+                                    tmp_path / "v.json")
+    cmd = [sys.executable, "-m", "kfp_sagemaker_blackwell.components.compare_convergence",
+           str(base), str(hostile), "--html", str(html_path), "--markdown", str(md_path),
+           "--verdicts", str(verdicts)]
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    assert out.returncode == 2, (out.returncode, out.stderr)
+    assert out.stderr.startswith("error: series: ") and str(hostile) in out.stderr
+    assert "broke the step-series contract" in out.stderr and "Traceback" not in out.stderr
+    heading = "1 of 2 series files was left out (1 broke the step-series contract)"
+    page = html_path.read_text()
+    block = page[page.index("id='left-out'"):]
+    assert heading in block and "fp8-dup.csv" in block and "step 100 appears twice" in block
+    summary = md_path.read_text()
+    assert heading in summary and "fp8-dup.csv" in summary.split(heading)[1]
+    doc = json.loads(verdicts.read_text())
+    assert [lo["source"] for lo in doc["left_out"]] == [str(hostile)]
+    assert doc["left_out"][0]["contract"] is True
+    assert metrics(run_compare([base, hostile]))["left_out"] == 1.0
+    assert metrics(run_compare([base]))["left_out"] == 0.0
+
+
 def test_series_round_trip_keeps_what_compare_needs(tmp_path):
     path = write_run(tmp_path, "fp8", curve(), emulated=True, seed=9)
     s = read_series(path)

@@ -66,6 +66,34 @@ def _plan_error(change) -> UserError:
     return err.value
 
 
+@pytest.mark.parametrize("text, says", [
+    ('{"resources": [{"resourceType": "CodeBuildBuild", "resourceUri": "arn:b", "regoin": "x"}]}',
+     "resources[0] has unknown key(s) 'regoin' (did you mean 'region'?); accepted keys: "
+     "consoleUri, extra, name, region, resourceType, resourceUri."),
+    ('{"resources": [{"resourceUri": "arn:b"}]}', "resources[0] lacks 'resourceType'"),
+    ('{"resources": {"a": 1}}', "'resources' is dict, not a list"),
+    ('{"resource": []}', "unknown key(s) 'resource' (did you mean 'resources'?)"),
+    ('{"resources": [', "is not valid JSON"),
+])
+def test_an_aws_resources_record_with_an_unknown_key_is_a_user_error(text, says, capsys):
+    from kfp_sagemaker_blackwell.common import resources
+    from kfp_sagemaker_blackwell.common.errors import cli_errors
+
+    with pytest.raises(UserError) as err:
+        resources.loads(text)
+    assert err.value.field == "aws_resources" and says in err.value.problem, err.value.problem
+    assert cli_errors(resources.loads)(text) == 2  # a command line's exit: no traceback
+    assert capsys.readouterr().err.startswith("error: aws_resources")
+
+
+def test_an_aws_resources_record_comes_back_as_written():
+    from kfp_sagemaker_blackwell.common import resources
+
+    made = [resources.AwsResource("CodeBuildBuild", "arn:b", name="b", region="us-west-2",
+                                  extra={"k": 1})]
+    assert resources.loads(resources.dumps(made)) == made
+
+
 def test_a_plan_comes_back_as_written():
     doc = _plan()
     assert json.loads(MemoryPlan.from_json(json.dumps(doc)).to_json()) == doc

@@ -258,6 +258,13 @@ def test_a_body_that_is_not_a_json_object_is_a_serialization_exception(backend, 
     (lambda r: r.update(HyperParameters={f"k{i}": "1" for i in range(101)}), "hyperParameters"),
     (lambda r: r["StoppingCondition"].update(MaxRuntimeInSeconds=0),
      "StoppingCondition.MaxRuntimeInSeconds"),
+    # botocore's ParamValidator's wording, as a botocore client gets it client-side
+    (lambda r: r["StoppingCondition"].update(MaxRuntimeInSeconds="abc"),
+     "Invalid type for parameter StoppingCondition.MaxRuntimeInSeconds, value: abc, type: "
+     "<class 'str'>, valid types: <class 'int'>"),
+    (lambda r: r["StoppingCondition"].update(MaxRuntimeInSeconds=True),  # JSON true: not 1 s
+     "Invalid type for parameter StoppingCondition.MaxRuntimeInSeconds, value: True, type: "
+     "<class 'bool'>, valid types: <class 'int'>"),
     (lambda r: r.update(Tags=[{"Key": "a\tb", "Value": "v"}]), "tags.1.key"),
 ])
 def test_create_refuses_values_outside_botocores_model(backend, change, field):
@@ -344,6 +351,96 @@ def test_a_key_named_like_the_prefix_with_dots_is_refused(backend, tmp_path):
     with pytest.raises(ValueError, match=r"s3://local-security-test/dots/\.\."):
         storage.download_prefix(s3, f"s3://{BUCKET}/dots/..", dest)
     assert list(tmp_path.iterdir()) == [dest] and not list(dest.iterdir())
+
+
+# ---------------------------------------------------------------- channels are directories
+@pytest.mark.parametrize("channel", [".", ".."])
+def test_a_channel_that_is_not_one_directory_under_data_is_refused_before_create(
+        backend, channel):
+    name = f"dots-{uuid.uuid4().hex[:8]}"
+    s3 = backend.client("s3")
+    s3.put_object(Bucket=BUCKET, Key="dots-channel/x.txt", Body=b"x")
+    req = job(name, "exit 0", InputDataConfig=[{"ChannelName": channel, "DataSource": {
+        "S3DataSource": {"S3DataType": "S3Prefix", "S3Uri": f"s3://{BUCKET}/dots-channel",
+                         "S3DataDistributionType": "FullyReplicated"}}}])
+    code, status, message = error(backend.client("sagemaker").create_training_job, **req)
+    assert (code, status) == ("ValidationException", 400), message
+    assert "inputDataConfig.1.channelName" in message and "/opt/ml/input/data" in message
+    assert name not in job_names(backend)
+
+
+def test_the_executor_refuses_a_dot_channel_directory_too(tmp_path):
+    from kfp_sagemaker_blackwell.local_backend.container import HostLayout
+
+    layout = HostLayout("algo-1", tmp_path)
+    assert layout.channel_dir("train.v2") == tmp_path / "input" / "data" / "train.v2"
+    for bad in (".", "..", "a/../..", ""):
+        with pytest.raises(ValueError, match="not one directory under /opt/ml/input/data"):
+            layout.channel_dir(bad)
+
+
+# ---------------------------------------------------------------- links are never followed out
+def test_a_link_in_the_checkpoint_dir_is_refused_by_name_and_its_target_never_uploaded(
+        backend, tmp_path):
+    secret = tmp_path / "secret.txt"
+    secret.write_text("host secret")
+    (tmp_path / "tree").mkdir()
+    (tmp_path / "tree" / "inner.txt").write_text("host secret too")
+    name = f"link-ckpt-{uuid.uuid4().hex[:8]}"
+    prefix = f"links/{name}"
+    script = (f'echo mine > "$SM_CHECKPOINT_DIR/fine.txt" && '
+              f'ln -s {secret} "$SM_CHECKPOINT_DIR/leak" && '
+              f'ln -s {tmp_path / "tree"} "$SM_CHECKPOINT_DIR/tree"')
+    sm = backend.client("sagemaker")
+    sm.create_training_job(**job(name, script, CheckpointConfig={
+        "S3Uri": f"s3://{BUCKET}/{prefix}"}))
+    desc = job_ended(sm, name)
+    assert desc["TrainingJobStatus"] == "Failed", desc
+    reason = desc["FailureReason"]
+    assert "/opt/ml/checkpoints/leak" in reason and str(secret) in reason, reason
+    assert "/opt/ml/checkpoints/tree" in reason, reason
+    s3 = backend.client("s3")
+    keys = {o["Key"] for o in s3.list_objects_v2(Bucket=BUCKET, Prefix=prefix).get(
+        "Contents", [])}
+    assert keys == {f"{prefix}/fine.txt"}  # the job's own file is kept, nothing else
+
+
+def test_links_in_the_model_and_output_dirs_are_archived_as_links(backend, tmp_path):
+    import io
+    import tarfile
+
+    secret = tmp_path / "secret.txt"
+    secret.write_text("host secret")
+    name = f"link-model-{uuid.uuid4().hex[:8]}"
+    script = (f'echo w > "$SM_MODEL_DIR/weights.bin" && ln -s {secret} "$SM_MODEL_DIR/leak" && '
+              f'ln -s {tmp_path} "$SM_OUTPUT_DATA_DIR/tree"')
+    sm = backend.client("sagemaker")
+    sm.create_training_job(**job(name, script))
+    desc = job_ended(sm, name)
+    assert desc["TrainingJobStatus"] == "Completed", desc.get("FailureReason")
+    s3 = backend.client("s3")
+    for key, link, target in ((f"out/{name}/output/model.tar.gz", "leak", secret),
+                              (f"out/{name}/output/output.tar.gz", "tree", tmp_path)):
+        body = s3.get_object(Bucket=BUCKET, Key=key)["Body"].read()
+        assert b"host secret" not in body
+        with tarfile.open(fileobj=io.BytesIO(body)) as tar:
+            member = tar.getmember(link)
+            assert member.issym() and member.linkname == str(target)
+            assert all(m.name == link or not m.name.startswith(link + "/")
+                       for m in tar.getmembers())
+
+
+def test_a_replaced_directory_is_refused_not_followed(tmp_path):
+    from kfp_sagemaker_blackwell.local_backend import storage
+
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "f").write_text("x")
+    (tmp_path / "model").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(storage.LinkRefused, match=r"/opt/ml/model: it is a symbolic link"):
+        storage.tar_gz_bytes(tmp_path / "model", "/opt/ml/model")
+    with pytest.raises(storage.LinkRefused, match=r"/opt/ml/checkpoints: it is a symbolic"):
+        storage.upload_dir(None, tmp_path / "model", f"s3://{BUCKET}/x",
+                           label="/opt/ml/checkpoints")
 
 
 def test_a_signed_chunked_upload_is_verified_against_its_whole_body(backend):

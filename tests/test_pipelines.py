@@ -163,6 +163,67 @@ def test_kfp_local_fixes_loop_over_named_outputs_and_outer_outputs(tmp_path):
     assert p().output == "a:the-plan,b:the-plan"
 
 
+def test_kfp_local_fixes_give_a_loop_body_the_loop_wide_list_it_asks_for(tmp_path):
+    """A loop body that also takes the loop's own list (budget_items: the jobs sharing a
+    budget) gets the list, as on a cluster, not its item; the item still reaches it."""
+    from typing import NamedTuple
+
+    from kfp import dsl, local
+
+    from kfp_sagemaker_blackwell.pipelines import _kfp_local_fixes
+
+    @dsl.component(install_kfp_package=False)
+    def plan() -> NamedTuple("Outputs", [("items", list)]):  # noqa: F821
+        from collections import namedtuple
+
+        return namedtuple("Outputs", ["items"])([{"batch_size": 4}, {"batch_size": 8}])
+
+    @dsl.component(install_kfp_package=False)
+    def use(batch_size: int, budget_items: list) -> str:
+        from kfp_sagemaker_blackwell.common.kfp_values import integral
+
+        assert isinstance(budget_items, list), f"the loop item, not the list: {budget_items!r}"
+        return f"{batch_size}/{integral(budget_items)}"
+
+    @dsl.component(install_kfp_package=False)
+    def gather(values: list) -> str:
+        return " ".join(sorted(values))
+
+    @dsl.pipeline
+    def p() -> str:
+        t = plan()
+        with dsl.ParallelFor(t.outputs["items"], parallelism=1) as item:
+            u = use(batch_size=item.batch_size, budget_items=t.outputs["items"])
+        return gather(values=dsl.Collected(u.output)).output
+
+    _kfp_local_fixes.apply()
+    local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(tmp_path))
+    whole = "[{'batch_size': 4}, {'batch_size': 8}]"
+    assert p().output == f"4/{whole} 8/{whole}"
+
+
+def test_the_training_boundary_takes_kfp_local_floats_as_ints_and_refuses_an_item_budget():
+    from kfp_sagemaker_blackwell.common.errors import UserError
+    from kfp_sagemaker_blackwell.components.sagemaker_training.request import (
+        Budget,
+        TrainingJobConfig,
+    )
+
+    cfg = TrainingJobConfig.from_values({
+        "run_id": "r", "image_uri": "i", "role_arn": "a", "output_s3_uri": "s3://b/o",
+        "fallback_instances": [{"InstanceType": "ml.p5.48xlarge", "InstanceCount": 2.0}],
+        "hyperparameters": {"steps": 4.0, "lr": 0.5}, "budget_items": [{"batch_size": 4.0}]})
+    assert cfg.fallback_instances == [{"InstanceType": "ml.p5.48xlarge", "InstanceCount": 2}]
+    assert type(cfg.fallback_instances[0]["InstanceCount"]) is int
+    assert cfg.hyperparameters == {"steps": 4, "lr": 0.5}
+    assert cfg.budget_items == [{"batch_size": 4}]
+    assert Budget.parse(10, [{"batch_size": 4}, {"batch_size": 8}]).jobs == 2
+    assert Budget.parse(10, None).jobs == 1
+    with pytest.raises(UserError) as err:
+        Budget.parse(10, {"batch_size": 4.0})  # a loop item where the loop's list belongs
+    assert err.value.field == "budget_items" and "not a list" in err.value.problem
+
+
 def test_kfp_local_fixes_refuse_kfp_versions_they_were_not_written_for(monkeypatch):
     import kfp
 

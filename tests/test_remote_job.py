@@ -211,6 +211,8 @@ def stop_plan() -> Plan:
 
 def test_cleanup_wait_rides_out_a_transient_error_in_the_middle_of_polling(cleanup_clients):
     sm = cleanup_clients["sagemaker"]
+    # the stop action is the runner's stop: a Describe, then the stop of a running job
+    sm.add_response("describe_training_job", described("InProgress"), ONE_JOB)
     sm.add_response("stop_training_job", {}, ONE_JOB)
     sm.add_response("describe_training_job", described("Stopping", "Stopping"), ONE_JOB)
     sm.add_client_error("describe_training_job", expected_params=ONE_JOB, **UNAVAILABLE)

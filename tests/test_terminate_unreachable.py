@@ -352,3 +352,100 @@ def test_cleanup_sigterm_then_backend_gone_before_the_stop_exits_143(served, hoo
     assert code == TERMINATED_EXIT_CODE, err
     assert elapsed < DEADLINE_S, (elapsed, err)
     assert_not_accepted(err, f"training job {name}", stop_job_command(name))
+
+
+# ---------------------------------------------------------------- an endpoint that never answers
+class Silent:
+    """Silences the served backend with SIGSTOP: its port still accepts connections (the
+    kernel completes them and queues the requests) but nothing ever answers: the endpoint
+    of a hung server or a half-dead load balancer, where a request is held for the client's
+    whole read timeout. The fixture's SIGKILL ends it."""
+
+    def __init__(self, served: Served) -> None:
+        self.served = served
+        self.silent = threading.Event()
+
+    def silence(self) -> None:
+        if not self.silent.is_set():
+            self.silent.set()
+            os.kill(self.served.proc.pid, signal.SIGSTOP)
+
+
+@pytest.fixture
+def silent(served) -> Silent:
+    return Silent(served)
+
+
+STOP_BOUND_S = 5.0 + 1.5  # the default stop timeout, and the step's own exit
+
+
+def test_cleanup_sigterm_while_its_stop_gets_no_answer_exits_within_the_stop_timeout(
+        served, silent, hooks, capsys):
+    """StopTrainingJob is sent to an endpoint that accepts and never answers; SIGTERM
+    meanwhile. The action's wait is given up at once and the stop is retried within what
+    is left of the stop timeout since the SIGTERM: not botocore's read timeout and retries."""
+    from kfp_sagemaker_blackwell.components.cleanup import __main__ as cleanup_cli
+
+    cfg, name = create_job(served, ignore_sigterm=False)
+    term = Terminate()
+
+    def silence_then_terminate(**kwargs: Any) -> None:
+        if term.at is None and not silent.silent.is_set():
+            silent.silence()
+            term.later(0.5)
+
+    hooks.append(("before-call.sagemaker.StopTrainingJob", silence_then_terminate))
+    code = cleanup_cli.main(cleanup_args(cfg.run_id))
+    elapsed = term.elapsed()
+    err = capsys.readouterr().err
+    assert code == TERMINATED_EXIT_CODE, err
+    assert elapsed < STOP_BOUND_S, (elapsed, err)
+    assert_not_accepted(err, f"training job {name}", stop_job_command(name))
+    assert "within 5 s" in err, err
+
+
+def test_training_sigterm_while_its_poll_gets_no_answer_exits_within_the_stop_timeout(
+        served, silent, hooks, capsys):
+    """The launcher's DescribeTrainingJob is in flight to an endpoint that never answers
+    (its client's read timeout is 15 s) when SIGTERM comes: the poll is given up at once and
+    the stop gets what is left of the stop timeout."""
+    cfg = training_config()
+    name = launcher.prepare(cfg)[0].job_name
+    term = Terminate()
+
+    def silence_when_training(parsed: Any = None, **kwargs: Any) -> None:
+        if not silent.silent.is_set() and (parsed or {}).get("SecondaryStatus") == "Training":
+            silent.silence()
+            term.later(0.5)  # the next poll (every 0.1 s) is waiting for its answer
+
+    hooks.append(("after-call.sagemaker.DescribeTrainingJob", silence_when_training))
+    code = training_cli.main(training_args(cfg))
+    elapsed = term.elapsed()
+    err = capsys.readouterr().err
+    assert code == TERMINATED_EXIT_CODE, err
+    assert elapsed < STOP_BOUND_S, (elapsed, err)
+    assert_not_accepted(err, f"training job {name}", stop_job_command(name))
+
+
+def test_build_image_sigterm_while_its_poll_gets_no_answer_exits_within_the_stop_timeout(
+        served, silent, hooks, capsys, tmp_path):
+    from kfp_sagemaker_blackwell.components.build_image import __main__ as build_cli
+
+    write_checkout(tmp_path / "checkout")
+    term = Terminate()
+    started: list[str] = []
+
+    def after_start(parsed: Any = None, **kwargs: Any) -> None:
+        started.append(parsed["build"]["id"])
+        silent.silence()
+        term.later(0.5)  # BatchGetBuilds is waiting for its answer
+
+    hooks.append(("after-call.codebuild.StartBuild", after_start))
+    code = build_cli.main(build_args(tmp_path / "checkout", "build-silent"))
+    elapsed = term.elapsed()
+    err = capsys.readouterr().err
+    assert code == TERMINATED_EXIT_CODE, err
+    assert elapsed < STOP_BOUND_S, (elapsed, err)
+    [build_id] = started
+    assert_not_accepted(err, f"CodeBuild build {build_id}",
+                        f"aws codebuild stop-build --id {build_id} --region {REGION}")

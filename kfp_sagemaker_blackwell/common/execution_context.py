@@ -79,9 +79,47 @@ def retry_within(left: Callable[[], float], call: Callable[[], T]) -> T:
             time.sleep(RETRY_PAUSE_S)
 
 
+class NoAnswer(TimeoutError):
+    """``call_within``: the call had not returned when its time was up."""
+
+
+def call_within(budget_s: float, call: Callable[[], T], *,
+                give_up: Callable[[], bool] = lambda: False) -> T:
+    """``call()`` on a daemon thread, its result or its exception; ``NoAnswer`` when it has
+    not returned within ``budget_s`` (an endpoint that accepts the connection and never
+    answers holds a call for the client's whole read timeout, times its attempts), and
+    ``TerminationRequested`` as soon as ``give_up()`` says so. The abandoned call ends on
+    its own client's timeouts; its answer is dropped."""
+    done = threading.Event()
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["result"] = call()
+        except BaseException as exc:  # handed to the caller's thread
+            box["error"] = exc
+        finally:
+            done.set()
+
+    threading.Thread(target=target, name="aws-call", daemon=True).start()
+    deadline = time.monotonic() + max(0.0, budget_s)
+    while not done.wait(min(SLEEP_SLICE_S, max(0.0, deadline - time.monotonic()))):
+        if give_up():
+            raise TerminationRequested()
+        if time.monotonic() >= deadline:
+            raise NoAnswer(f"no answer within {budget_s:.3g} s")
+    if "error" in box:
+        raise box["error"]
+    return box["result"]  # type: ignore[no-any-return]
+
+
 def stop_within(what: str, stop: Callable[[Callable[[], float]], str | None], *,
-                budget_s: float, stop_command: str) -> str:
+                budget_s: float, stop_command: str, said_s: float | None = None) -> str:
     """Tries to stop ``what`` (e.g. "training job X") within ``budget_s``; returns the sentence.
+
+    The budget is kept whatever the endpoint does (``call_within``): a stop that got no
+    answer in time is reported as not accepted. ``said_s``: the budget as the sentence
+    says it (the stop timeout, when ``budget_s`` is what is left of it since the SIGTERM).
 
     ``stop(left)`` does it (``left()``: seconds of the budget left; its clients need
     timeouts that fit, ``aws.bounded_client_config``) and returns the state once the
@@ -94,10 +132,11 @@ def stop_within(what: str, stop: Callable[[Callable[[], float]], str | None], *,
     def left() -> float:
         return max(0.0, deadline - time.monotonic())
 
-    try:
-        state = stop(left)
+    try:  # on its own thread: the budget holds whatever the clients' timeouts
+        state = call_within(budget_s, lambda: stop(left))
     except Exception as exc:
-        return (f"the stop of {what} was NOT accepted within {budget_s:.3g} s "
+        return (f"the stop of {what} was NOT accepted within "
+                f"{budget_s if said_s is None else said_s:.3g} s "
                 f"({_one_line(exc)}): {what} may still be running. Stop it with: "
                 f"{stop_command}")
     if state is None:
@@ -129,6 +168,7 @@ class ExecutionContext:
         self.name = name
         self.signal_name = ""
         self._requested = False
+        self.requested_at: float | None = None  # time.monotonic() of the first request
         self._previous: dict[int, Any] = {}
 
     # ---- life cycle ----
@@ -147,6 +187,8 @@ class ExecutionContext:
         # Only a flag and one os.write: print() here could re-enter a print the
         # main thread is in the middle of (RuntimeError: reentrant call).
         first = not self._requested
+        if first:
+            self.requested_at = time.monotonic()
         self._requested = True
         name = signal.Signals(signum).name
         if first:
@@ -168,7 +210,29 @@ class ExecutionContext:
         """Sets the flag without a signal (a caller relaying a cancellation, tests)."""
         if not self._requested:
             self.signal_name = reason
+            self.requested_at = time.monotonic()
         self._requested = True
+
+    def stop_budget(self, stop_timeout_s: float, least_s: float = 0.5) -> float:
+        """Seconds left of ``stop_timeout_s`` counted from the termination request (all of
+        it when none came yet), at least ``least_s``: every stop path ends within
+        ``stop_timeout_s`` of the SIGTERM, whatever it was doing when it came."""
+        if self.requested_at is None:
+            return stop_timeout_s
+        return max(least_s, self.requested_at + stop_timeout_s - time.monotonic())
+
+    def call(self, call: Callable[[], T], *, budget_s: float = float("inf")) -> T:
+        """``call()``, given up for ``TerminationRequested`` as soon as termination is
+        requested (``call_within``): a request in flight to an endpoint that never answers
+        does not hold the termination for its read timeout. Made after the request (a
+        last look, e.g. whether a job whose Create answer was lost exists, so that it is
+        recorded before it is stopped), it gets what is left of the default stop budget."""
+        if self._requested:
+            try:
+                return call_within(self.stop_budget(DEFAULT_STOP_TIMEOUT_S), call)
+            except NoAnswer:
+                raise TerminationRequested() from None
+        return call_within(budget_s, call, give_up=lambda: self._requested)
 
     def check(self, what: str) -> None:
         """Raises ``Terminated`` if termination was requested; ``what``: the state we are in."""
@@ -186,7 +250,9 @@ class ExecutionContext:
         pause = max(0.05, first_pause_s)
         while True:
             try:
-                result = call()
+                result = self.call(call)
+            except TerminationRequested:
+                raise
             except Exception as exc:
                 if not is_transient(exc):
                     raise

@@ -44,6 +44,7 @@ from kfp_sagemaker_blackwell.common.execution_context import (
     ExecutionContext,
     Terminated,
     TerminationRequested,
+    call_within,
     retry_within,
     stop_within,
 )
@@ -166,14 +167,16 @@ class RemoteJobRunner:
             self.terminate(job)
 
     # ---- create ----
-    def create(self, job: RemoteJob, send: Callable[[], T]) -> T:
+    def create(self, job: RemoteJob, send: Callable[[], T], *,
+               created: Callable[[T], RemoteJob] | None = None) -> T:
         """``send()`` (the create request) at a safe point: ``Terminated`` before it when a
         termination came first (nothing was created), and the job stopped right after it
-        when one came while the request was on its way."""
-        self.ctx.check(f"before {job.create_call} {job.ident}: "
+        when one came while the request was on its way. ``created``: the job to stop, from
+        ``send``'s result, when only the answer names it (a build's id); else ``job``."""
+        self.ctx.check(f"before {job.create_call}{' ' + job.ident if job.ident else ''}: "
                        "nothing was created")
         result = send()
-        self.safe_point(job)
+        self.safe_point(created(result) if created else job)
         return result
 
     def safe_point(self, job: RemoteJob) -> None:
@@ -206,14 +209,16 @@ class RemoteJobRunner:
     def copy_logs(self, job: RemoteJob, described: dict[str, Any]) -> None:
         """The job's new log lines to ``out``; a failing read is said once, not raised
         (the log is a convenience, the job's status is what counts)."""
-        if self.logs is None:
+        if self.logs is None or self.ctx.terminating:  # the stop comes first
             return
         group, prefix = job.log_location(described)
         if self._tail is None or (self._tail.group, self._tail.prefix) != (group, prefix):
             self._tail = LogTail(self.logs, group, prefix, sleep=self.ctx.sleep,
                                  max_backoff_s=2 * self.poll_interval_s)
-        try:
-            events = self._tail.poll()
+        try:  # given up on a termination (the next safe point stops the job)
+            events = self.ctx.call(self._tail.poll)
+        except TerminationRequested:
+            return
         except Exception as exc:
             if not self._logs_failing:
                 self.out(f"{self.prefix}(could not read {job.log_name}: {exc})")
@@ -225,21 +230,37 @@ class RemoteJobRunner:
 
     # ---- termination ----
     def terminate(self, job: RemoteJob) -> NoReturn:
-        """Stops ``job`` within ``stop_timeout_s``; raises ``job.terminated`` saying how it went."""
+        """Stops ``job`` within ``stop_timeout_s`` of the termination request; raises
+        ``job.terminated`` saying how it went."""
         why = f"terminated ({self.ctx.signal_name or 'requested'})"
+        budget = self.ctx.stop_budget(self.stop_timeout_s)
         self.out(f"{self.prefix}{why}: stopping {job.what} "
-                 f"(for up to {self.stop_timeout_s:g} s)")
-        raise job.terminated(f"{why}; {self.stop(job)}")
+                 f"(for up to {self.stop_timeout_s:g} s from the termination)")
+        raise job.terminated(f"{why}; {self.stop(job, budget_s=budget, said_s=self.stop_timeout_s)}")
 
     def stop(self, job: RemoteJob, *, wait: bool | None = None,
-             budget_s: float | None = None) -> str:
+             budget_s: float | None = None, said_s: float | None = None) -> str:
         """The stop within ``budget_s`` (default ``stop_timeout_s``), as ``stop_within``'s
         sentence; ``wait`` (default ``wait_after_stop``): then poll until the job leaves
         its running state or the budget ends."""
         budget = self.stop_timeout_s if budget_s is None else budget_s
         wait = self.wait_after_stop if wait is None else wait
         return stop_within(job.what, lambda left: self._stop_and_wait(job, left, wait, budget),
-                           budget_s=budget, stop_command=job.stop_command)
+                           budget_s=budget, stop_command=job.stop_command, said_s=said_s)
+
+    def stop_or_raise(self, job: RemoteJob, *, budget_s: float | None = None) -> str:
+        """The stop request alone (no wait) as ``stop`` sends it, within ``budget_s``
+        (default ``stop_timeout_s``) whatever the endpoint does; what became of the job
+        ("it is Stopping", "it had already ended Completed", "gone"); raises when the
+        stop could not be delivered (``NoAnswer`` when no answer came in time)."""
+        budget = self.stop_timeout_s if budget_s is None else budget_s
+        deadline = time.monotonic() + budget
+
+        def left() -> float:
+            return max(0.0, deadline - time.monotonic())
+
+        state = call_within(budget, lambda: self._stop_and_wait(job, left, False, budget))
+        return "gone" if state is None else state
 
     def _stop_and_wait(self, job: RemoteJob, left: Callable[[], float], wait: bool,
                        budget_s: float) -> str | None:

@@ -15,9 +15,10 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+from kfp_sagemaker_blackwell.common.documents import check_keys
 from kfp_sagemaker_blackwell.common.errors import UserError
 
 TRAINING_JOB = "SageMakerTrainingJob"
@@ -47,11 +48,28 @@ def dumps(resources: list[AwsResource]) -> str:
     return json.dumps({"resources": [asdict(r) for r in resources]}, sort_keys=True)
 
 
-def loads(text: str) -> list[AwsResource]:
+FIX = ('pass the aws_resources record a component wrote: {"resources": [{"resourceType": '
+       '..., "resourceUri": ..., ...}]}.')
+
+
+def loads(text: str, fld: str = "aws_resources") -> list[AwsResource]:
+    """The record in ``text``; a UserError naming ``fld`` (the parameter it came in) when
+    it is not JSON, not such a record, or an entry has a key AwsResource does not know
+    (named with its close matches and the accepted keys: ``documents.check_keys``)."""
     if not text.strip():
         return []
-    data = json.loads(text)
-    return [AwsResource(**item) for item in data.get("resources", [])]
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError):
+        raise UserError(fld, "is not valid JSON.", FIX) from None
+    entries = check_keys(data, ["resources"], field=fld, what="the record",
+                         fix=FIX).get("resources", [])
+    if not isinstance(entries, list):
+        raise UserError(fld, f"'resources' is {type(entries).__name__}, not a list.", FIX)
+    accepted = [f.name for f in fields(AwsResource)]
+    return [AwsResource(**check_keys(item, accepted, field=fld, what=f"resources[{i}]",
+                                     fix=FIX, required=("resourceType", "resourceUri")))
+            for i, item in enumerate(entries)]
 
 
 def write(path: str, resources: list[AwsResource]) -> None:

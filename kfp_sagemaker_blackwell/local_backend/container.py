@@ -84,6 +84,15 @@ def local_gpu_count() -> int:
     return sum(1 for line in out.stdout.splitlines() if line.startswith("GPU "))
 
 
+def is_channel_name(name: object) -> bool:
+    """Whether ``name`` is one directory of its own under /opt/ml/input/data."""
+    return isinstance(name, str) and name not in ("", ".", "..") and "/" not in name \
+        and "\0" not in name
+
+
+CONTAINER_ROOT = "/opt/ml"  # what a HostLayout's root is inside SageMaker's container
+
+
 @dataclass
 class HostLayout:
     host: str
@@ -130,6 +139,11 @@ class HostLayout:
         return self.output_dir / "failure"
 
     def channel_dir(self, channel: str) -> Path:
+        """/opt/ml/input/data/<channel>; ``ValueError`` for a name that is not one directory
+        under it (validation refuses those at Create: this is the second line)."""
+        if not is_channel_name(channel):
+            raise ValueError(f"channel name {channel!r} is not one directory under "
+                             "/opt/ml/input/data")
         return self.data_dir / channel
 
     def create(self) -> None:

@@ -98,20 +98,31 @@ class Instances:
                                      self.settings.log_flush_s, cwd="code" if image else "")
 
     def sync_checkpoints(self, s3: Any, layouts: list[HostLayout], uri: str,
-                         seen: dict[str, tuple[int, int]]) -> None:
+                         seen: dict[str, tuple[int, int]]) -> str:
+        """Uploads each host's new checkpoint files; returns the symbolic links refused
+        (a message naming them, or ''). Other failures are logged: SageMaker keeps training
+        when a sync fails."""
+        refused = ""
         for lay in layouts:
             try:
-                storage.upload_dir(s3, lay.checkpoint_dir, uri, seen)
-            except Exception as exc:  # SageMaker keeps training when a sync fails
+                storage.upload_dir(s3, lay.checkpoint_dir, uri, seen,
+                                   label=f"{lay.host}:{container.CONTAINER_ROOT}/checkpoints")
+            except storage.LinkRefused as exc:
+                refused = refused or f"Checkpoint upload to {uri} {exc}"
+                print(f"local backend: checkpoint sync to {uri}: {exc}", file=sys.stderr)
+            except Exception as exc:
                 print(f"local backend: checkpoint sync to {uri} failed: {exc}", file=sys.stderr)
+        return refused
 
     def upload(self, s3: Any, job: Job, *, model: bool) -> str:
         """Uploads algo-1's model and output data; returns an error message or ''."""
         layout = self.layouts(job)[0]
         try:
             if model:
-                storage.upload_tar(s3, layout.model_dir, job.model_uri)
-            storage.upload_tar(s3, layout.output_data_dir, job.output_uri)
+                storage.upload_tar(s3, layout.model_dir, job.model_uri,
+                                   f"{container.CONTAINER_ROOT}/model")
+            storage.upload_tar(s3, layout.output_data_dir, job.output_uri,
+                               f"{container.CONTAINER_ROOT}/output/data")
         except Exception as exc:
             return f"Uploading the model to {job.model_uri} failed: {exc}"
         return ""

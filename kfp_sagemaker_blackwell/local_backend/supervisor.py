@@ -109,8 +109,15 @@ class Supervisor:
             state.finish(job, "Stopped", "Stopped")
             return
         except PendingTimeout:
-            # AWS Batch's guide to SageMaker jobs: a job that times out waiting for
-            # capacity ends Stopped, its secondary status saying it timed out in Pending.
+            # Stopped, not Failed, with no FailureReason: botocore's model (StoppingCondition.
+            # MaxPendingTimeInSeconds: "can be pending before it is stopped"; SecondaryStatus
+            # has no value of its own for it, Stopped's are MaxRuntimeExceeded,
+            # MaxWaitTimeExceeded and Stopped) and AWS Batch's guide to SageMaker jobs
+            # (docs.aws.amazon.com/batch/latest/userguide/sm_job_stuck_in_runnable_capacity.html:
+            # "Training job times out waiting for capacity: STOPPED, secondaryStatus indicates
+            # the job timed out in pending"): Stopped/Stopped, the transition's StatusMessage
+            # saying so. (A capacity error, FailureReason "CapacityError: ...", is Failed on
+            # AWS; not emulated here.)
             state.finish(job, "Stopped", "Stopped",
                          message=PENDING_TIMEOUT_MESSAGE.format(types=instance_list(job)))
             return
@@ -199,15 +206,17 @@ class Supervisor:
                                           max_wait)
         processes.reap(procs)
         job.hosts = []
-        if checkpoint_uri:
-            instances.sync_checkpoints(s3, layouts, checkpoint_uri, {})
+        refused = instances.sync_checkpoints(s3, layouts, checkpoint_uri, {}) \
+            if checkpoint_uri else ""
         elapsed = time.monotonic() - started
         job.billable_s += elapsed
         job.training_s += elapsed
         if reason:
             return reason, ""
         if all(p.proc.returncode == 0 for p in procs):
-            return "completed", ""
+            # a refused link fails the job: the local backend's own rule (on the host, a
+            # link's target is the host's file, not the container's)
+            return ("failed", f"ClientError: {refused}") if refused else ("completed", "")
         return "failed", processes.failure_reason(
             procs, failed_host, oom_kills=processes.oom_kill_count() - oom_kills)
 

@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from kfp_sagemaker_blackwell.catalog.sagemaker import MAX_RUNTIME_SECONDS, parse_image
-from kfp_sagemaker_blackwell.local_backend import storage
+from kfp_sagemaker_blackwell.local_backend import container, storage
 from kfp_sagemaker_blackwell.local_backend.api import ApiError, validation
 from kfp_sagemaker_blackwell.local_backend.jobs import Job
 from kfp_sagemaker_blackwell.local_backend.settings import ClientFactory
@@ -124,20 +124,38 @@ def _limits(value: Any, shape: Any, path: str) -> list[str]:
     return errors
 
 
-def _walk(value: Any, shape: Any, path: str, errors: list[str]) -> Any:
+# A JSON true/false where the model wants a number: botocore's ParamValidator lets it
+# through (Python's bool is an int: a botocore client sends MaxRuntimeInSeconds=True as
+# `true`), and the job would have run with a limit of 1 s. It is refused with
+# ParamValidator's own wording for a value of the wrong type ("Invalid type for parameter
+# StoppingCondition.MaxRuntimeInSeconds, value: abc, type: <class 'str'>, valid types:
+# <class 'int'>", botocore/validate.py), which is what "abc" gets: client-side from a
+# botocore client (ParamValidationError), from the executor for any other client.
+NUMBER_TYPES = {"integer": "<class 'int'>", "long": "<class 'int'>",
+                "float": "<class 'float'>, <class 'decimal.Decimal'>, <class 'int'>",
+                "double": "<class 'float'>, <class 'decimal.Decimal'>, <class 'int'>"}
+
+
+def _walk(value: Any, shape: Any, path: str, errors: list[str], name: str = "") -> Any:
     """``value`` without the members ``shape`` does not know; appends to ``errors`` what
-    breaks a max, pattern or enum (Java's String.matches: the whole value must match).
-    ``path`` is SageMaker's: camel-cased members, map keys as given."""
+    breaks a max, pattern or enum (Java's String.matches: the whole value must match), and
+    a boolean where a number belongs. ``path`` is SageMaker's: camel-cased members, map
+    keys as given; ``name`` is botocore's (ParamValidator's messages)."""
     errors.extend(_limits(value, shape, path))
+    if shape.type_name in NUMBER_TYPES and isinstance(value, bool):
+        errors.append(f"Invalid type for parameter {name}, value: {value}, type: "
+                      f"{type(value)}, valid types: {NUMBER_TYPES[shape.type_name]}")
     if shape.type_name == "structure" and isinstance(value, dict):
         return {k: _walk(v, shape.members[k], f"{path}.{_camel(k)}" if path else _camel(k),
-                         errors)
+                         errors, f"{name}.{k}" if name else k)
                 for k, v in value.items() if k in shape.members}
     if shape.type_name == "list" and isinstance(value, list):
-        return [_walk(v, shape.member, f"{path}.{i + 1}", errors) for i, v in enumerate(value)]
+        return [_walk(v, shape.member, f"{path}.{i + 1}", errors, f"{name}[{i}]")
+                for i, v in enumerate(value)]
     if shape.type_name == "map" and isinstance(value, dict):
-        return {_walk(k, shape.key, f"{path}.{k}.key", errors):
-                _walk(v, shape.value, f"{path}.{k}", errors) for k, v in value.items()}
+        return {_walk(k, shape.key, f"{path}.{k}.key", errors, f"{name} (key: {k})"):
+                _walk(v, shape.value, f"{path}.{k}", errors, f"{name}.{k}")
+                for k, v in value.items()}
     return value
 
 
@@ -198,9 +216,23 @@ def validate_create_request(req: dict[str, Any]) -> None:
     spec = req["AlgorithmSpecification"]
     if not spec.get("TrainingImage") and not spec.get("AlgorithmName"):
         raise validation("AlgorithmSpecification needs a TrainingImage or an AlgorithmName.")
+    _check_channels(req.get("InputDataConfig") or [])
     _check_resource_config(req["ResourceConfig"])
     _check_kms(req)
     _check_spot(req)
+
+
+def _check_channels(channels: list[dict[str, Any]]) -> None:
+    """Each channel must be a directory of its own under /opt/ml/input/data: botocore's
+    ChannelName pattern ([A-Za-z0-9\\.\\-_]+) admits "." and "..", which would be data/
+    itself and input/. Whether SageMaker refuses them is not documented; the local backend
+    refuses them before Create, so that no download lands outside the channel's tree."""
+    for i, channel in enumerate(channels):
+        name = channel.get("ChannelName")
+        if not container.is_channel_name(name):
+            raise constraint_error(f"InputDataConfig.{i + 1}.ChannelName", name,
+                                   "Member must name one directory under "
+                                   "/opt/ml/input/data (not '.' or '..')")
 
 
 def _check_resource_config(rc: dict[str, Any]) -> None:

@@ -8,9 +8,10 @@ mis-runs two patterns they use:
    (``...-Output``) and otherwise looks for a pipeline input called
    ``<task>-<output>`` ("Parent pipeline input argument ... not found").
 2. A loop body that reads outputs of tasks outside the loop (the image URI,
-   the memory plan): when it builds each iteration, every input of the loop
-   that comes from a task output is replaced by the loop item, so
-   ``memory_plan`` arrives as ``"bf16"``.
+   the memory plan), or the loop's own list (``budget_items``: the jobs sharing a
+   budget): when it builds each iteration, every input of the loop that comes from
+   a task output is replaced by the loop item, so ``memory_plan`` arrives as
+   ``"bf16"`` and ``budget_items`` as one candidate instead of the list.
 
 ``apply()`` patches both in the running process (idempotent), and only on the
 kfp versions they were written and tested for (``FIXED_VERSIONS``): on any other
@@ -91,12 +92,12 @@ def apply() -> None:
         original_task_spec: Any, loop_item: Any, loop_task_name: str
     ) -> Any:
         spec = original_iteration(original_task_spec, loop_item, loop_task_name)
-        items = ""
-        if original_task_spec.WhichOneof("iterator") == "parameter_iterator":
-            items = original_task_spec.parameter_iterator.items.input_parameter
         for name, value in original_task_spec.inputs.parameters.items():
-            if value.HasField("task_output_parameter") and name != items:
-                spec.inputs.parameters[name].CopyFrom(value)  # keep the real upstream output
+            # every upstream output keeps its real value, the loop's own list too (a body
+            # input that is the loop-wide list gets the list, as on a cluster: the item
+            # reaches the body through the iterator's item input, set above)
+            if value.HasField("task_output_parameter"):
+                spec.inputs.parameters[name].CopyFrom(value)
         return spec
 
     io.IOStore.get_parent_input = get_parent_input  # type: ignore[method-assign]

@@ -30,6 +30,7 @@ from typing import Any
 
 from kfp_sagemaker_blackwell.catalog.spec import ModelSpec
 from kfp_sagemaker_blackwell.common.errors import UserError
+from kfp_sagemaker_blackwell.common.kfp_values import integral
 from kfp_sagemaker_blackwell.planning import estimator, planner
 from kfp_sagemaker_blackwell.planning.memory_plan import MemoryPlan
 from kfp_sagemaker_blackwell.planning.probe import Probe, correct, correct_peak
@@ -158,6 +159,7 @@ def prerank(plan: MemoryPlan, candidates: list[dict[str, Any]], probes: tuple[Pr
             trial_count: int) -> PreRank:
     """The candidates a trial times (see the module docstring): every one, as listed,
     without probes; with probes, the best ``trial_count`` (0: all) of those that fit."""
+    candidates = integral(candidates)  # the trials go on as listed: batch 4, not 4.0
     if isinstance(trial_count, bool) or not isinstance(trial_count, int) or trial_count < 0:
         raise UserError("trial_count", f"{trial_count!r} is not a count.",
                         "give how many of the pre-ranked candidates to time (0: all).")

@@ -291,27 +291,37 @@ def _codebuild(req: BuildRequest, region: str, context: ctx.BuildContext,
         base_registry=ecr_registry_of(base_image) if base_image else None,
         target_registry=(repo.registry, region),
     )
-    # The termination handler is in place since before the first AWS call; the
-    # build is stopped by wait_for_build's first check if it arrived meanwhile.
+    def record_build(build: dict[str, Any]) -> None:
+        record(resources.AwsResource(
+            resources.CODEBUILD_BUILD, str(build.get("arn", build["id"])),
+            name=str(build["id"]), region=region,
+            consoleUri=(f"https://{region}.console.aws.amazon.com/codesuite/codebuild/"
+                        f"projects/{req.codebuild_project}/build/"
+                        f"{urllib.parse.quote(str(build['id']), safe='')}")))
+
+    # The termination handler is in place since before the first AWS call; StartBuild is
+    # sent through the remote-job runner (refused when a termination came first, the
+    # build stopped right after it when one came meanwhile), which then follows it.
+    runner = cb.build_runner(codebuild, client("logs", region),
+                             poll_interval_s=req.poll_interval_seconds, log=log, ctx=ectx)
     build = cb.running_build_for(codebuild, req.codebuild_project, target.image)
     if build:
         log(f"[build_image] re-attaching to running build {build['id']}")
+        record_build(build)
     else:
-        ectx.check("before StartBuild: no build was started")
-        build = cb.start_build(codebuild, req.codebuild_project, target, run_id=req.run_id,
-                               role_arn=req.codebuild_role_arn,
-                               compute_type=req.codebuild_compute_type,
-                               timeout_minutes=req.timeout_minutes)
-        log(f"[build_image] started CodeBuild build {build['id']}")
-    record(resources.AwsResource(
-        resources.CODEBUILD_BUILD, str(build.get("arn", build["id"])), name=str(build["id"]),
-        region=region,
-        consoleUri=(f"https://{region}.console.aws.amazon.com/codesuite/codebuild/projects/"
-                    f"{req.codebuild_project}/build/"
-                    f"{urllib.parse.quote(str(build['id']), safe='')}")))
+        def start() -> dict[str, Any]:
+            started = cb.start_build(codebuild, req.codebuild_project, target,
+                                     run_id=req.run_id, role_arn=req.codebuild_role_arn,
+                                     compute_type=req.codebuild_compute_type,
+                                     timeout_minutes=req.timeout_minutes)
+            log(f"[build_image] started CodeBuild build {started['id']}")
+            record_build(started)  # recorded before a termination could stop it
+            return started
+
+        build = cb.start_with(runner, start, req.codebuild_project, region)
     final = cb.wait_for_build(codebuild, client("logs", region), build,
                               req.codebuild_project, poll_interval_s=req.poll_interval_seconds,
-                              log=log, ctx=ectx)
+                              log=log, ctx=ectx, runner=runner)
     if final["buildStatus"] != "SUCCEEDED":
         raise RuntimeError(
             f"CodeBuild build {final['id']} ended {final['buildStatus']}: "

@@ -213,6 +213,40 @@ def _like(made: Any, service: str, **config: Any) -> Any:
                       **config)
 
 
+def build_runner(
+    codebuild: Any,
+    logs: Any,
+    *,
+    poll_interval_s: float,
+    log: Callable[[str], None],
+    ctx: ExecutionContext,
+    max_outage_s: float = DEFAULT_MAX_OUTAGE_S,
+    stop_timeout_s: float = DEFAULT_STOP_TIMEOUT_S,
+) -> RemoteJobRunner:
+    """The remote-job runner of a build: polls with clients like ``codebuild`` and ``logs``
+    without botocore's retries, stops with a client bounded by ``stop_timeout_s``."""
+    return RemoteJobRunner(
+        follow=_like(codebuild, "codebuild", **aws.FOLLOW_CLIENT),
+        stopper=_like(codebuild, "codebuild", **aws.bounded_client_config(stop_timeout_s)),
+        logs=_like(logs, "logs", **aws.FOLLOW_CLIENT),
+        ctx=ctx, out=log, poll_interval_s=poll_interval_s, max_outage_s=max_outage_s,
+        stop_timeout_s=stop_timeout_s, prefix="[build_image] ",
+        wait_after_stop=False)  # StopBuild's answer is reported as it comes
+
+
+def build_job(build: dict[str, Any], project: str, region: str) -> CodeBuildBuild:
+    """The runner's adapter of ``build`` (a StartBuild or BatchGetBuilds answer)."""
+    return CodeBuildBuild(str(build["id"]), project, region, terminated=BuildStopped)
+
+
+def start_with(runner: RemoteJobRunner, send: Callable[[], dict[str, Any]], project: str,
+               region: str) -> dict[str, Any]:
+    """``send()`` (StartBuild, returning the build) through ``runner.create``: refused when a
+    termination came first, the build stopped right after it when one came meanwhile."""
+    return runner.create(CodeBuildBuild("", project, region, terminated=BuildStopped), send,
+                         created=lambda build: build_job(build, project, region))
+
+
 def wait_for_build(
     codebuild: Any,
     logs: Any,
@@ -224,6 +258,7 @@ def wait_for_build(
     ctx: ExecutionContext | None = None,
     max_outage_s: float = DEFAULT_MAX_OUTAGE_S,
     stop_timeout_s: float = DEFAULT_STOP_TIMEOUT_S,
+    runner: RemoteJobRunner | None = None,
 ) -> dict[str, Any]:
     """Polls BatchGetBuilds until the build ends, copying its log lines to ``log``.
 
@@ -233,20 +268,16 @@ def wait_for_build(
     ``BuildStopped`` raised, saying whether StopBuild was accepted. The polls use
     clients like ``codebuild`` and ``logs`` without botocore's retries and ride out
     an unreachable endpoint for ``max_outage_s`` (then ``AwsUnreachable``); the
-    life cycle is ``remote_job.RemoteJobRunner``'s, with ``build_marks.CodeBuildBuild``
-    as the adapter.
+    life cycle is ``remote_job.RemoteJobRunner``'s (``runner``: the one that started
+    the build, else ``build_runner``'s), with ``build_marks.CodeBuildBuild`` as the
+    adapter.
     """
-    job = CodeBuildBuild(str(build["id"]), project, codebuild.meta.region_name,
-                         terminated=BuildStopped)
+    job = build_job(build, project, codebuild.meta.region_name)
     with contextlib.ExitStack() as stack:
-        runner = RemoteJobRunner(
-            follow=_like(codebuild, "codebuild", **aws.FOLLOW_CLIENT),
-            stopper=_like(codebuild, "codebuild", **aws.bounded_client_config(stop_timeout_s)),
-            logs=_like(logs, "logs", **aws.FOLLOW_CLIENT),
+        runner = runner or build_runner(
+            codebuild, logs, poll_interval_s=poll_interval_s, log=log,
             ctx=ctx or stack.enter_context(ExecutionContext("build_image")),
-            out=log, poll_interval_s=poll_interval_s, max_outage_s=max_outage_s,
-            stop_timeout_s=stop_timeout_s, prefix="[build_image] ",
-            wait_after_stop=False)  # StopBuild's answer is reported as it comes
+            max_outage_s=max_outage_s, stop_timeout_s=stop_timeout_s)
         return runner.run_to_end(job, dict(build))
 
 

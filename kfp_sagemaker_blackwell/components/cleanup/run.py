@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import functools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -140,7 +141,9 @@ class _Executor:
         """What became of every stop, the stops not sent yet tried within the budget."""
         why = f"terminated ({self.ctx.signal_name or 'requested'}) during cleanup"
         done = {o.action.key for o in outcomes if o.status == "done"}
-        deadline = time.monotonic() + self.stop_timeout_s
+        # counted from the termination request: an action in flight when it came has used
+        # some of it already
+        deadline = time.monotonic() + self.ctx.stop_budget(self.stop_timeout_s)
         parts = []
         for action in the_plan.actions:
             if action.verb != "stop":
@@ -156,7 +159,7 @@ class _Executor:
                 continue
             # Each stop is sent, not waited for: the budget is shared by all of them.
             parts.append(self.runner("sagemaker" if op == "sagemaker_stop" else "codebuild")
-                         .stop(job, wait=False,
+                         .stop(job, wait=False, said_s=self.stop_timeout_s,
                                budget_s=max(0.5, deadline - time.monotonic())))
         undone = sum(1 for a in the_plan.actions if a.verb == "delete"
                      and a.key not in {o.action.key for o in outcomes})
@@ -174,20 +177,14 @@ class _Executor:
         op, *args = action.op
         return str(getattr(self, f"_{op}")(*args))
 
+    # The stop actions are the runner's bounded stop (``RemoteJobRunner.stop_or_raise``):
+    # within ``stop_timeout_s`` whatever the endpoint does, so that a termination meanwhile
+    # is looked at within that, and what a stop that got no answer leaves is said.
     def _sagemaker_stop(self, name: str) -> str:
-        try:
-            self.client("sagemaker").stop_training_job(TrainingJobName=name)
-        except Exception as exc:
-            status = self.client("sagemaker").describe_training_job(
-                TrainingJobName=name)["TrainingJobStatus"]
-            if status in TERMINAL_STATUSES | {"Stopping"}:
-                return f"already {status}"
-            raise exc
-        return "StopTrainingJob sent"
+        return self.runner("sagemaker").stop_or_raise(TrainingJob(name, self.region))
 
     def _codebuild_stop(self, build_id: str) -> str:
-        build = self.client("codebuild").stop_build(id=build_id)["build"]
-        return f"build {build.get('buildStatus', '')}"
+        return self.runner("codebuild").stop_or_raise(CodeBuildBuild(build_id, "", self.region))
 
     def _s3_delete_prefix(self, bucket: str, prefix: str) -> str:
         s3 = self.client("s3")
@@ -304,8 +301,10 @@ def _execute(cleanup_plan: Plan, executor: _Executor, outcomes: list[Outcome], *
             jobs = {n for a in cleanup_plan.actions if a.verb == "delete" for n in a.after_jobs}
             if jobs:
                 executor.wait_for_jobs(jobs)
-        try:
-            message = executor.run(action)
+        try:  # given up at once on a termination (the stops are then retried, bounded)
+            message = executor.ctx.call(functools.partial(executor.run, action))
+        except TerminationRequested:
+            raise
         except Exception as exc:
             log(f"[cleanup] FAILED to {action.verb} {action.resource}: {exc}")
             outcomes.append(Outcome(action, "failed", str(exc)))

@@ -13,7 +13,8 @@ Examples:
 
 Exit status: 0 when a recommendation exists and the report is complete, 1 when it
 is partial or nothing passed, 2 for a usage error (no series, duplicate runs, bad
-settings).
+settings, a series that breaks its contract: left out, the partial reports naming it
+are still written).
 """
 
 from __future__ import annotations
@@ -58,6 +59,13 @@ def main(argv: list[str] | None = None) -> int:
     write_outputs(cmp, html_path=args.html, markdown_path=args.markdown,
                   verdicts_path=args.verdicts, context=values["run_context"])
     sys.stdout.write(verdicts_json(cmp) if args.json else markdown(cmp, values["run_context"]))
+    broken = [lo.source for lo in cmp.left_out if lo.contract]
+    if broken:  # the user's input error, as rank_throughput says it (its reports are written)
+        print(f"error: series: {', '.join(broken)} broke the step-series contract and "
+              f"{'was' if len(broken) == 1 else 'were'} left out (the report is partial; "
+              "each file's problem is in it). Fix: pass the series files parse_logs wrote, "
+              "unedited.", file=sys.stderr)
+        return USER_ERROR_EXIT_CODE
     if values["require_complete"] and cmp.partial:
         print("error: the comparison is partial: " + "; ".join(cmp.problems), file=sys.stderr)
         return 1

@@ -284,6 +284,17 @@ class Result:
         return self.speedup_source.startswith("predicted")
 
 
+@dataclass(frozen=True)
+class LeftOut:
+    """A series file the comparison could not use: ``contract``: it breaks the step-series
+    contract (kfp-sagemaker/step-series/v1), the user's input error, as rank_throughput
+    takes it; else it could not be read at all."""
+
+    source: str
+    problem: str
+    contract: bool = True
+
+
 @dataclass
 class Comparison:
     settings: Settings
@@ -295,6 +306,7 @@ class Comparison:
     notes: list[str]
     runs: dict[str, list[Run]]
     recommendation: str = ""  # one sentence: why this precision (or why none)
+    left_out: list[LeftOut] = field(default_factory=list)  # files not compared (partial)
 
     @property
     def passed(self) -> bool:
@@ -379,9 +391,11 @@ def _healthy_baseline(runs: dict[str, list[Run]], baseline: str, problems: list[
 
 
 def compare(series: list[Series], settings: Settings, *,
-            input_problems: list[str] | None = None) -> Comparison:
+            input_problems: list[str] | None = None,
+            left_out: list[LeftOut] | None = None) -> Comparison:
     """Compares the series with checked settings (:meth:`Settings.from_parameters`);
-    ``input_problems`` (e.g. unreadable files) make it partial."""
+    ``input_problems`` (e.g. unreadable files) make it partial; ``left_out``: the files
+    they concern, named by the reports."""
     st = settings
     if not series:
         raise UserError("series", "no series were given: nothing to compare"
@@ -423,7 +437,8 @@ def compare(series: list[Series], settings: Settings, *,
     else:
         why = "No recommendation: nothing was compared (see the problems above)."
     return Comparison(st, baseline, results, recommended, bool(problems), problems,
-                      _notes(runs, results, target), runs, recommendation=why)
+                      _notes(runs, results, target), runs, recommendation=why,
+                      left_out=list(left_out or []))
 
 
 def _coverage_problems(runs: dict[str, list[Run]], healthy_base: list[Run],

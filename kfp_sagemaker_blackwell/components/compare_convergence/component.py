@@ -85,7 +85,8 @@ def compare_convergence(
             difference to the baseline, speed-up and memory bars and the verdict table;
             images are embedded PNGs, so it renders in the KFP UI offline.
         summary: Markdown verdict table and recommendation.
-        metrics: precisions, passed, failed, partial, recommended_speedup, and per
+        metrics: precisions, passed, failed, partial, left_out (series files not
+            compared: the report and summary name each), recommended_speedup, and per
             precision ``<p>_pass``, ``<p>_final_loss_diff(_rel)``, ``<p>_speedup``,
             ``<p>_memory_ratio``, ``<p>_worst_divergence_rel``, ``<p>_gap_to_floor``.
         verdicts: JSON (``kfp-sagemaker/convergence-verdicts/v1``): every number and

@@ -415,12 +415,31 @@ def context_rows(cmp: Comparison, given: Mapping[str, Any] | None,
     return run_context.rows(given, metas, now=now)
 
 
+def left_out_heading(cmp: Comparison) -> str:
+    """"2 of 5 series files were left out (...)", or "" when none was."""
+    n = len(cmp.left_out)
+    if not n:
+        return ""
+    given = n + sum(len(g) for g in cmp.runs.values())
+    contract = sum(lo.contract for lo in cmp.left_out)
+    why = (f"{contract} broke the step-series contract" if contract == n else
+           f"{contract} broke the step-series contract, {n - contract} could not be read"
+           if contract else "could not be read")
+    return (f"{n} of {given} series file{'s' if given > 1 else ''} "
+            f"{'was' if n == 1 else 'were'} left out ({why}): not compared, not in the "
+            "tables below")
+
+
 def _summary_html(cmp: Comparison) -> list[str]:
     e = html.escape
     parts: list[str] = []
     if cmp.partial:
         parts.append("<div class='partial'><b>PARTIAL REPORT</b>: no recommendation. "
                      + "<br>".join(e(p) for p in cmp.problems) + "</div>")
+    if cmp.left_out:
+        parts.append(f"<div class='partial' id='left-out'><b>{e(left_out_heading(cmp))}</b>"
+                     "<ul>" + "".join(f"<li><code>{e(lo.source)}</code>: {e(lo.problem)}</li>"
+                                      for lo in cmp.left_out) + "</ul></div>")
     if cmp.recommended:
         r = cmp.results[cmp.recommended]
         how = (f"{_fmt(r.speedup, '.2f')}x {e(r.speedup_source)}"
@@ -509,6 +528,9 @@ def markdown(cmp: Comparison, context: Mapping[str, Any] | None = None) -> str:
     if cmp.partial:
         lines += ["**PARTIAL REPORT - no recommendation:**", ""]
         lines += [f"- {md.line(p)}" for p in cmp.problems] + [""]
+    if cmp.left_out:
+        lines += [f"**{md.line(left_out_heading(cmp))}:**", ""]
+        lines += [f"- {md.inline(lo.source)}" for lo in cmp.left_out] + [""]
     if cmp.recommended:
         r = cmp.results[cmp.recommended]
         lines.append(f"**Recommended precision: {md.inline(label(r))}** "
@@ -538,6 +560,7 @@ def metrics(cmp: Comparison) -> dict[str, float]:
         "failed": float(sum(r.verdict == "fail" for r in cmp.results.values())),
         "not_compared": float(sum(not r.compared for r in cmp.results.values())),
         "partial": float(cmp.partial),
+        "left_out": float(len(cmp.left_out)),
     }
     if cmp.recommended:
         r = cmp.results[cmp.recommended]
@@ -559,6 +582,8 @@ def verdicts_json(cmp: Comparison) -> str:
         "recommended_precision": cmp.recommended, "recommendation": cmp.recommendation,
         "passed": cmp.passed, "partial": cmp.partial,
         "problems": cmp.problems, "notes": cmp.notes, "numerics": numerics_note(cmp),
+        "left_out": [{"source": lo.source, "problem": lo.problem, "contract": lo.contract}
+                     for lo in cmp.left_out],
         "final_loss_definition": FINAL_LOSS_DEFINITION,
         "precisions": [{**row, "converges": converges(cmp, cmp.results[row["precision"]]),
                         "runs_on_target_gpu": runs_on_target(cmp, cmp.results[row["precision"]])}

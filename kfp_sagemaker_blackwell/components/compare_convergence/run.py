@@ -10,6 +10,7 @@ from typing import Any
 from kfp_sagemaker_blackwell.common.step_series import Series, SeriesFormatError, read_series
 from kfp_sagemaker_blackwell.components.compare_convergence.compare import (
     Comparison,
+    LeftOut,
     Settings,
     compare,
 )
@@ -20,20 +21,23 @@ from kfp_sagemaker_blackwell.components.compare_convergence.report import (
 )
 
 
-def load(paths: Iterable[str | Path]) -> tuple[list[Series], list[str]]:
-    """Reads the series; a file that cannot be read becomes a problem, not a crash."""
-    series, problems = [], []
+def load(paths: Iterable[str | Path]) -> tuple[list[Series], list[str], list[LeftOut]]:
+    """Reads the series; a file that cannot be read, or breaks the series contract, is left
+    out: a problem (the report is partial) and a ``LeftOut`` naming it, not a crash."""
+    series, problems, left_out = [], [], []
     for path in paths:
         try:
             series.append(read_series(path))
         except (OSError, SeriesFormatError, UnicodeError, csv.Error) as exc:
             problems.append(f"{path}: could not be read as a step series ({exc}); left out.")
-    return series, problems
+            left_out.append(LeftOut(str(path), str(exc),
+                                    contract=isinstance(exc, SeriesFormatError)))
+    return series, problems, left_out
 
 
 def compare_files(paths: Iterable[str | Path], settings: Settings) -> Comparison:
-    series, problems = load(paths)
-    return compare(series, settings, input_problems=problems)
+    series, problems, left_out = load(paths)
+    return compare(series, settings, input_problems=problems, left_out=left_out)
 
 
 def write_outputs(cmp: Comparison, *, html_path: str | Path | None = None,

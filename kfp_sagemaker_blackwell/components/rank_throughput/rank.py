@@ -31,6 +31,7 @@ from kfp_sagemaker_blackwell.catalog.spec import ModelSpec
 from kfp_sagemaker_blackwell.common import markdown as md
 from kfp_sagemaker_blackwell.common import report_page, run_context
 from kfp_sagemaker_blackwell.common.errors import UserError
+from kfp_sagemaker_blackwell.common.kfp_values import integral
 from kfp_sagemaker_blackwell.common.step_series import SeriesFormatError, read_series
 from kfp_sagemaker_blackwell.planning import throughput
 from kfp_sagemaker_blackwell.planning.training_setup import TrainingSetup
@@ -95,6 +96,7 @@ def _planned(plan: Sequence[Mapping[str, Any]], precision: str, batch: int | Non
 def load(paths: list[str], plan: Sequence[Mapping[str, Any]] = ()) -> list[Candidate]:
     """The candidates' series (a file that is not a series is a UserError naming it);
     ``plan``: memory_estimate's ``batch_candidates``, whose predictions stand beside."""
+    plan = integral(plan)  # memory_estimate's numbers as it wrote them
     if not paths:
         raise UserError("series", "no runs to rank.", "pass the collected parse_logs series.")
     out: list[Candidate] = []

@@ -39,6 +39,9 @@ KMS_KEY_RE = re.compile(
     r"|arn:aws[a-z-]*:kms:([a-z0-9-]+):\d{12}:(?:key/(?:mrk-)?[0-9a-f-]{32,36}"
     r"|alias/[a-zA-Z0-9/_-]{1,256}))$")
 CHANNEL_RE = re.compile(r"^[A-Za-z0-9.\-_]{1,64}$")
+# botocore's ChannelName pattern admits them, but a channel is the directory
+# /opt/ml/input/data/<name>: "." and ".." would be data/ itself and input/.
+DOT_NAMES = frozenset({".", ".."})
 
 MODEL_DIMENSIONS = {name: name.replace("_", "-") for name in DIMENSION_BOUNDS}
 
@@ -83,12 +86,15 @@ class TrainingJobConfig(_Declared):  # type: ignore[misc]
     def from_values(cls, values: dict[str, Any]) -> TrainingJobConfig:
         """From the component's parameter values (``locals()`` of its body, the CLI's
         flags, a pipeline's argument check): the keys that are fields (not the output
-        artifacts), a None container emptied."""
+        artifacts), a None container emptied, whole numbers inside lists and dicts ints
+        again (``kfp_values.integral``: kfp.local hands them over as floats)."""
+        from kfp_sagemaker_blackwell.common.kfp_values import integral
+
         kw = {}
         for f in dataclasses.fields(cls):
             if f.name not in values:
                 continue
-            value = values[f.name]
+            value = integral(values[f.name])
             if value is None and f.default_factory is not dataclasses.MISSING:
                 value = f.default_factory()
             kw[f.name] = value
@@ -109,10 +115,15 @@ class Budget:
                 0 <= max_cost_usd < math.inf):
             raise UserError("max_cost_usd", f"{max_cost_usd!r} is not an amount.",
                             "pass USD as a number >= 0 (0: no limit).")
-        # kfp.local (2.17) hands a loop body the loop's item for an input that is the loop's
-        # own list: one job then (the pipelines' argument check sums the whole sweep's).
-        jobs = len(budget_items) if isinstance(budget_items, list) else 1
-        return cls(float(max_cost_usd), jobs or 1)
+        # The loop's own list on a cluster, and locally too (kfp.local 2.17 handed the loop
+        # item instead: fixed in pipelines/_kfp_local_fixes.py). Anything else would count
+        # one job where the loop runs several: refused, not guessed.
+        if budget_items is not None and not isinstance(budget_items, list):
+            raise UserError("budget_items", f"{budget_items!r:.80} is not a list (the items of "
+                            "the ParallelFor this job is one of).",
+                            "pass the loop's list itself (budget_items=<the ParallelFor's "
+                            "items>), not its item.")
+        return cls(float(max_cost_usd), len(budget_items or []) or 1)
 
     def check(self, worst: Any, *, instance_type: str, jobs: int | None = None,
               missing: str = "", refuse_unknown: bool = True) -> None:
@@ -520,9 +531,7 @@ def instance_choices(cfg: TrainingJobConfig) -> list[tuple[str, int]]:
     ``instance_count``). One entry: no InstancePreferences in the request."""
     out = [(cfg.instance_type, cfg.instance_count)]
     for entry in cfg.fallback_instances or []:
-        count = entry.get("InstanceCount", cfg.instance_count)
-        if isinstance(count, float) and count.is_integer():
-            count = int(count)  # KFP passes numbers inside lists of dicts as floats
+        count = entry.get("InstanceCount", cfg.instance_count)  # an int: from_values
         out.append((str(entry.get("InstanceType", "")), count))
     return out
 
@@ -638,9 +647,12 @@ def _network(cfg: TrainingJobConfig, region: str) -> None:
     if channels:
         limits.check("input_channels", "InputDataConfig", channels)
     for name, uri in channels.items():
-        if not CHANNEL_RE.match(name):
-            raise UserError("input_channels", f"channel name {name!r} is invalid.",
-                            "use 1-64 letters, digits, '.', '-' or '_' (e.g. train).")
+        if not CHANNEL_RE.match(name) or name in DOT_NAMES:
+            raise UserError("input_channels", f"channel name {name!r} is invalid"
+                            + (" (it would not be a directory of its own under "
+                               "/opt/ml/input/data)." if name in DOT_NAMES else "."),
+                            "use 1-64 letters, digits, '.', '-' or '_', not '.' or '..' "
+                            "(e.g. train).")
         _check_s3(f"input_channels[{name}]", uri,
                   "InputDataConfig[].DataSource.S3DataSource.S3Uri")
     if bool(cfg.vpc_subnet_ids) != bool(cfg.vpc_security_group_ids):
