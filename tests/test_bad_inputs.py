@@ -162,6 +162,12 @@ CASES: list[tuple[str, str, list[str], str]] = [
     ("memory-plan-unknown-key", TRAINING, train(
         "--memory-plan", '{"schema": "kfp-sagemaker/memory-plan/v1", "precision": {}}'),
      "memory_plan: the plan has unknown key(s) 'precision' (did you mean 'precisions'"),
+    # ---- this command line's own output files (issue 44): refused while parsing ----
+    ("aws-resources-path-a-directory", TRAINING, train("--aws-resources-path", "/tmp"),
+     "--aws-resources-path"),
+    ("output-json-in-no-directory", TRAINING, train("--output-json", "/nonexistent-44/out.json"),
+     "--output-json"),
+    ("memory-plan-file-a-directory", TRAINING, train("--memory-plan", "@/tmp"), "memory_plan"),
     # ---- memory_estimate ----
     ("estimate-precision-unknown", MEMORY, ["--instance-type", "ml.p6-b200.48xlarge",
                                             "--precision", "fp6"], "precision"),
@@ -172,6 +178,7 @@ CASES: list[tuple[str, str, list[str], str]] = [
                                      "--headroom", "1.5"], "headroom"),
     ("estimate-world-size-3", MEMORY, ["--instance-type", "ml.p6-b200.48xlarge",
                                        "--world-size", "3"], "world_size"),
+    ("estimate-world-size-0", MEMORY, ["--gpu", "H200", "--world-size", "0"], "world_size"),
     ("estimate-gpu-and-instance-disagree", MEMORY, ["--instance-type", "ml.p6-b200.48xlarge",
                                                     "--gpu", "H200"], "gpu"),
 ]
