@@ -2,6 +2,7 @@
 with an exit code that means one thing (common/errors.py), never a traceback."""
 
 import os
+import re
 import subprocess
 import sys
 
@@ -284,3 +285,48 @@ def test_a_bad_path_or_count_exits_2_naming_the_option_and_writes_nothing(
     lines = [ln for ln in err.splitlines() if "error" in ln]
     assert len(lines) == 1 and option in lines[0], err
     assert _tree(tmp_path) == before  # nothing written, no directory made
+
+
+def _parsers():
+    """Every command line's parser (make_tokens' is inside its main: PATH_CASES covers it)."""
+    import importlib
+
+    from kfp_sagemaker_blackwell.local_backend.__main__ import _parser as backend_parser
+    from kfp_sagemaker_blackwell.pipelines import _cli, precision_sweep
+    from kfp_sagemaker_blackwell.pipelines.compile import parser as compile_parser
+
+    for module in (PARSE_LOGS, COMPARE, RANK, ESTIMATE, PLAN, CLEANUP, PRERANK, BUILD,
+                   C + "sagemaker_training.__main__"):
+        yield module, importlib.import_module(module).build_parser()[0]
+    sweep = _cli.build_parser(name="precision_sweep", doc=precision_sweep.__doc__ or "",
+                              build=precision_sweep.build_pipeline, default_parallelism=4,
+                              local_defaults={})[0]
+    yield SWEEP, sweep
+    yield COMPILE, compile_parser()
+    serve = backend_parser()._subparsers._group_actions[0].choices["serve"]  # type: ignore
+    yield BACKEND, serve
+
+
+# An option that names a local file or folder, by its name (S3 URIs and image references
+# are not local paths).
+PATH_NAME = re.compile(r"(^|_)(path|file|dir|out|output|html|markdown|series|events|report|"
+                       r"verdicts|json)(_|$)")
+NOT_LOCAL = re.compile(r"s3|uri|image|kms|arn|^log_group$|^dockerfile$|^context_dir$")
+
+
+def test_every_path_option_of_every_command_line_has_a_path_type():
+    from kfp_sagemaker_blackwell.catalog import paths
+
+    path_types = {paths.output_file, paths.input_file, paths.input_file_or_stdin,
+                  paths.output_dir}
+    seen, untyped = [], []
+    for module, parser in _parsers():
+        for action in parser._actions:
+            if action.nargs == 0 or not PATH_NAME.search(action.dest) or \
+                    NOT_LOCAL.search(action.dest):
+                continue
+            seen.append(f"{module}:{action.dest}")
+            if action.type not in path_types:
+                untyped.append(f"{module}:{action.dest}")
+    assert len(seen) >= 20, seen
+    assert untyped == [], untyped
