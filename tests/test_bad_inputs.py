@@ -166,6 +166,12 @@ CASES: list[tuple[str, str, list[str], str]] = [
     ("memory-plan-unknown-key", TRAINING, train(
         "--memory-plan", '{"schema": "kfp-sagemaker/memory-plan/v1", "precision": {}}'),
      "memory_plan: the plan has unknown key(s) 'precision' (did you mean 'precisions'"),
+    # ---- this command line's own output files (issue 44): refused while parsing ----
+    ("aws-resources-path-a-directory", TRAINING, train("--aws-resources-path", "/tmp"),
+     "--aws-resources-path"),
+    ("output-json-in-no-directory", TRAINING, train("--output-json", "/nonexistent-44/out.json"),
+     "--output-json"),
+    ("memory-plan-file-a-directory", TRAINING, train("--memory-plan", "@/tmp"), "memory_plan"),
     # ---- memory_estimate ----
     ("estimate-precision-unknown", MEMORY, ["--instance-type", "ml.p6-b200.48xlarge",
                                             "--precision", "fp6"], "precision"),
@@ -176,6 +182,7 @@ CASES: list[tuple[str, str, list[str], str]] = [
                                      "--headroom", "1.5"], "headroom"),
     ("estimate-world-size-3", MEMORY, ["--instance-type", "ml.p6-b200.48xlarge",
                                        "--world-size", "3"], "world_size"),
+    ("estimate-world-size-0", MEMORY, ["--gpu", "H200", "--world-size", "0"], "world_size"),
     ("estimate-gpu-and-instance-disagree", MEMORY, ["--instance-type", "ml.p6-b200.48xlarge",
                                                     "--gpu", "H200"], "gpu"),
 ]
@@ -238,3 +245,26 @@ def test_the_launcher_refuses_every_case_with_the_user_error_exit_code(backend, 
                 codes[name] = exc.code
     capsys.readouterr()
     assert set(codes.values()) == {2}, json.dumps(codes)
+
+
+@pytest.mark.parametrize("dry_run", [True, False], ids=["dry-run", "launch"])
+def test_damaged_token_data_the_launcher_can_reach_is_refused_before_any_call(
+        backend, capsys, tmp_path, dry_run):
+    """Issue 44: a data-dir hyperparameter that is a directory on this machine (the local
+    backend's trainer runs here) is checked as the trainer checks it; one this machine does
+    not have is the container's, left to the trainer."""
+    main = importlib.import_module(MAINS[TRAINING]).main
+    data = tmp_path / "tokens"
+    data.mkdir()
+    (data / "train_000.bin").write_bytes(b"\x01\x02\x03")  # not a whole number of uint16 ids
+    flags = ["--dry-run"] if dry_run else []
+    before = backend_state(backend)
+    with aws.record_calls() as recording:
+        code = main(train("--hyperparameters", f"data-dir={data}", *flags))
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert f"error: hyperparameters[data-dir]: {data / 'train_000.bin'}: is 3 bytes" in err, err
+    assert recording.calls() == [] and backend_state(backend) == before
+    # the container's own path (not on this machine) is not the launcher's to check
+    assert main(train("--hyperparameters", "data-dir=/opt/ml/input/data/train",
+                      "--dry-run")) == 0, capsys.readouterr().err

@@ -410,10 +410,12 @@ def test_an_output_path_that_cannot_be_written_is_refused_before_create(
     blocker.write_text("")
     cfg = config()
     name = launcher.prepare(cfg)[0].job_name
-    with aws.record_calls(str(tmp_path / "calls.jsonl")) as recording:
-        code = cli.main(training_cli_args(cfg, flag, str(blocker / "sub" / "out.json")))
+    with aws.record_calls(str(tmp_path / "calls.jsonl")) as recording, \
+            pytest.raises(SystemExit) as exit_:  # refused while parsing (cli.output_file)
+        cli.main(training_cli_args(cfg, flag, str(blocker / "sub" / "out.json")))
     err = capsys.readouterr().err
-    assert code == 2 and f"error: {flag}: " in err and "Traceback" not in err, err
+    assert exit_.value.code == 2 and f"error: argument {flag}: " in err, err
+    assert f"{blocker} is a file, not a directory" in err and "Traceback" not in err, err
     assert recording.calls() == [] and status(backend, name) is None
 
 

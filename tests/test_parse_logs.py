@@ -435,7 +435,7 @@ def test_cli_reads_a_file_and_stdin_and_prints_json(tmp_path):
     assert failed.returncode == 0  # incomplete is not failed
     missing = subprocess.run(cmd + ["--file", str(tmp_path / "nope.log")], capture_output=True,
                              text=True)
-    assert missing.returncode == 2 and "log_file" in missing.stderr
+    assert missing.returncode == 2 and "argument --file: " in missing.stderr
 
 
 def test_cli_help_explains_the_sources():

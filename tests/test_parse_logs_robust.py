@@ -3,11 +3,13 @@ the bf16 peak beside the precision's own, and rank_throughput ranking by the med
 
 import json
 
+import pytest
+
 from kfp_sagemaker_blackwell.catalog import logformat as lf
-from kfp_sagemaker_blackwell.common.step_series import COLUMN_NAMES, SERIES_SCHEMA
+from kfp_sagemaker_blackwell.common.step_series import COLUMN_NAMES, SERIES_SCHEMA, read_series
 from kfp_sagemaker_blackwell.components.parse_logs.analysis import analyse
 from kfp_sagemaker_blackwell.components.parse_logs.parser import parse_bytes
-from kfp_sagemaker_blackwell.components.parse_logs.report import markdown
+from kfp_sagemaker_blackwell.components.parse_logs.report import markdown, write_outputs
 from kfp_sagemaker_blackwell.components.rank_throughput.rank import load, rank
 
 
@@ -65,3 +67,43 @@ def test_rank_throughput_ranks_by_the_median_when_the_series_has_it(tmp_path):
     r = rank(load(paths))
     assert [c.run for c in r.candidates] == ["b8", "old", "b4"]
     assert r.best is not None and r.best.tokens_per_s_per_gpu == 63000.0
+
+
+# Issue 44: a trainer record whose fields have the wrong types (hand-edited, another trainer's,
+# damaged) is set aside with a warning naming it, instead of making parse_logs write series
+# metadata its own readers refuse (it used to refuse `training.batch_size: [1]` itself).
+WRONG_TYPES = [
+    ("config", "batch_size", [1]),
+    ("config", "seq_length", "32"),
+    ("config", "grad_accum_steps", 0),
+    ("config", "activation_checkpointing", "yes"),
+    ("config", "model", "8b"),
+    ("config", "seed", "s"),
+    ("world", "world_size", "one"),
+    ("world", "gpu", 5),
+    ("summary", "precision", 7),
+    ("summary", "gpu", ["H200"]),
+    ("summary", "status", "weird"),
+    ("data", "entropy_floor", "low"),
+]
+
+
+@pytest.mark.parametrize(("kind", "key", "value"), WRONG_TYPES,
+                         ids=[f"{k}.{f}" for k, f, _ in WRONG_TYPES])
+def test_a_record_of_the_wrong_types_is_set_aside_with_a_warning(tmp_path, kind, key, value):
+    good = {"config": {"batch_size": 2, "seq_length": 32, "seed": 1, "model": {"vocab_size": 256}},
+            "world": {"world_size": 1, "gpu": "NVIDIA H200"},
+            "data": {"entropy_floor": 1.2},
+            "summary": {"status": "completed", "precision": "fp8", "gpu": "NVIDIA H200"}}
+    good[kind] = {**good[kind], key: value}
+    log = (lf.format_json("config", good["config"]) + "\n" + lf.format_json("data", good["data"])
+           + "\n").encode() + _log([60000.0] * 4, good["summary"]).replace(
+        lf.format_json("world", {"world_size": 1, "gpu": "NVIDIA H200"}).encode(),
+        lf.format_json("world", good["world"]).encode())
+    series = tmp_path / "run.csv"
+    out = write_outputs(parse_bytes(log), requested_precision="fp8", run="r",
+                        series_path=str(series))
+    warning = [w for w in out.report["warnings"] if f"trainer's {kind} record" in w]
+    assert warning and f"its {key} is " in warning[0] and "set aside" in warning[0], \
+        out.report["warnings"]
+    assert read_series(series).meta["run"] == "r"  # the series it wrote reads back

@@ -193,6 +193,23 @@ def test_failing_trainer_fails_the_component_with_sagemakers_failure_reason(back
     assert err.value.reason == reason and reason in str(err.value)
 
 
+def test_damaged_token_data_fails_the_job_with_a_failure_reason_naming_the_shard(backend):
+    """Issue 44: the train channel's damaged shard fails the job at the trainer's start-up;
+    SageMaker's FailureReason (the container's failure file) names the file and the fix."""
+    s3 = backend.client("s3")
+    s3.put_object(Bucket=BUCKET, Key="bad-tokens/meta.json",
+                  Body=b'{"dtype": "uint16", "vocab_size": 256}')
+    s3.put_object(Bucket=BUCKET, Key="bad-tokens/train_000.bin", Body=b"\x01" * 201)
+    cfg = tiny("run-bad-data", max_steps=3,
+               input_channels={"train": f"s3://{BUCKET}/bad-tokens"})
+    with pytest.raises(TrainingJobFailed) as err:
+        launcher.launch(cfg, poll_interval_s=0.5, out=lambda line: None)
+    reason = describe(backend, err.value.job_name)["FailureReason"]
+    assert reason.startswith("data-dir: ") and "train_000.bin: is 201 bytes, not a whole " \
+        "number of uint16 token ids" in reason and " Fix: " in reason, reason
+    assert "Traceback" not in reason and "\n" not in reason
+
+
 def test_two_instance_job_trains_across_two_local_hosts(backend):
     cfg = tiny("run-2host", instance_count=2, max_steps=3)
     result = launcher.launch(cfg, poll_interval_s=0.5, out=lambda line: None)

@@ -13,6 +13,10 @@ catalog imports nothing of the project and only the standard library
   hyperparameters against;
 - ``logformat``: the trainer's log lines, written by the trainer, read by the parsers;
 - ``bounds``: valid ranges of numeric options and the one "unknown name" message;
+- ``paths``: the argparse types of every command line's path options (a file written,
+  a file read, a folder written into), checked while parsing;
+- ``tokens``: the trainer's token-file format and its one check (the trainer at start-up,
+  the launcher for a directory it can reach);
 - ``sagemaker``: SageMaker's facts the sides share (the default max runtime, what an
   image reference is);
 - ``release``: the package's version (the components image's tag).

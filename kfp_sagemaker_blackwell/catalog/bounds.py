@@ -90,3 +90,9 @@ def within(kind: type, bounds: Bounds) -> Any:
 
     convert.__name__ = kind.__name__
     return convert
+
+
+def count(low: int = 1) -> Any:
+    """An argparse ``type`` for a count (GPUs, jobs, steps, instances...): an integer
+    >= ``low``, so that ``0`` or ``-1`` is refused naming the flag, not taken as 1."""
+    return within(int, Bounds.parse(f"[{low}, inf)"))

@@ -39,6 +39,12 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from kfp_sagemaker_blackwell.catalog.paths import (  # noqa: F401 - the commands' path types
+    input_file,
+    input_file_or_stdin,
+    output_dir,
+    output_file,
+)
 from kfp_sagemaker_blackwell.common.errors import UserError
 
 KINDS: dict[str, type] = {"str": str, "int": int, "float": float, "bool": bool, "list": list,
@@ -247,6 +253,15 @@ def dataclass_of(params: Iterable[Parameter], name: str) -> type:
     return dataclasses.make_dataclass(name, fields, kw_only=True)
 
 
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse's parser, whose usage error is one line (``prog: error: argument --flag:
+    problem``; the options are in ``--help``) instead of a usage summary a screen long,
+    still exit 2."""
+
+    def error(self, message: str) -> typing.NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def parse_bool(text: str) -> bool:
     if text.lower() in _TRUE:
         return True
@@ -453,7 +468,7 @@ def derived_parser(
     description, _, examples = doc.strip().partition("Examples::")
     names = inspect.signature(_python_func(func)).parameters
     description, examples = plain(description, names), plain(examples, names)
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog=prog,
         description=description.strip(),
         epilog=("Examples:\n" + examples.strip("\n")) if examples else None,

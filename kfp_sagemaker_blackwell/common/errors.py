@@ -53,6 +53,15 @@ class UserError(FieldError):
         return cls(field or exc.field, exc.problem, fix or exc.fix)
 
 
+def check_count(field: str, value: object, *, low: int = 1, fix: str = "") -> int:
+    """``value`` when it is an integer >= ``low`` (a count: GPUs, instances, objects...),
+    else a UserError naming ``field``: the one check of a count a component is given."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        want = "a positive integer" if low == 1 else f"an integer >= {low}"
+        raise UserError(field, f"={value!r} must be {want}.", fix)
+    return value
+
+
 def unknown_name(field: str, exc: ValueError) -> UserError:
     """The trainer's ``UnknownName`` (a preset, precision, instance type or GPU not in its
     catalog: the value and its "did you mean" are the problem, the catalog the fix) as a

@@ -13,6 +13,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from kfp_sagemaker_blackwell.catalog.bounds import Bounds, count, within
+from kfp_sagemaker_blackwell.common.cli import ArgumentParser, output_dir
 from kfp_sagemaker_blackwell.local_backend import auth
 from kfp_sagemaker_blackwell.local_backend.backend import DEFAULT_REGION, LocalBackend
 from kfp_sagemaker_blackwell.local_backend.settings import (
@@ -42,7 +44,7 @@ def _offerings(path: str) -> list[OfferingTemplate]:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="python -m kfp_sagemaker_blackwell.local_backend",
         description=(
             "The local backend: one endpoint on 127.0.0.1 that serves S3, ECR, CloudWatch Logs, "
@@ -57,20 +59,20 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="serve until Ctrl-C / SIGTERM",
                            formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    serve.add_argument("--port", type=int, default=0, help="TCP port (0: a free one)")
+    serve.add_argument("--port", type=within(int, Bounds.parse("[0, 65535]")), default=0, help="TCP port (0: a free one)")
     serve.add_argument("--region", default=DEFAULT_REGION, help="region to advertise "
                        "(requests for any region are served)")
-    serve.add_argument("--work-dir", default=None,
+    serve.add_argument("--work-dir", default=None, type=output_dir,
                        help="where jobs' /opt/ml-like roots go (default: a temporary directory)")
-    serve.add_argument("--max-concurrent-jobs", type=int, default=2,
+    serve.add_argument("--max-concurrent-jobs", type=count(), default=2,
                        help="training jobs running at once")
-    serve.add_argument("--stop-grace", type=float, default=120.0,
+    serve.add_argument("--stop-grace", type=within(float, Bounds.parse("[0, inf)")), default=120.0,
                        help="seconds from SIGTERM to SIGKILL when a job is stopped")
     serve.add_argument("--latency-profile", choices=sorted(LATENCY_PROFILES),
                        default=DEFAULT_LATENCY, help="how long secondary statuses last at "
                        "least: short (well under a second per job) or realistic (minutes, for "
                        "tests of polling code)")
-    serve.add_argument("--spot-savings", type=float, default=DEFAULT_SPOT_SAVINGS,
+    serve.add_argument("--spot-savings", type=within(float, Bounds.parse("[0, 1]")), default=DEFAULT_SPOT_SAVINGS,
                        help="the saving managed spot jobs report (1 - Billable/Training)")
     serve.add_argument("--strict-resources", action=argparse.BooleanOptionalAction,
                        default=True, help="refuse at Create a role not in the local IAM, an "

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from kfp_sagemaker_blackwell.catalog.bounds import count
 from kfp_sagemaker_blackwell.common import cli, shipped
 from kfp_sagemaker_blackwell.common.errors import cli_errors
 
@@ -35,7 +36,7 @@ def build_parser(
     """The pipeline's command line: the modes, and a flag per pipeline parameter."""
     params = cli.parameters(build(default_parallelism).pipeline_func)
     text = cli.plain(doc.strip(), [p.name for p in params])
-    parser = argparse.ArgumentParser(
+    parser = cli.ArgumentParser(
         prog=f"python pipelines/{name}.py",
         description=text.split("\n\n")[0],
         epilog=text.split("\n\n", 1)[1] if "\n\n" in text else None,
@@ -51,17 +52,17 @@ def build_parser(
         help="run the pipeline with kfp.local on the embedded local backend (AWS on "
         "127.0.0.1, training jobs on this machine's CPU or GPU)",
     )
-    parser.add_argument("--output", type=Path, help=f"--compile: where to write "
+    parser.add_argument("--output", type=cli.output_file, help=f"--compile: where to write "
                         f"(default: compiled/{name}.yaml, the checkout's; installed: in the "
                         "working directory)")
     parser.add_argument(
         "--parallelism",
-        type=int,
+        type=count(),
         default=None,
         help=f"training jobs at a time (--compile default {default_parallelism}; "
         "--run-local default 1: one job at a time suits a small machine)",
     )
-    parser.add_argument("--runs-dir", type=Path, default=None,
+    parser.add_argument("--runs-dir", type=cli.output_dir, default=None,
                         help="--run-local: where run outputs and logs are kept (default: runs/)")
     parser.add_argument("--verbose", action="store_true",
                         help="--run-local: show every task's full log live (default: one "
@@ -113,7 +114,7 @@ def main(
         from kfp_sagemaker_blackwell.common.component import components_image
         from kfp_sagemaker_blackwell.pipelines.compile import compile_one
 
-        out = args.output or shipped.output_dir() / f"{name}.yaml"
+        out = Path(args.output) if args.output else shipped.output_dir() / f"{name}.yaml"
         out.parent.mkdir(parents=True, exist_ok=True)
         compile_one(build(args.parallelism or default_parallelism), out, components_image(),
                     pipeline_parameters=overrides or None)
@@ -127,7 +128,7 @@ def main(
     if refused := refuse(check, arguments, "Nothing was started."):
         return refused
     return run_local(name=name, pipeline=build(args.parallelism or 1), arguments=arguments,
-                     runs_dir=args.runs_dir or Path("runs"), report_task=report_task,
+                     runs_dir=Path(args.runs_dir or "runs"), report_task=report_task,
                      verbose=args.verbose, progress_label_keys=progress_label_keys)
 
 

@@ -33,7 +33,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from kfp_sagemaker_blackwell.common.cli import plain
+from kfp_sagemaker_blackwell.common.cli import ArgumentParser, plain
+from kfp_sagemaker_blackwell.common.cli import output_dir as output_dir_type
 from kfp_sagemaker_blackwell.common.errors import cli_errors
 from kfp_sagemaker_blackwell.common.shipped import CHECKOUT, output_dir
 
@@ -160,10 +161,10 @@ def parser() -> argparse.ArgumentParser:
     # The module docstring is the help, as plain text: reST literals unquoted and the
     # example kept whole (RawDescriptionHelpFormatter keeps its line breaks).
     text = plain(__doc__ or "").split("\n\n")
-    p = argparse.ArgumentParser(
+    p = ArgumentParser(
         prog="python -m kfp_sagemaker_blackwell.pipelines.compile", description=text[0],
         epilog="\n\n".join(text[1:5]), formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--output-dir", type=Path, default=COMPILED,
+    p.add_argument("--output-dir", type=output_dir_type, default=COMPILED,
                    help="default: compiled/ (the checkout's; installed: in the working directory)")
     image = p.add_mutually_exclusive_group()
     image.add_argument("--components-image", default="",
@@ -201,12 +202,12 @@ def main(argv: list[str] | None = None) -> int:
 
         os.environ[IMAGE_ENV] = image  # read when the component modules are imported
     try:
-        compile_all(args.output_dir, verbose=not args.quiet)
+        compile_all(Path(args.output_dir), verbose=not args.quiet)
     except ValueError as exc:  # a malformed image reference
         print(f"error: {exc}", file=sys.stderr)
         return 2
     readme = CHECKOUT / "README.md"
-    if args.output_dir == COMPILED and readme.exists():  # a checkout: its README's reference
+    if Path(args.output_dir) == COMPILED and readme.exists():  # a checkout: its README's reference
         from kfp_sagemaker_blackwell.pipelines import _reference
 
         if _reference.update(readme, discover_components()) and not args.quiet:

@@ -32,7 +32,7 @@ from typing import Any
 from kfp_sagemaker_blackwell.catalog import hardware
 from kfp_sagemaker_blackwell.catalog.precisions import PRECISIONS, Precision, parse_precision
 from kfp_sagemaker_blackwell.catalog.spec import ModelSpec
-from kfp_sagemaker_blackwell.common.errors import UserError, unknown_name
+from kfp_sagemaker_blackwell.common.errors import UserError, check_count, unknown_name
 from kfp_sagemaker_blackwell.planning import estimator, throughput
 from kfp_sagemaker_blackwell.planning.estimator import Estimate
 from kfp_sagemaker_blackwell.planning.memory_plan import MemoryPlan, PrecisionPlan
@@ -78,8 +78,7 @@ def resolve_hardware(
 
     ``world_size`` None or 0: all GPUs of ``instance_count`` instances (1 with a GPU name).
     """
-    if isinstance(instance_count, bool) or not isinstance(instance_count, int) or instance_count < 1:
-        raise UserError("instance_count", f"={instance_count!r} must be a positive integer.", "")
+    check_count("instance_count", instance_count)
     gpu = (gpu or "").strip() or None
     instance_type = (instance_type or "").strip() or None
     if not gpu and not instance_type:
@@ -117,8 +116,7 @@ def resolve_hardware(
             f"{per_node * instance_count} GPUs.",
             "leave world_size at 0 (all GPUs of the instances) or make them agree.",
         )
-    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
-        raise UserError("world_size", f"={world_size!r} must be a positive integer.", "")
+    check_count("world_size", world_size)
     if it and not (world_size % per_node == 0 or per_node % world_size == 0):
         valid = [d for d in range(1, per_node + 1) if per_node % d == 0]
         raise UserError(

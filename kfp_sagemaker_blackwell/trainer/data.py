@@ -17,19 +17,18 @@ vectorised (a cumulative sum), so it costs nothing even at sequence 8192.
 Token files (``--data-dir`` or ``SM_CHANNEL_TRAIN``). A directory of ``*.bin``
 files, each a flat little-endian array of token ids, with an optional
 ``meta.json``: ``{"dtype": "uint16" | "uint32", "vocab_size": N}`` (uint16 when
-absent). Training windows of ``seq_length + 1`` tokens start at uniformly drawn
-positions. ``python -m kfp_sagemaker_blackwell.trainer.make_tokens`` writes this format from text files
+absent). The directory is checked once, at start-up (``kfp_sagemaker_blackwell.catalog.tokens``:
+a damaged shard or meta.json fails the job naming the file). Training windows of
+``seq_length + 1`` tokens start at uniformly drawn positions. ``python -m kfp_sagemaker_blackwell.trainer.make_tokens`` writes this format from text files
 (byte-level, vocab 256).
 """
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import numpy as np
 import torch
 
+from kfp_sagemaker_blackwell.catalog import tokens
 from kfp_sagemaker_blackwell.trainer.model import _mix
 
 
@@ -69,26 +68,20 @@ class TokenFiles:
     entropy_floor = None
 
     def __init__(self, directory: str, seed: int, vocab_size: int):
-        root = Path(directory)
-        files = sorted(root.glob("*.bin"))
-        if not files:
-            raise ValueError(f"data-dir={directory!r}: no *.bin token files there")
-        meta_path = root / "meta.json"
-        meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
-        dtype = meta.get("dtype", "uint16")
-        if dtype not in ("uint16", "uint32"):
-            raise ValueError(f"data-dir={directory!r}: meta.json dtype {dtype!r} must be uint16 or uint32")
-        if meta.get("vocab_size") and int(meta["vocab_size"]) > vocab_size:
+        checked = tokens.check(directory)  # a DataError naming the damaged file
+        meta_vocab = checked.vocab_size
+        if meta_vocab and meta_vocab > vocab_size:
             raise ValueError(
-                f"vocab-size={vocab_size}: the token files use a vocabulary of {meta['vocab_size']}; "
-                f"set vocab-size >= {meta['vocab_size']}"
+                f"vocab-size={vocab_size}: the token files use a vocabulary of {meta_vocab}; "
+                f"set vocab-size >= {meta_vocab}"
             )
-        self.arrays = [np.memmap(f, dtype=np.dtype(dtype).newbyteorder("<"), mode="r") for f in files]
-        self.lengths = np.array([len(a) for a in self.arrays], dtype=np.int64)
+        dtype = np.dtype(checked.dtype).newbyteorder("<")
+        self.arrays = [np.memmap(f, dtype=dtype, mode="r") for f in checked.files]
+        self.lengths = np.array(checked.tokens, dtype=np.int64)
         self.vocab_size = vocab_size
         self.seed = seed
         self.directory = directory
-        self.dtype = dtype
+        self.dtype = checked.dtype
 
     def describe(self) -> dict:
         return {"source": self.source, "entropy_floor": None, "directory": self.directory,
@@ -139,5 +132,11 @@ def make_source(config) -> SyntheticMarkov | TokenFiles | RandomHidden:
     if not m.vocab_size:
         return RandomHidden(m.hidden_size, config.seed)
     if config.data_dir:
-        return TokenFiles(config.data_dir, config.seed, m.vocab_size)
+        source = TokenFiles(config.data_dir, config.seed, m.vocab_size)
+        if int(source.lengths.max()) < config.seq_length + 1:
+            raise tokens.DataError(
+                config.data_dir, f"its longest token file holds {int(source.lengths.max())} "
+                f"tokens, fewer than a training window (seq-length {config.seq_length} + 1).",
+                "give more tokens, or lower seq-length.")
+        return source
     return SyntheticMarkov(m.vocab_size, config.seed, config.synthetic_successors)

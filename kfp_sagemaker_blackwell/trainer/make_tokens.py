@@ -19,6 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
+from kfp_sagemaker_blackwell.catalog.paths import input_file, output_dir
+
 SEPARATOR = 0
 
 
@@ -45,10 +47,10 @@ def convert(paths: list[Path], out: Path, shard_tokens: int = 1 << 30) -> dict:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m kfp_sagemaker_blackwell.trainer.make_tokens", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("inputs", nargs="+", type=Path, help="text files")
-    ap.add_argument("--out", required=True, type=Path, help="output directory")
+    ap.add_argument("inputs", nargs="+", type=input_file, help="text files")
+    ap.add_argument("--out", required=True, type=output_dir, help="output directory")
     args = ap.parse_args(argv)
-    meta = convert(args.inputs, args.out)
+    meta = convert([Path(p) for p in args.inputs], Path(args.out))
     print(f"wrote {meta['tokens']} tokens to {args.out} ({', '.join(meta['files'])})")
     return 0
 

@@ -25,6 +25,7 @@ from torch.profiler import record_function
 
 from kfp_sagemaker_blackwell.catalog import flags as config_mod
 from kfp_sagemaker_blackwell.catalog import logformat
+from kfp_sagemaker_blackwell.catalog.errors import FieldError
 from kfp_sagemaker_blackwell.catalog.flags import ConfigError, TrainConfig
 from kfp_sagemaker_blackwell.catalog.precisions import COMPUTE_DTYPE
 from kfp_sagemaker_blackwell.trainer import (
@@ -283,6 +284,8 @@ def run(cfg: TrainConfig, log_out=None) -> dict[str, Any]:
         kind = "oom" if oom else "error"
         if oom:
             reason = _oom_reason(exc, cfg, world, state.step + 1)
+        elif isinstance(exc, FieldError):  # names its field and the fix: said as it is
+            reason = str(exc)
         else:
             first = (str(exc).strip().splitlines() or [""])[0]
             reason = f"{type(exc).__name__}: {first}" if first else type(exc).__name__

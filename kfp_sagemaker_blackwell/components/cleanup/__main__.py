@@ -48,7 +48,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, list[cli.Parameter]]:
                                    doc=__doc__, aliases=ALIASES)
     p.add_argument("--created-after", default="",
                    help="only training jobs created after this ISO time (bounds the scan)")
-    p.add_argument("--report", default="", help="also write the Markdown report to this file")
+    p.add_argument("--report", type=cli.output_file, help="also write the Markdown report to this file")
     return p, params
 
 

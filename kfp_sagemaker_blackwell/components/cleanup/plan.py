@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any
 from kfp_sagemaker_blackwell.common import build_marks, cli, tags
 from kfp_sagemaker_blackwell.common.aws import client, error_code
 from kfp_sagemaker_blackwell.common.cloudwatch import TRAINING_JOBS_LOG_GROUP
-from kfp_sagemaker_blackwell.common.errors import UserError
+from kfp_sagemaker_blackwell.common.errors import UserError, check_count
 from kfp_sagemaker_blackwell.common.s3 import split_s3_uri
 
 if TYPE_CHECKING:
@@ -551,6 +551,8 @@ def plan(
         tags.validate_run_id(run_id)
     except ValueError as exc:
         raise UserError("run_id", str(exc), "pass the exact KFP run id to clean up.") from exc
+    check_count("max_objects", max_objects, fix="pass how many objects' tags to read per "
+                f"S3 prefix (default {DEFAULT_MAX_OBJECTS}).")
     resolved = resolve_policy(policy)
     for uri in s3_uris or []:
         split_s3_uri(uri, "s3_uris")

@@ -30,10 +30,10 @@ from kfp_sagemaker_blackwell.components.compare_convergence.component import com
 def build_parser() -> tuple[argparse.ArgumentParser, list[cli.Parameter]]:
     p, params = cli.derived_parser(compare_convergence,
                                    prog="python -m kfp_sagemaker_blackwell.components.compare_convergence", doc=__doc__)
-    p.add_argument("series", nargs="+", help="series CSV files written by parse_logs")
-    p.add_argument("--html", metavar="PATH", help="write the HTML report here")
-    p.add_argument("--markdown", metavar="PATH", help="write the Markdown summary here")
-    p.add_argument("--verdicts", metavar="PATH", help="write the JSON verdicts here")
+    p.add_argument("series", nargs="+", type=cli.input_file, help="series CSV files written by parse_logs")
+    p.add_argument("--html", metavar="PATH", type=cli.output_file, help="write the HTML report here")
+    p.add_argument("--markdown", metavar="PATH", type=cli.output_file, help="write the Markdown summary here")
+    p.add_argument("--verdicts", metavar="PATH", type=cli.output_file, help="write the JSON verdicts here")
     p.add_argument("--json", action="store_true", help="print the JSON verdicts, not Markdown")
     return p, params
 

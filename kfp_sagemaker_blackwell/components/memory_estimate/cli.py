@@ -36,7 +36,12 @@ from typing import Any
 
 from kfp_sagemaker_blackwell.catalog.spec import NORM_TYPES as MODEL_NORMS
 from kfp_sagemaker_blackwell.common import cli
-from kfp_sagemaker_blackwell.common.errors import USER_ERROR_EXIT_CODE, UserError, cli_errors
+from kfp_sagemaker_blackwell.common.errors import (
+    USER_ERROR_EXIT_CODE,
+    UserError,
+    check_count,
+    cli_errors,
+)
 from kfp_sagemaker_blackwell.components.memory_estimate import report, run
 from kfp_sagemaker_blackwell.components.memory_estimate.component import memory_estimate
 from kfp_sagemaker_blackwell.planning import estimator, planner, training_setup
@@ -53,7 +58,8 @@ ALIASES = {"--preset": "model_preset", "--precision": "precisions"}
 def build_parser() -> tuple[argparse.ArgumentParser, list[cli.Parameter]]:
     parser, params = cli.derived_parser(
         memory_estimate, prog="python -m kfp_sagemaker_blackwell.components.memory_estimate", doc=__doc__,
-        title="the component's parameters", aliases=ALIASES, exclude=PIPELINE_ONLY)
+        title="the component's parameters", aliases=ALIASES, exclude=PIPELINE_ONLY,
+        notes={"world_size": "here a count >= 1: leave --world-size out for all GPUs"})
     model = parser.add_argument_group("model (not parameters of the component; default: the preset's)")
     model.add_argument("--norm", choices=MODEL_NORMS, help="rmsnorm or layernorm")
     for name, text in MODEL_SWITCHES.items():
@@ -81,14 +87,19 @@ def build_parser() -> tuple[argparse.ArgumentParser, list[cli.Parameter]]:
         help="also run PyTorch's FSDPMemTracker (FakeTensorMode, CPU, needs torch) on the "
         "trainer's model for each configuration (torch backend, 16-bit/fp32 only; slow)",
     )
-    out.add_argument("--plan-out", type=Path, help="also write the MemoryPlan JSON to this file")
-    out.add_argument("--markdown-out", type=Path, help="also write the Markdown report here")
+    out.add_argument("--plan-out", type=cli.output_file, help="also write the MemoryPlan JSON to this file")
+    out.add_argument("--markdown-out", type=cli.output_file, help="also write the Markdown report here")
     return parser, params
 
 
 def with_defaults(given: dict[str, Any]) -> dict[str, Any]:
     """Every component parameter: as given, else the signature's default; a ``gpu`` given
-    without an ``instance_type`` plans for that GPU alone (no default instance type)."""
+    without an ``instance_type`` plans for that GPU alone (no default instance type). A
+    world size given is a count of GPUs: 0 (the component's "all GPUs", its default) is
+    refused, not taken as the instances' GPUs (1 for a GPU alone)."""
+    if "world_size" in given:
+        check_count("world_size", given["world_size"], fix="give the GPUs the model is "
+                    "sharded over, or leave --world-size out for all GPUs of the instances.")
     alone = {"instance_type": ""} if given.get("gpu") and "instance_type" not in given else {}
     return cli.declared(memory_estimate, {**given, **alone})
 
@@ -135,9 +146,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"memory_estimate: error: {exc}", file=sys.stderr)
         return USER_ERROR_EXIT_CODE
     if args.plan_out:
-        args.plan_out.write_text(result.plan.to_json() + "\n")
+        Path(args.plan_out).write_text(result.plan.to_json() + "\n")
     if args.markdown_out:
-        args.markdown_out.write_text(md)
+        Path(args.markdown_out).write_text(md)
     if args.json:
         print(json.dumps(doc, indent=2, sort_keys=True))
     else:

@@ -33,12 +33,12 @@ ALIASES = {"--job": "job_name", "--precision": "requested_precision", "--run": "
 def build_parser() -> tuple[argparse.ArgumentParser, list[cli.Parameter]]:
     p, params = cli.derived_parser(parse_logs, prog="python -m kfp_sagemaker_blackwell.components.parse_logs",
                                    doc=__doc__, aliases=ALIASES)
-    p.add_argument("--file", metavar="LOG",
+    p.add_argument("--file", metavar="LOG", type=cli.input_file_or_stdin,
                    help="a log file, or - for standard input (instead of --job-name)")
     p.add_argument("--json", action="store_true", help="print the JSON events document")
-    p.add_argument("--series", metavar="CSV", help="write the per-step series CSV here")
-    p.add_argument("--markdown", metavar="MD", help="write the Markdown summary here")
-    p.add_argument("--events", metavar="JSON", help="write the JSON events document here")
+    p.add_argument("--series", metavar="CSV", type=cli.output_file, help="write the per-step series CSV here")
+    p.add_argument("--markdown", metavar="MD", type=cli.output_file, help="write the Markdown summary here")
+    p.add_argument("--events", metavar="JSON", type=cli.output_file, help="write the JSON events document here")
     return p, params
 
 

@@ -10,6 +10,7 @@ says a buffer holds a line of interest (see :meth:`Findings.on_noise`).
 from __future__ import annotations
 
 import itertools
+import json
 import math
 import operator
 import re
@@ -17,6 +18,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from kfp_sagemaker_blackwell.catalog.precisions import TE_RECIPES
+from kfp_sagemaker_blackwell.common.step_series import META_FIELDS, TRAINING_FIELDS
 from kfp_sagemaker_blackwell.components.parse_logs.scan import (
     JSON_KINDS,
     MAX_LINE_CHARS,
@@ -56,6 +58,17 @@ _TE_RES = {
 # writes them; TE's fsdp.py prints the first one).
 _PHRASE_RE = re.compile(r"Using FP8 recipe: (\w+)|(MXFP8|NVFP4) enabled(?:: (\w+))?")
 _STREAM_RE = re.compile(r"(algo-\d+)-(\d+)$")
+# The fields of the trainer's records that parse_logs carries into the series' metadata,
+# with the type the series contract (kfp_sagemaker_blackwell.common.step_series) declares:
+# a record whose field breaks it is set aside with a warning, so that a damaged or foreign
+# record cannot make parse_logs write metadata its own readers refuse.
+RECORD_FIELDS: dict[str, dict[str, tuple[str, Callable[[Any], bool]]]] = {
+    "config": {**TRAINING_FIELDS, "seed": META_FIELDS["seed"]},
+    "world": {k: META_FIELDS[k] for k in ("world_size", "gpu")},
+    "data": {k: META_FIELDS[k] for k in ("entropy_floor",)},
+    "summary": {k: META_FIELDS[k] for k in ("status", "precision", "recipe", "backend",
+                                              "world_size", "gpu", "entropy_floor")},
+}
 RECIPE_TO_PRECISION = {recipe: precision for precision, recipe in TE_RECIPES.items()}
 
 # A needle is a substring every line of interest holds (Findings.needles pairs each
@@ -72,6 +85,18 @@ def _size_bytes(value: str, unit: str) -> int | None:
         return None
 
 
+def _bad_field(kind: str, payload: dict[str, Any]) -> str | None:
+    """What is wrong with the first field of a ``kind`` record that breaks its declared
+    type (:data:`RECORD_FIELDS`), or None."""
+    for key, (want, check) in RECORD_FIELDS.get(kind, {}).items():
+        value = payload.get(key)
+        if value is not None and not check(value):
+            shown = json.dumps(value, default=str)
+            shown = shown if len(shown) <= 60 else shown[:57] + "..."
+            return f"its {key} is {shown}; it must be {want}."
+    return None
+
+
 class Findings:
     """Everything but the steps: events (at most MAX_EVENTS_PER_KIND kept per kind, all
     counted), the recipe, the last payload of each trainer record kind, TE's values."""
@@ -84,6 +109,7 @@ class Findings:
         self.event_counts: dict[str, int] = {}
         self._oom_by_step: dict[int | None, dict[str, Any]] = {}
         self._seen: set[tuple[Any, ...]] = set()
+        self.warnings: list[str] = []
 
     def add_event(self, kind: str, **payload: Any) -> None:
         self.event_counts[kind] = self.event_counts.get(kind, 0) + 1
@@ -171,6 +197,11 @@ class Findings:
                 return  # every rank reports the same failure
             else:
                 self.add_event(ev_kind, **extra)
+        elif (problem := _bad_field(kind, payload)) is not None:
+            if len(self.warnings) < MAX_EVENTS_PER_KIND:
+                where = f" at step {step}" if step is not None else ""
+                self.warnings.append(f"the trainer's {kind} record{where} was set aside: "
+                                     f"{problem}")
         else:
             self.records[kind] = payload
             if kind == "summary" and self.recipe is None and payload.get("precision"):

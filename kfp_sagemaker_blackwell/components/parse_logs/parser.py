@@ -169,7 +169,7 @@ class LogParser:
                 te=dict(self.found.te),
                 events=self.found.events,
                 event_counts=self.found.event_counts,
-                warnings=self.warnings,
+                warnings=self.warnings + self.found.warnings,
                 stats=dict(self.stats),
                 streams=[s.name for s in self._streams],
             )

@@ -40,14 +40,14 @@ def build_parser() -> tuple[argparse.ArgumentParser, list[cli.Parameter]]:
     parser, params = cli.derived_parser(plan_training, prog="python -m kfp_sagemaker_blackwell.components.plan_training",
                                         doc=__doc__, title="the component's parameters")
     out = parser.add_argument_group("inputs and outputs (artifacts of the component)")
-    out.add_argument("--convergence-verdicts", metavar="JSON", type=Path,
+    out.add_argument("--convergence-verdicts", metavar="JSON", type=cli.input_file,
                      help="the verdicts file of compare_convergence (python -m "
                      "kfp_sagemaker_blackwell.components.compare_convergence --verdicts ...)")
     out.add_argument("--json", action="store_true", help="print the candidates JSON instead "
                      "of the Markdown report")
-    out.add_argument("--choice-out", type=Path, help="write the chosen configuration's JSON here")
-    out.add_argument("--candidates-out", type=Path, help="write the candidates JSON here")
-    out.add_argument("--markdown-out", type=Path, help="write the Markdown report here")
+    out.add_argument("--choice-out", type=cli.output_file, help="write the chosen configuration's JSON here")
+    out.add_argument("--candidates-out", type=cli.output_file, help="write the candidates JSON here")
+    out.add_argument("--markdown-out", type=cli.output_file, help="write the Markdown report here")
     return parser, params
 
 
@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     for path, text in ((args.choice_out, out.choice), (args.candidates_out, out.candidates),
                        (args.markdown_out, out.markdown)):
         if path:
-            path.write_text(text, encoding="utf-8")
+            Path(path).write_text(text, encoding="utf-8")
     print(out.candidates if args.json else out.markdown, end="")
     problem = out.result.problem()
     if problem is not None:

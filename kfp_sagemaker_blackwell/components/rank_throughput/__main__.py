@@ -30,9 +30,9 @@ from kfp_sagemaker_blackwell.components.rank_throughput.component import rank_th
 def build_parser() -> tuple[argparse.ArgumentParser, list[cli.Parameter]]:
     p, params = cli.derived_parser(rank_throughput, prog="python -m kfp_sagemaker_blackwell.components.rank_throughput",
                                    doc=__doc__)
-    p.add_argument("series", nargs="+", help="series CSV files written by parse_logs")
-    p.add_argument("--html", metavar="PATH", help="write the HTML report here")
-    p.add_argument("--markdown", metavar="PATH", help="write the Markdown summary here")
+    p.add_argument("series", nargs="+", type=cli.input_file, help="series CSV files written by parse_logs")
+    p.add_argument("--html", metavar="PATH", type=cli.output_file, help="write the HTML report here")
+    p.add_argument("--markdown", metavar="PATH", type=cli.output_file, help="write the Markdown summary here")
     p.add_argument("--json", action="store_true", help="print the ranking as JSON, not Markdown")
     return p, params
 

@@ -77,9 +77,9 @@ def build_parser() -> tuple[argparse.ArgumentParser, list[cli.Parameter]]:
                    f"(default: {CLI_TASK})")
     g.add_argument("--pipeline", default=CLI_PIPELINE,
                    help=f"pipeline name for the tags (default: {CLI_PIPELINE})")
-    g.add_argument("--aws-resources-path", default=None,
+    g.add_argument("--aws-resources-path", default=None, type=cli.output_file,
                    help="write the aws_resources record here as soon as the job exists")
-    g.add_argument("--output-json", default=None, help="write the result as JSON here")
+    g.add_argument("--output-json", default=None, type=cli.output_file, help="write the result as JSON here")
     cli.add_switch(g, "--dry-run", "validate and print the CreateTrainingJob request; no AWS call")
     return parser, params
 
@@ -101,18 +101,6 @@ def launch_arguments(args: argparse.Namespace, params: list[cli.Parameter]) -> A
     return TrainingJobConfig.from_values(values)
 
 
-# The output files of this command line, checked before the first AWS call.
-OUTPUT_FLAGS = (("aws_resources_path", "--aws-resources-path"), ("output_json", "--output-json"))
-
-
-def check_outputs(args: argparse.Namespace) -> None:
-    from kfp_sagemaker_blackwell.common.resources import check_writable
-
-    for attr, flag in OUTPUT_FLAGS:
-        if getattr(args, attr):
-            check_writable(getattr(args, attr), flag)
-
-
 @cli_errors
 def main(argv: list[str] | None = None) -> int:
     # SIGTERM/SIGINT are handled from here on, before the heavier imports and long
@@ -132,8 +120,7 @@ def _main(args: argparse.Namespace, params: list[cli.Parameter], ctx: ExecutionC
     )
 
     try:
-        cfg = launch_arguments(args, params)
-        check_outputs(args)
+        cfg = launch_arguments(args, params)  # (the output files were checked by the parser)
         if args.dry_run:
             request = launcher.dry_run(cfg, say=lambda line: print(line, file=sys.stderr))
             print(launcher.request_json(request))

@@ -7,10 +7,13 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from kfp_sagemaker_blackwell.catalog import tokens
+from kfp_sagemaker_blackwell.catalog.flags import normalise_hyperparameters
 from kfp_sagemaker_blackwell.common import aws, resources
 from kfp_sagemaker_blackwell.common.errors import UserError
 from kfp_sagemaker_blackwell.common.execution_context import (
@@ -57,7 +60,23 @@ def prepare(cfg: TrainingJobConfig, *, region: str | None = None) -> tuple[Resol
                                                                                dict[str, Any]]:
     """Validates and builds the request; no AWS call."""
     resolved = resolve(cfg, region=region)
+    check_reachable_data(cfg.hyperparameters)
     return resolved, build_request(resolved)
+
+
+def check_reachable_data(hyperparameters: Mapping[str, Any] | None) -> None:
+    """The token data a ``data-dir`` hyperparameter names, when it is a directory on this
+    machine (the local backend runs the trainer here), checked as the trainer checks it at
+    start-up (``catalog/tokens.py``), so that damaged data is refused before the job is
+    created. A path this machine does not have is the container's (a channel's path on
+    SageMaker): not reachable, not checked here; the trainer checks it."""
+    path = normalise_hyperparameters(hyperparameters or {}).get("data-dir", "")
+    if not path or not os.path.isdir(path):
+        return
+    try:
+        tokens.check(path)
+    except tokens.DataError as exc:
+        raise UserError("hyperparameters[data-dir]", exc.problem, exc.fix) from None
 
 
 def dry_run(cfg: TrainingJobConfig, *, say: Callable[[str], None],
