@@ -29,7 +29,13 @@ say() { echo "[$(date -u +%H:%M:%S)] $*" | tee -a $LOG; }
 # and without checkpointing, under the trainer's default allocator (expandable segments).
 TORCH_BOUNDARY="8b:8/4096/ckpt/bf16,3b:8/2048/no-ckpt/bf16,14b:6/4096/no-ckpt/bf16,1b/8192/ckpt/bf16"
 TE_BOUNDARY="3b:8/2048/no-ckpt/fp8,8b:6/4096/ckpt/bf16,14b:6/4096/no-ckpt/bf16,1b/8192/ckpt/fp8"
-MT=${MT:-"python3 benchmarks/throughput/measure.py"}
+# The lent GPU's memory (an H100 may come for an H200): the boundary search plans for it and the
+# grids skip what the estimate puts above 90% of it.
+MEM_MIB=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null | head -1 | tr -d ' ')
+MEM_MIB=${MEM_MIB:-143771}
+MEM_BYTES=$(( MEM_MIB * 1048576 ))
+MAX_GIB=$(( MEM_MIB * 9 / 10240 ))
+MT=${MT:-"python3 benchmarks/throughput/measure.py --max-predicted-gib $MAX_GIB"}
 
 bundle() {
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,power.draw,temperature.gpu \
@@ -64,7 +70,7 @@ bg_job() {  # the torch backend's set (no TE), then its boundaries
   export PYTHONPATH=$S/tree
   mstep torch torch 200
   step boundary_torch 150 bash -c "python3 benchmarks/memory/boundary.py --backend torch --configs '$TORCH_BOUNDARY' \
-    --out $S/boundary_torch.json --time-budget \$BUDGET --run-timeout 120 $( [ -f $S/boundary_torch.json ] && echo --resume)"
+    --out $S/boundary_torch.json --gpu-memory-bytes $MEM_BYTES --time-budget \$BUDGET --run-timeout 120 $( [ -f $S/boundary_torch.json ] && echo --resume)"
 }
 
 case $stage in
@@ -75,7 +81,7 @@ case $stage in
     tar --exclude=./.git --exclude=./.te -cf - . | (cd $S/tree && tar -xf -)
     touch $S/bg.started
     end=$(( $(date +%s) + ${BG_BUDGET:-480} ))
-    export -f step mstep say left bg_job; export S LOG MT end TORCH_BOUNDARY
+    export -f step mstep say left bg_job; export S LOG MT end TORCH_BOUNDARY MEM_BYTES
     (setsid bash -c 'bg_job; echo $? > $S/bg.rc' < /dev/null > $S/bg.out 2>&1 &)
     sleep 3; say "bg: started (session $GPU_SESSION_ID)"; bundle
     ;;
@@ -93,7 +99,7 @@ case $stage in
     mstep heldout2 heldout2 130
     mstep ref_end reference-end 60
     step boundary_te 240 bash -c "python3 benchmarks/memory/boundary.py --backend te --configs '$TE_BOUNDARY' \
-      --out $S/boundary_te.json --time-budget \$BUDGET --run-timeout 120 $( [ -f $S/boundary_te.json ] && echo --resume)"
+      --out $S/boundary_te.json --gpu-memory-bytes $MEM_BYTES --time-budget \$BUDGET --run-timeout 120 $( [ -f $S/boundary_te.json ] && echo --resume)"
     say "te: calls end here; $(ls $S/*.done 2>/dev/null | wc -l) steps done"
     bundle
     ;;
