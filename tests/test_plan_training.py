@@ -252,6 +252,12 @@ def test_a_passing_verdict_or_a_raised_max_risk_ranks_nvfp4(tmp_path):
     chosen = out.result.chosen
     assert chosen.config.precision == "nvfp4" and chosen.validated
     assert out.parameters["precision"] == "nvfp4" and out.result.above_ceiling is None
+    assert ("**Convergence verdicts:** nvfp4 passed the convergence comparison: ranked above "
+            "max_risk 2 medium; chosen: nvfp4.") in out.markdown
+    failed = plan(model_preset="8b", verdicts=_verdicts(tmp_path, ["bf16"], ["nvfp4"]))
+    assert failed.result.chosen.config.precision in search.VALIDATED_FORMATS
+    assert "nvfp4 failed it: not planned, the plan keeps to the ceiling; chosen: fp8" in \
+        failed.markdown and failed.result.above_ceiling is None
     raised = plan(model_preset="8b", max_risk="high")
     assert "nvfp4" in {c.config.precision for c in raised.result.ranked}
     assert raised.result.above_ceiling is None

@@ -16,6 +16,7 @@ import math
 from typing import Any
 
 from kfp_sagemaker_blackwell.catalog import hardware
+from kfp_sagemaker_blackwell.catalog.precisions import risk
 from kfp_sagemaker_blackwell.components.plan_training import offerings, probes, search
 from kfp_sagemaker_blackwell.components.plan_training.search import (
     Candidate,
@@ -148,7 +149,7 @@ def markdown(result: SearchResult, top: int = 10) -> str:
         out += _ties(result)
     else:
         out += [f"**Nothing can be chosen:** {result.problem()}", ""]
-    out += _above_ceiling(result)
+    out += _verdicts(result) + _above_ceiling(result)
     lines, legend = table(result, top)
     rows = shown(result)
     if rows:
@@ -178,6 +179,24 @@ def _ties(result: SearchResult) -> list[str]:
     return [f"**Tie:** rows 1-{result.tied} are within the {figure} band of the best "
             f"({band.text()}, {band.source}): ranked by lower risk (a precision the "
             "convergence sweep validated counts as the baseline), then fewer instances.", ""]
+
+
+def _verdicts(result: SearchResult) -> list[str]:
+    """What the convergence verdicts changed above the risk ceiling: which path the plan
+    took (a precision they passed is ranked; one they failed is not planned) and why."""
+    goal = result.goal
+    passed = sorted(p for p in goal.validated if risk(p) > goal.max_risk)
+    failed = sorted(p for p in goal.failed if risk(p) > goal.max_risk)
+    if not passed and not failed:
+        return []
+    chosen = result.chosen
+    said = [f"{', '.join(passed)} passed the convergence comparison: ranked above max_risk "
+            f"{goal.max_risk} {risk_words(goal.max_risk)}"] if passed else []
+    said += [f"{', '.join(failed)} failed it: not planned, the plan keeps to the ceiling"] \
+        if failed else []
+    if chosen is not None:
+        said.append(f"chosen: {chosen.config.precision}")
+    return [f"**Convergence verdicts:** {'; '.join(said)}.", ""]
 
 
 def _above_ceiling(result: SearchResult) -> list[str]:
