@@ -688,6 +688,33 @@ def test_an_above_ceiling_precision_is_compared_with_bf16_before_the_run_bets_on
         "pipelinechannel--keep_alive_seconds"
 
 
+def test_the_planned_worst_case_with_a_warm_pool_passes_the_training_tasks_spend_guard():
+    """plan_and_train's argument check runs the plan and each task's launcher check (its
+    spend guard included): the warm pool's retained time is in the planned worst case, so
+    the training task, which adds it to its own worst case, accepts the planned budget."""
+    from kfp_sagemaker_blackwell.components.sagemaker_training import launcher
+    from kfp_sagemaker_blackwell.pipelines import plan_and_train
+
+    args = {**cli.defaults(plan_and_train.PIPELINE.pipeline_func), **plan_and_train.LOCAL_DEFAULTS,
+            "role_arn": "arn:aws:iam::123456789012:role/R", "bucket": "my-bucket",
+            "keep_alive_seconds": 21600, "max_pending_seconds": 1800}
+    seen = []
+    original = launcher.dry_run
+
+    def dry_run(cfg, **kw):
+        seen.append(cfg)
+        return original(cfg, **kw)
+
+    try:
+        launcher.dry_run = dry_run
+        plan_and_train.check_arguments(args)
+    finally:
+        launcher.dry_run = original
+    train = seen[-1]  # the training task, after the probes
+    assert (train.keep_alive_seconds, train.max_pending_seconds) == (21600, 1800)
+    assert train.max_cost_usd > 0
+
+
 def test_run_local_refuses_a_capacity_the_pipeline_cannot_launch():
     from kfp_sagemaker_blackwell.pipelines import plan_and_train
 
