@@ -247,20 +247,19 @@ def test_the_kfp_literals_of_the_planners_headroom_are_the_planners():
         assert declared["headroom"] == DEFAULT_HEADROOM, name
 
 
-def test_the_runtime_margins_default_is_the_throughput_models_and_written_once_more_for_kfp():
-    """plan_training's runtime_margin defaults to the throughput model's RUNTIME_MARGIN (its
-    worst held-out error plus an allowance, declared beside its accuracy); KFP runs the
-    component's source text, so its signature writes it as a literal, checked here, as the
-    headroom's is. The pipeline takes the constant itself."""
+def test_the_runtime_margins_default_is_each_rows_band_and_no_copy_of_the_constant():
+    """plan_training's runtime_margin defaults to 0: each row's error band's margin
+    (planning/uncertainty.py, which derives the measured source's from the throughput
+    model's RUNTIME_MARGIN), so a refit of the model changes the constants alone: no
+    literal copy of RUNTIME_MARGIN anywhere in the package, the pipeline's default the same."""
     from kfp_sagemaker_blackwell.pipelines.plan_and_train import PIPELINE
-    from kfp_sagemaker_blackwell.planning import throughput
+    from kfp_sagemaker_blackwell.planning import throughput, uncertainty
 
     declared = cli.source_defaults("kfp_sagemaker_blackwell.components.plan_training.component",
                                    "plan_training")
-    assert declared["runtime_margin"] == throughput.RUNTIME_MARGIN
-    assert PIPELINE.component_spec.inputs["runtime_margin"].default == throughput.RUNTIME_MARGIN
-    # no other literal copy in the package: the component's, and the constant's own parts
+    assert declared["runtime_margin"] == 0
+    assert PIPELINE.component_spec.inputs["runtime_margin"].default == 0
+    assert uncertainty.bands()[uncertainty.MEASURED].runtime_margin == throughput.RUNTIME_MARGIN
     copies = [p for p in (ROOT / "kfp_sagemaker_blackwell").rglob("*.py")
               if str(throughput.RUNTIME_MARGIN) in p.read_text(encoding="utf-8")]
-    assert [p.relative_to(ROOT).as_posix() for p in copies] == [
-        "kfp_sagemaker_blackwell/components/plan_training/component.py"]
+    assert copies == []

@@ -522,7 +522,7 @@ def _task_settings(doc: dict) -> dict[str, tuple]:
     """Task (numbered copies folded) -> (caching on?, retries), from a compiled pipeline."""
     out = {}
     for name, task in _all_tasks(doc):
-        if "componentRef" not in task or name.startswith(("for-loop", "exit-handler")):
+        if "componentRef" not in task or name.startswith(("for-loop", "exit-handler", "condition")):
             continue
         out[re.sub(r"-\d+$", "", name)] = (task.get("cachingOptions", {}).get("enableCache", False),
                                             task.get("retryPolicy", {}).get("maxRetryCount", 0))

@@ -173,17 +173,166 @@ def test_max_runtime_lets_a_run_the_model_predicts_as_too_fast_as_its_worst_miss
         startup + steps_s * (1 + throughput.RUNTIME_MARGIN), abs=1)
 
 
-def test_spot_is_costed_at_most_on_demand_and_its_worst_case_is_max_wait():
-    out = plan(instance_types=[P5], max_instance_count=1, seq_length=8192,
-               capacity_modes=["spot"], precisions=["fp8"])
+def test_spot_shows_its_expected_cost_with_its_source_and_its_worst_case_is_max_wait():
+    out = plan(instance_types=[P5], max_instance_count=2, seq_length=8192,
+               capacity_modes=["spot", "on-demand"], precisions=["fp8"])
     spot = out.result.chosen
-    assert spot is not None and spot.capacity == "spot"
+    assert spot is not None and spot.capacity == "spot" and spot.spot is not None
     assert spot.max_wait_seconds == pytest.approx(2 * spot.max_runtime_seconds, abs=1)
     price = pricing.PriceBook().price(P5)
+    n = spot.config.instance_count
     assert spot.worst_cost == pytest.approx(
-        pricing.cost(price, 1, spot.max_wait_seconds).amount)
-    assert "upper bound" in spot.price.source and out.parameters["use_spot"] is True
+        pricing.cost(price, n, spot.max_wait_seconds).amount)
+    # expected: the run plus its interruptions' overhead (restart + one checkpoint
+    # interval each), at the on-demand rate less the typical saving
+    interruptions = n * spot.seconds / 3600 * pricing.SPOT_INTERRUPTIONS_PER_INSTANCE_MONTH / 730
+    step_s = spot.config.tokens_per_step / spot.config.tokens_per_s
+    overhead = interruptions * (600 + search.CHECKPOINT_EVERY * step_s)
+    assert spot.spot.overhead_seconds == pytest.approx(overhead)
+    assert spot.cost == pytest.approx(pricing.cost(price, n, spot.seconds + overhead).amount
+                                      * (1 - pricing.SPOT_EXPECTED_SAVING))
+    assert spot.cost_at_on_demand == pytest.approx(pricing.cost(price, n, spot.seconds).amount)
+    on_demand = [c for c in out.result.ranked if c.capacity == "on-demand"
+                 and c.config == spot.config]
+    assert on_demand and on_demand[0].cost == pytest.approx(spot.cost_at_on_demand)
+    # every spot row is shown, its cost marked expected (~) with the spot source's key
+    spot_rows = [ln for ln in out.markdown.splitlines() if "| spot |" in ln]
+    assert len(spot_rows) == sum(c.capacity == "spot" for c in out.result.ranked[:10])
+    assert all(" ~$" in ln and "S1]" in ln for ln in spot_rows)
+    assert "- [S1] expected: " in out.markdown and "up to 90%" in out.markdown
+    assert json.loads(out.candidates)["ranked"][0]["spot"]["source"] == pricing.SPOT_SOURCE
+    assert out.parameters["use_spot"] is True
     assert any("checkpoint_s3_uri" in n for n in json.loads(out.choice)["needs"])
+
+
+def test_the_warm_pool_is_in_the_cost_and_a_fallback_in_the_worst_case():
+    kw = dict(instance_types=[P5], max_instance_count=1, seq_length=8192, precisions=["fp8"])
+    base = plan(**kw, capacity_modes=["on-demand"]).result.chosen
+    price = pricing.PriceBook().price(P5)
+    warm = plan(**kw, capacity_modes=["on-demand", "spot"], keep_alive_seconds=3600)
+    chosen = warm.result.chosen
+    assert chosen.capacity == "on-demand"  # spot keeps no warm pool: dropped, with why
+    assert chosen.cost == pytest.approx(base.cost + price.per_instance_hour)
+    assert chosen.worst_cost == pytest.approx(base.worst_cost + price.per_instance_hour)
+    assert any(c.dropped.startswith("spot cannot run with keep_alive_seconds")
+               for c in warm.result.dropped)
+    assert "keep_alive_seconds = 3,600 s of retained" in warm.markdown
+    fallback = plan(**kw, capacity_modes=["on-demand"],
+                    fallback_instances=[{"InstanceType": P6, "InstanceCount": 1}]).result.chosen
+    p6 = pricing.PriceBook().price(P6)
+    assert fallback.worst_cost == pytest.approx(
+        pricing.cost(p6, 1, fallback.max_runtime_seconds).amount)
+    assert fallback.worst_cost > base.worst_cost
+    assert fallback.cost == pytest.approx(base.cost)
+
+
+# ---- the risk ceiling, the bands and the ties ------------------------------------------------
+
+
+def test_the_default_plan_chooses_a_validated_format_and_names_the_cheaper_riskier_one():
+    out = plan(model_preset="8b")  # the issue's command: 8b, 100B tokens, every default
+    chosen = out.result.chosen
+    assert chosen.config.precision in search.VALIDATED_FORMATS
+    assert search.DEFAULT_MAX_RISK == 2 and chosen.risk <= search.DEFAULT_MAX_RISK
+    assert all(c.risk <= 2 or c.validated for c in out.result.ranked)
+    above = out.result.above_ceiling
+    assert above is not None and above.config.precision == "nvfp4" and above.cost < chosen.cost
+    saving = pricing.money(chosen.cost - above.cost)
+    assert (f"**Above the risk ceiling:** nvfp4 (1 x {P6}, {above.capacity}, risk 4 high > "
+            f"max_risk 2 medium) would cost {saving} less if validated") in out.markdown
+    assert any(c.dropped.startswith("above max_risk: nvfp4 is risk 4 high > max_risk 2 "
+                                    "medium") for c in out.result.dropped)
+    # within its band (datasheet only, +/-20%) of the choice: not worth a comparison
+    assert out.validate_precision == "" and out.validation_runs == []
+
+
+def test_a_passing_verdict_or_a_raised_max_risk_ranks_nvfp4(tmp_path):
+    verdicts = _verdicts(tmp_path, ["bf16", "nvfp4"], [])
+    out = plan(model_preset="8b", verdicts=verdicts)
+    chosen = out.result.chosen
+    assert chosen.config.precision == "nvfp4" and chosen.validated
+    assert out.parameters["precision"] == "nvfp4" and out.result.above_ceiling is None
+    assert ("**Convergence verdicts:** nvfp4 passed the convergence comparison: ranked above "
+            "max_risk 2 medium; chosen: nvfp4.") in out.markdown
+    failed = plan(model_preset="8b", verdicts=_verdicts(tmp_path, ["bf16"], ["nvfp4"]))
+    assert failed.result.chosen.config.precision in search.VALIDATED_FORMATS
+    assert "nvfp4 failed it: not planned, the plan keeps to the ceiling; chosen: fp8" in \
+        failed.markdown and failed.result.above_ceiling is None
+    raised = plan(model_preset="8b", max_risk="high")
+    assert "nvfp4" in {c.config.precision for c in raised.result.ranked}
+    assert raised.result.above_ceiling is None
+    # unvalidated, nvfp4's saving is within its own band: a tie, broken by lower risk
+    assert raised.result.tie_band.source == "datasheet only"
+    assert raised.result.chosen.risk < 4 and raised.result.tied > 1
+    only = plan(model_preset="8b", max_risk="4", precisions=["nvfp4"], instance_types=[P6])
+    assert only.result.chosen.config.precision == "nvfp4"
+
+
+def test_every_row_carries_its_sources_band_and_the_worst_case_uses_it():
+    from kfp_sagemaker_blackwell.planning import throughput, uncertainty
+
+    out = plan(instance_types=[P5, P6], max_instance_count=1, seq_length=8192,
+               capacity_modes=["on-demand"], precisions=["fp8"])
+    bands = uncertainty.bands()
+    measured, datasheet = bands[uncertainty.MEASURED], bands[uncertainty.DATASHEET]
+    assert measured.typical == throughput.HELD_OUT_MEDIAN_ERROR
+    assert measured.runtime_margin == throughput.RUNTIME_MARGIN
+    assert datasheet.typical > measured.typical and datasheet.worst_too_fast > \
+        measured.worst_too_fast and datasheet.runtime_margin > measured.runtime_margin
+    rows = {c.config.instance_type: c for c in out.result.ranked}
+    assert rows[P5].band == measured and rows[P6].band == datasheet
+    for cand in rows.values():
+        steps_s = cand.seconds - 600
+        assert cand.max_runtime_seconds == pytest.approx(
+            600 + steps_s * (1 + cand.band.runtime_margin), abs=1)
+    table = [ln for ln in out.markdown.splitlines() if ln.startswith("| ") and " x ml." in ln]
+    assert table and all(ln.count(f"+/-{round(b * 100)}%") == 2 for ln in table
+                         for b in [rows[ln.split(" x ")[1].split(" |")[0]].band.typical])
+    assert "[B1] measured H200 parts: held-out error" in out.markdown
+    assert "[B2] datasheet only: no measured parts for this GPU" in out.markdown
+    row = json.loads(out.candidates)["ranked"][0]
+    assert row["cost_low"] < row["cost"] < row["cost_high"] and row["band"]["source"]
+    given = plan(instance_types=[P6], max_instance_count=1, seq_length=8192,
+                 capacity_modes=["on-demand"], precisions=["fp8"], runtime_margin=0.5)
+    c = given.result.chosen
+    assert c.max_runtime_seconds == pytest.approx(600 + (c.seconds - 600) * 1.5, abs=1)
+
+
+def test_rows_within_the_band_of_the_cheapest_tie_and_go_to_lower_risk_then_fewer_instances():
+    out = plan(instance_types=[P5], max_instance_count=4, seq_length=8192,
+               capacity_modes=["on-demand"], precisions=["fp8", "fp8-current"])
+    ranked = out.result.ranked
+    best = min(ranked, key=lambda c: c.cost)
+    limit = best.cost * (1 + best.band.typical)
+    tied = [c for c in ranked if c.cost <= limit]
+    assert out.result.tied == len(tied) and len(tied) > 1
+    keys = [(c.risk, c.config.instance_count) for c in ranked[:len(tied)]]
+    assert keys == sorted(keys)
+    assert ranked[len(tied):] == sorted(ranked[len(tied):], key=lambda c: c.cost)
+    # made-up costs: a riskier row 3% cheaper ties and goes second; 10% cheaper wins
+    a = dataclasses.replace(ranked[0], cost=100.0, risk=2)
+    b = dataclasses.replace(ranked[0], cost=103.0, risk=1)
+    c = dataclasses.replace(ranked[0], cost=103.5, risk=1,
+                            config=dataclasses.replace(ranked[0].config, instance_count=8))
+    assert search.break_ties([a, c, b], "cost") == ([b, c, a], 3)
+    far = dataclasses.replace(b, cost=110.0)
+    assert search.break_ties([a, far], "cost") == ([a, far], 1)
+    assert "**Tie:** rows 1-" in out.markdown
+
+
+def test_an_above_ceiling_row_cheaper_by_more_than_its_band_is_validated_first():
+    out = plan(instance_types=[P6], max_instance_count=1, seq_length=8192,
+               capacity_modes=["on-demand"], precisions=["bf16", "nvfp4"])
+    assert out.result.chosen.config.precision == "bf16"
+    above = out.result.worth_validating()
+    assert above is not None and above.cost * (1 + above.band.typical) < out.result.chosen.cost
+    assert out.validate_precision == "nvfp4"
+    assert [r["precision"] for r in out.validation_runs] == ["bf16", "nvfp4"]
+    assert {(r["instance_type"], r["instance_count"], r["batch_size"],
+             r["activation_checkpointing"]) for r in out.validation_runs} == \
+        {(P6, 1, out.validation_runs[0]["batch_size"], True)}
+    assert "more than its +/-20% band (datasheet only): run the precision sweep first" in \
+        out.markdown
 
 
 def test_the_choice_is_what_sagemaker_training_launches_within_its_spend_guard():
@@ -294,10 +443,17 @@ def _verdicts(tmp_path: Path, passed: list[str], failed: list[str]) -> str:
     return str(path)
 
 
-def test_only_precisions_the_convergence_sweep_passed_are_planned(tmp_path):
+def test_what_the_convergence_sweep_failed_is_not_planned_and_what_it_passed_is_validated(
+        tmp_path):
     out = plan(instance_types=[P6], max_instance_count=1, seq_length=8192,
                verdicts=_verdicts(tmp_path, ["bf16", "fp8"], ["nvfp4"]))
-    assert {c.config.precision for c in out.result.ranked} == {"bf16", "fp8"}
+    ranked = {c.config.precision: c for c in out.result.ranked}
+    # failed: not planned; passed: validated; the others: within the ceiling, not validated
+    assert set(ranked) == {"bf16", "fp16", "fp8", "fp8-current", "fp8-block"}
+    assert ranked["fp8"].validated and not ranked["fp8-current"].validated
+    assert "nvfp4" not in {c.config.precision for c in out.result.dropped}
+    assert any(c.config.precision == "mxfp8" and c.dropped.startswith("above max_risk")
+               for c in out.result.dropped)
     assert any(n.startswith("nvfp4 excluded: the convergence sweep did not pass it")
                for n in out.result.notes)
     assert "risk order, validated: the convergence sweep passed it" in out.markdown
@@ -310,6 +466,12 @@ def test_only_precisions_the_convergence_sweep_passed_are_planned(tmp_path):
     ({"capacity_modes": ["reserved"]}, "capacity_modes"), ({"precisions": ["fp6"]}, "precisions"),
     ({"instance_types": ["ml.p9.huge"]}, "instance_types"), ({"rank_by": "risk"}, "rank_by"),
     ({"max_cost_usd": float("nan")}, "max_cost_usd"), ({"headroom": 1.0}, "headroom"),
+    ({"max_risk": "mediun"}, "max_risk"), ({"max_risk": "5"}, "max_risk"),
+    ({"keep_alive_seconds": -1}, "keep_alive_seconds"),
+    ({"fallback_instances": [{"InstanceType": "ml.p9.huge"}]},
+     "fallback_instances[0].InstanceType"),
+    ({"probes": [{"precision": "fp9", "batch_size": 2, "activation_checkpointing": False,
+                  "tokens_per_s_per_gpu": 9000, "instance_type": P5}]}, "probes.precision"),
 ])
 def test_bad_inputs_fail_naming_the_field(bad, field):
     with pytest.raises(UserError) as info:
@@ -317,11 +479,47 @@ def test_bad_inputs_fail_naming_the_field(bad, field):
     assert info.value.field == field
 
 
+def test_max_risk_errors_name_the_field_close_matches_and_accepted_values():
+    with pytest.raises(UserError) as info:
+        plan(max_risk="mediun")
+    assert "did you mean 'medium'?" in str(info.value)
+    assert "baseline, low, medium, higher, high" in str(info.value)
+
+
+@pytest.mark.parametrize("precisions, field, says", [
+    ({"fp8": 5}, "convergence_verdicts.precisions", "not a list of objects"),
+    ([5], "convergence_verdicts.precisions[0]", "is not an object"),
+    ([{"precision": "fp9", "converges": True}], "convergence_verdicts.precisions[0].precision",
+     "did you mean 'fp8'"),
+])
+def test_a_malformed_verdict_is_a_user_error_naming_the_entry(tmp_path, precisions, field, says):
+    path = tmp_path / "verdicts.json"
+    path.write_text(json.dumps({"schema": run.VERDICTS_SCHEMA, "precisions": precisions}))
+    with pytest.raises(UserError) as info:
+        plan(verdicts=str(path))
+    assert info.value.field == field and says in str(info.value)
+    done = _cli("--training-tokens", "1000000000", "--convergence-verdicts", str(path))
+    assert done.returncode == USER_ERROR_EXIT_CODE and "Traceback" not in done.stderr
+    assert f"plan_training: error: {field}" in done.stderr
+
+
+def test_a_probe_of_an_unknown_precision_exits_2_naming_the_field():
+    probe = {"precision": "fp9", "batch_size": 2, "activation_checkpointing": False,
+             "tokens_per_s_per_gpu": 9000, "instance_type": P5}
+    done = _cli("--training-tokens", "1000000000", "--probes", json.dumps([probe]))
+    assert done.returncode == USER_ERROR_EXIT_CODE and "Traceback" not in done.stderr
+    assert "plan_training: error: probes.precision='fp9': unknown; did you mean 'fp8'" in \
+        done.stderr.replace("probes.precision: 'fp9'", "probes.precision='fp9'")
+    assert "fp32, bf16, fp16, fp8" in done.stderr
+
+
 def test_rank_by_time_puts_the_fastest_first():
     out = plan(instance_types=[P5, P6], max_instance_count=4, seq_length=8192, rank_by="time",
                capacity_modes=["on-demand"])
     hours = [c.hours for c in out.result.ranked]
-    assert hours == sorted(hours)
+    tied, band = out.result.tied, out.result.tie_band
+    assert hours[tied:] == sorted(hours[tied:]) and min(hours) == min(hours[:tied])
+    assert max(hours[:tied]) <= min(hours) * (1 + band.typical)  # a tie: within the band
 
 
 # ---- training plans: SearchTrainingPlanOfferings on the local backend ----------------------
@@ -399,14 +597,15 @@ def test_the_cli_exits_2_naming_the_field_when_nothing_can_be_chosen(tmp_path):
 
 
 def _readme_example() -> tuple[list[str], list[str]]:
-    """The README's worked example: its command (argv) and its table's lines."""
+    """The README's worked example: its command (argv), and its table's lines and the
+    report's lines above the table (the choice, the tie, the risk ceiling)."""
     text = (ROOT / "README.md").read_text(encoding="utf-8")
     section = text.split("## Plan a training run", 1)[1].split("\n## ", 1)[0]
     command = re.search(r"```(?:bash|sh)?\n(python -m kfp_sagemaker_blackwell.components\.plan_training.*?)\n```",
                         section, re.S)
     assert command, "the README's planner section has no python -m kfp_sagemaker_blackwell.components.plan_training"
     argv = command.group(1).replace("\\\n", " ").split()[3:]
-    table = [ln for ln in section.splitlines() if ln.startswith("|")]
+    table = [ln for ln in section.splitlines() if ln.startswith(("|", "**"))]
     return argv, table
 
 
@@ -416,8 +615,13 @@ def test_the_readme_worked_example_is_what_its_command_prints():
         str(TOKENS) and argv[argv.index("--model-preset") + 1] == "8b"
     done = _cli(*argv)
     assert done.returncode == 0, done.stderr
-    printed = [ln for ln in done.stdout.splitlines() if ln.startswith("|")]
+    printed = [ln for ln in done.stdout.splitlines() if ln.startswith(("|", "**"))]
     assert printed == table
+    # the example shows what issue 37 asks of a default plan: a validated format chosen,
+    # the tie it broke, the riskier cheaper row on its own line
+    assert [ln.split(":**")[0] for ln in table if ln.startswith("**")] == [
+        "**Chosen", "**Tie", "**Above the risk ceiling"]
+    assert ", fp8, " in table[0] and "nvfp4" in table[2]
 
 
 # ---- the plan_and_train pipeline ------------------------------------------------------------
@@ -439,7 +643,13 @@ def test_the_pipeline_trains_what_the_re_ranking_chose_within_its_spend_guard():
         source = train[name].task_output_parameter
         assert (source.producer_task, source.output_parameter_key) == ("plan-training-2", name)
     rerank = tasks["plan-training-2"].inputs.artifacts["probe_series"]
-    assert rerank.task_output_artifact.producer_task == "for-loop-2"  # Collected probe series
+    assert rerank.task_output_artifact.producer_task == "for-loop-3"  # Collected probe series
+    # the capacity parameters reach the training task as the pipeline's own
+    for name in ("fallback_instances", "max_pending_seconds", "keep_alive_seconds"):
+        assert train[name].component_input_parameter == f"pipelinechannel--{name}", name
+    for name in ("keep_alive_seconds", "fallback_instances", "max_risk"):  # and the planner
+        assert tasks["plan-training"].inputs.parameters[name].component_input_parameter == \
+            f"pipelinechannel--{name}", name
     probe = tasks["sagemaker-training"].inputs.parameters
     assert "top_candidates" in probe["budget_items"].component_input_parameter
     assert probe["max_cost_usd"].component_input_parameter == \
@@ -447,6 +657,62 @@ def test_the_pipeline_trains_what_the_re_ranking_chose_within_its_spend_guard():
     label = tasks["parse-logs"].inputs.parameters["run_label"]  # the candidate's label
     assert label.component_input_parameter.endswith("top_candidates-loop-item")
     assert label.parameter_expression_selector == 'parseJson(string_value)["label"]'
+
+
+def test_an_above_ceiling_precision_is_compared_with_bf16_before_the_run_bets_on_it():
+    """dsl.If / dsl.Else on the plan's validate_precision: "" probes and trains as planned;
+    otherwise its convergence jobs (bf16 and it) run, compare_convergence compares them, and
+    the plan, its probes' re-ranking and the training all take those verdicts."""
+    from kfp_sagemaker_blackwell.pipelines import plan_and_train
+
+    spec = plan_and_train.PIPELINE.pipeline_spec
+    tasks = _tasks(spec)
+    conditions = {t.trigger_policy.condition for t in tasks.values()
+                  if t.trigger_policy.condition}
+    assert any("validate_precision" in c and "== ''" in c for c in conditions), conditions
+    assert any("validate_precision" in c and "!(" in c for c in conditions), conditions
+    check = tasks["sagemaker-training-3"].inputs.parameters  # the convergence probes
+    assert check["max_steps"].component_input_parameter == "pipelinechannel--validation_steps"
+    assert "validation_runs" in check["budget_items"].component_input_parameter
+    assert "fallback_instances" not in check  # on the row's own instances
+    compare = tasks["compare-convergence"].inputs
+    assert compare.parameters["baseline"].runtime_value.constant.string_value == "bf16"
+    assert compare.artifacts["series"].task_output_artifact.producer_task == "for-loop-6"
+    for plan in ("plan-training-3", "plan-training-4"):  # the re-plan and its re-ranking
+        verdicts = tasks[plan].inputs.artifacts["convergence_verdicts"].task_output_artifact
+        assert (verdicts.producer_task, verdicts.output_artifact_key) == \
+            ("compare-convergence", "verdicts")
+    train = tasks["sagemaker-training-5"].inputs.parameters
+    assert train["precision"].task_output_parameter.producer_task == "plan-training-4"
+    assert train["keep_alive_seconds"].component_input_parameter == \
+        "pipelinechannel--keep_alive_seconds"
+
+
+def test_the_planned_worst_case_with_a_warm_pool_passes_the_training_tasks_spend_guard():
+    """plan_and_train's argument check runs the plan and each task's launcher check (its
+    spend guard included): the warm pool's retained time is in the planned worst case, so
+    the training task, which adds it to its own worst case, accepts the planned budget."""
+    from kfp_sagemaker_blackwell.components.sagemaker_training import launcher
+    from kfp_sagemaker_blackwell.pipelines import plan_and_train
+
+    args = {**cli.defaults(plan_and_train.PIPELINE.pipeline_func), **plan_and_train.LOCAL_DEFAULTS,
+            "role_arn": "arn:aws:iam::123456789012:role/R", "bucket": "my-bucket",
+            "keep_alive_seconds": 21600, "max_pending_seconds": 1800}
+    seen = []
+    original = launcher.dry_run
+
+    def dry_run(cfg, **kw):
+        seen.append(cfg)
+        return original(cfg, **kw)
+
+    try:
+        launcher.dry_run = dry_run
+        plan_and_train.check_arguments(args)
+    finally:
+        launcher.dry_run = original
+    train = seen[-1]  # the training task, after the probes
+    assert (train.keep_alive_seconds, train.max_pending_seconds) == (21600, 1800)
+    assert train.max_cost_usd > 0
 
 
 def test_run_local_refuses_a_capacity_the_pipeline_cannot_launch():

@@ -1,13 +1,22 @@
 """Plan and train: verify the plan before committing the money.
 
 The planner (``plan_training``) ranks every instance type x count x precision x
-micro-batch x checkpointing x capacity for the model and the token budget; the best
+micro-batch x checkpointing x capacity for the model and the token budget, within the
+risk ceiling ``max_risk``. **Validate before betting**: when the best row above the
+ceiling beats the choice by more than its error band (the planner's
+``validate_precision``), a short convergence comparison runs first (``dsl.If`` /
+``dsl.Else``): that precision and bf16 each train ``validation_steps`` steps on its
+instances (the precision sweep's jobs), compare_convergence compares them, and the
+planner plans again with those verdicts: it trains on that precision only if it passed,
+else on the best row within the ceiling (its report says which, and why). Then the best
 ``probe_count`` distinct candidates each train for ``probe_steps`` steps (short
 SageMaker jobs, on-demand, the candidate's own instances); their logs are parsed;
 the planner re-ranks those candidates on their measured speed (the report shows
 predicted against probed for each); the winner trains on all the tokens with the
 training component's spend guard (``max_cost_usd``: yours, else the planned worst
-case). All inside an exit handler whose exit task is ``cleanup``.
+case) and the capacity parameters (``fallback_instances``, ``max_pending_seconds``,
+``keep_alive_seconds``: the warm pool's retained time is in the planned cost). All
+inside an exit handler whose exit task is ``cleanup``.
 
     python pipelines/plan_and_train.py --compile           # compiled/plan_and_train.yaml
     python pipelines/plan_and_train.py --run-local         # on this machine
@@ -23,11 +32,12 @@ if __package__ in (None, ""):  # `python pipelines/plan_and_train.py`
 
 from kfp import dsl
 
+from kfp_sagemaker_blackwell.components.compare_convergence.component import compare_convergence
 from kfp_sagemaker_blackwell.components.parse_logs.component import parse_logs
 from kfp_sagemaker_blackwell.components.plan_training.component import plan_training
+from kfp_sagemaker_blackwell.components.plan_training.run import VALIDATION_BASELINE
 from kfp_sagemaker_blackwell.components.sagemaker_training.component import sagemaker_training
 from kfp_sagemaker_blackwell.pipelines import _steps
-from kfp_sagemaker_blackwell.planning.throughput import RUNTIME_MARGIN
 
 NAME = "plan-and-train"
 DEFAULT_PARALLELISM = 3
@@ -65,12 +75,21 @@ def build_pipeline(parallelism: int = DEFAULT_PARALLELISM) -> Any:
         instance_types: list = [],  # noqa: B006 (KFP default)
         max_instance_count: int = 16,
         precisions: list = [],  # noqa: B006 (KFP default)
+        max_risk: str = "medium",
         capacity_modes: list = ["on-demand"],  # noqa: B006 (KFP default)
         instance_hour_prices: dict = {},  # noqa: B006 (KFP default)
         headroom: float = 0.05,
-        runtime_margin: float = RUNTIME_MARGIN,
+        runtime_margin: float = 0.0,
         startup_seconds: int = 600,
         rank_by: str = "cost",
+        fallback_instances: list = [],  # noqa: B006 (KFP default)
+        max_pending_seconds: int = 0,
+        keep_alive_seconds: int = 0,
+        validation_steps: int = 300,
+        validation_max_runtime_seconds: int = 7200,
+        validation_max_cost_usd: float = 0.0,
+        loss_tolerance_rel: float = 0.01,
+        divergence_tolerance_rel: float = 0.1,
         probe_count: int = 3,
         probe_steps: int = 30,
         probe_max_runtime_seconds: int = 3600,
@@ -108,6 +127,8 @@ def build_pipeline(parallelism: int = DEFAULT_PARALLELISM) -> Any:
                 prices).
             max_instance_count: The most instances per job.
             precisions: Allowed precisions (empty: every precision each GPU runs).
+            max_risk: The risk ceiling (baseline, low, medium, higher, high): a precision
+                above it trains only after the convergence comparison passes it.
             capacity_modes: on-demand and/or spot (training plans are bought by you:
                 plan them with the plan_training component and pass training_plan_arn
                 to sagemaker_training).
@@ -115,12 +136,26 @@ def build_pipeline(parallelism: int = DEFAULT_PARALLELISM) -> Any:
                 Plans rate), before the AWS Price List API and the shipped table.
             headroom: Fraction of GPU memory to keep free (0.05 = 5%).
             runtime_margin: The run's max_runtime_seconds = the steps' predicted time x
-                (1 + this) + startup_seconds. Default: the throughput model's worst error
-                on configuration families left out of its fit plus a 10-point allowance
-                (planning/throughput.py RUNTIME_MARGIN).
+                (1 + this) + startup_seconds. 0: each row's error band's margin
+                (planning/uncertainty.py).
             startup_seconds: Billed time before a job's first step (image download,
                 initialisation), added to every predicted time.
             rank_by: cost (cheapest first) or time (fastest first).
+            fallback_instances: The training job's fallback instance types
+                ([{"InstanceType": ..., "InstanceCount": ...}], on-demand only): its worst
+                case is the costliest's (probes and comparisons run on their own type).
+            max_pending_seconds: How long every job may wait for capacity (1800-2419200 s;
+                unbilled; 0: SageMaker's default).
+            keep_alive_seconds: Warm pool of every job (up to 21600 s): the next job on the
+                same instances starts without provisioning; the retained time is billed and
+                in the planned cost and worst case.
+            validation_steps: Optimizer steps of each convergence comparison job.
+            validation_max_runtime_seconds: The longest a comparison job may run.
+            validation_max_cost_usd: Budget for the comparison jobs together (0: no limit).
+            loss_tolerance_rel: The comparison's largest relative final-loss difference to
+                bf16 that passes.
+            divergence_tolerance_rel: The comparison's largest relative worst-case
+                divergence that passes.
             probe_count: How many of the best distinct candidates are probed.
             probe_steps: Optimizer steps per probe (enough to pass warm-up).
             probe_max_runtime_seconds: The longest a probe job may run.
@@ -144,28 +179,62 @@ def build_pipeline(parallelism: int = DEFAULT_PARALLELISM) -> Any:
                 instance_type=plan.outputs["instance_type"],
                 codebuild_role_arn=codebuild_role_arn, pipeline=NAME,
             )
-            with dsl.ParallelFor(plan.outputs["top_candidates"],
-                                 parallelism=parallelism) as candidate:
-                probe = sagemaker_training(**probe_arguments(
-                    arguments, image_uri=image.outputs["image_uri"], prefix=prefix,
-                    candidate=candidate, candidates=plan.outputs["top_candidates"],
-                )).set_display_name("probe")
-                probed = parse_logs(
-                    job_name=probe.outputs["job_name"], region=region,
-                    requested_precision=candidate.precision, run_label=candidate.label,
-                ).set_display_name("parse probe")
-            chosen = plan_training(
-                **planning, probe_series=dsl.Collected(probed.outputs["series"]),
-            ).set_display_name("re-rank on probes")
-            train = sagemaker_training(**train_arguments(
-                arguments, image_uri=image.outputs["image_uri"], prefix=prefix,
-                chosen={k: chosen.outputs[k] for k in CHOSEN},
-            )).set_display_name("train")
-            parse_logs(job_name=train.outputs["job_name"], region=region,
-                       requested_precision=chosen.outputs["precision"],
-                       ).set_display_name("parse training")
+            with dsl.If(plan.outputs["validate_precision"] == "", name="within-the-ceiling"):
+                _probe_and_train(arguments, planning, plan, image, prefix, parallelism)
+            with dsl.Else(name="validate-first"):
+                with dsl.ParallelFor(plan.outputs["validation_runs"], parallelism=2) as run:
+                    check = sagemaker_training(**validation_arguments(
+                        arguments, image_uri=image.outputs["image_uri"], prefix=prefix,
+                        run=run, runs=plan.outputs["validation_runs"],
+                    )).set_display_name("convergence probe")
+                    checked = parse_logs(
+                        job_name=check.outputs["job_name"], region=region,
+                        requested_precision=run.precision, run_label=run.label,
+                    ).set_display_name("parse convergence probe")
+                compared = compare_convergence(
+                    series=dsl.Collected(checked.outputs["series"]), baseline=VALIDATION_BASELINE,
+                    loss_tolerance_rel=loss_tolerance_rel,
+                    divergence_tolerance_rel=divergence_tolerance_rel,
+                    run_context=_steps.report_context(
+                        pipeline=NAME, instance_type=plan.outputs["instance_type"],
+                        instance_count=plan.outputs["instance_count"], region=region,
+                        model_preset=model_preset),
+                ).set_display_name("compare convergence")
+                replanned = plan_training(
+                    **planning, convergence_verdicts=compared.outputs["verdicts"],
+                ).set_display_name("plan with the verdicts")
+                # its own prefixes: no two training tasks of the pipeline share one
+                _probe_and_train(arguments, planning, replanned, image, f"{prefix}/validated",
+                                 parallelism, verdicts=compared.outputs["verdicts"])
 
     return plan_and_train
+
+
+def _probe_and_train(arguments: dict[str, Any], planning: dict[str, Any], plan: Any, image: Any,
+                     prefix: str, parallelism: int, verdicts: Any = None) -> None:
+    """Probe the plan's top candidates, re-rank them on measured speed (with the
+    convergence verdicts, when a comparison ran), train the winner and parse its logs."""
+    region = arguments["region"]
+    with dsl.ParallelFor(plan.outputs["top_candidates"], parallelism=parallelism) as candidate:
+        probe = sagemaker_training(**probe_arguments(
+            arguments, image_uri=image.outputs["image_uri"], prefix=prefix,
+            candidate=candidate, candidates=plan.outputs["top_candidates"],
+        )).set_display_name("probe")
+        probed = parse_logs(
+            job_name=probe.outputs["job_name"], region=region,
+            requested_precision=candidate.precision, run_label=candidate.label,
+        ).set_display_name("parse probe")
+    more = {"convergence_verdicts": verdicts} if verdicts is not None else {}
+    chosen = plan_training(
+        **planning, **more, probe_series=dsl.Collected(probed.outputs["series"]),
+    ).set_display_name("re-rank on probes")
+    train = sagemaker_training(**train_arguments(
+        arguments, image_uri=image.outputs["image_uri"], prefix=prefix,
+        chosen={k: chosen.outputs[k] for k in CHOSEN},
+    )).set_display_name("train")
+    parse_logs(job_name=train.outputs["job_name"], region=region,
+               requested_precision=chosen.outputs["precision"],
+               ).set_display_name("parse training")
 
 
 # The re-ranked plan's outputs the training step takes.
@@ -178,9 +247,10 @@ def planning_arguments(a: dict[str, Any]) -> dict[str, Any]:
     """What both plan steps are passed (the DSL's calls and the argument check's)."""
     return {k: a[k] for k in (
         "training_tokens", *_steps.MODEL_KEYS, "seq_length", "max_batch_size", "deadline_hours",
-        "max_cost_usd", "instance_types", "max_instance_count", "precisions", "capacity_modes",
-        "region", "instance_hour_prices", "headroom", "runtime_margin", "startup_seconds",
-        "rank_by", "probe_count")}
+        "max_cost_usd", "instance_types", "max_instance_count", "precisions", "max_risk",
+        "capacity_modes", "region", "instance_hour_prices", "headroom", "runtime_margin",
+        "startup_seconds", "rank_by", "probe_count", "keep_alive_seconds",
+        "fallback_instances")}
 
 
 def probe_arguments(a: dict[str, Any], *, image_uri: Any, prefix: Any, candidate: Any,
@@ -189,12 +259,25 @@ def probe_arguments(a: dict[str, Any], *, image_uri: Any, prefix: Any, candidate
     the pipeline's parameters of the component's names, the candidate's configuration, the
     probes' steps, run time and budget."""
     return _steps.training_arguments(
-        a, image_uri=image_uri, **_steps.job_prefixes(f"{prefix}/probes"),
-        instance_type=candidate.instance_type, instance_count=candidate.instance_count,
+        a, exclude=("fallback_instances",), image_uri=image_uri,
+        **_steps.job_prefixes(f"{prefix}/probes"), instance_type=candidate.instance_type, instance_count=candidate.instance_count,
         precision=candidate.precision, batch_size=candidate.batch_size,
         activation_checkpointing=candidate.activation_checkpointing,
         max_steps=a["probe_steps"], max_runtime_seconds=a["probe_max_runtime_seconds"],
         max_cost_usd=a["probe_max_cost_usd"], budget_items=candidates, pipeline=NAME)
+
+
+def validation_arguments(a: dict[str, Any], *, image_uri: Any, prefix: Any, run: Any,
+                         runs: Any) -> dict[str, Any]:
+    """What each convergence comparison job is passed: the run's precision on the
+    above-ceiling row's instances (its own type: no fallback), ``validation_steps`` steps."""
+    return _steps.training_arguments(
+        a, exclude=("fallback_instances",), image_uri=image_uri,
+        **_steps.job_prefixes(f"{prefix}/validation"), instance_type=run.instance_type,
+        instance_count=run.instance_count, precision=run.precision, batch_size=run.batch_size,
+        activation_checkpointing=run.activation_checkpointing,
+        max_steps=a["validation_steps"], max_runtime_seconds=a["validation_max_runtime_seconds"],
+        max_cost_usd=a["validation_max_cost_usd"], budget_items=runs, pipeline=NAME)
 
 
 def train_arguments(a: dict[str, Any], *, image_uri: Any, prefix: Any,
@@ -247,6 +330,9 @@ def check_arguments(arguments: dict[str, Any]) -> None:
     _steps.check_training(out.top_candidates, lambda candidate: probe_arguments(
         arguments, image_uri=run["image_uri"], prefix=run["prefix"],
         candidate=SimpleNamespace(**candidate), candidates=out.top_candidates))
+    _steps.check_training(out.validation_runs, lambda check: validation_arguments(
+        arguments, image_uri=run["image_uri"], prefix=run["prefix"],
+        run=SimpleNamespace(**check), runs=out.validation_runs))
     if out.parameters is not None:
         _steps.check_training([out.parameters], lambda chosen: train_arguments(
             arguments, image_uri=run["image_uri"], prefix=run["prefix"],

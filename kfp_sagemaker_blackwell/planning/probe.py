@@ -26,8 +26,9 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from kfp_sagemaker_blackwell.catalog import hardware
+from kfp_sagemaker_blackwell.catalog.precisions import parse_precision
 from kfp_sagemaker_blackwell.common.documents import check_keys
-from kfp_sagemaker_blackwell.common.errors import UserError
+from kfp_sagemaker_blackwell.common.errors import UserError, unknown_name
 from kfp_sagemaker_blackwell.planning import estimator, planner, throughput
 from kfp_sagemaker_blackwell.planning.training_setup import TrainingSetup
 
@@ -62,6 +63,11 @@ class Probe:
         that carried it) when it is not one."""
         check_keys(data, cls.__dataclass_fields__, field=field, what="a probe",
                    fix=FIX, required=REQUIRED)
+        try:  # the one check of the name: a "did you mean" and the precisions known
+            data = {**data, "precision": parse_precision(data["precision"],
+                                                         f"{field}.precision")}
+        except ValueError as exc:
+            raise unknown_name(f"{field}.precision", exc) from None
         try:
             probe = cls(**data)
             ok = probe.tokens_per_s_per_gpu > 0 and probe.world_size >= 1 and \

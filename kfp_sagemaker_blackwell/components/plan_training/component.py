@@ -29,12 +29,15 @@ def plan_training(
     instance_types: Optional[list] = None,
     max_instance_count: int = 16,
     precisions: Optional[list] = None,
+    max_risk: str = "medium",
     capacity_modes: list = ["on-demand", "spot", "training-plan"],  # noqa: B006 (KFP default)
     region: str = "",
     instance_hour_prices: Optional[dict] = None,
     headroom: float = 0.05,
-    runtime_margin: float = 0.364,  # planning/throughput.py RUNTIME_MARGIN (KFP runs this text)
+    runtime_margin: float = 0.0,
     startup_seconds: int = 600,
+    keep_alive_seconds: int = 0,
+    fallback_instances: Optional[list] = None,
     rank_by: str = "cost",
     probes: Optional[list] = None,
     show_top: int = 10,
@@ -44,7 +47,7 @@ def plan_training(
     [("instance_type", str), ("instance_count", int), ("precision", str), ("batch_size", int),
      ("activation_checkpointing", bool), ("max_steps", int), ("max_runtime_seconds", int),
      ("use_spot", bool), ("max_wait_seconds", int), ("max_cost_usd", float),
-     ("top_candidates", list)],
+     ("top_candidates", list), ("validate_precision", str), ("validation_runs", list)],
 ):
     """Plans a training run: the cheapest (or fastest) configuration that trains this model
     on this many tokens, within a deadline and a budget, before any money is spent.
@@ -69,8 +72,9 @@ def plan_training(
 
     Args:
         training_tokens: Tokens to train on (e.g. 100000000000 for 100B).
-        convergence_verdicts: The ``verdicts`` output of compare_convergence: only the
-            precisions it passed are planned (default: every precision each GPU runs).
+        convergence_verdicts: The ``verdicts`` output of compare_convergence: a precision
+            it passed is ranked even above ``max_risk`` (marked validated); one it failed is
+            not planned; the others keep the ceiling.
         model_preset: Model preset (tiny, small, 1b, 3b, 8b, 14b, 32b, 64b,
             te-fsdp-example); the dimensions below override it.
         num_layers: Transformer blocks (0: the preset's).
@@ -92,10 +96,17 @@ def plan_training(
             the catalog with a price; every one when training plans are searched).
         max_instance_count: The most instances per job (counts tried: powers of two up
             to it, and it).
-        precisions: Allowed precisions (default: those the convergence sweep passed when
-            ``convergence_verdicts`` is given, else every precision each GPU runs).
-        capacity_modes: on-demand, spot (priced at most the on-demand rate; its worst
-            case is max_wait_seconds) and training-plan (needs ``region``).
+        precisions: Allowed precisions (default: every precision each GPU runs, but those
+            the convergence sweep failed).
+        max_risk: The risk ceiling (catalog/precisions.py's order: baseline, low, medium,
+            higher, high, or 0-4): a precision above it is ranked only when
+            ``convergence_verdicts`` passed it; the report shows what the best such row
+            would save. Default medium: the lowest level holding bf16 and FP8 with delayed
+            or current scaling, the formats validated in practice.
+        capacity_modes: on-demand, spot (its expected cost: the typical saving and the
+            interruptions' overhead, restart + one checkpoint interval each, with their
+            source; its worst case is max_wait_seconds at the on-demand rate) and
+            training-plan (needs ``region``).
         region: AWS region the prices and training-plan offerings are for (the AWS Price
             List API, SearchTrainingPlanOfferings); empty: no AWS call.
         instance_hour_prices: Instance type -> USD per instance-hour (e.g. a Savings
@@ -103,12 +114,19 @@ def plan_training(
         headroom: Fraction of GPU memory to keep free (0.05 = 5%).
         runtime_margin: max_runtime_seconds = the steps' predicted time x (1 + this) +
             ``startup_seconds``: room for the throughput model's error (the worst case
-            is costed with it; a job past it is stopped before its last step). Default:
-            the model's worst error on configuration families left out of its fit
-            (predicted too fast; benchmarks/throughput/lofo_all_h200.json) plus a
-            10-point allowance (planning/throughput.py RUNTIME_MARGIN).
+            is costed with it; a job past it is stopped before its last step). 0: each
+            row's own band (planning/uncertainty.py): for measured H200 parts the model's
+            worst error on configuration families left out of its fit plus a 10-point
+            allowance (planning/throughput.py RUNTIME_MARGIN); for datasheet-only
+            Blackwell rows a wider one.
         startup_seconds: Billed time before the first step (image download, torchrun and
             model initialisation, compilation), added to every job's predicted time.
+        keep_alive_seconds: The training job's warm pool (sagemaker_training's parameter):
+            its retained time is billed, so it is in every on-demand row's cost and worst
+            case (spot cannot keep a warm pool: spot rows are dropped).
+        fallback_instances: sagemaker_training's fallback instances
+            ([{"InstanceType": ..., "InstanceCount": ...}]): a row's worst case is that of
+            the costliest SageMaker may select (spot rows are dropped: on-demand only).
         rank_by: cost (cheapest first, then fastest) or time (fastest first).
         probes: Measured speeds that correct the prediction: a list of
             {instance_type, precision, batch_size, activation_checkpointing,
@@ -140,6 +158,10 @@ def plan_training(
         max_wait_seconds: Spot only: max_runtime_seconds x 2 (0 otherwise).
         max_cost_usd: The spend guard to launch with (the budget, else the worst case).
         top_candidates: The best ``probe_count`` distinct configurations, best first.
+        validate_precision: The precision above ``max_risk`` that beats the choice by more
+            than its band ("" when none): plan_and_train compares its convergence first.
+        validation_runs: The short jobs that comparison trains (the baseline bf16 and
+            ``validate_precision``, on that row's instances), empty when none.
     """
     params = dict(locals())  # this signature's parameters: their one declaration
     from collections import namedtuple
@@ -163,8 +185,9 @@ def plan_training(
     outputs = namedtuple(  # type: ignore[name-match]
         "Outputs", ["instance_type", "instance_count", "precision", "batch_size",
                     "activation_checkpointing", "max_steps", "max_runtime_seconds", "use_spot",
-                    "max_wait_seconds", "max_cost_usd", "top_candidates"])
+                    "max_wait_seconds", "max_cost_usd", "top_candidates",
+                    "validate_precision", "validation_runs"])
     return outputs(p["instance_type"], p["instance_count"], p["precision"], p["batch_size"],
                    p["activation_checkpointing"], p["max_steps"], p["max_runtime_seconds"],
                    p["use_spot"], p["max_wait_seconds"], p["max_cost_usd"],
-                   out.top_candidates)
+                   out.top_candidates, out.validate_precision, out.validation_runs)

@@ -3,7 +3,8 @@ its figures' sources (JSON), and the chosen configuration in the training compon
 parameter names (JSON).
 
 Every figure of the table carries a key to its source: ``[T1]`` tokens/s (and the time
-that follows from it), ``[M1]`` memory, ``[P1]`` price, ``[R1]`` the precision's risk,
+that follows from it), ``[B1]`` the time's and cost's error band, ``[M1]`` memory, ``[P1]``
+price (a spot row's: its expected saving and interruptions), ``[R1]`` the precision's risk,
 ``[O1]`` a training-plan offering; the legend under the table says for each key whether
 it is predicted, probed or measured, and by what.
 """
@@ -15,6 +16,7 @@ import math
 from typing import Any
 
 from kfp_sagemaker_blackwell.catalog import hardware
+from kfp_sagemaker_blackwell.catalog.precisions import risk
 from kfp_sagemaker_blackwell.components.plan_training import offerings, probes, search
 from kfp_sagemaker_blackwell.components.plan_training.search import (
     Candidate,
@@ -45,7 +47,7 @@ class Legend:
         return self.keys[k]
 
     def lines(self) -> list[str]:
-        order = {letter: i for i, letter in enumerate("TMPOR")}
+        order = {letter: i for i, letter in enumerate("TBMPSOR")}
         return [f"- [{key}] {kind}: {source}" for (letter, kind, source), key in
                 sorted(self.keys.items(), key=lambda kv: (order[kv[0][0]], kv[1]))]
 
@@ -74,12 +76,16 @@ def row_cells(cand: Candidate, legend: Legend) -> list[str]:
     def money(x: float | None) -> str:
         return pricing.money(x, cand.currency) if x is not None else "n/a"
 
+    band, b = "", ""
+    if cand.band is not None:
+        band, b = f" {cand.band.text()}", " " + legend.key("B", cand.band.source, cand.band.why)
+    spot = " " + legend.key("S", "expected", cand.spot.source) if cand.spot else ""
     headroom = c.headroom_bytes / GiB
     return [
         f"{c.instance_count} x {c.instance_type}", cand.capacity, c.precision,
         str(c.batch_size), "on" if c.activation_checkpointing else "off",
-        f"{c.tokens_per_s:,.0f} [{t}]", f"{duration(cand.seconds)} [{t}]",
-        f"{'<= ' if cand.capacity == 'spot' else ''}{money(cand.cost)} [{t} {p}]",
+        f"{c.tokens_per_s:,.0f} [{t}]", f"{duration(cand.seconds)}{band} [{t}{b}]",
+        f"{'~' if cand.spot else ''}{money(cand.cost)}{band} [{t}{b} {p}{spot}]",
         f"{money(cand.worst_cost)} [{p}]",
         f"{headroom:.1f} GiB ({headroom * GiB / c.gpu_memory_bytes:.0%}) [{m}]",
         f"{cand.risk} {risk_words(cand.risk)} [{r}]",
@@ -109,11 +115,9 @@ HEADER = ("| # | instances | capacity | precision | micro-batch | checkpointing 
 
 
 def shown(result: SearchResult) -> list[Candidate]:
-    """The ranked candidates the table shows: a spot row is left out when the same
-    configuration on-demand is ranked (spot costs at most as much, its worst case more;
-    the legend says so)."""
-    on_demand = {c.config for c in result.ranked if c.capacity == "on-demand"}
-    return [c for c in result.ranked if not (c.capacity == "spot" and c.config in on_demand)]
+    """The ranked candidates the table shows (every one: a spot row has its own expected
+    cost)."""
+    return list(result.ranked)
 
 
 def table(result: SearchResult, top: int = 10) -> tuple[list[str], Legend]:
@@ -142,8 +146,10 @@ def markdown(result: SearchResult, top: int = 10) -> str:
     chosen = result.chosen
     if chosen is not None:
         out += [f"**Chosen:** {_sentence(chosen)}", ""]
+        out += _ties(result)
     else:
         out += [f"**Nothing can be chosen:** {result.problem()}", ""]
+    out += _verdicts(result) + _above_ceiling(result)
     lines, legend = table(result, top)
     rows = shown(result)
     if rows:
@@ -152,18 +158,78 @@ def markdown(result: SearchResult, top: int = 10) -> str:
         out += ["", f"Sources (time = {goal.startup_seconds:,} s start-up + tokens / tokens/s, "
                 "from the same source; cost = instances x time x price, "
                 "planning/pricing.py):", *legend.lines()]
-        if len(rows) < len(result.ranked):
-            out.append(f"- spot: every on-demand row above also runs on spot, for at most its "
-                       f"cost (SageMaker reports the saving after the job) and a worst case "
-                       f"of max_wait_seconds = {search.SPOT_WAIT_FACTOR:g} x max_runtime_seconds")
+        if any(c.capacity == "spot" for c in rows):
+            out.append(f"- spot (~): expected cost; its worst case is max_wait_seconds = "
+                       f"{search.SPOT_WAIT_FACTOR:g} x max_runtime_seconds at the on-demand "
+                       "rate (what the spend guard checks)")
+        if goal.keep_alive_seconds:
+            out.append(f"- warm pool: every on-demand cost and worst case includes "
+                       f"keep_alive_seconds = {goal.keep_alive_seconds:,} s of retained "
+                       "instances (billed after the job)")
     out += _not_ranked(result)
     return "\n".join(out) + "\n"
+
+
+def _ties(result: SearchResult) -> list[str]:
+    """The tie the choice broke, if any."""
+    band = result.tie_band
+    if result.tied < 2 or band is None:
+        return []
+    figure = "time" if result.goal.rank_by == "time" else "cost"
+    return [f"**Tie:** rows 1-{result.tied} are within the {figure} band of the best "
+            f"({band.text()}, {band.source}): ranked by lower risk (a precision the "
+            "convergence sweep validated counts as the baseline), then fewer instances.", ""]
+
+
+def _verdicts(result: SearchResult) -> list[str]:
+    """What the convergence verdicts changed above the risk ceiling: which path the plan
+    took (a precision they passed is ranked; one they failed is not planned) and why."""
+    goal = result.goal
+    passed = sorted(p for p in goal.validated if risk(p) > goal.max_risk)
+    failed = sorted(p for p in goal.failed if risk(p) > goal.max_risk)
+    if not passed and not failed:
+        return []
+    chosen = result.chosen
+    said = [f"{', '.join(passed)} passed the convergence comparison: ranked above max_risk "
+            f"{goal.max_risk} {risk_words(goal.max_risk)}"] if passed else []
+    said += [f"{', '.join(failed)} failed it: not planned, the plan keeps to the ceiling"] \
+        if failed else []
+    if chosen is not None:
+        said.append(f"chosen: {chosen.config.precision}")
+    return [f"**Convergence verdicts:** {'; '.join(said)}.", ""]
+
+
+def _above_ceiling(result: SearchResult) -> list[str]:
+    """The separate line for the best row left out for its risk alone."""
+    above, chosen = result.above_ceiling, result.chosen
+    if above is None:
+        return []
+    c = above.config
+    goal = result.goal
+    what = (f"{c.precision} ({c.instance_count} x {c.instance_type}, {above.capacity}, risk "
+            f"{above.risk} {risk_words(above.risk)} > max_risk {goal.max_risk} "
+            f"{risk_words(goal.max_risk)})")
+    if chosen is None:
+        gain = f"would cost {pricing.money(above.cost or 0, above.currency)}"
+    elif goal.rank_by == "time":
+        gain = f"would take {duration(chosen.seconds - above.seconds)} less"
+    else:
+        gain = f"would cost {pricing.money((chosen.cost or 0) - (above.cost or 0))} less"
+    band = f"its {above.band.text()} band ({above.band.source})" if above.band else "its band"
+    if result.worth_validating():
+        advice = (f"if validated, more than {band}: run the precision sweep first "
+                  "(compare_convergence's verdicts as convergence_verdicts; plan_and_train "
+                  "compares its convergence with bf16 before training), or raise max_risk.")
+    else:
+        advice = (f"if validated, but within {band}: not worth its risk; the precision sweep "
+                  "(convergence_verdicts) or a higher max_risk would rank it.")
+    return [f"**Above the risk ceiling:** {what} {gain} {advice}", ""]
 
 
 def _sentence(cand: Candidate) -> str:
     c = cand.config
     money = pricing.money(cand.cost or 0, cand.currency)
-    how = {"on-demand": "on-demand", "spot": "on spot (at most; SageMaker reports the saving)",
+    how = {"on-demand": "on-demand", "spot": "on spot (expected cost)",
            "training-plan": "on a training plan (paid up front)"}[cand.capacity]
     return (f"{c.instance_count} x {c.instance_type} {how}, {c.precision}, micro-batch "
             f"{c.batch_size}, activation checkpointing {'on' if c.activation_checkpointing else 'off'}"
@@ -214,6 +280,19 @@ def row(cand: Candidate) -> dict[str, Any]:
         "hours": round(cand.hours, 3), "max_runtime_seconds": cand.max_runtime_seconds,
         "max_wait_seconds": cand.max_wait_seconds,
         "cost": _round(cand.cost), "worst_case_cost": _round(cand.worst_cost),
+        "band": ({"source": cand.band.source, "typical": cand.band.typical,
+                  "worst_too_fast": cand.band.worst_too_fast,
+                  "runtime_margin": cand.band.runtime_margin, "why": cand.band.why}
+                 if cand.band else None),
+        "cost_low": _round(cand.cost * (1 - cand.band.typical)) if cand.band and cand.cost
+        is not None else None,
+        "cost_high": _round(cand.cost * (1 + cand.band.typical)) if cand.band and cand.cost
+        is not None else None,
+        "spot": ({"expected_cost": _round(cand.spot.cost.amount),
+                  "cost_at_on_demand_rate": _round(cand.cost_at_on_demand),
+                  "expected_interruptions": round(cand.spot.interruptions, 4),
+                  "interruption_overhead_seconds": round(cand.spot.overhead_seconds, 1),
+                  "source": cand.spot.source} if cand.spot else None),
         "currency": cand.currency,
         "price_per_instance_hour": _round(cand.price.per_instance_hour if cand.price else None),
         "price_source": cand.price.source if cand.price else "",

@@ -8,9 +8,10 @@ API and SearchTrainingPlanOfferings, only when ``region`` is given).
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,8 @@ class PlanOutputs:
     choice: str  # JSON
     parameters: dict[str, Any] | None  # sagemaker_training's, None when nothing was chosen
     top_candidates: list[dict[str, Any]]
+    validate_precision: str = ""  # above max_risk and worth a convergence comparison
+    validation_runs: list[dict[str, Any]] = field(default_factory=list)
 
 
 def _positive(name: str, value: Any, *, integer: bool = False, zero: bool = False) -> None:
@@ -93,32 +96,81 @@ def _instance_types(given: Any, book: pricing.PriceBook,
     return priced, notes
 
 
-def read_verdicts(text_or_path: str) -> tuple[dict[str, str], list[str]]:
+@dataclass(frozen=True)
+class Verdicts:
+    """The convergence sweep's verdicts: precision -> where its pass comes from, the
+    precisions it failed, and a note on each of those."""
+
+    passed: dict[str, str]
+    failed: frozenset[str]
+    notes: list[str]
+
+
+def read_verdicts(text_or_path: str) -> Verdicts:
     """The convergence sweep's verdicts (compare_convergence's ``verdicts`` output, a path
-    or its JSON): precision -> where its pass comes from, and notes on the others."""
+    or its JSON). A passed precision is ranked even above max_risk; a failed one is not
+    planned; the others keep the risk ceiling. Each entry of ``precisions`` must be an
+    object naming a precision the trainer knows (a UserError naming the entry otherwise)."""
+    field = "convergence_verdicts"
+    fix = "pass the verdicts output of compare_convergence."
     text = text_or_path
     if not text.lstrip().startswith("{"):
         try:
             text = Path(text_or_path).read_text(encoding="utf-8")
         except OSError as exc:
-            raise UserError("convergence_verdicts", f"cannot be read ({exc}).",
-                            "pass the verdicts output of compare_convergence.") from None
-    doc = read_document(text, schema=VERDICTS_SCHEMA, field="convergence_verdicts",
-                        fix="pass the verdicts output of compare_convergence.")
+            raise UserError(field, f"cannot be read ({exc}).", fix) from None
+    doc = read_document(text, schema=VERDICTS_SCHEMA, field=field, fix=fix)
+    entries = doc.get("precisions") or []
+    if not isinstance(entries, list):
+        raise UserError(f"{field}.precisions", f"is a {type(entries).__name__} "
+                        f"({json.dumps(entries)[:80]}), not a list of objects.",
+                        'give a list like [{"precision": "fp8", "converges": true}]: ' + fix)
     passed: dict[str, str] = {}
+    failed: set[str] = set()
     notes = []
-    for p in doc.get("precisions") or []:
-        name = p.get("precision", "")
+    for i, p in enumerate(entries):
+        where = f"{field}.precisions[{i}]"
+        if not isinstance(p, dict):
+            raise UserError(where, f"={json.dumps(p)[:80]} is not an object.",
+                            'give {"precision": ..., "converges": true or false}: ' + fix)
+        try:
+            name = parse_precision(p.get("precision", ""), f"{where}.precision")
+        except ValueError as exc:
+            raise unknown_name(f"{where}.precision", exc) from None
         if p.get("converges"):
             passed[name] = (f"validated: the convergence sweep passed it (converges like "
                             f"{doc.get('baseline', 'the baseline')}; compare_convergence verdicts)")
         else:
+            failed.add(name)
             why = "; ".join(p.get("reasons") or []) or p.get("verdict", "not compared")
             notes.append(f"{name} excluded: the convergence sweep did not pass it ({why})")
     if not passed:
-        raise UserError("convergence_verdicts", "pass no precision.", "fix the sweep's runs, "
+        raise UserError(field, "pass no precision.", "fix the sweep's runs, "
                         "or leave convergence_verdicts out to plan every precision.")
-    return passed, notes
+    return Verdicts(passed, frozenset(failed), notes)
+
+
+def _fallbacks(value: Any) -> tuple[tuple[str, int], ...]:
+    """sagemaker_training's ``fallback_instances`` as (instance type, count; 0: the
+    candidate's): the types are checked here; the rest by the training component."""
+    if not value:
+        return ()
+    if not isinstance(value, list):
+        raise UserError("fallback_instances", f"{value!r} is not a list.",
+                        'give e.g. [{"InstanceType": "ml.p5.48xlarge", "InstanceCount": 2}].')
+    out = []
+    for i, entry in enumerate(value):
+        name = entry.get("InstanceType", "") if isinstance(entry, dict) else entry
+        try:
+            hardware.instance_type(str(name))
+        except ValueError as exc:
+            raise unknown_name(f"fallback_instances[{i}].InstanceType", exc) from None
+        count = entry.get("InstanceCount", 0) if isinstance(entry, dict) else 0
+        if isinstance(count, float) and count.is_integer():
+            count = int(count)  # KFP passes numbers inside lists of dicts as floats
+        _positive(f"fallback_instances[{i}].InstanceCount", count, integer=True, zero=True)
+        out.append((str(name), count))
+    return tuple(out)
 
 
 def goal_and_book(params: Mapping[str, Any], verdicts: str = ""
@@ -142,7 +194,11 @@ def goal_and_book(params: Mapping[str, Any], verdicts: str = ""
     precisions = _choices("precisions", params["precisions"], PRECISIONS, parse_precision)
     probes = tuple(Probe.from_dict(p, field="probes") for p in params["probes"] or [])
     model = planner.model_from_parameters(params)
-    validated, notes = read_verdicts(verdicts) if verdicts else ({}, [])
+    max_risk = search.risk_level(params["max_risk"])
+    _positive("keep_alive_seconds", params["keep_alive_seconds"], integer=True, zero=True)
+    fallbacks = _fallbacks(params["fallback_instances"])
+    sweep = read_verdicts(verdicts) if verdicts else Verdicts({}, frozenset(), [])
+    notes = list(sweep.notes)
     book = pricing.PriceBook(params["region"], params["instance_hour_prices"])
     plans = "training-plan" in modes and bool(params["region"])
     types, more = _instance_types(params["instance_types"], book, plans)
@@ -153,7 +209,9 @@ def goal_and_book(params: Mapping[str, Any], verdicts: str = ""
         max_cost_usd=float(params["max_cost_usd"]), headroom=params["headroom"],
         runtime_margin=float(params["runtime_margin"]), rank_by=params["rank_by"],
         startup_seconds=params["startup_seconds"], max_batch_size=params["max_batch_size"],
-        validated=validated, probes=probes)
+        validated=sweep.passed, failed=sweep.failed, max_risk=max_risk,
+        keep_alive_seconds=params["keep_alive_seconds"], fallback_instances=fallbacks,
+        probes=probes)
     return goal, book, notes + more + search.probe_notes(goal, probes, "probes")
 
 
@@ -179,6 +237,34 @@ def top_candidates(result: search.SearchResult, count: int) -> list[dict[str, An
         if len(out) == count:
             break
     return out
+
+
+# The precision a convergence comparison measures the others against.
+VALIDATION_BASELINE = "bf16"
+
+
+def validation_runs(result: search.SearchResult) -> tuple[str, list[dict[str, Any]]]:
+    """When the best row above the risk ceiling beats the choice by more than its band: its
+    precision and the two short jobs that compare its convergence with the baseline's, on
+    its instances, at one micro-batch both fit with activation checkpointing (the same
+    tokens per step: comparable loss curves). ("", []) otherwise."""
+    above = result.worth_validating()
+    if above is None:
+        return "", []
+    c = above.config
+    hw = planner.Hardware.of(hardware.INSTANCE_TYPES[c.instance_type], c.instance_count)
+    request = planner.Request(result.goal.model, result.goal.seq_length, hw,
+                              headroom=result.goal.headroom)
+    batch = min(c.batch_size, planner.largest_batch(request, VALIDATION_BASELINE, True))
+    if batch < 1 or not hw.gpu.supports(VALIDATION_BASELINE):
+        result.notes.append(f"{c.precision} not validated first: {VALIDATION_BASELINE} does not "
+                            f"fit on {c.instance_count} x {c.instance_type} to compare with")
+        return "", []
+    runs = [{"label": probes.label(c.instance_type, c.instance_count, p, batch, True),
+             "precision": p, "instance_type": c.instance_type, "instance_count": c.instance_count,
+             "batch_size": batch, "activation_checkpointing": True}
+            for p in (VALIDATION_BASELINE, str(c.precision))]
+    return str(c.precision), runs
 
 
 def with_probes(goal: search.Goal, paths: list[str]
@@ -220,10 +306,12 @@ def run_component(verdicts: str = "", probe_series: Sequence[str] = (),
     result.notes[:0] = notes + book.notes
     model = {k: params[k] for k in report.MODEL_PARAMETERS}
     chosen = result.chosen
+    validate, checks = validation_runs(result) if not probe_series else ("", [])
     return PlanOutputs(
         result=result,
         markdown=report.markdown(result, params["show_top"]) + report.probe_markdown(result, runs),
         candidates=report.candidates_json(result), choice=report.choice_json(result, model),
         parameters=(report.training_parameters(chosen, model, goal.seq_length,
                                                goal.max_cost_usd) if chosen else None),
-        top_candidates=top_candidates(result, params["probe_count"]))
+        top_candidates=top_candidates(result, params["probe_count"]),
+        validate_precision=validate, validation_runs=checks)

@@ -16,10 +16,24 @@ checkpointing) is asked of the project's two models, nothing new is modelled her
   cost function ``pricing.cost``; a training plan's cost is the offering's
   ``UpfrontFee`` (``offerings``).
 
-Capacity modes: ``on-demand``; ``spot`` (billed at a discount SageMaker reports only
-after the job, so its cost here is the on-demand rate: an upper bound, and its worst
-case is ``max_wait_seconds`` as SageMaker bills it); ``training-plan`` (paid up front:
-the cheapest offering SearchTrainingPlanOfferings has for the run's hours).
+Capacity modes: ``on-demand`` (plus the warm pool's retained time,
+``keep_alive_seconds``, billed after the job); ``spot`` (billed at a discount SageMaker
+reports only after the job: its cost here is the expected one, ``pricing.spot_expected``:
+the typical saving and the interruptions' overhead, each with its source; its worst case is
+``max_wait_seconds`` at the on-demand rate, as the spend guard checks it);
+``training-plan`` (paid up front: the cheapest offering SearchTrainingPlanOfferings has for
+the run's hours).
+
+**Risk ceiling.** A precision above ``max_risk`` (catalog/precisions.py's order; default
+``DEFAULT_MAX_RISK``, the lowest level holding the formats validated in practice) is not
+ranked unless the convergence sweep passed it: it is dropped with that reason, and the
+report shows what the cheapest such row would save. A precision the sweep failed is not
+planned at all.
+
+**Uncertainty.** Every row carries its source's error band (``planning/uncertainty.py``):
+its ``max_runtime_seconds`` (and so its worst case) uses the band's margin unless
+``runtime_margin`` is given, and rows within the band of the best one are a tie, broken by
+lower risk, then fewer instances.
 
 A candidate is dropped, with its reason, when it misses the deadline, runs past what
 one SageMaker job may run (28 days), or when its worst case (the training component's
@@ -39,12 +53,14 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kfp_sagemaker_blackwell.catalog import hardware
-from kfp_sagemaker_blackwell.catalog.precisions import RISK_WORDS, risk
+from kfp_sagemaker_blackwell.catalog.flags import TrainConfig, flag_default
+from kfp_sagemaker_blackwell.catalog.precisions import RISK, RISK_WORDS, risk
 from kfp_sagemaker_blackwell.catalog.spec import ModelSpec
 from kfp_sagemaker_blackwell.common.errors import UserError
 from kfp_sagemaker_blackwell.common.training_job import MAX_RUNTIME_LIMIT_S
 from kfp_sagemaker_blackwell.planning import estimator, planner, pricing, throughput
 from kfp_sagemaker_blackwell.planning.probe import Probe, correct, fit_at_probe
+from kfp_sagemaker_blackwell.planning.uncertainty import Band, band_for
 
 CAPACITY_MODES = ("on-demand", "spot", "training-plan")
 RANK_BY = ("cost", "time")
@@ -54,8 +70,13 @@ KINDS = ("predicted", "probed", "measured")
 SPOT_WAIT_FACTOR = 2.0
 MEMORY_SOURCE = ("predicted by the memory estimate (components/memory_estimate: "
                  "calibrated on H200 runs, median 0.1% on held-out runs)")
-SPOT_PRICE_NOTE = ("spot at the on-demand rate: an upper bound (SageMaker reports the spot "
-                   "saving after the job)")
+# The formats validated in practice (bf16; FP8 with delayed or current scaling: the article's
+# "start with FP8"); the default ceiling is the lowest risk level that holds them all.
+VALIDATED_FORMATS = ("bf16", "fp8", "fp8-current")
+DEFAULT_MAX_RISK = max(RISK[p] for p in VALIDATED_FORMATS)
+# Steps between the trainer's checkpoints (its default): what a spot interruption loses.
+CHECKPOINT_EVERY: int = flag_default(TrainConfig.__dataclass_fields__["checkpoint_every"])
+ABOVE_CEILING = "above max_risk"
 
 
 @dataclass(frozen=True)
@@ -78,8 +99,15 @@ class Goal:
     startup_seconds: int  # billed before the first step (download, initialisation)
     max_batch_size: int  # the largest micro-batch to consider (0: the largest that fits)
     rank_by: str
+    max_risk: int  # above it: ranked only when validated
+    keep_alive_seconds: int  # the warm pool's retained time, billed after the job
     # precision -> where its risk verdict comes from (the convergence sweep's verdicts)
     validated: dict[str, str] = field(default_factory=dict)
+    # precisions the convergence sweep failed: never planned
+    failed: frozenset[str] = frozenset()
+    # ResourceConfig.InstancePreferences after the first: (instance type, count; 0: the
+    # candidate's); the worst case is the costliest
+    fallback_instances: tuple[tuple[str, int], ...] = ()
     probes: tuple[Probe, ...] = ()
     # Only these configurations (instance type, count, precision, micro-batch,
     # checkpointing) are ranked: the probed candidates, when re-ranking (empty: all).
@@ -137,6 +165,13 @@ class Candidate:
     risk_source: str  # starts with "validated" when the convergence sweep passed it
     offering: dict[str, Any] | None = None
     dropped: str = ""  # why it is not ranked ("" when it is)
+    band: Band | None = None  # the time's (and cost's) error band
+    spot: pricing.SpotEstimate | None = None  # spot: the expected cost and its overhead
+    cost_at_on_demand: float | None = None  # spot: the run at the on-demand rate
+
+    @property
+    def validated(self) -> bool:
+        return self.risk_source.startswith("validated")
 
     @property
     def hours(self) -> float:
@@ -176,10 +211,34 @@ class SearchResult:
     notes: list[str]
     configurations: int = 0  # how many were asked of the models
     seconds: float = 0.0  # how long the search took
+    tied: int = 0  # the first ``tied`` ranked rows are within the band of the best
+    tie_band: Band | None = None  # the band of the best row before the tie was broken
 
     @property
     def chosen(self) -> Candidate | None:
         return self.ranked[0] if self.ranked else None
+
+    @property
+    def above_ceiling(self) -> Candidate | None:
+        """The best row left out only for its risk (above max_risk, not validated), when it
+        beats the chosen one (cheaper; faster when ranked by time)."""
+        best = min((c for c in self.dropped if c.dropped.startswith(ABOVE_CEILING)),
+                   key=lambda c: rank_key(c, self.goal.rank_by), default=None)
+        chosen = self.chosen
+        if best is None or (chosen is not None and
+                            _metric(best, self.goal.rank_by) >= _metric(chosen, self.goal.rank_by)):
+            return None
+        return best
+
+    def worth_validating(self) -> Candidate | None:
+        """The above-ceiling row when it beats the chosen one by more than its own band (a
+        convergence comparison is then worth its cost), else None."""
+        best, chosen = self.above_ceiling, self.chosen
+        if best is None or chosen is None or best.band is None:
+            return None
+        margin = 1 + best.band.typical
+        return best if _metric(best, self.goal.rank_by) * margin < \
+            _metric(chosen, self.goal.rank_by) else None
 
     def problem(self) -> UserError | None:
         """Why nothing can be chosen (None when something is): the field and the fix."""
@@ -210,7 +269,7 @@ def search(goal: Goal, book: pricing.PriceBook,
         elif hourly:
             for c in configs:
                 for mode in hourly:
-                    _keep(result, _hourly(goal, c, mode, price))  # type: ignore[arg-type]
+                    _keep(result, _hourly(goal, c, mode, price, book))  # type: ignore[arg-type]
         plan_configs += configs
     if "training-plan" in goal.capacity_modes:
         if offerings is None:
@@ -219,7 +278,9 @@ def search(goal: Goal, book: pricing.PriceBook,
         else:
             for cand in _plan_candidates(goal, plan_configs, offerings, result.notes):
                 _keep(result, cand)
-    result.ranked = _best_per_group(result.ranked, goal.rank_by)
+    best = _best_per_group(result.ranked, goal.rank_by)
+    result.tie_band = best[0].band if best else None
+    result.ranked, result.tied = break_ties(best, goal.rank_by)
     result.dropped = _best_per_group(result.dropped, goal.rank_by)
     result.seconds = time.perf_counter() - start
     return result
@@ -227,9 +288,7 @@ def search(goal: Goal, book: pricing.PriceBook,
 
 def _precisions(goal: Goal, gpu: hardware.GPU) -> list[str]:
     wanted = goal.precisions or tuple(gpu.supported_precisions())
-    if goal.validated:
-        wanted = tuple(p for p in wanted if p in goal.validated)
-    return [p for p in wanted if gpu.supports(p)]
+    return [p for p in wanted if gpu.supports(p) and p not in goal.failed]
 
 
 def _batches(top: int, cap: int) -> list[int]:
@@ -347,10 +406,11 @@ def _seconds(goal: Goal, c: Config) -> float:
     return goal.startup_seconds + _steps(goal, c) * c.tokens_per_step / c.tokens_per_s
 
 
-def _runtime(goal: Goal, seconds: float) -> int:
-    """max_runtime_seconds: the steps' predicted time x (1 + runtime_margin), and start-up."""
-    return math.ceil(goal.startup_seconds + (seconds - goal.startup_seconds)
-                     * (1 + goal.runtime_margin))
+def _runtime(goal: Goal, seconds: float, band: Band) -> int:
+    """max_runtime_seconds: the steps' predicted time x (1 + the margin: ``runtime_margin``
+    when given, else the row's band's), and start-up."""
+    margin = goal.runtime_margin or band.runtime_margin
+    return math.ceil(goal.startup_seconds + (seconds - goal.startup_seconds) * (1 + margin))
 
 
 def _steps(goal: Goal, c: Config) -> int:
@@ -361,21 +421,60 @@ def _risk(goal: Goal, precision: str) -> tuple[int, str]:
     level = risk(precision)
     if precision in goal.validated:
         return level, goal.validated[precision]
+    if goal.validated or goal.failed:
+        return level, ("not validated: the convergence sweep did not compare it (risk order of "
+                       "catalog/precisions.py)")
     return level, "not validated: no convergence sweep given (risk order of catalog/precisions.py)"
 
 
-def _hourly(goal: Goal, c: Config, mode: str, price: pricing.Price) -> Candidate:
+def risk_level(value: Any, field: str = "max_risk") -> int:
+    """A risk level from its number (0-4) or its word (baseline, low, medium, higher, high);
+    anything else is a UserError naming ``field`` with the accepted values."""
+    text = str(value).strip().lower()
+    for level, word in RISK_WORDS.items():
+        if text in (word, str(level)):
+            return level
+    from kfp_sagemaker_blackwell.catalog.bounds import UnknownName
+
+    exc = UnknownName(field, text, RISK_WORDS.values())
+    raise UserError(field, exc.problem, exc.fix.rstrip(".") + f" (or its level, 0-{max(RISK_WORDS)}; "
+                    "catalog/precisions.py's risk order).")
+
+
+def _hourly(goal: Goal, c: Config, mode: str, price: pricing.Price,
+            book: pricing.PriceBook | None = None) -> Candidate:
     seconds = _seconds(goal, c)
-    runtime = _runtime(goal, seconds)
-    wait = math.ceil(runtime * SPOT_WAIT_FACTOR) if mode == "spot" else 0
-    cost = pricing.cost(price, c.instance_count, seconds).amount
-    worst = pricing.cost(price, c.instance_count, wait or runtime).amount
-    if mode == "spot":
-        price = replace(price, source=f"{price.source}; {SPOT_PRICE_NOTE}")
+    band = band_for(c.gpu, c.throughput_kind)
+    runtime = _runtime(goal, seconds, band)
+    spot = mode == "spot"
+    wait = math.ceil(runtime * SPOT_WAIT_FACTOR) if spot else 0
+    retained = 0 if spot else goal.keep_alive_seconds  # billed after the job, per instance
+    at_rate = pricing.cost(price, c.instance_count, seconds + retained).amount
+    worst = max([pricing.cost(price, c.instance_count, (wait or runtime) + retained).amount]
+                + _fallback_worst(goal, c, runtime + retained, book))
     level, why = _risk(goal, c.precision)
-    cand = Candidate(c, mode, _steps(goal, c), seconds, runtime, wait, price, cost, worst,
-                     level, why)
+    estimate = None
+    if spot:
+        step_seconds = c.tokens_per_step / c.tokens_per_s
+        estimate = pricing.spot_expected(
+            price, c.instance_count, seconds, restart_seconds=goal.startup_seconds,
+            checkpoint_interval_seconds=CHECKPOINT_EVERY * step_seconds)
+    cand = Candidate(c, mode, _steps(goal, c), seconds, runtime, wait, price,
+                     estimate.cost.amount if estimate else at_rate, worst, level, why,
+                     band=band, spot=estimate, cost_at_on_demand=at_rate if spot else None)
     return replace(cand, dropped=_limits(goal, cand))
+
+
+def _fallback_worst(goal: Goal, c: Config, seconds: float,
+                    book: pricing.PriceBook | None) -> list[float]:
+    """The worst cases of the fallback instances SageMaker may select instead (each for the
+    same max_runtime_seconds, as sagemaker_training's spend guard checks them)."""
+    out = []
+    for itype, count in goal.fallback_instances:
+        price = book.price(itype) if book is not None else None
+        if price is not None:
+            out.append(pricing.cost(price, count or c.instance_count, seconds).amount)
+    return out
 
 
 def _limits(goal: Goal, cand: Candidate) -> str:
@@ -391,7 +490,18 @@ def _limits(goal: Goal, cand: Candidate) -> str:
         return (f"over the budget: worst case {pricing.money(cand.worst_cost)} (predicted "
                 f"{pricing.money(cand.cost or 0)}) > max_cost_usd "
                 f"{pricing.money(goal.max_cost_usd)}")
+    if cand.capacity == "spot" and (goal.keep_alive_seconds or goal.fallback_instances):
+        what = "keep_alive_seconds" if goal.keep_alive_seconds else "fallback_instances"
+        return f"spot cannot run with {what}: SageMaker allows it on-demand only"
+    if cand.risk > goal.max_risk and not cand.validated:
+        return (f"{ABOVE_CEILING}: {c_precision(cand)} is risk {cand.risk} "
+                f"{risk_words(cand.risk)} > max_risk {goal.max_risk} "
+                f"{risk_words(goal.max_risk)}, and no convergence sweep passed it")
     return ""
+
+
+def c_precision(cand: Candidate) -> str:
+    return str(cand.config.precision)
 
 
 def _keep(result: SearchResult, cand: Candidate) -> None:
@@ -412,14 +522,15 @@ def _plan_candidates(goal: Goal, configs: Sequence[Config], offerings: OfferingS
             fastest[key] = c
     for (it, count), c in sorted(fastest.items()):
         seconds = _seconds(goal, c)
-        runtime = _runtime(goal, seconds)
+        band = band_for(c.gpu, c.throughput_kind)
+        runtime = _runtime(goal, seconds, band)
         if goal.deadline_hours and seconds / 3600 > goal.deadline_hours:
             continue  # the fastest misses the deadline: no plan to search for
         hours = math.ceil(runtime / 3600)
         found = offerings(it, count, hours, goal.deadline_hours)
         level, why = _risk(goal, c.precision)
         base = Candidate(c, "training-plan", _steps(goal, c), seconds, runtime, 0, None, None,
-                         None, level, why)
+                         None, level, why, band=band)
         if not found:
             notes.append(f"training-plan: no offering of {count} x {it} for {hours} h"
                          + (f" ending within {goal.deadline_hours:g} h" if goal.deadline_hours
@@ -439,6 +550,27 @@ def rank_key(cand: Candidate, by: str = "cost") -> tuple[float, ...]:
     if by == "time":
         return (cand.seconds, cost, cand.risk, mode)
     return (cost, cand.seconds, cand.risk, mode)
+
+
+def _metric(cand: Candidate, by: str) -> float:
+    if by == "time":
+        return cand.seconds
+    return cand.cost if cand.cost is not None else math.inf
+
+
+def break_ties(ranked: list[Candidate], by: str) -> tuple[list[Candidate], int]:
+    """Rows within the band of the best one (its figure x (1 + its band's typical error))
+    are a tie: they go first, ordered by lower risk (a precision the convergence sweep
+    validated for this model counts as the baseline's), then fewer instances, then as
+    ranked. Returns the rows and how many tied."""
+    if not ranked or ranked[0].band is None or not math.isfinite(_metric(ranked[0], by)):
+        return ranked, min(len(ranked), 1)
+    limit = _metric(ranked[0], by) * (1 + ranked[0].band.typical)
+    tied = [c for c in ranked if _metric(c, by) <= limit]
+    rest = [c for c in ranked if _metric(c, by) > limit]
+    tied.sort(key=lambda c: (0 if c.validated else c.risk, c.config.instance_count,
+                             rank_key(c, by)))
+    return tied + rest, len(tied)
 
 
 def _best_per_group(cands: list[Candidate], by: str) -> list[Candidate]:

@@ -1,0 +1,87 @@
+"""How sure a predicted time (and the cost that follows from it) is: the throughput model's
+error band per source, in one table.
+
+Two sources of a prediction (``throughput.source_for``):
+
+- **measured H200 parts** (Hopper): the model's parts were measured on H200s and its residuals
+  fitted there; its band is its error on configuration families left out of the fit
+  (``throughput.HELD_OUT_MEDIAN_ERROR``, ``HELD_OUT_WORST_TOO_FAST``) and its run-time
+  margin ``throughput.RUNTIME_MARGIN``. A refit changes those constants, and these bands with
+  them: nothing here is a copy of them.
+- **datasheet only** (Blackwell, and any GPU without measured parts): the same model with
+  constants never fitted to the GPU. Its band is the held-out one compounded with the miss of
+  uncalibrated constants, ``UNCALIBRATED_*`` below (declared here, with their source).
+
+A probed or measured speed (``planning/probe.py``) is at least as good as the calibrated
+model's extrapolation: such rows take the measured-parts band.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kfp_sagemaker_blackwell.catalog import hardware
+from kfp_sagemaker_blackwell.planning import throughput
+
+# The one measurement of this model predicting a setup its constants were not fitted to:
+# the torch backend on H200 before it had constants of its own, median |error| 15%, worst
+# 25% over 6 runs / 5 families (benchmarks/throughput/README.md, the "v1 | v2" table:
+# "torch ... 15%, 25% (uncalibrated, not LOFO)"). A datasheet-only prediction carries that
+# miss on top of the calibrated model's own held-out miss.
+UNCALIBRATED_MEDIAN_ERROR = 0.15
+UNCALIBRATED_WORST_TOO_FAST = 0.25
+UNCALIBRATED_SOURCE = ("the model's uncalibrated torch backend on H200: median 15%, worst 25% "
+                       "(benchmarks/throughput/README.md)")
+
+MEASURED = "measured H200 parts"
+DATASHEET = "datasheet only"
+
+
+@dataclass(frozen=True)
+class Band:
+    """A prediction's error band: ``typical`` (the +/- fraction shown beside a time or a
+    cost, and what makes two rows a tie), ``worst_too_fast`` (how much longer than predicted
+    a run took at worst) and ``runtime_margin`` (what max_runtime_seconds allows beyond the
+    predicted steps: the worst plus ``throughput.RUNTIME_SAFETY_ALLOWANCE``)."""
+
+    source: str
+    typical: float
+    worst_too_fast: float
+    runtime_margin: float
+    why: str
+
+    def text(self) -> str:
+        return f"+/-{self.typical:.0%}"
+
+
+def _compound(a: float, b: float) -> float:
+    return round((1 + a) * (1 + b) - 1, 3)
+
+
+def bands() -> dict[str, Band]:
+    """The band of each source, from the throughput model's accuracy constants as they are
+    now (called per plan, so a refit needs no change here)."""
+    t = throughput
+    measured_why = (f"held-out error of the {t.MODEL_NAME} on configuration families left out "
+                    f"of its fit: median {t.HELD_OUT_MEDIAN_ERROR:.1%}, worst "
+                    f"{t.HELD_OUT_WORST_TOO_FAST:.1%} too fast (benchmarks/throughput/"
+                    f"lofo_all_h200.json); max_runtime margin {t.RUNTIME_MARGIN:.1%}")
+    worst = _compound(t.HELD_OUT_WORST_TOO_FAST, UNCALIBRATED_WORST_TOO_FAST)
+    typical = _compound(t.HELD_OUT_MEDIAN_ERROR, UNCALIBRATED_MEDIAN_ERROR)
+    margin = round(worst + t.RUNTIME_SAFETY_ALLOWANCE, 3)
+    datasheet_why = (f"no measured parts for this GPU: the held-out error compounded with "
+                     f"{UNCALIBRATED_SOURCE}: typical {typical:.1%}, worst {worst:.1%} too "
+                     f"fast; max_runtime margin {margin:.1%}")
+    return {
+        MEASURED: Band(MEASURED, t.HELD_OUT_MEDIAN_ERROR, t.HELD_OUT_WORST_TOO_FAST,
+                       t.RUNTIME_MARGIN, measured_why),
+        DATASHEET: Band(DATASHEET, typical, worst, margin, datasheet_why),
+    }
+
+
+def band_for(gpu: hardware.GPU | str, throughput_kind: str = "predicted") -> Band:
+    """The band of a prediction for ``gpu`` (a probed or measured speed: the measured one)."""
+    g = hardware.gpu(gpu) if isinstance(gpu, str) else gpu
+    measured = throughput_kind != "predicted" or throughput.source_for(g) == \
+        throughput.HOPPER_SOURCE
+    return bands()[MEASURED if measured else DATASHEET]
