@@ -11,6 +11,7 @@ Python blocks marked ``<!-- readme-test: local -->`` are run there too.
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -55,6 +56,16 @@ def links(text: str) -> list[tuple[int, str]]:
     return [(number, target) for (number, _), target in sorted(found.items())]
 
 
+def _through_symlink(target: Path, root: Path) -> str:
+    """The first symlink on the way from ``root`` to ``target`` (unresolved), or ''."""
+    path = root
+    for part in Path(os.path.normpath(target)).relative_to(root).parts:
+        path = path / part
+        if path.is_symlink():
+            return path.relative_to(root).as_posix()
+    return ""
+
+
 def broken_links(page: Path, root: Path) -> list[str]:
     """What is wrong with ``page``'s relative links and anchors (empty: nothing)."""
     text = page.read_text(encoding="utf-8")
@@ -72,6 +83,10 @@ def broken_links(page: Path, root: Path) -> list[str]:
             continue
         if not dest.exists():
             problems.append(f"{where}: no such file or folder")
+            continue
+        if path_part and (link := _through_symlink(page.parent / path_part, root)):
+            problems.append(f"{where}: goes through the symlink {link} (GitHub does not follow "
+                            f"it): link {dest.relative_to(root.resolve()).as_posix()}")
             continue
         if fragment:
             if dest.suffix != ".md" or dest.is_dir():
@@ -166,6 +181,9 @@ def _page(tmp_path: Path, text: str, name: str = "page.md") -> Path:
 
 def test_the_link_check_fails_on_a_broken_link(tmp_path):
     (tmp_path / "real.txt").write_text("x")
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "mod.py").write_text("x")
+    (tmp_path / "short").symlink_to(tmp_path / "pkg")
     _page(tmp_path, "# Other page\n\n## Second `part`: here\n", "other.md")
     page = _page(tmp_path, "\n".join([
         "# Title", "", "## Title", "",
@@ -174,7 +192,8 @@ def test_the_link_check_fails_on_a_broken_link(tmp_path):
         "[bad anchor](other.md#second-part) [bad local](#nowhere) [up](../../outside.md)",
         "[a link whose text",
         "wraps](../also-gone.md)",
-        "`[in code](../gone.txt)`", "```", "[in a block](../gone.txt)", "```", ""]))
+        "`[in code](../gone.txt)`", "```", "[in a block](../gone.txt)", "```",
+        "[real](../pkg/mod.py) [via a link](../short/mod.py)", ""]))
     problems = broken_links(page, tmp_path)
     assert [p.split(": ", 1)[1] for p in problems] == [
         "../gone.txt: no such file or folder",
@@ -182,7 +201,9 @@ def test_the_link_check_fails_on_a_broken_link(tmp_path):
         "other.md#second-part: other.md has no heading with anchor #second-part",
         "#nowhere: page.md has no heading with anchor #nowhere",
         "../../outside.md: points outside the repository",
-        "../also-gone.md: no such file or folder"], problems
+        "../also-gone.md: no such file or folder",
+        "../short/mod.py: goes through the symlink short (GitHub does not follow it): link "
+        "pkg/mod.py"], problems
     assert problems[0].startswith("docs/page.md:6: ")
 
 
