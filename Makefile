@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 TORCH_INDEX ?=
 TORCH_INDEX_ARGS := $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX))
 
-.PHONY: demo test test-rendered lint compile install clean
+.PHONY: demo test test-rendered docs lint compile install clean
 
 $(STAMP): setup.cfg pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -37,6 +37,13 @@ test: lint
 test-rendered: $(STAMP)
 	command -v chromium >/dev/null || apt-get install -y chromium
 	$(PY) -m pytest tests/test_reports_rendered.py
+
+# The docs' generated parts (component reference, layout table, the planner's worked example)
+# and their pictures (the two HTML reports as Chromium draws them, into docs/images/).
+docs: $(STAMP)
+	$(PY) -m kfp_sagemaker_blackwell.pipelines.compile --docs
+	command -v chromium >/dev/null || apt-get install -y chromium
+	DOCS_IMAGES=docs/images $(PY) -m pytest -q tests/test_reports_rendered.py
 
 demo: compile
 	$(PY) pipelines/precision_sweep.py --run-local

@@ -513,8 +513,9 @@ def test_compile_all_refuses_a_components_image_with_a_newline(tmp_path):
 
 
 def _readme_blocks(heading: str) -> list[str]:
-    text = (ROOT / "README.md").read_text()
-    section = text.split(heading, 1)[1].split("\n### ", 1)[0]
+    """The ```python blocks of a section of docs/components.md (once the README's)."""
+    text = (ROOT / "docs" / "components.md").read_text()
+    section = text.split(heading, 1)[1].split("\n## ", 1)[0]
     return re.findall(r"```python\n(.*?)```", section, flags=re.S)
 
 
@@ -534,7 +535,7 @@ def test_the_readme_snippet_compiles_with_caching_off_and_retries_for_aws_steps(
     compiled YAML, and its tasks have the settings the Python components give theirs."""
     from kfp import compiler
 
-    define, _ = _readme_blocks("### Using a component in your own pipeline")
+    define, _ = _readme_blocks("## Using a component in your own pipeline")
     scope: dict = {}
     exec(compile(define, "README:own-pipeline", "exec"), scope)
     out = tmp_path / "my_pipeline.yaml"
@@ -584,7 +585,7 @@ def test_the_readme_own_pipeline_snippet_runs_locally_through_run_pipeline(tmp_p
                                                                            monkeypatch):
     from kfp_sagemaker_blackwell.pipelines import local
 
-    define, run_it = _readme_blocks("### Using a component in your own pipeline")
+    define, run_it = _readme_blocks("## Using a component in your own pipeline")
     monkeypatch.chdir(ROOT)  # the snippet loads compiled/components/*.yaml by relative path
     real = local.run_pipeline
     monkeypatch.setattr(local, "run_pipeline", lambda *a, **kw: real(

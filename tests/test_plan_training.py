@@ -597,9 +597,9 @@ def test_the_cli_exits_2_naming_the_field_when_nothing_can_be_chosen(tmp_path):
 
 
 def _readme_example() -> tuple[list[str], list[str]]:
-    """The README's worked example: its command (argv), and its table's lines and the
-    report's lines above the table (the choice, the tie, the risk ceiling)."""
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    """The worked example (docs/planning.md, once the README's): its command (argv), and its
+    table's lines and the report's lines above the table (the choice, the tie, the risk ceiling)."""
+    text = (ROOT / "docs" / "planning.md").read_text(encoding="utf-8")
     section = text.split("## Plan a training run", 1)[1].split("\n## ", 1)[0]
     command = re.search(r"```(?:bash|sh)?\n(python -m kfp_sagemaker_blackwell.components\.plan_training.*?)\n```",
                         section, re.S)

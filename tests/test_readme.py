@@ -1,13 +1,15 @@
-"""The README is true: its local shell commands run, its generated parts are fresh, its versions agree.
+"""The README and docs/ are true: their local shell commands run, their versions agree.
 
-Every ```sh block in the README is preceded by a marker line:
+Every ```sh block in README.md and docs/*.md is preceded by a marker line:
 
 - ``<!-- readme-test: local -->``: runs on this machine with no network; every command in it
   is run here (in a scratch directory beside links to the checkout), in order, and must exit 0,
   unless ``NOT_RUN`` below names it with the reason;
 - ``<!-- readme-test: aws -->``: needs AWS credentials or a Kubeflow cluster; not run.
 
-A ```sh block without a marker fails the test, so a new example cannot escape it. Nothing may
+A ```sh block without a marker fails the test, so a new example cannot escape it; ```python
+blocks take the same markers (tests/test_docs.py compiles every one and runs the local ones).
+Links, anchors and the generated parts are tests/test_docs.py's. Nothing may
 reach the network: AWS credentials are removed, the instance-metadata lookup and the Price List
 API are off, and HTTP(S) proxies point at a closed loopback port.
 """
@@ -27,15 +29,16 @@ import pytest
 from kfp_sagemaker_blackwell.common.component import DEFAULT_IMAGE_REPOSITORY
 from kfp_sagemaker_blackwell.common.shipped import CHECKOUT
 from kfp_sagemaker_blackwell.components import __version__
-from kfp_sagemaker_blackwell.pipelines import _reference
-from kfp_sagemaker_blackwell.pipelines.compile import COMPILED, compiled_image, discover_components
+from kfp_sagemaker_blackwell.pipelines.compile import COMPILED, compiled_image
 
 README = CHECKOUT / "README.md"
+PAGES = [README, *sorted((CHECKOUT / "docs").glob("*.md"))]
 MARKER_RE = re.compile(r"^<!-- readme-test: (local|aws) -->$")
 ARTICLE_URL = ("https://aws.amazon.com/blogs/machine-learning/"
                "optimize-model-training-on-amazon-sagemaker-ai-with-nvidia-blackwell/")
 
-# Commands of the local blocks that are not run, each with its reason (exact text, comment cut).
+# Commands of the local blocks (README.md or docs/) that are not run, each with its reason
+# (exact text, comment cut).
 NOT_RUN = {
     "make demo": "minutes of training (the whole local sweep); tests/test_pipelines.py runs the "
                  "pipelines on the local backend",
@@ -53,8 +56,8 @@ NOT_RUN = {
     "python pipelines/plan_and_train.py --run-local":
         "minutes of training; tests/test_plan_training.py runs plan_and_train locally",
     "python -m kfp_sagemaker_blackwell.pipelines.compile":
-        "rewrites compiled/ and the README in place; tests/test_compiled.py and "
-        "test_generated_parts_of_the_readme_are_fresh check what it would write",
+        "rewrites compiled/ and docs/ in place; tests/test_compiled.py and "
+        "tests/test_docs.py check what it would write",
     "python -m kfp_sagemaker_blackwell.trainer --model-preset small --precision fp8 --max-steps 200":
         "200 steps of the small model (minutes on 2 cores); the tiny trainer runs below and "
         "tests/test_trainer_training.py trains",
@@ -77,8 +80,8 @@ PLACEHOLDERS = {
 USER_FILES = {"corpus.txt": "The quick brown fox jumps over the lazy dog.\n" * 50}
 
 
-def sh_blocks(text: str) -> list[tuple[str, str | None, list[str], int]]:
-    """(heading, marker or None, the block's lines, line number) of every ```sh block."""
+def sh_blocks(text: str, fence: str = "```sh") -> list[tuple[str, str | None, list[str], int]]:
+    """(heading, marker or None, the block's lines, line number) of every ``fence`` block."""
     blocks: list[tuple[str, str | None, list[str], int]] = []
     lines = text.splitlines()
     heading, i = "", 0
@@ -88,7 +91,7 @@ def sh_blocks(text: str) -> list[tuple[str, str | None, list[str], int]]:
             heading = line.lstrip("#").strip()
         if line.startswith("```"):
             end = next(j for j in range(i + 1, len(lines)) if lines[j].startswith("```"))
-            if line.strip() == "```sh":
+            if line.strip() == fence:
                 match = MARKER_RE.match(lines[i - 1]) if i else None
                 blocks.append((heading, match.group(1) if match else None, lines[i + 1:end],
                                i + 1))
@@ -112,9 +115,14 @@ def commands(block: list[str]) -> list[str]:
     return out
 
 
+def page_name(page: Path) -> str:
+    return page.relative_to(CHECKOUT).as_posix()
+
+
 def local_blocks() -> list[tuple[str, list[str]]]:
-    return [(f"{heading} (README line {line})", commands(body))
-            for heading, marker, body, line in sh_blocks(README.read_text(encoding="utf-8"))
+    return [(f"{page_name(page)} line {line} ({heading})", commands(body))
+            for page in PAGES
+            for heading, marker, body, line in sh_blocks(page.read_text(encoding="utf-8"))
             if marker == "local"]
 
 
@@ -158,20 +166,30 @@ def scratch_dir(tmp: Path) -> Path:
 
 
 def test_every_sh_block_says_whether_it_runs_locally():
-    blocks = sh_blocks(README.read_text(encoding="utf-8"))
-    unmarked = [f"line {line} under {heading!r}" for heading, marker, _, line in blocks
-                if marker is None]
+    unmarked, local = [], 0
+    for page in PAGES:
+        blocks = sh_blocks(page.read_text(encoding="utf-8"))
+        unmarked += [f"{page_name(page)} line {line} under {heading!r}"
+                     for heading, marker, _, line in blocks if marker is None]
+        local += sum(marker == "local" for _, marker, _, _ in blocks)
     assert not unmarked, (
-        f"README ```sh blocks without a marker: {unmarked}; put `<!-- readme-test: local -->` "
+        f"```sh blocks without a marker: {unmarked}; put `<!-- readme-test: local -->` "
         "(run by tests/test_readme.py) or `<!-- readme-test: aws -->` (needs AWS) on the line "
         "before the fence")
-    assert sum(marker == "local" for _, marker, _, _ in blocks) >= 6
+    assert local >= 10
+    assert len(PAGES) >= 10, [page_name(p) for p in PAGES]
 
 
-def test_every_command_not_run_is_still_in_the_readme():
+def test_the_readme_shows_the_two_commands_and_runs_a_local_block():
+    blocks = sh_blocks(README.read_text(encoding="utf-8"))
+    assert ["make demo", "make test"] == commands(blocks[0][2]) and blocks[0][1] == "local"
+    assert sum(marker == "local" for _, marker, _, _ in blocks) >= 2
+
+
+def test_every_command_not_run_is_still_in_the_docs():
     shown = {command for _, cmds in local_blocks() for command in cmds}
     stale = sorted(set(NOT_RUN) - shown)
-    assert not stale, f"NOT_RUN names commands the README no longer shows: {stale}"
+    assert not stale, f"NOT_RUN names commands README.md and docs/ no longer show: {stale}"
 
 
 @pytest.mark.parametrize("where,cmds", local_blocks(), ids=[w for w, _ in local_blocks()])
@@ -188,43 +206,39 @@ def test_readme_local_commands_run(where, cmds, tmp_path):
         done = subprocess.run(["bash", "-o", "pipefail", "-c", command], cwd=work, env=env,
                               capture_output=True, text=True, timeout=120)
         assert done.returncode == 0, (
-            f"README, {where}: `{command}` exited {done.returncode}:\n"
+            f"{where}: `{command}` exited {done.returncode}:\n"
             f"{(done.stdout + done.stderr)[-3000:]}")
         ran += 1
     assert ran or all(c in NOT_RUN for c in cmds)
-
-
-def test_generated_parts_of_the_readme_are_fresh():
-    text = README.read_text(encoding="utf-8")
-    assert text == _reference.regenerate(text, discover_components()), (
-        "the README's table of contents or component reference is stale: run "
-        "`python -m kfp_sagemaker_blackwell.pipelines.compile`")
-
-
-def test_component_reference_lists_every_input_with_type_and_default():
-    section = _reference.render(discover_components())
-    for name, comp in discover_components().items():
-        assert f"### `{name}`" in section
-        for key in comp.component_spec.inputs:
-            assert f"| `{key}` |" in section, (name, key)
-    assert '| `instance_type` | String | `"ml.p6-b200.48xlarge"` |' in section
-    assert "| `image_uri` | String | required |" in section
-    assert "| `series` | list of Dataset artifacts | required |" in section
-
-
-def test_toc_anchors_are_githubs():
-    assert _reference.anchor("The local backend (AWS on 127.0.0.1)") == \
-        "the-local-backend-aws-on-127001"
-    assert _reference.anchor("`build_image`") == "build_image"
-    assert _reference.anchor("Quick start: two commands") == "quick-start-two-commands"
-    toc = _reference.render_toc("## A\n```sh\n## not a heading\n```\n### A\n")
-    assert "- [A](#a)" in toc and "  - [A](#a-1)" in toc and "not a heading" not in toc
 
 
 def test_the_article_is_named_and_linked_once():
     text = README.read_text(encoding="utf-8")
     assert text.count(ARTICLE_URL) == 1
     assert "Optimize model training on Amazon SageMaker AI with NVIDIA Blackwell" in text
+
+
+def local_python_blocks() -> list[tuple[str, str]]:
+    return [(f"{page_name(page)} line {line} ({heading})", "\n".join(body) + "\n")
+            for page in PAGES
+            for heading, marker, body, line in sh_blocks(page.read_text(encoding="utf-8"),
+                                                         "```python")
+            if marker == "local"]
+
+
+def test_the_readme_runs_its_python_examples():
+    assert sum(where.startswith("README.md") for where, _ in local_python_blocks()) >= 2
+
+
+@pytest.mark.parametrize("where,source", local_python_blocks(),
+                         ids=[w for w, _ in local_python_blocks()])
+def test_local_python_blocks_run_as_written(where, source, tmp_path):
+    env, work = offline_env(tmp_path), scratch_dir(tmp_path)
+    script = tmp_path / "snippet.py"
+    script.write_text(source, encoding="utf-8")
+    done = subprocess.run([sys.executable, str(script)], cwd=work, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, f"{where} exited {done.returncode}:\n{done.stderr[-3000:]}"
 
 
 def test_compile_help_shows_its_whole_example_as_plain_text():
@@ -273,7 +287,7 @@ def test_changelog_keeps_unreleased_changes_above_the_latest_release():
 
 
 def test_the_extras_a_local_run_needs_are_extras_make_installs():
-    text = README.read_text(encoding="utf-8")
+    text = (CHECKOUT / "docs" / "versions.md").read_text(encoding="utf-8")
     (listed,) = set(re.findall(r"A \*\*local run\*\*.*?-e\s+'\.\[([a-z,]+)\]'", text, re.S))
     cfg = configparser.ConfigParser()
     cfg.read(CHECKOUT / "setup.cfg")
@@ -290,19 +304,3 @@ def test_the_extras_a_local_run_needs_are_extras_make_installs():
         assert requirement in cfg["options.extras_require"][extra], (requirement, extra)
 
 
-def test_update_rewrites_a_stale_reference_once(tmp_path):
-    readme = tmp_path / "README.md"
-    fresh = README.read_text(encoding="utf-8")
-    readme.write_text(fresh.replace("| `image_uri` | String | required |",
-                                    "| `image_uri` | String | `\"stale\"` |"), encoding="utf-8")
-    comps = discover_components()
-    assert _reference.update(readme, comps) is True
-    assert readme.read_text(encoding="utf-8") == _reference.regenerate(fresh, comps)
-    assert _reference.update(readme, comps) is False
-    with pytest.raises(ValueError, match="no markers"):
-        _reference.replace_section("# no markers here\n", "x")
-
-
-def test_reference_cells_escape_what_markdown_would_eat():
-    cell = _reference._text("to /opt/ml/input/data/<name>, the\n``<x>|y`` tags kfp:* a|b")
-    assert cell == "to /opt/ml/input/data/&lt;name&gt;, the `<x>\\|y` tags kfp:\\* a\\|b"

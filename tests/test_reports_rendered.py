@@ -8,15 +8,22 @@ itself carries no script (test_compare_convergence checks that); only the copy d
 
 Chromium is not part of the default test environment: where ``chromium`` is missing the
 tests are skipped with the install line (Debian: ``apt-get install -y chromium``).
+
+The same Chromium also draws each report (the page itself, no probe) to a PNG small enough to
+commit: with ``DOCS_IMAGES`` set to a folder (``make docs`` sets ``docs/images``) the pictures
+land there, under the names the docs show; otherwise in the test's scratch folder, checked the
+same way.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -69,6 +76,7 @@ window.addEventListener('load', () => {
     firstFigureTop: figures.length ?
       document.querySelector('figure').getBoundingClientRect().top : null,
     pageWidth: document.documentElement.scrollWidth,
+    pageHeight: document.documentElement.scrollHeight,
     styled: getComputedStyle(document.body).fontFamily});
   document.body.appendChild(out);
 });
@@ -96,6 +104,36 @@ def rendered(tmp_path, page: str) -> dict:
     import html
 
     return json.loads(html.unescape(m.group(1)))
+
+
+PICTURE_WIDTH = 1000  # pixels: readable on GitHub's page width, small enough to commit
+PICTURE_MAX_BYTES = 300_000
+
+
+def picture(tmp_path, page: str, height: int, name: str) -> Path:
+    """``page`` drawn by Chromium at 1280 px wide and its full ``height``, scaled to
+    ``PICTURE_WIDTH`` and reduced to a 128-colour palette: the PNG the docs show."""
+    from PIL import Image
+
+    folder = Path(os.environ.get("DOCS_IMAGES") or tmp_path)
+    folder.mkdir(parents=True, exist_ok=True)
+    path, raw = tmp_path / "page.html", tmp_path / f"raw-{name}"
+    path.write_text(page, encoding="utf-8")
+    proc = subprocess.run(
+        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+         "--no-first-run", "--disable-background-networking", "--disable-component-update",
+         "--disable-sync", f"--user-data-dir={tmp_path / 'chromium-shot'}", "--hide-scrollbars",
+         f"--window-size=1280,{height}", "--virtual-time-budget=5000",
+         f"--screenshot={raw}", path.as_uri()], capture_output=True, text=True, timeout=120)
+    assert raw.exists(), f"Chromium drew no picture (rc {proc.returncode}): {proc.stderr[-2000:]}"
+    with Image.open(raw) as shot:
+        assert shot.size == (1280, height), shot.size
+        small = shot.convert("RGB").resize(
+            (PICTURE_WIDTH, round(height * PICTURE_WIDTH / 1280)), Image.LANCZOS)
+    out = folder / name
+    small.quantize(colors=128, method=Image.Quantize.MEDIANCUT).save(out, optimize=True)
+    assert out.stat().st_size < PICTURE_MAX_BYTES, (out, out.stat().st_size)
+    return out
 
 
 def _series(tmp_path, precision, *, batch=8, ac=False, offset=0.0, tps=1000.0,
@@ -147,6 +185,8 @@ def test_precision_sweep_report_stands_alone_in_a_browser(tmp_path):
     assert titles == ["Loss curves", "Difference to the baseline", "Throughput"]
     speed = seen["figures"][2]["caption"]
     assert speed.startswith("Predicted for B200 by the throughput model")  # emulated runs
+    picture(tmp_path, (tmp_path / "report.html").read_text(encoding="utf-8"),
+            seen["pageHeight"], "precision_sweep_report.png")
 
 
 def test_batch_tuning_report_stands_alone_in_a_browser(tmp_path):
@@ -156,7 +196,8 @@ def test_batch_tuning_report_stands_alone_in_a_browser(tmp_path):
              "predicted_tokens_per_s_per_gpu": 1000.0 * b + ac} for b in (1, 2, 4, 8)
             for ac in (False, True)]
     context = {**CONTEXT, "pipeline": "batch-tuning"}
-    seen = rendered(tmp_path, ranking_html(rank(load(paths, plan)), context))
+    page = ranking_html(rank(load(paths, plan)), context)
+    seen = rendered(tmp_path, page)
     _assert_stands_alone(seen, expect_text=[
         "batch-tuning", "run-7f3a", "ml.p6-b200.48xlarge", "1, 2, 4, 8",
         "ranks this machine, not the target GPU",
@@ -164,3 +205,4 @@ def test_batch_tuning_report_stands_alone_in_a_browser(tmp_path):
     assert [f["title"] for f in seen["figures"]] == ["Throughput"]  # no empty memory chart
     assert "n/a" not in seen["text"]
     assert "8,001" in seen["text"]  # the plan's prediction for batch 8 with checkpointing
+    picture(tmp_path, page, seen["pageHeight"], "batch_tuning_report.png")

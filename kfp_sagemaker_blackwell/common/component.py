@@ -20,8 +20,8 @@ Caching and retries are task settings in KFP's pipeline spec (``PipelineTaskSpec
 (``structures.Implementation.from_pipeline_spec_dict``), and its tasks start with
 caching on and no retry. :func:`load_component` loads the compiled YAML and gives
 its tasks the same settings as the Python component's, so a component behaves the
-same however it is obtained (``tests/test_pipelines.py`` compiles the README's
-snippet to check it).
+same however it is obtained (``tests/test_pipelines.py`` compiles the snippet of
+docs/components.md to check it).
 
 Only the component function's body is embedded in compiled YAML, so component
 functions import what they need from this package inside their body.

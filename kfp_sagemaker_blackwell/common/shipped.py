@@ -30,7 +30,7 @@ def is_checkout() -> bool:
 
 def output_dir() -> Path:
     """Where compiled YAML is written unless a path is given: the checkout's ``compiled/``
-    (what the README and the freshness test read), else ``compiled/`` in the working
+    (what the docs and the freshness test read), else ``compiled/`` in the working
     directory. Never into an installed package (``site-packages``)."""
     return (CHECKOUT if is_checkout() else Path.cwd()) / "compiled"
 

@@ -48,7 +48,7 @@ from kfp_sagemaker_blackwell.common.errors import UserError
 
 SERIES_SCHEMA = "kfp-sagemaker/step-series/v1"
 
-# (column, type, meaning): the documented schema (README and component docstring).
+# (column, type, meaning): the documented schema (docs/components.md and the component docstring).
 COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("step", "int", "optimizer step the line reports (1-based, at most MAX_STEP); one row "
                     "per step, ascending"),

@@ -1,0 +1,1 @@
+"""The pipelines: the precision sweep, batch tuning and plan-and-train, compiled and run locally."""

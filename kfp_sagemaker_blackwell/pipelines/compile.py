@@ -4,8 +4,8 @@
   defines ``PIPELINE`` (a ``@dsl.pipeline`` function);
 - ``compiled/components/<name>.yaml`` for each ``components/<name>/component.py``,
   so other teams can ``kfp.components.load_component_from_file`` them;
-- in a checkout, the README's component reference (inputs, outputs, types,
-  defaults), rendered from the same signatures.
+- in a checkout, docs/components.md's component reference (inputs, outputs, types,
+  defaults), rendered from the same signatures, and docs/layout.md's module table.
 
 Every file starts with a comment naming the components image it was compiled
 for. For your own registry, one command builds and pushes the components image
@@ -51,7 +51,7 @@ def header(image: str) -> str:
             image.startswith(DEFAULT_IMAGE_REPOSITORY + ":") else "")
     return (f"{IMAGE_HEADER}{image}\n"
             f"# ({note}compile for your registry with `python -m kfp_sagemaker_blackwell.pipelines.compile "
-            "--build-components-image ...`, README \"On AWS\")\n")
+            "--build-components-image ...`, docs/aws.md)\n")
 
 
 def compiled_image(path: Path) -> str:
@@ -181,13 +181,32 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--codebuild-role-arn", default="",
                    help="--build-components-image: CodeBuild service role, needed to create "
                    "the CodeBuild project the first time (iam/)")
+    p.add_argument("--docs", action="store_true",
+                   help="rewrite only the generated parts of docs/ in this checkout, the "
+                   "planner's worked example included (it runs the planner; `make docs`)")
     p.add_argument("-q", "--quiet", action="store_true", help="do not list the files written")
     return p
+
+
+def update_docs(*, plan: bool, quiet: bool) -> int:
+    """Rewrites docs/'s generated parts in a checkout (``_reference``); 2 outside one."""
+    from kfp_sagemaker_blackwell.pipelines import _reference
+
+    if not (CHECKOUT / _reference.DOCS).is_dir():
+        print(f"error: --docs: {CHECKOUT / _reference.DOCS} does not exist: docs are "
+              "generated in a source checkout", file=sys.stderr)
+        return 2
+    for path in _reference.update_docs(CHECKOUT, discover_components(), plan=plan):
+        if not quiet:
+            print(f"wrote {path.relative_to(CHECKOUT)} (generated from the code)")
+    return 0
 
 
 @cli_errors
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    if args.docs:
+        return update_docs(plan=True, quiet=args.quiet)
     image = args.components_image
     if args.build_components_image:
         from kfp_sagemaker_blackwell.common.errors import USER_ERROR_EXIT_CODE, UserError
@@ -206,12 +225,8 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:  # a malformed image reference
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    readme = CHECKOUT / "README.md"
-    if Path(args.output_dir) == COMPILED and readme.exists():  # a checkout: its README's reference
-        from kfp_sagemaker_blackwell.pipelines import _reference
-
-        if _reference.update(readme, discover_components()) and not args.quiet:
-            print(f"wrote {readme.name} (component reference)")
+    if Path(args.output_dir) == COMPILED and (CHECKOUT / "docs").is_dir():  # a checkout: its docs
+        return update_docs(plan=False, quiet=args.quiet)
     return 0
 
 

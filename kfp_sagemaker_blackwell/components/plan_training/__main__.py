@@ -9,7 +9,7 @@ the shipped table, and training plans are not searched.
 
 Examples::
 
-    # an 8B model on 100B tokens at sequence 8192: the README's worked example
+    # an 8B model on 100B tokens at sequence 8192: the worked example of docs/planning.md
     python -m kfp_sagemaker_blackwell.components.plan_training --model-preset 8b --training-tokens 100000000000 \\
         --seq-length 8192 --capacity-modes on-demand --precisions bf16,fp8
 

@@ -128,7 +128,7 @@ def sagemaker_training(
             ``<output_s3_uri>/<job name>/output/model.tar.gz``.
         region: AWS region; empty uses AWS_REGION / AWS_DEFAULT_REGION.
         trainer: "in-repo" (this project's trainer image, all its checks) or "custom"
-            (your own image; the README's "Bring your own image" says which checks
+            (your own image; docs/components.md, "Bring your own image", says which checks
             still apply).
         entry_point: trainer="custom" only: the container's argv
             (AlgorithmSpecification.ContainerEntrypoint, at most 100 strings of 256
