@@ -177,7 +177,8 @@ def _ties(result: SearchResult) -> list[str]:
         return []
     figure = "time" if result.goal.rank_by == "time" else "cost"
     return [f"**Tie:** rows 1-{result.tied} are within the {figure} band of the best "
-            f"({band.text()}, {band.source}): ranked by lower risk (a precision the "
+            f"({band.text()} on another GPU, +/-{band.same_gpu:.1%} on its own, where the "
+            f"model's miss is shared; {band.source}): ranked by lower risk (a precision the "
             "convergence sweep validated counts as the baseline), then fewer instances.", ""]
 
 
@@ -215,7 +216,12 @@ def _above_ceiling(result: SearchResult) -> list[str]:
         gain = f"would take {duration(chosen.seconds - above.seconds)} less"
     else:
         gain = f"would cost {pricing.money((chosen.cost or 0) - (above.cost or 0))} less"
-    band = f"its {above.band.text()} band ({above.band.source})" if above.band else "its band"
+    band = "its band"
+    if above.band is not None and chosen is not None:
+        same = above.config.gpu == chosen.config.gpu
+        width = f"+/-{search.spread(above, chosen):.0%}"
+        band = (f"the {width} band between two rows of one GPU ({above.band.source})" if same
+                else f"its {width} band ({above.band.source})")
     if result.worth_validating():
         advice = (f"if validated, more than {band}: run the precision sweep first "
                   "(compare_convergence's verdicts as convergence_verdicts; plan_and_train "

@@ -236,7 +236,7 @@ class SearchResult:
         best, chosen = self.above_ceiling, self.chosen
         if best is None or chosen is None or best.band is None:
             return None
-        margin = 1 + best.band.typical
+        margin = 1 + spread(best, chosen)
         return best if _metric(best, self.goal.rank_by) * margin < \
             _metric(chosen, self.goal.rank_by) else None
 
@@ -558,16 +558,30 @@ def _metric(cand: Candidate, by: str) -> float:
     return cand.cost if cand.cost is not None else math.inf
 
 
+def spread(best: Candidate, other: Candidate) -> float:
+    """How far ``other`` may be from ``best`` and still be as good, by ``best``'s band: on the
+    same GPU their shared miss cancels (``Band.same_gpu``), on another the whole band applies."""
+    if best.band is None:
+        return 0.0
+    return best.band.same_gpu if best.config.gpu == other.config.gpu else best.band.typical
+
+
 def break_ties(ranked: list[Candidate], by: str) -> tuple[list[Candidate], int]:
-    """Rows within the band of the best one (its figure x (1 + its band's typical error))
-    are a tie: they go first, ordered by lower risk (a precision the convergence sweep
-    validated for this model counts as the baseline's), then fewer instances, then as
-    ranked. Returns the rows and how many tied."""
+    """Rows within the band of the best one are a tie: they go first, ordered by lower risk (a
+    precision the convergence sweep validated for this model counts as the baseline's), then
+    fewer instances, then as ranked. A row on another GPU is a tie within the best row's band
+    (its figure x (1 + the band's typical error)); a row on the same GPU only within the band
+    between two rows of one GPU (``Band.same_gpu``: their shared miss cancels in the ratio).
+    Returns the rows and how many tied."""
     if not ranked or ranked[0].band is None or not math.isfinite(_metric(ranked[0], by)):
         return ranked, min(len(ranked), 1)
-    limit = _metric(ranked[0], by) * (1 + ranked[0].band.typical)
-    tied = [c for c in ranked if _metric(c, by) <= limit]
-    rest = [c for c in ranked if _metric(c, by) > limit]
+    best = ranked[0]
+
+    def limit(c: Candidate) -> float:
+        return _metric(best, by) * (1 + spread(best, c))
+
+    tied = [c for c in ranked if _metric(c, by) <= limit(c)]
+    rest = [c for c in ranked if _metric(c, by) > limit(c)]
     tied.sort(key=lambda c: (0 if c.validated else c.risk, c.config.instance_count,
                              rank_key(c, by)))
     return tied + rest, len(tied)
