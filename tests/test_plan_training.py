@@ -25,7 +25,7 @@ from kfp_sagemaker_blackwell.common.step_series import COLUMN_NAMES, SERIES_SCHE
 from kfp_sagemaker_blackwell.components.plan_training import report, run, search
 from kfp_sagemaker_blackwell.components.plan_training.component import plan_training
 from kfp_sagemaker_blackwell.local_backend.settings import OfferingTemplate
-from kfp_sagemaker_blackwell.planning import estimator, planner, pricing
+from kfp_sagemaker_blackwell.planning import estimator, planner, pricing, published
 
 ROOT = Path(__file__).resolve().parent.parent
 P5, P5EN, P6 = "ml.p5.48xlarge", "ml.p5en.48xlarge", "ml.p6-b200.48xlarge"
@@ -296,6 +296,30 @@ def test_every_row_carries_its_sources_band_and_the_worst_case_uses_it():
                  capacity_modes=["on-demand"], precisions=["fp8"], runtime_margin=0.5)
     c = given.result.chosen
     assert c.max_runtime_seconds == pytest.approx(600 + (c.seconds - 600) * 1.5, abs=1)
+
+
+def test_a_plan_with_blackwell_rows_prints_the_model_against_published_figures():
+    b200 = plan(instance_types=[P6, P5], max_instance_count=1, seq_length=8192,
+                capacity_modes=["on-demand"], precisions=["fp8"])
+    assert {c.config.instance_type for c in b200.result.ranked} == {P6, P5}
+    section = b200.markdown.split("Blackwell check: the model against published figures")[1]
+    lines = section.split("\n\n")[0].splitlines()[1:]
+    checks = published.check()
+    assert len(lines) == len(checks) + 1  # one line per figure, then the source
+    fp8cs = checks[0]
+    assert lines[0] == (f"- Llama 3 8B, 8 x B200, FP8 current scaling: published 30,624 tokens/s "
+                        f"per GPU, model {fp8cs.predicted_low:,.0f} "
+                        f"({fp8cs.predicted_low / 30624 - 1:+.0%}) [Megatron-Bridge 25.11, DGX-B200]")
+    assert "NVFP4 / FP8 current scaling, 70B and above: published 1.15-1.41x" in section
+    assert published.MB_25_11_B200.url in lines[-1]
+    data = json.loads(b200.candidates)["blackwell_check"]
+    assert [d["label"] for d in data] == [c.label for c in checks]
+    assert data[0]["published_low"] == 30624 and data[0]["source"] == published.MB_25_11_B200.url
+    assert "micro-batch 2" in data[0]["configuration"] and "8b preset" in data[0]["model_shape"]
+    hopper = plan(instance_types=[P5, P5EN], max_instance_count=1, seq_length=8192,
+                  capacity_modes=["on-demand"], precisions=["fp8"])
+    assert hopper.result.ranked and "Blackwell check" not in hopper.markdown
+    assert json.loads(hopper.candidates)["blackwell_check"] == []
 
 
 def test_rows_within_the_band_of_the_cheapest_tie_and_go_to_lower_risk_then_fewer_instances():

@@ -6,7 +6,9 @@ Every figure of the table carries a key to its source: ``[T1]`` tokens/s (and th
 that follows from it), ``[B1]`` the time's and cost's error band, ``[M1]`` memory, ``[P1]``
 price (a spot row's: its expected saving and interruptions), ``[R1]`` the precision's risk,
 ``[O1]`` a training-plan offering; the legend under the table says for each key whether
-it is predicted, probed or measured, and by what.
+it is predicted, probed or measured, and by what. A plan with B200/B300 rows (predicted from
+datasheets) adds the Blackwell check: the throughput model against NVIDIA's published
+end-to-end figures (``planning/published.py``).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from kfp_sagemaker_blackwell.components.plan_training.search import (
     SearchResult,
     risk_words,
 )
-from kfp_sagemaker_blackwell.planning import pricing
+from kfp_sagemaker_blackwell.planning import pricing, published
 from kfp_sagemaker_blackwell.planning.estimator import GiB
 
 CHOICE_SCHEMA = "kfp-sagemaker/training-choice/v1"
@@ -166,8 +168,32 @@ def markdown(result: SearchResult, top: int = 10) -> str:
             out.append(f"- warm pool: every on-demand cost and worst case includes "
                        f"keep_alive_seconds = {goal.keep_alive_seconds:,} s of retained "
                        "instances (billed after the job)")
+        out += _blackwell_section(result)
     out += _not_ranked(result)
     return "\n".join(out) + "\n"
+
+
+def blackwell_check(result: SearchResult) -> list[published.Comparison]:
+    """The published Blackwell figures against the throughput model, for a plan that shows
+    B200/B300 rows (compute capability 10.x: predicted from datasheets); else none."""
+    if not any(hardware.gpu(c.config.gpu).compute_capability >= (10, 0) for c in shown(result)):
+        return []
+    return list(published.check())
+
+
+def _blackwell_section(result: SearchResult) -> list[str]:
+    checks = blackwell_check(result)
+    if not checks:
+        return []
+    lines = ["", "Blackwell check: the model against published figures (this project measured "
+             "no Blackwell GPU; planning/published.py):"]
+    lines += [f"- {c.label}: published {c.published_text()}, model {c.predicted_text()} "
+              f"({c.difference_text()}) [{c.source.label}]" for c in checks]
+    lines.append(f"- {checks[0].source.title}: {checks[0].source.url}. The model predicts this "
+                 f"project's trainer at the nearest shape ({published.TRAINER_DIFFERENCES}); "
+                 "each figure's configuration and the shape predicted are in the candidates "
+                 "JSON (blackwell_check)")
+    return lines
 
 
 def _ties(result: SearchResult) -> list[str]:
@@ -329,6 +355,7 @@ def candidates_json(result: SearchResult) -> str:
                      "precision": m.precision, "peak_bytes": m.peak_bytes,
                      "usable_bytes": m.usable_bytes} for m in result.misfits],
         "notes": result.notes, "configurations": result.configurations,
+        "blackwell_check": [c.to_dict() for c in blackwell_check(result)],
     }, indent=1, sort_keys=True) + "\n"
 
 
