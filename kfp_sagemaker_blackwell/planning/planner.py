@@ -5,8 +5,9 @@ sizes, precisions, checkpointing mode, headroom) into the shared
 :class:`kfp_sagemaker_blackwell.planning.memory_plan.MemoryPlan` plus the per-configuration
 estimates behind it. Rules, in the user's words:
 
-- ``batch_sizes`` are candidates; 0 means "the largest that fits", capped at a
-  sensible micro-batch (``batch_cap``: 65,536 tokens per GPU per micro-batch and
+- ``batch_sizes`` are candidates; 0 means "the largest that fits" at full speed
+  (``full_speed_batch``: near the memory limit the allocator gives memory back every step),
+  capped at a sensible micro-batch (``batch_cap``: 65,536 tokens per GPU per micro-batch and
   4,194,304 tokens per optimizer step over all GPUs; the entry's ``reason`` says
   when the cap applied). The plan takes the largest candidate that fits without
   activation checkpointing; when none does and the mode is ``auto``, the largest
