@@ -1,5 +1,6 @@
 """The memory estimate: its arithmetic, its planning rules, its errors, CLI and component."""
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -543,7 +544,8 @@ def test_component_training_parameters_are_training_setup_fields_with_its_defaul
     fields["param_dtype"] = "fp32"  # None in TrainingSetup: fp32, its stored_param_dtype
     knobs = run.training_parameters(declared)
     assert set(knobs) == {"backend", "param_dtype", "master_weights", "optimizer_state_dtype",
-                          "fsdp_version", "quantized_model_init", "optimizer", "dropout"}
+                          "fsdp_version", "quantized_model_init", "optimizer", "dropout",
+                          "expandable_segments"}
     assert knobs == {k: fields[k] for k in knobs}
 
 
@@ -568,3 +570,43 @@ def test_activation_checkpointing_words_are_read_once_and_a_bad_one_names_the_pa
         _run_component(gpu="H200", activation_checkpointing="Maybe")
     assert err.value.field == "activation_checkpointing"
     assert str(err.value).startswith("activation_checkpointing: ='Maybe' is not one of auto, on, off.")
+
+
+def test_the_allocator_in_use_decides_the_reserve():
+    # Issue 41: under expandable segments (the trainer's default) the fit decision is the
+    # allocated peak + CUDA context + a small constant; PyTorch's default allocator (a job whose
+    # PYTORCH_CUDA_ALLOC_CONF leaves them off) keeps its fragmentation reserve.
+    s = TrainingSetup(preset("8b"), 2, 2048, "fp8")
+    assert s.expandable_segments
+    on = estimator.estimate(s, "H200")
+    off = estimator.estimate(dataclasses.replace(s, expandable_segments=False), "H200")
+    assert on.peak_allocated_bytes == off.peak_allocated_bytes
+    assert on.breakdown["allocator_reserve"] == estimator.ALLOCATOR_RESERVE_EXPANDABLE
+    assert on.peak_bytes == on.peak_allocated_bytes + on.breakdown["cuda_context"] + \
+        estimator.ALLOCATOR_RESERVE_EXPANDABLE
+    assert off.breakdown["allocator_reserve"] > 20 * 2**30  # 8B's moments split the cache
+    assert off.full_speed_bytes == off.peak_bytes  # that reserve is what the allocator holds
+    # what the allocator keeps cached with memory to spare: above the fit, below the default's
+    assert on.peak_bytes < on.full_speed_bytes < off.peak_bytes
+    assert on.to_dict()["expandable_segments"] and not off.to_dict()["expandable_segments"]
+    with pytest.raises(UserError) as err:
+        estimator.estimate(dataclasses.replace(s, expandable_segments="yes"), "H200")
+    assert err.value.field == "expandable_segments"
+
+
+def test_the_plan_carries_the_allocator_and_batch_zero_avoids_the_slow_edge():
+    # 3b at 8 layers, fp8, sequence 2048 on an H100 (torch's 79.18 GiB): up to 27 fits (27 ran,
+    # 28 ran out of memory: boundary_h100_te.json), but 26 and 27 ran 24-29% slower per token
+    # than 23-24; batch 0 takes the largest at full speed, the plan still reports 27.
+    gpu = dataclasses.replace(hardware.gpu("H100"), memory_bytes=85_017_493_504)
+    req = planner.Request(preset("3b").replace(num_layers=8), 2048, planner.Hardware(gpu, "", 1, 1),
+                          ("fp8",), (0,), "off", 0.0)
+    entry = planner.plan(req).plan.precisions["fp8"]
+    assert entry.max_batch_size_without_checkpointing == 27
+    assert entry.batch_size == planner.full_speed_batch(req, "fp8", False) == 24
+    assert "largest at full speed" in entry.reason and "up to 27 fits" in entry.reason
+    assert planner.plan(req).plan.training["expandable_segments"] is True
+    off = dataclasses.replace(req, training={"expandable_segments": False})
+    plan_off = planner.plan(off).plan
+    assert plan_off.training["expandable_segments"] is False
+    assert plan_off.precisions["fp8"].batch_size == planner.largest_batch(off, "fp8", False) < 24

@@ -109,8 +109,11 @@ def parse_configurations(text: str) -> tuple[tuple[str, int | None, int, bool, s
 
 
 def predicted_largest(preset: str, num_layers: int | None, seq: int, ac: bool, precision: str,
-                      gpu_memory_bytes: int, gpu: str = "H200", backend: str = "te") -> int:
-    """The planner's largest batch at zero headroom on a GPU of ``gpu_memory_bytes``."""
+                      gpu_memory_bytes: int, gpu: str = "H200", backend: str = "te",
+                      expandable_segments: bool = True) -> int:
+    """The planner's largest batch at zero headroom on a GPU of ``gpu_memory_bytes`` under the
+    allocator the runs use (expandable segments: the trainer's default; files measured before
+    it, ``compare.expandable_of``, ran PyTorch's default allocator)."""
     from kfp_sagemaker_blackwell.catalog import hardware
     from kfp_sagemaker_blackwell.catalog.spec import preset as get_preset
     from kfp_sagemaker_blackwell.planning import planner
@@ -119,9 +122,18 @@ def predicted_largest(preset: str, num_layers: int | None, seq: int, ac: bool, p
     if num_layers:
         model = model.replace(num_layers=num_layers)
     g = dataclasses.replace(hardware.gpu(gpu), memory_bytes=gpu_memory_bytes)
+    training: dict[str, Any] = {"expandable_segments": expandable_segments}
+    if backend != "te":
+        training["backend"] = backend
     req = planner.Request(model, seq, planner.Hardware(g, "", 1, 1), (precision,), (0,),
-                          "on" if ac else "off", 0.0, {} if backend == "te" else {"backend": backend})
+                          "on" if ac else "off", 0.0, training)
     return planner.largest_batch(req, precision, ac)
+
+
+def _expandable(doc: dict[str, Any]) -> bool:
+    from benchmarks.memory.compare import expandable_of
+
+    return expandable_of(doc)
 
 
 def verdict(predicted: int, runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -222,7 +234,8 @@ def measure_boundaries(doc: dict[str, Any], prober: Prober, out: Path,
         if backend != "te":
             conf["backend"] = backend
         predicted = predicted_largest(preset, layers, seq, ac, prec, doc["gpu_memory_bytes"],
-                                      backend=backend)
+                                      gpu=doc.get("gpu") or "H200", backend=backend,
+                                      expandable_segments=_expandable(doc))
 
         def probe(batch: int, conf: dict[str, Any] = conf) -> str:
             status = prober(conf, batch)

@@ -101,15 +101,30 @@ def _valid(key: str, value: Any) -> bool:
     return isinstance(value, bool)
 
 
-def setup_for(result: dict[str, Any], settings: dict[str, Any]) -> training_setup.TrainingSetup:
+def expandable_of(doc: dict[str, Any]) -> bool:
+    """Whether a document's runs had expandable segments: files written since the trainer sets
+    them (issue 41) record ``cuda_alloc_conf``, the environment's PYTORCH_CUDA_ALLOC_CONF (None:
+    unset, so the trainer's default applied); older files ran PyTorch's default allocator."""
+    if "cuda_alloc_conf" not in doc:
+        return False
+    from kfp_sagemaker_blackwell.trainer import allocator
+
+    conf = doc["cuda_alloc_conf"]
+    return allocator.expandable(allocator.DEFAULT if conf is None else str(conf))
+
+
+def setup_for(result: dict[str, Any], settings: dict[str, Any],
+              expandable: bool = False) -> training_setup.TrainingSetup:
+    """The setup of one grid row; ``expandable``: its document's allocator (``expandable_of``)."""
     fields = {f.name for f in dataclasses.fields(ModelSpec)}
     model = ModelSpec(**{k: v for k, v in result["model"].items() if k in fields})
     # trainer_settings may describe the setup in words (measure_grid.py does); only
     # values the estimator understands override its defaults (this trainer's).
     extra = {k: settings[k] for k in _SETTINGS if k in settings and _valid(k, settings[k])}
     extra.update({k: result[k] for k in _SETTINGS if k in result and _valid(k, result[k])})
-    # Grids measured before the trainer compiled its loss say nothing of it: eager then.
-    extra.setdefault("loss_kernel", "eager")
+    # Grids measured before the trainer compiled its loss say nothing of it: eager then; the
+    # files that record the allocator were measured by the trainer that compiles it.
+    extra.setdefault("loss_kernel", "compiled" if expandable else "eager")
     return training_setup.TrainingSetup(
         model=model,
         batch_size=int(result["batch_size"]),
@@ -118,6 +133,7 @@ def setup_for(result: dict[str, Any], settings: dict[str, Any]) -> training_setu
         activation_checkpointing=bool(result["activation_checkpointing"]),
         world_size=int(result.get("world_size", 1)),
         backend=result.get("backend", "te"),
+        expandable_segments=expandable,
         **extra,
     )
 
@@ -156,10 +172,11 @@ def compare(path: Path, split: str | None = None) -> list[Row]:
     settings = doc.get("trainer_settings") or {}
     rows = []
     fsdp_py = "fsdp_py" in doc
+    expandable = expandable_of(doc)
     for r in doc["results"]:
         if split and r.get("split") != split:
             continue
-        s = fsdp1_setup(r) if fsdp_py else setup_for(r, settings)
+        s = fsdp1_setup(r) if fsdp_py else setup_for(r, settings, expandable)
         e = estimator.estimate(s, gpu)
         label = (
             f"{'fsdp.py L' + str(r['layers']) if fsdp_py else r.get('preset') or 'custom'} {s.precision} "
@@ -252,15 +269,19 @@ def boundary_constraints(rows: list[Row]) -> list[tuple[list[float], float, bool
     return out
 
 
-def boundary_setup(b: dict[str, Any], batch: int) -> training_setup.TrainingSetup:
-    """The trainer's setup of a boundary_h200.json configuration at ``batch``."""
+def boundary_setup(b: dict[str, Any], batch: int,
+                   expandable: bool = False) -> training_setup.TrainingSetup:
+    """The trainer's setup of a boundary file's configuration (boundary.py) at ``batch``;
+    ``expandable``: the file's allocator (``expandable_of``)."""
     from kfp_sagemaker_blackwell.catalog.spec import preset
 
     model = preset(b["preset"])
     if b.get("num_layers"):
         model = model.replace(num_layers=int(b["num_layers"]))
     return training_setup.TrainingSetup(model, batch, int(b["seq_length"]), b["precision"],
-                                        activation_checkpointing=bool(b["activation_checkpointing"]))
+                                        activation_checkpointing=bool(b["activation_checkpointing"]),
+                                        backend=b.get("backend") or "te",
+                                        expandable_segments=expandable)
 
 
 def fit_reserve(rows: list[Row], constraints: list[tuple[list[float], float, bool]] | None = None,
@@ -416,6 +437,150 @@ def _fmt_summary(s: dict[str, Any]) -> str:
             f"{s['worst_over_gib']:+.2f} GiB (worst {s['worst_abs_rel']:.1%})")
 
 
+# ---------------------------------------------------------------------------
+# Expandable segments (issue 41): the trainer's default allocator since 2026-12-06
+# ---------------------------------------------------------------------------
+
+# Runs under expandable segments on one H100 (torch's 79.18 GiB), 2026-12-06: the boundary
+# searches (boundary.py, TE and torch backends) and the throughput runs far from the limit.
+EXPANDABLE_BOUNDARY_TE = HERE / "boundary_h100_te.json"
+EXPANDABLE_BOUNDARY_TORCH = HERE / "boundary_h100_torch.json"
+EXPANDABLE_BOUNDARIES = (EXPANDABLE_BOUNDARY_TE, EXPANDABLE_BOUNDARY_TORCH)
+_H100_SESSION = ROOT / "benchmarks" / "throughput" / "raw" / "session_v6_h100"
+EXPANDABLE_GRIDS = tuple(_H100_SESSION / f"{n}.json" for n in ("grid", "heldout", "heldout2", "torch"))
+# A run whose allocated peak the estimate misses by more than this is not the step it models
+# (heldout/torch runs late in one process: their compiled loss fell back to eager, ~10 B per
+# logit more); its cache says nothing about the modelled step.
+CACHE_FIT_MAX_ERROR = 0.05
+# A boundary run is slow when its time per token exceeds its configuration's fastest by this.
+SLOW_PER_TOKEN = 0.05
+
+
+@dataclass(frozen=True)
+class BoundaryRun:
+    configuration: str
+    backend: str
+    batch_size: int
+    status: str
+    room: float  # the GPU's bytes less the CUDA context and the predicted allocated peak
+    full_speed_room: float  # room less the cache the allocator keeps with memory to spare
+    seconds_per_sequence: float | None  # step_s / batch (runs that ran)
+
+
+def boundary_runs(path: Path) -> list[BoundaryRun]:
+    """Every run of a boundary file with what the estimate says of it at the file's GPU memory."""
+    doc = json.loads(Path(path).read_text())
+    gpu = dataclasses.replace(hardware.gpu(doc["gpu"]), memory_bytes=int(doc["gpu_memory_bytes"]))
+    expandable = expandable_of(doc)
+    out = []
+    for r in doc["results"]:
+        if r["status"] not in ("ok", "oom"):
+            continue
+        e = estimator.estimate(boundary_setup(r, int(r["batch_size"]), expandable), gpu)
+        room = gpu.memory_bytes - e.breakdown["cuda_context"] - e.peak_allocated_bytes
+        full = gpu.memory_bytes - e.full_speed_bytes
+        conf = (f"{r['preset']} L{r.get('num_layers') or '-'} s{r['seq_length']} "
+                f"{'ckpt' if r['activation_checkpointing'] else 'no-ckpt'} {r['precision']}")
+        step = r.get("step_s")
+        out.append(BoundaryRun(conf, r.get("backend") or "te", int(r["batch_size"]), r["status"],
+                               float(room), float(full),
+                               step / r["batch_size"] if step and r["status"] == "ok" else None))
+    return sorted(out, key=lambda b: (b.configuration, b.batch_size))
+
+
+def fit_expandable_reserve(paths: tuple[Path, ...]) -> tuple[float, float]:
+    """(the reserve, the bound it must stay above), bytes: under expandable segments the fit
+    decision is the allocated peak + CUDA context + a constant reserve; every run that ran must
+    fit (reserve <= its room) and every run that ran out of memory must not (reserve > its
+    room). The reserve returned is the largest the runs allow (the smallest room of a run that
+    ran): the most cautious one with which each measured largest batch still fits."""
+    runs = [b for p in paths for b in boundary_runs(p)]
+    hi = min(b.room for b in runs if b.status == "ok")
+    lo = max(b.room for b in runs if b.status == "oom")
+    if hi <= lo:
+        raise ValueError(f"no constant reserve separates these runs: a run that ran had "
+                         f"{hi / 2**30:.2f} GiB of room, one that ran out of memory {lo / 2**30:.2f}")
+    return hi, lo
+
+
+def expandable_cache_rows(paths: tuple[Path, ...] = EXPANDABLE_GRIDS) -> list[Row]:
+    """Runs under expandable segments that ran with memory to spare and whose allocated peak the
+    estimate predicts (``CACHE_FIT_MAX_ERROR``): the cache the allocator keeps when unsqueezed."""
+    rows = [r for p in paths for r in compare(p)]
+    return [r for r in _reserved_rows(rows) if abs(r.error) <= CACHE_FIT_MAX_ERROR]
+
+
+def fit_expandable_cache(rows: list[Row]) -> tuple[float, ...]:
+    """The cache kept above the allocated peak under expandable segments with memory to spare
+    (``estimator.EXPANDABLE_CACHE_COEFFICIENTS``' order, the FSDP2 term 0: every run is FSDP2),
+    least absolute error, coefficients >= 0 (scipy's HiGHS)."""
+    import numpy as np
+    from scipy.optimize import linprog
+
+    gib = 2**30
+    x = np.array([[1.0, *r.reserve_features[1:]] for r in rows]) / gib
+    x[:, 0] = 1.0
+    y = np.array([(r.measured_reserved - r.measured_allocated) / gib for r in rows])
+    n, m = x.shape[1], len(y)
+    res = linprog(np.r_[np.zeros(n), np.ones(m)],
+                  A_ub=np.vstack([np.c_[x, -np.eye(m)], np.c_[-x, -np.eye(m)]]),
+                  b_ub=np.r_[y, -y], bounds=[(0, None)] * (n + m), method="highs")
+    if res.status != 0:
+        raise ValueError(res.message)
+    c = res.x[:n]
+    return (float(c[0] * gib), 0.0, *(float(v) for v in c[1:]))
+
+
+def edge_speed(path: Path) -> list[dict[str, Any]]:
+    """Per run that ran: its time per sequence against its configuration's fastest, slow or not
+    (``SLOW_PER_TOKEN``), and whether the estimate says it runs at full speed (the allocator's
+    unsqueezed cache fits: ``Estimate.full_speed_bytes``)."""
+    runs = [b for b in boundary_runs(path) if b.seconds_per_sequence]
+    out = []
+    for b in runs:
+        best = min(o.seconds_per_sequence or 0.0 for o in runs if o.configuration == b.configuration)
+        slower = (b.seconds_per_sequence or 0.0) / best - 1
+        out.append({"configuration": f"{b.backend} {b.configuration}", "batch_size": b.batch_size,
+                    "slower": slower, "slow": slower > SLOW_PER_TOKEN,
+                    "full_speed_predicted": b.full_speed_room >= 0, "room": b.room,
+                    "full_speed_room": b.full_speed_room})
+    return out
+
+
+def expandable_report() -> str:
+    """``--fit-expandable``: the reserve fitted on each backend's boundaries and checked on the
+    other's, the unsqueezed cache fitted on the throughput runs, and the speed at the edge."""
+    gib = 2**30
+    out = []
+    for name, fit, check in (("TE", EXPANDABLE_BOUNDARY_TE, EXPANDABLE_BOUNDARY_TORCH),
+                             ("torch", EXPANDABLE_BOUNDARY_TORCH, EXPANDABLE_BOUNDARY_TE)):
+        hi, lo = fit_expandable_reserve((fit,))
+        held = [b for b in boundary_runs(check)]
+        wrong = [f"{b.configuration} b{b.batch_size} {b.status}" for b in held
+                 if (b.status == "ok") != (b.room >= hi)]
+        out.append(f"fit on {name}: reserve <= {hi / gib:.2f} GiB (smallest room of a run that ran) "
+                   f"and > {lo / gib:.2f} GiB (largest room of a run out of memory); with "
+                   f"{hi / gib:.2f} the other backend's runs decided wrongly: {', '.join(wrong) or 'none'}")
+    out.append(f"shipped: {estimator.ALLOCATOR_RESERVE_EXPANDABLE / gib:.2f} GiB")
+    rows = expandable_cache_rows()
+    coef = fit_expandable_cache(rows)
+    err = [(estimator.allocator_reserve(tuple(r.reserve_features), estimator.EXPANDABLE_CACHE_COEFFICIENTS)
+            - (r.measured_reserved - r.measured_allocated)) / gib for r in rows]
+    terms = ", ".join(f"{n} {c / gib if i == 0 else c:.3f}{' GiB' if i == 0 else ''}"
+                      for i, (n, c) in enumerate(zip(RESERVE_TERMS, coef, strict=True)))
+    out += [f"unsqueezed cache fitted on {len(rows)} throughput runs: {terms}; shipped constants: "
+            f"median |error| {statistics.median(abs(e) for e in err):.2f} GiB, worst "
+            f"{min(err):+.2f} / {max(err):+.2f} GiB", "",
+            "| backend, configuration | batch | room GiB | room beyond the cache GiB | per token vs fastest | predicted full speed |",
+            "|---|---:|---:|---:|---:|---|"]
+    for p in EXPANDABLE_BOUNDARIES:
+        for s in edge_speed(p):
+            out.append(f"| {s['configuration']} | {s['batch_size']} | {s['room'] / gib:.2f} | "
+                       f"{s['full_speed_room'] / gib:+.2f} | {s['slower']:+.1%} | "
+                       f"{'yes' if s['full_speed_predicted'] else 'no'} |")
+    return "\n".join(out) + "\n"
+
+
 def summary(rows: list[Row]) -> dict[str, Any]:
     ok = [r for r in rows if r.status == "ok"]
     errs = [abs(r.error) for r in ok]
@@ -475,7 +640,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fit-reserve", action="store_true",
                     help="fit the allocator reserve on every grid recording peak reserved memory "
                     "and print its leave-one-family-out errors")
+    ap.add_argument("--fit-expandable", action="store_true",
+                    help="fit the reserve under expandable segments on the H100 boundaries (each "
+                    "backend held out in turn), the unsqueezed cache, and the speed at the edge")
     args = ap.parse_args(argv)
+    if args.fit_expandable:
+        print(expandable_report(), end="")
+        return 0
     if args.fit_reserve:
         print(reserve_report(), end="")
         return 0

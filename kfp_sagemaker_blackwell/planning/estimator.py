@@ -208,6 +208,28 @@ ALLOCATOR_RESERVE_OF_SPILL = 0.294
 RESERVE_COEFFICIENTS = (ALLOCATOR_RESERVE_FIXED, ALLOCATOR_RESERVE_FSDP2, ALLOCATOR_RESERVE_OF_LOSS,
                         ALLOCATOR_RESERVE_OF_FSDP, ALLOCATOR_RESERVE_OF_MOMENTS,
                         ALLOCATOR_RESERVE_OF_LOGITS_GRAD, ALLOCATOR_RESERVE_OF_SPILL)
+
+# Under expandable segments (``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True``, the trainer's
+# default since issue 41; ``TrainingSetup.expandable_segments``) the allocator grows one mapped
+# segment per stream instead of caching fixed-size ones, so a large tensor never waits for a
+# free block of its own size: fragmentation does not block an allocation, and at the limit the
+# allocator unmaps its cached pages and retries. The fit decision is then the allocated peak +
+# CUDA context + a small constant. Fitted by ``python benchmarks/memory/compare.py
+# --fit-expandable`` on the TE boundary searches of one H100 (boundary_h100_te.json, 2026-12-06:
+# 3b L8 s2048 fp8 largest 27, 8b L6 s4096 ckpt largest 21): the largest constant with which
+# every run that ran fits (the room left at 8b b21: 1.11 GiB), above the room of every run that
+# ran out of memory (-0.66 GiB at 3b b28); checked on the torch backend's boundaries
+# (boundary_h100_torch.json), never fitted on (benchmarks/memory/README.md).
+ALLOCATOR_RESERVE_EXPANDABLE = int(1.10 * GiB)
+# What the allocator keeps cached above the allocated peak under expandable segments when it
+# has memory to spare (median 4.4 GiB, 1.5-13.5 GiB over the H100 throughput runs). A step
+# whose allocated peak + context + this cache does not fit the GPU still runs (the reserve
+# above is what it needs), but the allocator gives pages back and maps them again every step:
+# near the limit the boundary runs were 8-29% slower per token (benchmarks/memory/README.md).
+# Same features as the default allocator's reserve (``reserve_features``), least absolute
+# error over the 100-odd throughput runs of benchmarks/throughput/raw/session_v6_h100/ whose
+# allocated peak the estimate predicts (``compare.py --fit-expandable``).
+EXPANDABLE_CACHE_COEFFICIENTS: tuple[float, ...] = (int(0.394 * GiB), 0.0, 0.0, 0.0, 0.389, 0.188, 0.105)
 # The phase whose additions over the loss backward come out of cached free blocks.
 _SERVED_FROM_CACHE = "LM head backward"
 
@@ -226,6 +248,10 @@ class Estimate:
     phase: str  # where the peak happens
     breakdown: dict[str, int] = field(default_factory=dict)  # sums to peak_bytes
     parameters: int = 0
+    # Device memory at which the step runs at full speed: the allocated peak, the CUDA context
+    # and what the allocator keeps cached with memory to spare (under expandable segments more
+    # than ``peak_bytes``: past it the allocator unmaps and remaps pages every step).
+    full_speed_bytes: int = 0
 
     @property
     def peak_reserved_bytes(self) -> int:
@@ -239,6 +265,7 @@ class Estimate:
             "peak_allocated_bytes": self.peak_allocated_bytes,
             "peak_reserved_bytes": self.peak_reserved_bytes,
             "peak_phase": self.phase,
+            "full_speed_bytes": self.full_speed_bytes,
             "breakdown": dict(self.breakdown),
             "gpu": self.gpu,
             "gpu_memory_bytes": self.gpu_memory_bytes,
@@ -269,8 +296,16 @@ def estimate_checked(s: TrainingSetup, g: hardware.GPU) -> Estimate:
     breakdown["cuda_context"] = CUDA_CONTEXT_BYTES + NCCL_BUFFER_BYTES[min(s.world_size, 2)]
     # Rounding each part can move the sum by a byte or two: make the parts add up.
     allocated = sum(breakdown[k] for k in ALLOCATED_PARTS)
-    reserve = allocator_reserve(_reserve_features(terms))
-    breakdown["allocator_reserve"] = max(0, int(round(_binding_allocated(terms) + reserve)) - allocated)
+    features = _reserve_features(terms)
+    if s.expandable_segments:
+        breakdown["allocator_reserve"] = ALLOCATOR_RESERVE_EXPANDABLE
+        cache = max(ALLOCATOR_RESERVE_EXPANDABLE,
+                    int(round(allocator_reserve(features, EXPANDABLE_CACHE_COEFFICIENTS))))
+    else:
+        reserve = allocator_reserve(features)
+        breakdown["allocator_reserve"] = max(0, int(round(_binding_allocated(terms) + reserve))
+                                             - allocated)
+        cache = breakdown["allocator_reserve"]
     return Estimate(
         setup=s,
         gpu=g.name,
@@ -280,6 +315,7 @@ def estimate_checked(s: TrainingSetup, g: hardware.GPU) -> Estimate:
         phase=phase,
         breakdown=breakdown,
         parameters=s.model.total_params(),
+        full_speed_bytes=allocated + breakdown["cuda_context"] + cache,
     )
 
 

@@ -5,8 +5,9 @@ sizes, precisions, checkpointing mode, headroom) into the shared
 :class:`kfp_sagemaker_blackwell.planning.memory_plan.MemoryPlan` plus the per-configuration
 estimates behind it. Rules, in the user's words:
 
-- ``batch_sizes`` are candidates; 0 means "the largest that fits", capped at a
-  sensible micro-batch (``batch_cap``: 65,536 tokens per GPU per micro-batch and
+- ``batch_sizes`` are candidates; 0 means "the largest that fits" at full speed
+  (``full_speed_batch``: near the memory limit the allocator gives memory back every step),
+  capped at a sensible micro-batch (``batch_cap``: 65,536 tokens per GPU per micro-batch and
   4,194,304 tokens per optimizer step over all GPUs; the entry's ``reason`` says
   when the cap applied). The plan takes the largest candidate that fits without
   activation checkpointing; when none does and the mode is ``auto``, the largest
@@ -225,6 +226,26 @@ def largest_batch(request: Request, precision: str, checkpointing: bool) -> int:
     return largest_fitting(fits)
 
 
+def full_speed_batch(request: Request, precision: str, checkpointing: bool,
+                     largest: int | None = None) -> int:
+    """The largest micro-batch that fits *and* runs at full speed: below the memory limit, where
+    the allocator's cache (``Estimate.full_speed_bytes``) still fits beside the step on the GPU.
+    Past it the step runs, but under expandable segments the allocator unmaps and remaps pages
+    every step: 8-29% slower per token at the measured boundaries (one H100,
+    benchmarks/memory/README.md), for at most a few percent more tokens per step. The largest
+    that fits when even batch 1 has no room for the cache (0 when nothing fits). ``largest``:
+    ``largest_batch``'s answer when the caller has it."""
+    if largest is None:
+        largest = largest_batch(request, precision, checkpointing)
+
+    def fast(b: int) -> bool:
+        s = request.setup(precision, b, checkpointing)
+        e = estimator.estimate_checked(s, request.hardware.gpu)
+        return e.full_speed_bytes <= request.hardware.gpu.memory_bytes
+
+    return min(largest, largest_fitting(fast)) or largest
+
+
 def largest_fitting(fits: Callable[[int], bool]) -> int:
     """The largest micro-batch (up to ``MAX_BATCH_SIZE``) for which ``fits`` holds, peak
     memory growing with the batch (0 when even 1 does not fit)."""
@@ -305,13 +326,19 @@ class _Limits:
     max_ac: int
     cap: int
     cap_reason: str
+    fast_no: int = 0  # the largest at full speed (``full_speed_batch``); 0: as max_no
+    fast_ac: int = 0
 
     def largest(self, ac: bool) -> int:
         return self.max_ac if ac else self.max_no
 
+    def fast(self, ac: bool) -> int:
+        return (self.fast_ac if ac else self.fast_no) or self.largest(ac)
+
     def for_zero(self, ac: bool) -> int:
-        """The batch that ``batch_size=0`` stands for: the largest that fits, capped."""
-        return min(self.largest(ac), self.cap)
+        """The batch that ``batch_size=0`` stands for: the largest that fits at full speed,
+        capped."""
+        return min(self.fast(ac), self.cap)
 
 
 def batch_cap(request: Request) -> tuple[int, str]:
@@ -408,6 +435,13 @@ def _fitting_reason(request: Request, precision: str, chosen: Estimate,
             and s.batch_size == limits.cap:
         notes.append(limits.cap_reason + f"; {limits.largest(s.activation_checkpointing)} "
                      "would fit.")
+    ac = s.activation_checkpointing
+    if 0 in request.batch_sizes and s.batch_size == limits.fast(ac) < min(limits.largest(ac),
+                                                                           limits.cap):
+        notes.append(f"batch 0 took batch {s.batch_size}, the largest at full speed: up to "
+                     f"{limits.largest(ac)} fits, but past {s.batch_size} the allocator's cache no "
+                     "longer fits beside the step and it gives memory back every step (measured "
+                     "8-29% slower per token near the limit).")
     required = False
     if s.activation_checkpointing:
         without = estimator.estimate_checked(request.setup(precision, s.batch_size, False),
@@ -443,8 +477,10 @@ def _not_fitting_reason(request: Request, smallest: Estimate, limits: _Limits) -
 def _plan_precision(request: Request, precision: str) -> tuple[PrecisionPlan, list[Estimate]]:
     supported, unsupported_reason = _support(request, precision)
     cap, cap_reason = batch_cap(request)
-    limits = _Limits(largest_batch(request, precision, False),
-                     largest_batch(request, precision, True), cap, cap_reason)
+    max_no, max_ac = largest_batch(request, precision, False), largest_batch(request, precision, True)
+    limits = _Limits(max_no, max_ac, cap, cap_reason,
+                     full_speed_batch(request, precision, False, max_no),
+                     full_speed_batch(request, precision, True, max_ac))
     rows = _estimate_rows(request, precision, limits)
     chosen = _choose(request, rows)
     if chosen is not None:

@@ -75,6 +75,11 @@ class TrainingSetup:
     # trainer's default on a GPU) or "eager" (F.cross_entropy on an fp32 copy of the logits,
     # the trainer before it compiled the loss, and every grid measured before then).
     loss_kernel: str = TRAINER_DEFAULTS["loss_kernel"]
+    # The CUDA caching allocator's expandable segments (``PYTORCH_CUDA_ALLOC_CONF``): on unless
+    # the job's environment sets its own ``PYTORCH_CUDA_ALLOC_CONF`` without
+    # ``expandable_segments:True`` (the trainer's rule, trainer/allocator.py ``configure`` and
+    # ``expandable``). It decides the allocator reserve the estimate adds (planning/estimator.py).
+    expandable_segments: bool = True
 
     @property
     def stored_param_dtype(self) -> str:
@@ -102,6 +107,7 @@ class TrainingSetup:
             "optimizer": self.optimizer,
             "gradient_accumulation_steps": self.gradient_accumulation_steps,
             "dropout": self.dropout,
+            "expandable_segments": self.expandable_segments,
         }
 
     def validate(self) -> TrainingSetup:
@@ -116,6 +122,10 @@ class TrainingSetup:
                 raise UserError(name, f"={value!r} must be a positive integer.", "")
         if isinstance(self.dropout, bool) or not isinstance(self.dropout, (int, float)) or not 0 <= self.dropout < 1:
             raise UserError("dropout", f"={self.dropout!r} must be a probability in [0, 1).", "use e.g. 0.1 or 0.")
+        if not isinstance(self.expandable_segments, bool):
+            raise UserError("expandable_segments", f"={self.expandable_segments!r} must be true or "
+                            "false.", "true: the trainer's default allocator setting; false: the "
+                            "job's PYTORCH_CUDA_ALLOC_CONF turns expandable segments off.")
         try:  # a parsed Precision (the planner's request, the launcher's) is not checked again
             parse_precision(self.precision)
         except ValueError:

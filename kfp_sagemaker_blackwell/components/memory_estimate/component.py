@@ -36,6 +36,7 @@ def memory_estimate(
     quantized_model_init: bool = False,
     optimizer: str = "adamw-fused",
     dropout: float = 0.0,
+    expandable_segments: bool = True,
     require_all_runnable: bool = False,
     max_candidate_batch_size: int = 0,
     instance_hour_prices: Optional[dict] = None,
@@ -95,6 +96,12 @@ def memory_estimate(
             TE's examples/pytorch/fsdp/fsdp.py).
         dropout: Hidden dropout probability of the blocks (0: this trainer; 0.1: TE's
             fsdp.py, te.TransformerLayer's default); each block keeps its masks.
+        expandable_segments: The CUDA allocator's expandable segments, as the training job
+            will run: on by default (the trainer sets PYTORCH_CUDA_ALLOC_CONF to
+            expandable_segments:True unless the job's environment has its own); False when
+            the job's PYTORCH_CUDA_ALLOC_CONF leaves them off. On, the estimate adds a small
+            reserve and batch 0 takes the largest batch that runs at full speed; off, the
+            default allocator's fragmentation reserve.
         require_all_runnable: Fail when any requested precision is unsupported or
             predicted not to fit, instead of reporting it in the plan.
         max_candidate_batch_size: Cap on the batch sizes in ``batch_candidates``

@@ -292,7 +292,7 @@ def _precisions(goal: Goal, gpu: hardware.GPU) -> list[str]:
 
 
 def _batches(top: int, cap: int) -> list[int]:
-    """Powers of two up to the largest batch that fits (capped), and that batch."""
+    """Powers of two up to the largest batch that fits at full speed (capped), and that batch."""
     top = min(top, cap)
     return sorted({1 << k for k in range(top.bit_length())} | {top}) if top else []
 
@@ -316,7 +316,7 @@ def _configurations(goal: Goal, instance_type: str, result: SearchResult) -> lis
             cap = min(cap, goal.max_batch_size or cap)
             found = []
             for ac in (False, True):
-                for b in _batches(planner.largest_batch(request, p, ac), cap):
+                for b in _batches(planner.full_speed_batch(request, p, ac), cap):
                     if not goal.only or (instance_type, count, p, b, ac) in goal.only:
                         found.append(_config(goal, request, p, b, ac))
             if not found and not goal.only:
