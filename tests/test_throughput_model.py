@@ -274,8 +274,11 @@ def test_h200_predictions_use_the_shipped_linear_timings():
     doubled = throughput.predict(s, "H200", constants=slower)
     both = base.parts["gemm"] + base.parts["quantization"]
     assert doubled.parts["gemm"] + doubled.parts["quantization"] > 1.8 * both
-    # H100 has no table: its GEMMs still come from the efficiency formula
-    assert throughput.predict(s, "H100").parts["gemm"] > 0
+    # the H100 reads its own table (h100_parts.json), not the H200's
+    h200_slower = replace(throughput.DEFAULT, parts_tables=dict(
+        throughput.DEFAULT.parts_tables, H200=table.scaled(2.0)))
+    assert throughput.predict(s, "H100", constants=h200_slower).step_seconds == pytest.approx(
+        throughput.predict(s, "H100").step_seconds)
 
 
 def test_torch_backend_has_its_own_constants():
@@ -340,5 +343,29 @@ def test_parts_linear_scale_scales_only_the_measured_linear_layers():
         2 * (base.parts["gemm"] + base.parts["quantization"]), rel=0.02)
     assert scaled.parts["lm_head"] == pytest.approx(2 * base.parts["lm_head"])
     assert scaled.parts["attention"] == pytest.approx(base.parts["attention"])
-    assert throughput.predict(s, "H100", constants=c).step_seconds == pytest.approx(
-        throughput.predict(s, "H100").step_seconds)
+    # B200 has no table: the scale does not touch it
+    assert throughput.predict(s, "B200", constants=c).step_seconds == pytest.approx(
+        throughput.predict(s, "B200").step_seconds)
+
+
+def test_h100_predictions_use_the_h100_parts_measured_in_session_v6():
+    """Issue 36: the H100's parts (benchmarks/throughput/h100_parts.json, parts.py on one H100
+    80GB HBM3, 2026-12-06) are shipped beside the H200's and time the H100's linear layers,
+    attention, host and optimizer; its source says so."""
+    from kfp_sagemaker_blackwell.planning import measured_parts
+
+    bench_dir = Path(__file__).resolve().parents[1] / "benchmarks" / "throughput"
+    shipped = json.loads((measured_parts.MEASURED / "h100_parts.json").read_text())
+    assert shipped == json.loads((bench_dir / "h100_parts.json").read_text())
+    assert shipped["gpu"] == "NVIDIA H100 80GB HBM3" and shipped["date"] == "2026-12-06"
+    table = throughput.DEFAULT.parts_tables["H100"]
+    assert table.source.startswith("h100_parts.json") and len(table.linears) >= 700
+    assert table.layer_host_s("fp8") and table.optimizer_s("adamw_fused_step")
+    s = setup("8b", "fp8", batch=1, seq=8192, ac=False, world=1)
+    base = throughput.predict(s, "H100")
+    slower = replace(throughput.DEFAULT, parts_tables=dict(
+        throughput.DEFAULT.parts_tables, H100=table.scaled(2.0)))
+    doubled = throughput.predict(s, "H100", constants=slower)
+    both = base.parts["gemm"] + base.parts["quantization"]
+    assert 1.9 * both < doubled.parts["gemm"] + doubled.parts["quantization"] <= 2.0 * both
+    assert "measured H100 parts" in base.source and "H200 parts" not in base.source

@@ -61,6 +61,11 @@ HOPPER_SOURCE = (f"predicted by the {MODEL_NAME}: built from measured H200 parts
                  "H200 trainer runs of 2026-12-01/02; on configuration families left out of the "
                  f"fit, median error {HELD_OUT_MEDIAN_ERROR:.1%}, worst "
                  f"{HELD_OUT_WORST_TOO_FAST:.0%} (benchmarks/throughput/lofo_all_h200.json)")
+H100_SOURCE = (f"predicted by the {MODEL_NAME}: built from measured H100 parts (linear layers, "
+               "attention, per-layer host time, optimizer; one H100 80GB HBM3, 2026-12-06), "
+               "residuals calibrated on H200 trainer runs of 2026-12-01/02")
+# The source of a prediction for a GPU whose parts were measured (Constants.parts_tables).
+MEASURED_SOURCES = {"H200": HOPPER_SOURCE, "H100": H100_SOURCE}
 BLACKWELL_SOURCE = (
     f"predicted, not measured: the {MODEL_NAME} with Blackwell's datasheet figures and "
     "published GEMM rates (no Blackwell GPU was available to this project)"
@@ -129,8 +134,12 @@ class Constants:
     # interpolated timings already hold is measurable there.
     # A low-precision te.Linear below its smallest GPU-bound M scaled as bf16's time scales
     # (v5b, code at commit 23d51f4): union leave-one-family-out TE worst 26.4% -> 27.2%.
+    # H100: benchmarks/throughput/h100_parts.json (the same parts.py, one H100 80GB HBM3, TE
+    # 2.20.2, driver 580.159.04, 2026-12-06: session v6, benchmarks/throughput/session_v6.sh),
+    # measured in the same session as the H100 trainer runs of raw/session_v6_h100/.
     parts_tables: dict[str, measured_parts.PartsTable | None] = field(
-        default_factory=lambda: {"H200": measured_parts.shipped("H200")})
+        default_factory=lambda: {"H200": measured_parts.shipped("H200"),
+                                 "H100": measured_parts.shipped("H100")})
     # The trainer's linear-layer time over the parts table's (v4 residual, a scale factor per
     # table, fitted on the union of the H200 trainer runs): the table and the trainer runs
     # were timed in different sessions on lent machines (the same te.Linear shapes measured
@@ -168,7 +177,7 @@ class Constants:
     # -> 4.9%, worst 26% -> 34%: raw/lofo_all_h200_v4a.json), so v4 keeps it fitted. The
     # optimizer and FSDP2's copies are timed from their measurements directly.
     hbm_efficiency: float = 0.95
-    # GPUs without a measured table (H100, Blackwell, others): the v1 fit's H200 value
+    # GPUs without a measured table (Blackwell, others): the v1 fit's H200 value
     # (0.635), from before the linear layers were measured: it covered TE's small
     # quantisation kernels, which a GPU timed by the formulas still pays.
     hbm_efficiency_other: float = 0.635
@@ -663,6 +672,8 @@ def _cpu_seconds(s: TrainingSetup, c: Constants) -> float:
 
 
 def source_for(gpu: hardware.GPU) -> str:
+    if gpu.name in MEASURED_SOURCES:
+        return MEASURED_SOURCES[gpu.name]
     return {"hopper": HOPPER_SOURCE, "blackwell": BLACKWELL_SOURCE}.get(_arch(gpu), OTHER_SOURCE)
 
 

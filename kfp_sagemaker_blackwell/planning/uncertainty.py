@@ -82,6 +82,5 @@ def bands() -> dict[str, Band]:
 def band_for(gpu: hardware.GPU | str, throughput_kind: str = "predicted") -> Band:
     """The band of a prediction for ``gpu`` (a probed or measured speed: the measured one)."""
     g = hardware.gpu(gpu) if isinstance(gpu, str) else gpu
-    measured = throughput_kind != "predicted" or throughput.source_for(g) == \
-        throughput.HOPPER_SOURCE
+    measured = throughput_kind != "predicted" or g.name in throughput.MEASURED_SOURCES
     return bands()[MEASURED if measured else DATASHEET]
