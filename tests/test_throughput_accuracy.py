@@ -327,3 +327,49 @@ def test_session_runs_are_timed_from_the_driver_log():
     assert acc.drift_factor(first, d) == pytest.approx(1.0)
     late = dict(first, precision="fp8-block", clock_s=d["fp8"]["end_clock_s"] + 100)
     assert acc.drift_factor(late, d) == pytest.approx(1 + d["fp8"]["growth"])
+
+
+def test_the_h100_is_predicted_with_its_own_fit_and_declares_its_own_accuracy():
+    """Issue 36 item 3: the same-session refit (b) predicted the H100's held-out families better
+    than v4's H200-fitted residuals (a), so the H100 ships with it (TE residuals; the torch
+    backend keeps v4's, its refit on 6 runs was worse held out) while the H200 stays v4. Each
+    GPU declares its held-out accuracy from its own record; the H200's names stay what the
+    planner's bands and plan_training's default margin read."""
+    import json
+
+    acc = _accuracy()
+    from kfp_sagemaker_blackwell.planning import throughput
+
+    ev = json.loads(HELD_OUT_H100.read_text())
+    h100 = throughput.constants_for("H100")
+    got = acc.values_of(h100)
+    for name in acc.FIT:  # TE residuals: the session grid's fit
+        assert got[name] == pytest.approx(ev["fits"]["b"][name], rel=1e-9), name
+    for name in acc.FIT_TORCH:  # torch: v4's
+        assert got[name] == acc.values_of(throughput.DEFAULT)[name], name
+    assert throughput.constants_for("H200") is throughput.DEFAULT
+    assert throughput.constants_for("B200") is throughput.DEFAULT
+    # the H100's held-out rows, predicted by the shipped H100 calibration, are (b)'s
+    b = ev["b_refit_on_session_grid"]["te_heldout"]
+    docs = acc.load_session()
+    held = acc.session_split(docs)["heldout"]
+    rows = acc.rows(held, None, h100)
+    assert [r.predicted for r in rows] == pytest.approx([r["predicted"] for r in b["runs"]], rel=1e-9)
+    from kfp_sagemaker_blackwell.catalog.spec import PRESETS
+    from kfp_sagemaker_blackwell.planning.training_setup import TrainingSetup
+
+    s = TrainingSetup(PRESETS["8b"], 1, 8192, "fp8", False, 8)
+    assert throughput.predict(s, "H100").step_seconds == throughput.predict(
+        s, "H100", constants=h100).step_seconds != throughput.predict(
+        s, "H100", constants=throughput.DEFAULT).step_seconds
+    # accuracy per GPU, from its record
+    a = throughput.ACCURACY["H100"]
+    assert a.median_error == round(b["median_abs_error"], 3)
+    assert a.worst_too_fast == round(b["worst_too_fast"], 3)
+    assert a.runtime_margin == round(a.worst_too_fast + throughput.RUNTIME_SAFETY_ALLOWANCE, 3)
+    assert throughput.accuracy_for("H200") == throughput.ACCURACY["H200"]
+    assert (throughput.HELD_OUT_MEDIAN_ERROR, throughput.HELD_OUT_WORST_TOO_FAST,
+            throughput.RUNTIME_MARGIN) == (0.042, 0.264, 0.364)
+    assert throughput.accuracy_for("B200") is None
+    assert "measured H100 parts" in throughput.predict(s, "H100").source
+    assert f"median error {a.median_error:.1%}, worst 31%" in throughput.H100_SOURCE

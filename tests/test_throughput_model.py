@@ -275,8 +275,8 @@ def test_h200_predictions_use_the_shipped_linear_timings():
     both = base.parts["gemm"] + base.parts["quantization"]
     assert doubled.parts["gemm"] + doubled.parts["quantization"] > 1.8 * both
     # the H100 reads its own table (h100_parts.json), not the H200's
-    h200_slower = replace(throughput.DEFAULT, parts_tables=dict(
-        throughput.DEFAULT.parts_tables, H200=table.scaled(2.0)))
+    h100 = throughput.constants_for("H100")
+    h200_slower = replace(h100, parts_tables=dict(h100.parts_tables, H200=table.scaled(2.0)))
     assert throughput.predict(s, "H100", constants=h200_slower).step_seconds == pytest.approx(
         throughput.predict(s, "H100").step_seconds)
 

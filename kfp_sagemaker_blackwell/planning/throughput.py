@@ -42,20 +42,49 @@ from kfp_sagemaker_blackwell.planning import measured_parts, pricing
 from kfp_sagemaker_blackwell.planning.training_setup import DTYPE_BYTES, TrainingSetup
 
 MODEL_NAME = "throughput model v4 (planning/throughput.py)"
-# The model's accuracy on configuration families left out of its fit: every measured H200
-# trainer run predicted by a fit that never saw its family (benchmarks/throughput/
-# model_accuracy.py --union-lofo -> lofo_all_h200.json; its README). Median |error| 4.2%
-# (TE, 111 runs / 44 families); worst too fast +26.4% (64b L2 fp8 b2 s1024: predicted
-# 16,152 tokens/s, measured 12,782), i.e. that run took 1.264x its predicted time (torch
-# backend: worst 16.4%). tests/test_throughput_accuracy.py checks both against the file.
-HELD_OUT_MEDIAN_ERROR = 0.042
-HELD_OUT_WORST_TOO_FAST = 0.264  # max(predicted / measured) - 1
-# What a run's max_runtime_seconds allows beyond its predicted step time (plan_training's
-# runtime_margin default): a job past MaxRuntime is stopped (SIGTERM) before its last
-# step, so the margin covers the worst held-out miss, plus 10 points for a family further
-# from the fit than any measured one (44 families are a sample, not the bound).
+# The model's accuracy on configuration families left out of its fit, per GPU with measured
+# parts (each GPU's prediction uses its own parts and residuals, constants_for):
+# - H200 (v4): every measured H200 trainer run predicted by a fit that never saw its family
+#   (benchmarks/throughput/model_accuracy.py --union-lofo -> lofo_all_h200.json; its README).
+#   Median |error| 4.2% (TE, 111 runs / 44 families); worst too fast +26.4% (64b L2 fp8 b2
+#   s1024: predicted 16,152 tokens/s, measured 12,782), i.e. that run took 1.264x its
+#   predicted time (torch backend: worst 16.4%).
+# - H100 (session v6, 2026-12-06): the residuals fitted on the session's grid (51 runs, 19
+#   families) predicting its held-out runs (51 runs in 24 families none of which is in the
+#   grid: model_accuracy.py --session -> heldout_eval_h100_v6.json). Median |error| 5.1%;
+#   worst too fast +31.2% (8b L4 fp8 b1 s1024: predicted 13,460 tokens/s, measured 10,261).
+# tests/test_throughput_accuracy.py checks each against its file.
 RUNTIME_SAFETY_ALLOWANCE = 0.10
-RUNTIME_MARGIN = round(HELD_OUT_WORST_TOO_FAST + RUNTIME_SAFETY_ALLOWANCE, 3)
+
+
+@dataclass(frozen=True)
+class HeldOutAccuracy:
+    """A GPU's held-out accuracy: median |error| and worst too-fast miss (max(predicted /
+    measured) - 1) on families left out of the fit, and the max_runtime margin that follows:
+    a job past MaxRuntime is stopped (SIGTERM) before its last step, so the margin covers the
+    worst held-out miss plus RUNTIME_SAFETY_ALLOWANCE (10 points) for a family further from
+    the fit than any measured one (the measured families are a sample, not the bound)."""
+
+    gpu: str
+    median_error: float
+    worst_too_fast: float
+    record: str  # the file the figures come from (benchmarks/throughput/)
+
+    @property
+    def runtime_margin(self) -> float:
+        return round(self.worst_too_fast + RUNTIME_SAFETY_ALLOWANCE, 3)
+
+
+ACCURACY = {
+    "H200": HeldOutAccuracy("H200", 0.042, 0.264, "lofo_all_h200.json"),
+    "H100": HeldOutAccuracy("H100", 0.051, 0.312, "heldout_eval_h100_v6.json"),
+}
+# The H200's: what H200 rows are priced with, and what the datasheet-only (Blackwell) band
+# compounds (planning/uncertainty.py): H100 evidence alone does not move them.
+HELD_OUT_MEDIAN_ERROR = ACCURACY["H200"].median_error
+HELD_OUT_WORST_TOO_FAST = ACCURACY["H200"].worst_too_fast
+# plan_training's runtime_margin default for H200 rows (H100 rows: ACCURACY["H100"]'s).
+RUNTIME_MARGIN = ACCURACY["H200"].runtime_margin
 HOPPER_SOURCE = (f"predicted by the {MODEL_NAME}: built from measured H200 parts (linear "
                  "layers, attention, per-layer host time, optimizer), residuals calibrated on "
                  "H200 trainer runs of 2026-12-01/02; on configuration families left out of the "
@@ -63,7 +92,10 @@ HOPPER_SOURCE = (f"predicted by the {MODEL_NAME}: built from measured H200 parts
                  f"{HELD_OUT_WORST_TOO_FAST:.0%} (benchmarks/throughput/lofo_all_h200.json)")
 H100_SOURCE = (f"predicted by the {MODEL_NAME}: built from measured H100 parts (linear layers, "
                "attention, per-layer host time, optimizer; one H100 80GB HBM3, 2026-12-06), "
-               "residuals calibrated on H200 trainer runs of 2026-12-01/02")
+               "residuals fitted on H100 trainer runs of the same session; on configuration "
+               f"families left out of the fit, median error {ACCURACY['H100'].median_error:.1%}, "
+               f"worst {ACCURACY['H100'].worst_too_fast:.0%} (benchmarks/throughput/"
+               f"{ACCURACY['H100'].record})")
 # The source of a prediction for a GPU whose parts were measured (Constants.parts_tables).
 MEASURED_SOURCES = {"H200": HOPPER_SOURCE, "H100": H100_SOURCE}
 BLACKWELL_SOURCE = (
@@ -328,7 +360,35 @@ class Constants:
         return table.get(kind, table.get("fp8", table["bf16"]))
 
 
-DEFAULT = Constants()
+DEFAULT = Constants()  # v4: the H200's calibration, and every GPU's without its own
+
+
+def _h100_v4() -> Constants:
+    """v4's model with the residuals refitted on the H100 session of 2026-12-06 (TE: its
+    grid's 51 runs, benchmarks/throughput/model_accuracy.py --session; heldout_eval_h100_v6.json
+    "fits" "b"). The torch backend keeps v4's torch residuals: refitted on the session's 6
+    calibration-torch runs they predicted its 17 held-out torch runs worse (worst +84.6% vs
+    +34.3%)."""
+    return replace(DEFAULT, hbm_efficiency=0.95, cpu_step_measured_s=0.046411710156239884,
+                   fsdp_copy_scale=0.531895364307882,
+                   cpu_layer_scale=dict(DEFAULT.cpu_layer_scale, te=1.6384345642320552),
+                   block_fixed_s=dict(DEFAULT.block_fixed_s, te=0.0001121671852661997))
+
+
+# Per-GPU calibrations: a GPU named here is predicted with its own residuals.
+CALIBRATIONS: dict[str, Constants] = {"H100": _h100_v4()}
+
+
+def constants_for(gpu: hardware.GPU | str) -> Constants:
+    """The constants that predict ``gpu``: its own calibration, else v4's (DEFAULT)."""
+    g = hardware.gpu(gpu) if isinstance(gpu, str) else gpu
+    return CALIBRATIONS.get(g.name, DEFAULT)
+
+
+def accuracy_for(gpu: hardware.GPU | str) -> HeldOutAccuracy | None:
+    """The held-out accuracy of ``gpu``'s predictions, None for a GPU without measured parts."""
+    g = hardware.gpu(gpu) if isinstance(gpu, str) else gpu
+    return ACCURACY.get(g.name)
 
 
 @dataclass(frozen=True)
@@ -679,23 +739,24 @@ def source_for(gpu: hardware.GPU) -> str:
 
 def predict(setup: TrainingSetup, gpu: hardware.GPU | str, *, instance_type: str = "",
             prices: dict[str, float] | pricing.PriceBook | None = None,
-            constants: Constants = DEFAULT) -> Prediction:
+            constants: Constants | None = None) -> Prediction:
     """Predicted time of one optimizer step of ``setup`` on ``gpu`` (per GPU).
 
     ``instance_type`` gives the network between instances (a world size above its GPUs
     per node crosses it) and the price per instance-hour: a ``pricing.PriceBook``, or
     instance type -> USD overriding ``kfp_sagemaker_blackwell.planning.pricing``'s shipped table (no AWS
-    call: the model stays pure). A bad setup is a UserError naming its field."""
+    call: the model stays pure). ``constants``: the GPU's own calibration by default
+    (constants_for). A bad setup is a UserError naming its field."""
     return predict_checked(setup.validate(), hardware.gpu(gpu) if isinstance(gpu, str) else gpu,
                            instance_type=instance_type, prices=prices, constants=constants)
 
 
 def predict_checked(s: TrainingSetup, g: hardware.GPU, *, instance_type: str = "",
                     prices: dict[str, float] | pricing.PriceBook | None = None,
-                    constants: Constants = DEFAULT) -> Prediction:
+                    constants: Constants | None = None) -> Prediction:
     """:func:`predict` of a setup already checked (``TrainingSetup.validate``), as the
     planners' are: they predict hundreds of setups of one checked request."""
-    c = constants
+    c = constants or constants_for(g)
     it = hardware.instance_type(instance_type) if instance_type else None
     accum = s.gradient_accumulation_steps
     blocks = _block_parts(s, g, c)
