@@ -369,3 +369,53 @@ def test_h100_predictions_use_the_h100_parts_measured_in_session_v6():
     both = base.parts["gemm"] + base.parts["quantization"]
     assert 1.9 * both < doubled.parts["gemm"] + doubled.parts["quantization"] <= 2.0 * both
     assert "measured H100 parts" in base.source and "H200 parts" not in base.source
+
+
+def test_the_calibration_data_gives_every_value_a_kind_and_a_source():
+    """Issue 36 item 3: the constants live in planning/calibration/, one file per model version
+    and GPU; every value names its kind (fitted / published / datasheet / derived / assumed)
+    and its source; the H200 file has every Constants field (the measured parts are
+    planning/measured/'s), a GPU's own file amends it and states its held-out accuracy; the
+    installed package carries the files (setup.cfg package data)."""
+    import configparser
+    import dataclasses
+
+    fields = {f.name for f in dataclasses.fields(throughput.Constants)} - {"parts_tables"}
+    files = sorted(p.name for p in throughput.CALIBRATION.glob("*.json"))
+    assert files == sorted(throughput.CALIBRATION_FILES.values()) == [
+        "throughput_v4_h100.json", "throughput_v4_h200.json"]
+    for gpu, name in throughput.CALIBRATION_FILES.items():
+        doc = throughput.load_calibration(name)
+        assert doc["gpu"] == gpu and doc["model"] == "throughput model v4"
+        assert set(doc["values"]) <= fields and doc["values"]
+        for field_name, v in doc["values"].items():
+            assert v["kind"] in throughput.CALIBRATION_KINDS, (name, field_name)
+            assert len(v["source"]) > 20, (name, field_name)
+        held = doc["held_out"]
+        assert held["source"] and (Path(__file__).resolve().parents[1] / "benchmarks" / "throughput"
+                                   / held["record"]).exists()
+        assert throughput.ACCURACY[gpu].median_error == held["median_error"]
+    h200 = throughput.load_calibration("throughput_v4_h200.json")
+    assert set(h200["values"]) == fields and "base" not in h200
+    assert throughput.load_calibration("throughput_v4_h100.json")["base"] == "throughput_v4_h200.json"
+    cfg = configparser.ConfigParser()
+    cfg.read(Path(__file__).resolve().parents[1] / "setup.cfg")
+    assert "calibration/*.json" in cfg["options.package_data"]["kfp_sagemaker_blackwell.planning"]
+
+
+def test_moving_the_constants_into_data_leaves_v4_s_predictions_unchanged():
+    """80 predictions (H200, H100, B200, L40S; TE and torch; 1-16 GPUs) recorded with the
+    constants still in code (tests/data/throughput_v4_predictions.json, commit 061d2eb) are
+    what the data-driven model predicts; and a value changed in the data changes them."""
+    golden = json.loads((Path(__file__).parent / "data" / "throughput_v4_predictions.json").read_text())
+    for r in golden["predictions"]:
+        s = TrainingSetup(PRESETS[r["preset"]], r["batch_size"], r["seq_length"], r["precision"],
+                          r["activation_checkpointing"], r["world_size"], backend=r["backend"])
+        got = throughput.predict(s, r["gpu"], instance_type=r["instance_type"]).step_seconds
+        assert got == pytest.approx(r["step_seconds"], rel=1e-12), r
+    doc = throughput.load_calibration("throughput_v4_h200.json")
+    doc["values"]["cpu_step_measured_s"]["value"] *= 2
+    changed = replace(throughput.DEFAULT, **throughput.calibration_values(doc))
+    s = TrainingSetup(PRESETS["1b"], 4, 4096, "fp8", False, 1)
+    assert throughput.predict(s, "H200", constants=changed).step_seconds > \
+        throughput.predict(s, "H200").step_seconds
