@@ -7,6 +7,10 @@
     python benchmarks/throughput/model_accuracy.py --leave-one-family-out --out lofo_h200.json
         # refit once per configuration family (preset x width x sequence x checkpointing) on
         # every other family, predict the family left out (the held-out numbers of the README)
+    python benchmarks/throughput/model_accuracy.py --session benchmarks/throughput/raw/session_v6_h100 \
+        --session-out benchmarks/throughput/heldout_eval_h100_v6.json
+        # one GPU session (issue 36): (a) v4's residuals, (b) refitted on its grid, predicting its
+        # held-out families, (c) the same with its measured drift taken out
 
 Reads ``h200_grid.json`` beside this file (records with the configuration, ``status``,
 ``tokens_per_s_per_gpu`` and ``split``: ``calibration`` or ``validation``), predicts each
