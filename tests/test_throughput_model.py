@@ -274,8 +274,11 @@ def test_h200_predictions_use_the_shipped_linear_timings():
     doubled = throughput.predict(s, "H200", constants=slower)
     both = base.parts["gemm"] + base.parts["quantization"]
     assert doubled.parts["gemm"] + doubled.parts["quantization"] > 1.8 * both
-    # H100 has no table: its GEMMs still come from the efficiency formula
-    assert throughput.predict(s, "H100").parts["gemm"] > 0
+    # the H100 reads its own table (h100_parts.json), not the H200's
+    h100 = throughput.constants_for("H100")
+    h200_slower = replace(h100, parts_tables=dict(h100.parts_tables, H200=table.scaled(2.0)))
+    assert throughput.predict(s, "H100", constants=h200_slower).step_seconds == pytest.approx(
+        throughput.predict(s, "H100").step_seconds)
 
 
 def test_torch_backend_has_its_own_constants():
@@ -340,5 +343,79 @@ def test_parts_linear_scale_scales_only_the_measured_linear_layers():
         2 * (base.parts["gemm"] + base.parts["quantization"]), rel=0.02)
     assert scaled.parts["lm_head"] == pytest.approx(2 * base.parts["lm_head"])
     assert scaled.parts["attention"] == pytest.approx(base.parts["attention"])
-    assert throughput.predict(s, "H100", constants=c).step_seconds == pytest.approx(
-        throughput.predict(s, "H100").step_seconds)
+    # B200 has no table: the scale does not touch it
+    assert throughput.predict(s, "B200", constants=c).step_seconds == pytest.approx(
+        throughput.predict(s, "B200").step_seconds)
+
+
+def test_h100_predictions_use_the_h100_parts_measured_in_session_v6():
+    """Issue 36: the H100's parts (benchmarks/throughput/h100_parts.json, parts.py on one H100
+    80GB HBM3, 2026-12-06) are shipped beside the H200's and time the H100's linear layers,
+    attention, host and optimizer; its source says so."""
+    from kfp_sagemaker_blackwell.planning import measured_parts
+
+    bench_dir = Path(__file__).resolve().parents[1] / "benchmarks" / "throughput"
+    shipped = json.loads((measured_parts.MEASURED / "h100_parts.json").read_text())
+    assert shipped == json.loads((bench_dir / "h100_parts.json").read_text())
+    assert shipped["gpu"] == "NVIDIA H100 80GB HBM3" and shipped["date"] == "2026-12-06"
+    table = throughput.DEFAULT.parts_tables["H100"]
+    assert table.source.startswith("h100_parts.json") and len(table.linears) >= 700
+    assert table.layer_host_s("fp8") and table.optimizer_s("adamw_fused_step")
+    s = setup("8b", "fp8", batch=1, seq=8192, ac=False, world=1)
+    base = throughput.predict(s, "H100")
+    slower = replace(throughput.DEFAULT, parts_tables=dict(
+        throughput.DEFAULT.parts_tables, H100=table.scaled(2.0)))
+    doubled = throughput.predict(s, "H100", constants=slower)
+    both = base.parts["gemm"] + base.parts["quantization"]
+    assert 1.9 * both < doubled.parts["gemm"] + doubled.parts["quantization"] <= 2.0 * both
+    assert "measured H100 parts" in base.source and "H200 parts" not in base.source
+
+
+def test_the_calibration_data_gives_every_value_a_kind_and_a_source():
+    """Issue 36 item 3: the constants live in planning/calibration/, one file per model version
+    and GPU; every value names its kind (fitted / published / datasheet / derived / assumed)
+    and its source; the H200 file has every Constants field (the measured parts are
+    planning/measured/'s), a GPU's own file amends it and states its held-out accuracy; the
+    installed package carries the files (setup.cfg package data)."""
+    import configparser
+    import dataclasses
+
+    fields = {f.name for f in dataclasses.fields(throughput.Constants)} - {"parts_tables"}
+    files = sorted(p.name for p in throughput.CALIBRATION.glob("*.json"))
+    assert files == sorted(throughput.CALIBRATION_FILES.values()) == [
+        "throughput_v4_h100.json", "throughput_v4_h200.json"]
+    for gpu, name in throughput.CALIBRATION_FILES.items():
+        doc = throughput.load_calibration(name)
+        assert doc["gpu"] == gpu and doc["model"] == "throughput model v4"
+        assert set(doc["values"]) <= fields and doc["values"]
+        for field_name, v in doc["values"].items():
+            assert v["kind"] in throughput.CALIBRATION_KINDS, (name, field_name)
+            assert len(v["source"]) > 20, (name, field_name)
+        held = doc["held_out"]
+        assert held["source"] and (Path(__file__).resolve().parents[1] / "benchmarks" / "throughput"
+                                   / held["record"]).exists()
+        assert throughput.ACCURACY[gpu].median_error == held["median_error"]
+    h200 = throughput.load_calibration("throughput_v4_h200.json")
+    assert set(h200["values"]) == fields and "base" not in h200
+    assert throughput.load_calibration("throughput_v4_h100.json")["base"] == "throughput_v4_h200.json"
+    cfg = configparser.ConfigParser()
+    cfg.read(Path(__file__).resolve().parents[1] / "setup.cfg")
+    assert "calibration/*.json" in cfg["options.package_data"]["kfp_sagemaker_blackwell.planning"]
+
+
+def test_moving_the_constants_into_data_leaves_v4_s_predictions_unchanged():
+    """80 predictions (H200, H100, B200, L40S; TE and torch; 1-16 GPUs) recorded with the
+    constants still in code (tests/data/throughput_v4_predictions.json, commit 061d2eb) are
+    what the data-driven model predicts; and a value changed in the data changes them."""
+    golden = json.loads((Path(__file__).parent / "data" / "throughput_v4_predictions.json").read_text())
+    for r in golden["predictions"]:
+        s = TrainingSetup(PRESETS[r["preset"]], r["batch_size"], r["seq_length"], r["precision"],
+                          r["activation_checkpointing"], r["world_size"], backend=r["backend"])
+        got = throughput.predict(s, r["gpu"], instance_type=r["instance_type"]).step_seconds
+        assert got == pytest.approx(r["step_seconds"], rel=1e-12), r
+    doc = throughput.load_calibration("throughput_v4_h200.json")
+    doc["values"]["cpu_step_measured_s"]["value"] *= 2
+    changed = replace(throughput.DEFAULT, **throughput.calibration_values(doc))
+    s = TrainingSetup(PRESETS["1b"], 4, 4096, "fp8", False, 1)
+    assert throughput.predict(s, "H200", constants=changed).step_seconds > \
+        throughput.predict(s, "H200").step_seconds

@@ -7,6 +7,10 @@
     python benchmarks/throughput/model_accuracy.py --leave-one-family-out --out lofo_h200.json
         # refit once per configuration family (preset x width x sequence x checkpointing) on
         # every other family, predict the family left out (the held-out numbers of the README)
+    python benchmarks/throughput/model_accuracy.py --session benchmarks/throughput/raw/session_v6_h100 \
+        --session-out benchmarks/throughput/heldout_eval_h100_v6.json
+        # one GPU session (issue 36): (a) v4's residuals, (b) refitted on its grid, predicting its
+        # held-out families, (c) the same with its measured drift taken out
 
 Reads ``h200_grid.json`` beside this file (records with the configuration, ``status``,
 ``tokens_per_s_per_gpu`` and ``split``: ``calibration`` or ``validation``), predicts each
@@ -604,6 +608,212 @@ def union_markdown(union: dict[str, Any], lofo: dict[str, Any], beyond: float = 
     return "\n".join(lines) + "\n"
 
 
+
+# ---- v6: one H100 session (2026-12-06): parts, grid, held-out families, drift --------------
+SESSION_V6 = Path(__file__).parent / "raw" / "session_v6_h100"
+HELD_OUT_H100 = Path(__file__).with_name("heldout_eval_h100_v6.json")
+SESSION_FILES = {"grid": "grid.json", "heldout": "heldout.json", "heldout2": "heldout2.json",
+                 "torch": "torch.json", "ref_start": "ref_start.json", "ref_end": "ref_end.json"}
+LOW_PRECISION_DRIFT = "fp8"  # every low-precision recipe drifts as the fp8 reference did
+
+
+def load_session(directory: Path = SESSION_V6) -> dict[str, dict[str, Any]]:
+    """The session's result files by name (SESSION_FILES), each run tagged with its time."""
+    docs = {k: load(directory / f) for k, f in SESSION_FILES.items()}
+    times = run_times(directory, docs)
+    for name, d in docs.items():
+        for r in d["results"]:
+            r["clock_s"] = times.get((name, r["name"]))
+    return docs
+
+
+def _clock(hms: str) -> int:
+    h, m, sec = (int(x) for x in hms.split(":"))
+    return 3600 * h + 60 * m + sec
+
+
+def run_times(directory: Path, docs: dict[str, dict[str, Any]]) -> dict[tuple[str, str], float]:
+    """(file, run name) -> seconds since midnight (UTC) at the run's middle. driver.log gives
+    each measure.py call's start ("+ ... --out .../NAME.json") and end ("NAME: rc N; K ok
+    lines", K counting every ok run of the file so far); a call's runs are the file's records
+    (in order) up to its K-th ok one, spread over the call by their own "seconds"."""
+    import re
+
+    windows: dict[str, list[tuple[int, int, int]]] = {}
+    start: dict[str, int] = {}
+    for line in (directory / "driver.log").read_text().splitlines():
+        m = re.match(r"\[(\d\d:\d\d:\d\d)\] \+ .*--out \S*/(\w+)\.json", line)
+        if m:
+            start[m.group(2)] = _clock(m.group(1))
+        m = re.match(r"\[(\d\d:\d\d:\d\d)\] (\w+): rc \d+; (\d+) ok lines", line)
+        if m and m.group(2) in start:
+            windows.setdefault(m.group(2), []).append(
+                (start.pop(m.group(2)), _clock(m.group(1)), int(m.group(3))))
+    out: dict[tuple[str, str], float] = {}
+    for name, d in docs.items():
+        records, i = d["results"], 0
+        for t0, t1, ok_until in windows.get(name, []):
+            group = []
+            while i < len(records) and sum(r.get("status") == "ok" for r in group) + \
+                    sum(r.get("status") == "ok" for r in records[:i - len(group)]) < ok_until:
+                group.append(records[i])
+                i += 1
+            total = sum(float(r.get("seconds", 0.0)) for r in group) or 1.0
+            scale, done = (t1 - t0) / total, 0.0
+            for r in group:
+                sec = float(r.get("seconds", 0.0))
+                out[(name, r["name"])] = t0 + (done + sec / 2) * scale
+                done += sec
+    return out
+
+
+def drift(docs: dict[str, dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """The reference configuration at the start and the end of the TE block, per precision:
+    step seconds, times, and the step's growth (end / start - 1)."""
+    out = {}
+    for a, b in zip(docs["ref_start"]["results"], docs["ref_end"]["results"], strict=True):
+        assert a["precision"] == b["precision"], (a["name"], b["name"])
+        out[a["precision"]] = {"start_step_s": a["step_s"], "end_step_s": b["step_s"],
+                               "start_clock_s": a["clock_s"], "end_clock_s": b["clock_s"],
+                               "growth": b["step_s"] / a["step_s"] - 1.0}
+    return out
+
+
+def drift_factor(r: dict[str, Any], d: dict[str, dict[str, float]]) -> float:
+    """How much longer the run's step took than at the start reference, by the reference's
+    drift interpolated linearly in time (its precision's, fp8's for every low precision);
+    1.0 before the start reference (the torch runs: no drift is measured there), the end's
+    growth after the end reference."""
+    ref = d["bf16" if r["precision"] == "bf16" else LOW_PRECISION_DRIFT]
+    t = r.get("clock_s")
+    if t is None:
+        return 1.0
+    f = (t - ref["start_clock_s"]) / (ref["end_clock_s"] - ref["start_clock_s"])
+    return 1.0 + ref["growth"] * min(max(f, 0.0), 1.0)
+
+
+def corrected(doc: dict[str, Any], d: dict[str, dict[str, float]]) -> dict[str, Any]:
+    """``doc`` with each run's tokens/s taken back to the start reference's speed."""
+    return dict(doc, results=[dict(r, tokens_per_s_per_gpu=r["tokens_per_s_per_gpu"] * drift_factor(r, d))
+                              if r.get("tokens_per_s_per_gpu") else r for r in doc["results"]])
+
+
+def _runs(rs: list[Row], d: dict[str, dict[str, float]] | None = None) -> list[dict[str, Any]]:
+    return [{"name": r.record["name"], "label": r.label, "split": r.record.get("split"),
+             "clock_s": r.record.get("clock_s"), "measured": r.measured, "predicted": r.predicted,
+             "error": r.error} | ({"drift_factor": drift_factor(r.record, d)} if d else {})
+            for r in rs]
+
+
+def drift_slope(rs: list[Row], d: dict[str, dict[str, float]]) -> float:
+    """The least-squares slope of the runs' errors (predicted / measured - 1) over their drift
+    (factor - 1): +1 where the runs slowed down with time as the reference did and the model
+    did not know it, 0 where their errors have nothing to do with the reference's drift,
+    negative where the later runs ran faster than the drift says."""
+    x = [drift_factor(r.record, d) - 1.0 for r in rs]
+    y = [r.error for r in rs]
+    mx, my = statistics.fmean(x), statistics.fmean(y)
+    var = sum((a - mx) ** 2 for a in x)
+    return sum((a - mx) * (b - my) for a, b in zip(x, y, strict=True)) / var if var else math.nan
+
+
+def _evaluation(rs: list[Row], d: dict[str, dict[str, float]] | None = None) -> dict[str, Any]:
+    sp = speedups(rs)
+    extra = {"mean_drift": statistics.fmean(drift_factor(r.record, d) - 1.0 for r in rs),
+             "drift_slope": drift_slope(rs, d)} if d else {}
+    return _finite(dict(summary(rs), **extra, worst_too_fast=max(r.error for r in rs),
+                        median_signed_error=statistics.median(r.error for r in rs),
+                        families=len({family(r.record) for r in rs}),
+                        speedups=[{"label": lab, "measured": m, "predicted": p, "error": p - m}
+                                  for lab, m, p in sp], runs=_runs(rs, d)))
+
+
+def session_split(docs: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The session's runs as fitted (grid: calibration + validation; torch: calibration-torch)
+    and held out (TE: heldout + heldout2, families absent from the grid; torch: heldout-torch
+    + heldout2-torch)."""
+    def pick(doc, keep):
+        return dict(doc, results=[r for r in doc["results"] if keep(r)])
+
+    torch = docs["torch"]
+    return {"grid": pick(docs["grid"], lambda r: r.get("split") in ("calibration", "validation")),
+            "heldout": dict(docs["heldout"], results=docs["heldout"]["results"] + docs["heldout2"]["results"]),
+            "torch_calibration": pick(torch, lambda r: r.get("split") == TORCH_CALIBRATION),
+            "torch_heldout": pick(torch, lambda r: r.get("split") in ("heldout-torch", "heldout2-torch"))}
+
+
+def fit_session(split: dict[str, dict[str, Any]]) -> dict[str, float]:
+    """The residuals refitted on the session's grid (TE) and calibration-torch runs (torch,
+    the TE ones held), from v4's values."""
+    x = fit_families(split["grid"], lambda r: True)
+    t = fit_torch(split["torch_calibration"], x)
+    return dict(zip(FIT, x, strict=True)) | dict(zip(FIT_TORCH, t, strict=True))
+
+
+def evaluate_session(directory: Path = SESSION_V6, fitted: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Issue 36 on the H100 session: (a) the shipped v4 residuals (fitted on H200 runs) with
+    the H100's parts, on every run of the session; (b) the residuals refitted on the session's
+    grid, on the held-out families (TE) and the held-out torch runs, and torch with v4's torch
+    residuals beside the refitted TE ones; (c) the drift: the same refit and check with every
+    run taken back to the start reference's speed (a diagnostic: no user has it).
+    ``fitted``: the recorded fits ({"b": ..., "c": ...}) instead of refitting."""
+    docs = load_session(directory)
+    d = drift(docs)
+    split = session_split(docs)
+    grid_fams = {family(r) for r in split["grid"]["results"] if r.get("status") == "ok"}
+    held_fams = {family(r) for r in split["heldout"]["results"] if r.get("status") == "ok"}
+    v4 = throughput.DEFAULT
+    fits = fitted or {"b": fit_session(split),
+                      "c": fit_session({k: corrected(v, d) for k, v in split.items()})}
+    b, c = with_dict(fits["b"], v4), with_dict(fits["c"], v4)
+    b_te_v4_torch = with_dict({k: fits["b"][k] for k in FIT}, v4)
+    every_te = dict(docs["grid"], results=docs["grid"]["results"] + split["heldout"]["results"])
+    cal = {k: corrected(v, d) for k, v in split.items()}
+    return {
+        "what": "issue 36 on one H100 session (2026-12-06, benchmarks/throughput/session_v6.sh): "
+                "(a) v4's residuals fitted on H200 runs, with the H100's measured parts; (b) the "
+                "residuals refitted on this session's grid, predicting the held-out families; "
+                "(c) (b) with every run taken back to the start reference's speed (the measured "
+                "drift interpolated linearly in time): a diagnostic",
+        "command": "python benchmarks/throughput/model_accuracy.py --session "
+                   "benchmarks/throughput/raw/session_v6_h100 --session-out "
+                   "benchmarks/throughput/heldout_eval_h100_v6.json",
+        "session": {k: docs["grid"].get(k) for k in ("machine", "gpu", "date", "torch", "transformer_engine", "session")},
+        "held_out_families_in_grid": sorted(map(list, held_fams & grid_fams)),
+        "held_out_families": len(held_fams),
+        "drift": d,
+        "fits": fits,
+        "a_v4_h200_residuals": {
+            "te_all": _evaluation(rows(every_te, None, v4), d),
+            "te_grid": _evaluation(rows(split["grid"], None, v4), d),
+            "te_heldout": _evaluation(rows(split["heldout"], None, v4), d),
+            "torch_all": _evaluation(rows(docs["torch"], None, v4)),
+            "torch_heldout": _evaluation(rows(split["torch_heldout"], None, v4))},
+        "b_refit_on_session_grid": {
+            "te_grid_in_sample": _evaluation(rows(split["grid"], None, b), d),
+            "te_heldout": _evaluation(rows(split["heldout"], None, b), d),
+            "torch_heldout": _evaluation(rows(split["torch_heldout"], None, b)),
+            "torch_heldout_v4_torch_residuals": _evaluation(rows(split["torch_heldout"], None, b_te_v4_torch))},
+        "c_drift_corrected": {
+            "te_heldout": _evaluation(rows(cal["heldout"], None, c), d),
+            "torch_heldout": _evaluation(rows(cal["torch_heldout"], None, c))},
+    }
+
+
+def session_markdown(ev: dict[str, Any]) -> str:
+    lines = ["| evaluation | runs | families | median | worst | worst too fast | signed median | "
+             "speed-up pairs | speed-up median | speed-up worst |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for part in ("a_v4_h200_residuals", "b_refit_on_session_grid", "c_drift_corrected"):
+        for name, s in ev[part].items():
+            sp = (f"{s['speedup_pairs']} | {s['median_speedup_error']:.3f} | {s['worst_speedup_error']:.3f}"
+                  if s["speedup_pairs"] else "0 | - | -")
+            lines.append(f"| {part[0]}: {name} | {s['rows']} | {s['families']} | {s['median_abs_error']:.1%} | "
+                         f"{s['worst_abs_error']:.1%} | {s['worst_too_fast']:+.1%} | "
+                         f"{s['median_signed_error']:+.1%} | {sp} |")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--grid", type=Path, default=GRID)
@@ -635,7 +845,17 @@ def main(argv: list[str] | None = None) -> int:
                     "lofo_all_h200.json, or raw/lofo_all_h200_v3.json with --v3)")
     ap.add_argument("--blackwell", action="store_true",
                     help="the B200 predictions for the Llama-3-8B shape vs the published ranges")
+    ap.add_argument("--session", type=Path, help="a one-GPU session's directory (raw/session_v6_h100): "
+                    "issue 36's evaluations (a), (b), (c) (refits: a minute); with --session-out "
+                    "writes them")
+    ap.add_argument("--session-out", type=Path)
     args = ap.parse_args(argv)
+    if args.session:
+        ev = evaluate_session(args.session)
+        if args.session_out:
+            args.session_out.write_text(json.dumps(ev, indent=1) + "\n")
+        print(session_markdown(ev))
+        return 0
     if args.blackwell:
         print(blackwell_markdown())
         return 0

@@ -3,11 +3,12 @@ error band per source, in one table.
 
 Two sources of a prediction (``throughput.source_for``):
 
-- **measured H200 parts** (Hopper): the model's parts were measured on H200s and its residuals
-  fitted there; its band is its error on configuration families left out of the fit
-  (``throughput.HELD_OUT_MEDIAN_ERROR``, ``HELD_OUT_WORST_TOO_FAST``) and its run-time
-  margin ``throughput.RUNTIME_MARGIN``. A refit changes those constants, and these bands with
-  them: nothing here is a copy of them.
+- **measured parts** (Hopper: "measured H200 parts", "measured H100 parts"): the model's parts
+  were measured on that GPU and its residuals fitted there; its band is its error on
+  configuration families left out of the fit (``throughput.ACCURACY[gpu]``; the H200's are
+  ``throughput.HELD_OUT_MEDIAN_ERROR``, ``HELD_OUT_WORST_TOO_FAST``) and its run-time margin
+  (the H200's: ``throughput.RUNTIME_MARGIN``). A refit changes those constants, and these bands
+  with them: nothing here is a copy of them.
 - **datasheet only** (Blackwell, and any GPU without measured parts): the same model with
   constants never fitted to the GPU. Its band is the held-out one compounded with the miss of
   uncalibrated constants, ``UNCALIBRATED_*`` below (declared here, with their source).
@@ -52,6 +53,11 @@ MEASURED = "measured H200 parts"
 DATASHEET = "datasheet only"
 
 
+def measured_label(gpu: str) -> str:
+    """The band source of a GPU with measured parts (MEASURED for the H200)."""
+    return f"measured {gpu} parts"
+
+
 @dataclass(frozen=True)
 class Band:
     """A prediction's error band: ``typical`` (the +/- fraction shown beside a time or a
@@ -78,26 +84,30 @@ def bands() -> dict[str, Band]:
     """The band of each source, from the throughput model's accuracy constants as they are
     now (called per plan, so a refit needs no change here)."""
     t = throughput
-    measured_why = (f"held-out error of the {t.MODEL_NAME} on configuration families left out "
-                    f"of its fit: median {t.HELD_OUT_MEDIAN_ERROR:.1%}, worst "
-                    f"{t.HELD_OUT_WORST_TOO_FAST:.1%} too fast (benchmarks/throughput/"
-                    f"lofo_all_h200.json); max_runtime margin {t.RUNTIME_MARGIN:.1%}")
+    out = {}
+    for gpu, acc in t.ACCURACY.items():
+        why = (f"held-out error of the {t.MODEL_NAME} on {gpu} configuration families left out "
+               f"of its fit: median {acc.median_error:.1%}, worst {acc.worst_too_fast:.1%} too "
+               f"fast (benchmarks/throughput/{acc.record}); max_runtime margin "
+               f"{acc.runtime_margin:.1%}")
+        label = measured_label(gpu)
+        out[label] = Band(label, acc.median_error, acc.worst_too_fast, acc.runtime_margin, why,
+                          SAME_GPU_RELATIVE_MEASURED)
     worst = _compound(t.HELD_OUT_WORST_TOO_FAST, UNCALIBRATED_WORST_TOO_FAST)
     typical = _compound(t.HELD_OUT_MEDIAN_ERROR, UNCALIBRATED_MEDIAN_ERROR)
     margin = round(worst + t.RUNTIME_SAFETY_ALLOWANCE, 3)
     datasheet_why = (f"no measured parts for this GPU: the held-out error compounded with "
                      f"{UNCALIBRATED_SOURCE}: typical {typical:.1%}, worst {worst:.1%} too "
                      f"fast; max_runtime margin {margin:.1%}")
-    return {
-        MEASURED: Band(MEASURED, t.HELD_OUT_MEDIAN_ERROR, t.HELD_OUT_WORST_TOO_FAST,
-                       t.RUNTIME_MARGIN, measured_why, SAME_GPU_RELATIVE_MEASURED),
-        DATASHEET: Band(DATASHEET, typical, worst, margin, datasheet_why, SAME_GPU_RELATIVE_DATASHEET),
-    }
+    out[DATASHEET] = Band(DATASHEET, typical, worst, margin, datasheet_why, SAME_GPU_RELATIVE_DATASHEET)
+    return out
 
 
 def band_for(gpu: hardware.GPU | str, throughput_kind: str = "predicted") -> Band:
-    """The band of a prediction for ``gpu`` (a probed or measured speed: the measured one)."""
+    """The band of a prediction for ``gpu``: its own measured-parts band where it has one; a
+    probed or measured speed on another GPU takes the H200's measured band."""
     g = hardware.gpu(gpu) if isinstance(gpu, str) else gpu
-    measured = throughput_kind != "predicted" or throughput.source_for(g) == \
-        throughput.HOPPER_SOURCE
-    return bands()[MEASURED if measured else DATASHEET]
+    every = bands()
+    if measured_label(g.name) in every:
+        return every[measured_label(g.name)]
+    return every[MEASURED if throughput_kind != "predicted" else DATASHEET]
