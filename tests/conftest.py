@@ -46,7 +46,10 @@ def entrypoint(interpreter, code):
     folder.mkdir(exist_ok=True)
     path = folder / hashlib.sha256(code.encode()).hexdigest()[:16]
     if not path.exists():
-        path.write_text(code)
+        # Written whole, then renamed: a test in another xdist worker never runs half a script.
+        part = path.with_name(f"{path.name}.{os.getpid()}.part")
+        part.write_text(code)
+        os.replace(part, path)
     return [interpreter, str(path)]
 
 
