@@ -104,6 +104,7 @@ def reference(backend: Any, hosts: int) -> dict[int, float]:
     return _REFERENCE[hosts]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("hosts", [1, 2], ids=["1-host", "2-hosts"])
 @pytest.mark.parametrize("image", ["dlc-entry-point-before", "project-entry-point"])
 def test_a_spot_interruption_reaches_the_trainer_through_pid_1_and_the_toolkit(
@@ -154,6 +155,7 @@ def test_a_spot_interruption_reaches_the_trainer_through_pid_1_and_the_toolkit(
     assert [run[s] for s in sorted(run)] == [ref[s] for s in sorted(ref)]
 
 
+@pytest.mark.slow
 def test_checkpoints_reach_s3_while_the_job_runs_and_a_host_lost_mid_save_resumes_from_s3(
         backend):
     name = "sync-while-running"
