@@ -29,8 +29,10 @@ lint: $(STAMP)
 	$(PY) -m kfp_sagemaker_blackwell.iam.lint
 	$(VENV)/bin/hadolint images/trainer/Dockerfile images/components/Dockerfile
 
+# Every core (-n auto); a test file's tests stay in one worker (--dist loadfile), so a module's
+# fixtures (a local backend, a trained run) start once. tests/README.md: how to keep it fast.
 test: lint
-	$(PY) -m pytest
+	$(PY) -m pytest -n auto --dist loadfile
 
 # Both HTML reports as a browser renders them: needs Debian's chromium (installed here if
 # missing); `make test` runs the same file and skips it, saying why, where chromium is absent.

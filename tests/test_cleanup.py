@@ -35,7 +35,10 @@ REPO, SCRATCH_REPO, FOREIGN_REPO = ("kfp-sagemaker-blackwell/trainer",
                                     "kfp-sagemaker-blackwell/scratch", "other-team/app")
 ROLE = "arn:aws:iam::123456789012:role/kfp-sagemaker-codebuild"
 ALL_DELETE = {kind: choices[0] for kind, choices in plan_mod.POLICY_CHOICES.items()}
-RUNNING = "import sys, time\nprint('step 1 loss 2.0', flush=True)\ntime.sleep(600)\n"
+# A running job that ends on SIGTERM, as the trainer does (PID 1 of the job's PID namespace
+# has no default SIGTERM action: without a handler every stop waits out the grace period).
+RUNNING = ("import signal, sys, time\nsignal.signal(signal.SIGTERM, lambda *a: sys.exit(0))\n"
+           "print('step 1 loss 2.0', flush=True)\ntime.sleep(600)\n")
 FINISHING = ("import os, pathlib\nprint('done', flush=True)\n"
              "pathlib.Path(os.environ.get('SM_MODEL_DIR', '.'), 'model.bin').write_text('w')\n")
 

@@ -31,9 +31,11 @@ ROLE = "arn:aws:iam::123456789012:role/SageMakerTraining"
 PROJECT_IMAGE = "123456789012.dkr.ecr.us-west-2.amazonaws.com/kfp-sagemaker-trainer:test"
 DLC_IMAGE = ("763104351884.dkr.ecr.us-west-2.amazonaws.com/pytorch-training:"
              "2.9.0-gpu-py312-cu130-ubuntu22.04-sagemaker")
-# Long enough that the interruption (sent once CloudWatch shows step 2, a second or two
-# later) lands while the trainer still trains: tiny steps take ~0.01 s on a quiet CPU.
-STEPS = 400
+# The interruption is sent once CloudWatch shows step HOLD; the trainer holds after that step
+# (the trainer's hold_* test hook) while the test's hold file exists and no SIGTERM came, so
+# the stop lands mid-run however loaded the machine is, and a few steps are enough.
+STEPS = 8
+HOLD = 2
 # checkpoint-every 0: the only checkpoint is the one written on SIGTERM.
 HPS = {"model-preset": "tiny", "batch-size": "4", "seq-length": "32", "max-steps": str(STEPS),
        "log-every": "1", "checkpoint-every": "0", "warmup-steps": "2"}
@@ -102,15 +104,23 @@ def reference(backend: Any, hosts: int) -> dict[int, float]:
     return _REFERENCE[hosts]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("hosts", [1, 2], ids=["1-host", "2-hosts"])
 @pytest.mark.parametrize("image", ["dlc-entry-point-before", "project-entry-point"])
 def test_a_spot_interruption_reaches_the_trainer_through_pid_1_and_the_toolkit(
-        backend, image, hosts):
+        backend, image, hosts, tmp_path):
     name = f"{image.split('-')[0]}-spot-{hosts}"
-    create(backend, name, DLC_IMAGE if image.startswith("dlc") else PROJECT_IMAGE, hosts)
-    wait_for(lambda: any(max(losses(s), default=0) >= 2 for s in streams(backend, name)),
-             180, "step 2")
+    hold = tmp_path / "hold"
+    hold.touch()
+    create(backend, name, DLC_IMAGE if image.startswith("dlc") else PROJECT_IMAGE, hosts,
+           **{"hold-after-step": str(HOLD), "hold-file": str(hold)})
+    wait_for(lambda: any(max(losses(s), default=0) >= HOLD for s in streams(backend, name)),
+             180, f"step {HOLD} in CloudWatch (the trainer holds there)")
     backend.interrupt_spot(name)
+    # The restart is under way (its stream exists): from here on the trainer need not hold (the
+    # DLC's restart trains from step 1 again, past the hold).
+    wait_for(lambda: len(streams(backend, name)) >= 2, 180, "the restart's log stream")
+    hold.unlink()
     job = finished(backend, name)
     assert job["TrainingJobStatus"] == "Completed", job.get("FailureReason")
     statuses = [t["Status"] for t in job["SecondaryStatusTransitions"]]
@@ -133,7 +143,7 @@ def test_a_spot_interruption_reaches_the_trainer_through_pid_1_and_the_toolkit(
     [stop] = [e for e in parsed(first, "event") if e["kind"] == "sigterm"]
     [final] = saved
     last = max(losses(first))
-    assert final["step"] == last and f"{last}" in stop["message"]
+    assert final["step"] == last == HOLD + 1 and f"{last}" in stop["message"]
     assert f"step_{last:08d}/meta.json" in checkpoint_keys(backend, name)
     assert resumed and resumed[0]["step"] == last
     if hosts == 2:
@@ -145,6 +155,7 @@ def test_a_spot_interruption_reaches_the_trainer_through_pid_1_and_the_toolkit(
     assert [run[s] for s in sorted(run)] == [ref[s] for s in sorted(ref)]
 
 
+@pytest.mark.slow
 def test_checkpoints_reach_s3_while_the_job_runs_and_a_host_lost_mid_save_resumes_from_s3(
         backend):
     name = "sync-while-running"
@@ -298,21 +309,24 @@ def test_a_container_entry_point_the_image_does_not_have_is_refused_at_create(ba
     assert "not-in-the-image" not in names
 
 
-def test_without_namespaces_the_fallback_still_delivers_the_stop(backend, monkeypatch):
+def test_without_namespaces_the_fallback_still_delivers_the_stop(backend, monkeypatch, tmp_path):
     """Where ``unshare`` is not allowed the entry point is a session leader, not PID 1: this
     project's entry point (a subreaper then) still delivers the SIGTERM and the final
     checkpoint still reaches S3. (The DLC stand-in's SIGTERM-ignoring start there was checked
     by hand: no checkpoint; one more trainer run was not worth the suite's time.)"""
     monkeypatch.setattr(container, "namespace_prefix", lambda: ())
     name = "project-no-namespace"
-    create(backend, name, PROJECT_IMAGE, 1, **{"max-steps": "400"})
-    wait_for(lambda: any(max(losses(s), default=0) >= 2 for s in streams(backend, name)),
-             180, "step 2")
+    hold = tmp_path / "hold"
+    hold.touch()
+    create(backend, name, PROJECT_IMAGE, 1, **{"hold-after-step": str(HOLD),
+                                               "hold-file": str(hold)})
+    wait_for(lambda: any(max(losses(s), default=0) >= HOLD for s in streams(backend, name)),
+             180, f"step {HOLD} in CloudWatch (the trainer holds there)")
     backend.client("sagemaker").stop_training_job(TrainingJobName=name)
     assert finished(backend, name)["TrainingJobStatus"] == "Stopped"
     [lines] = streams(backend, name)
     saved = [c["step"] for c in parsed(lines, "checkpoint") if c.get("action") == "saved"]
-    assert saved == [max(losses(lines))]
+    assert saved == [max(losses(lines))] == [HOLD + 1]
     assert f"step_{saved[0]:08d}/meta.json" in checkpoint_keys(backend, name)
 
 

@@ -192,6 +192,7 @@ def test_every_command_not_run_is_still_in_the_docs():
     assert not stale, f"NOT_RUN names commands README.md and docs/ no longer show: {stale}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("where,cmds", local_blocks(), ids=[w for w, _ in local_blocks()])
 def test_readme_local_commands_run(where, cmds, tmp_path):
     env, work = offline_env(tmp_path), scratch_dir(tmp_path)

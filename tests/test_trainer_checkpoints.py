@@ -296,6 +296,7 @@ def test_a_save_after_resuming_from_an_older_checkpoint_drops_the_abandoned_newe
     assert sorted(p.name for p in ck.iterdir()) == [STEP2, "step_00000003"]
 
 
+@pytest.mark.slow
 def test_two_ranks_agree_to_skip_a_damaged_checkpoint_and_resume_exactly(tmp_path):
     """torchrun with 2 gloo processes (train.sh): rank 1's RNG file of the newest checkpoint
     is damaged; both ranks skip it and repeat steps 3 and 4 with the first run's losses."""

@@ -135,8 +135,12 @@ def test_train_sh_reads_multi_node_hosts(tmp_path):
 
 
 def test_sigterm_saves_a_checkpoint_and_exits_zero(tmp_path):
-    env = _layout(tmp_path, {"model-preset": "tiny", "seq-length": "32", "max-steps": "100000", "log-every": "1",
-                             "checkpoint-every": "0"})
+    # The trainer holds after step 3 (the hold_* test hook) until the SIGTERM: the stop lands
+    # at a known step however slow the machine is, and the checkpoint is the next step's.
+    hold = tmp_path / "hold"
+    hold.touch()
+    env = _layout(tmp_path, {"model-preset": "tiny", "seq-length": "32", "max-steps": "10", "log-every": "1",
+                             "checkpoint-every": "0", "hold-after-step": "3", "hold-file": str(hold)})
     # Like the local backend and docker stop: the whole process group gets SIGTERM.
     proc = subprocess.Popen(["bash", str(TRAIN_SH)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, start_new_session=True)
@@ -155,6 +159,6 @@ def test_sigterm_saves_a_checkpoint_and_exits_zero(tmp_path):
     assert any(k == "event" and p["kind"] == "sigterm" for k, p in jsons)
     saved = [p for k, p in jsons if k == "checkpoint" and p["action"] == "saved"]
     summary = [p for k, p in jsons if k == "summary"][-1]
-    assert len(saved) == 1 and summary["status"] == "stopped" and summary["steps"] == saved[0]["step"] >= 3
+    assert len(saved) == 1 and summary["status"] == "stopped" and summary["steps"] == saved[0]["step"] == 4
     assert (Path(saved[0]["path"]) / "meta.json").is_file()
     assert not (tmp_path / "output" / "failure").exists()

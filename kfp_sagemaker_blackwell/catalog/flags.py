@@ -214,6 +214,10 @@ class TrainConfig:
     # Test hooks: stop as if SIGTERM arrived after this step; simulate a CUDA OOM at a step.
     stop_after_step: int = option(0, group=OUTPUTS, hidden=True, valid=f"[0, {MAX_STEPS}]")
     simulate_oom_at_step: int = option(0, group=OUTPUTS, hidden=True, valid=f"[0, {MAX_STEPS}]")
+    # Test hook: after this step's line, wait while hold_file exists and no stop was asked
+    # (a test interrupts a job at a known step without racing the trainer).
+    hold_after_step: int = option(0, group=OUTPUTS, hidden=True, valid=f"[0, {MAX_STEPS}]")
+    hold_file: str = option("", group=OUTPUTS, hidden=True)
 
     def resolved_lr(self) -> float:
         if self.lr is not None:

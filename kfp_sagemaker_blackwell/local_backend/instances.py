@@ -152,7 +152,10 @@ class Instances:
         env["AWS_REGION"] = env["AWS_DEFAULT_REGION"] = job.region
         user_env = job.request.get("Environment") or {}
         if "OMP_NUM_THREADS" not in user_env and not self.num_gpus:
-            # Each local "instance" gets its share of this machine's cores.
-            share = max(1, (os.cpu_count() or 1) // max(1, job.instance_count))
+            # Each local "instance" gets its share of this machine's cores, or of the threads
+            # the backend's own OMP_NUM_THREADS allows (a test run with a process per core).
+            own = os.environ.get("OMP_NUM_THREADS", "").strip()
+            cores = int(own) if own.isdigit() and int(own) > 0 else os.cpu_count() or 1
+            share = max(1, cores // max(1, job.instance_count))
             env["OMP_NUM_THREADS"] = str(share)
         return env

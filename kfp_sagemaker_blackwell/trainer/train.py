@@ -498,6 +498,9 @@ def _train(cfg, plan, world, log, stop, state: _RunState, meter, t_start, *, sta
             else:
                 log.event("checkpoint_skipped", "no writable checkpoint-dir: nothing saved")
             return "stopped"
+        if cfg.hold_after_step and step == cfg.hold_after_step:
+            while cfg.hold_file and Path(cfg.hold_file).exists() and not stop.requested:
+                time.sleep(0.01)
         if checkpoints and cfg.checkpoint_every and step % cfg.checkpoint_every == 0:
             _save(cfg, world, log, state, checkpoints, fingerprint)
     return "completed"
