@@ -14,7 +14,7 @@ from kfp_sagemaker_blackwell.common.training_job import MAX_RUNTIME_LIMIT_S
 from kfp_sagemaker_blackwell.components.sagemaker_training import limits
 from kfp_sagemaker_blackwell.components.sagemaker_training.request.config import (
     TrainingJobConfig,
-    _check_s3,
+    check_s3,
 )
 
 MAX_VOLUME_SIZE_GB = 16384  # EBS gp2/gp3 ceiling (botocore has min 0 only)
@@ -62,7 +62,7 @@ class Budget:
                              jobs=jobs or self.jobs, missing=missing)
 
 
-def _hardware(cfg: TrainingJobConfig) -> TrainingJobConfig:
+def check_hardware(cfg: TrainingJobConfig) -> TrainingJobConfig:
     """Checks the precision (parsed: the config returned carries the Precision), the
     instance type and count and the volume."""
     from kfp_sagemaker_blackwell.catalog import hardware
@@ -93,6 +93,24 @@ def _hardware(cfg: TrainingJobConfig) -> TrainingJobConfig:
     return cfg
 
 
+def check(cfg: TrainingJobConfig, region: str) -> None:
+    """The capacity (on-demand, a plan or spot, limits, checkpoints) and its controls
+    (fallback types, pending time-out, warm pools)."""
+    _capacity(cfg, region)
+    _capacity_controls(cfg)
+
+
+def own_checkpoints(cfg: TrainingJobConfig, job_name: str) -> TrainingJobConfig:
+    """``checkpoint_s3_prefix`` made the job's own prefix, named after the job
+    (``<prefix>/<job name>``, as checkpoint_s3_uri)."""
+    if not cfg.checkpoint_s3_prefix:
+        return cfg
+    cfg = dataclasses.replace(cfg, checkpoint_s3_prefix="", checkpoint_s3_uri=(
+        f"{cfg.checkpoint_s3_prefix.rstrip('/')}/{job_name}"))
+    check_s3("checkpoint_s3_prefix", cfg.checkpoint_s3_uri, "CheckpointConfig.S3Uri")
+    return cfg
+
+
 def _capacity(cfg: TrainingJobConfig, region: str) -> None:
     """On-demand, a training plan or managed spot; run-time limits; checkpoints."""
     if cfg.training_plan_arn:
@@ -120,7 +138,7 @@ def _capacity(cfg: TrainingJobConfig, region: str) -> None:
                         "pass checkpoint_s3_prefix (the job's checkpoints at <prefix>/<job "
                         "name>) or checkpoint_s3_uri (exactly that prefix), not both.")
     if cfg.checkpoint_s3_prefix:
-        _check_s3("checkpoint_s3_prefix", cfg.checkpoint_s3_prefix, "CheckpointConfig.S3Uri")
+        check_s3("checkpoint_s3_prefix", cfg.checkpoint_s3_prefix, "CheckpointConfig.S3Uri")
     if cfg.use_spot:
         if not (cfg.checkpoint_s3_uri or cfg.checkpoint_s3_prefix):
             raise UserError("checkpoint_s3_uri", "is required with use_spot: an interrupted spot "
@@ -137,7 +155,7 @@ def _capacity(cfg: TrainingJobConfig, region: str) -> None:
         raise UserError("max_wait_seconds", "is only valid with use_spot=True.",
                         "set use_spot=True or leave max_wait_seconds at 0.")
     if cfg.checkpoint_s3_uri:
-        _check_s3("checkpoint_s3_uri", cfg.checkpoint_s3_uri, "CheckpointConfig.S3Uri")
+        check_s3("checkpoint_s3_uri", cfg.checkpoint_s3_uri, "CheckpointConfig.S3Uri")
     if cfg.max_retry_attempts:
         limits.check("max_retry_attempts", "RetryStrategy.MaximumRetryAttempts",
                      cfg.max_retry_attempts, "pass 0 (no retries) to 30.")

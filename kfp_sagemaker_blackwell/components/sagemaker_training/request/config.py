@@ -45,7 +45,7 @@ class TrainingJobConfig(_Declared):  # type: ignore[misc]
 
     @classmethod
     def from_values(cls, values: dict[str, Any]) -> TrainingJobConfig:
-        """From the component's parameter values (``locals()`` of its body, the CLI's
+        """From the component's parameter values (its arguments by name, the CLI's
         flags, a pipeline's argument check): the keys that are fields (not the output
         artifacts), a None container emptied, whole numbers inside lists and dicts ints
         again (``kfp_values.integral``: kfp.local hands them over as floats)."""
@@ -62,7 +62,7 @@ class TrainingJobConfig(_Declared):  # type: ignore[misc]
         return cls(**kw)
 
 
-def _as_str(value: Any) -> str:
+def as_str(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, float) and value.is_integer():
@@ -72,12 +72,12 @@ def _as_str(value: Any) -> str:
     return str(value)
 
 
-def _check_s3(fld: str, uri: str, path: str = "OutputDataConfig.S3OutputPath") -> None:
+def check_s3(fld: str, uri: str, path: str = "OutputDataConfig.S3OutputPath") -> None:
     split_s3_uri(uri, fld)
     limits.check(fld, path, uri)
 
 
-def _custom(cfg: TrainingJobConfig) -> None:
+def check_trainer(cfg: TrainingJobConfig) -> None:
     """The trainer switch, and what only a custom image takes: its entry point
     (ContainerEntrypoint), its metric definitions (MetricDefinitions, each a Name and a
     Regex SageMaker and parse_logs search the log with) and the endpoint URL."""

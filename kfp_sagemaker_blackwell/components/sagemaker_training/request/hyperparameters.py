@@ -12,24 +12,48 @@ from kfp_sagemaker_blackwell.common.errors import UserError
 from kfp_sagemaker_blackwell.components.sagemaker_training import limits
 from kfp_sagemaker_blackwell.components.sagemaker_training.request.config import (
     TrainingJobConfig,
-    _as_str,
+    as_str,
 )
-from kfp_sagemaker_blackwell.components.sagemaker_training.request.model import MODEL_DIMENSIONS
+from kfp_sagemaker_blackwell.components.sagemaker_training.request.model import (
+    MODEL_DIMENSIONS,
+    Memory,
+)
 
 # Environment keys the container contract or the execution role own: SM_* is how
 # SageMaker tells the container its paths, hosts and hyperparameters (SM_HP_<NAME>
-# would bypass the hyperparameter checks above); credentials in Environment travel in
+# would bypass the hyperparameter checks); credentials in Environment travel in
 # clear in the request, show in DescribeTrainingJob and override the execution role.
 AWS_CREDENTIAL_VARIABLES = frozenset({"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
                                       "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN"})
 SECRET_NAME_RE = re.compile(r"SECRET|PASSWORD|PASSWD|(^|_)TOKEN(_|$)|CREDENTIAL", re.IGNORECASE)
 
 
+def pick_precision(cfg: TrainingJobConfig) -> TrainingJobConfig:
+    """The configuration with its precision's entry of ``precision_hyperparameters`` merged
+    into ``hyperparameters`` (``merge_precision_hyperparameters``), the map emptied."""
+    return dataclasses.replace(cfg, precision_hyperparameters={}, hyperparameters=(
+        merge_precision_hyperparameters(cfg.hyperparameters, cfg.precision_hyperparameters,
+                                        cfg.precision)))
+
+
+def for_trainer(cfg: TrainingJobConfig, memory: Memory) -> tuple[dict[str, str], dict[str, str]]:
+    """The request's hyperparameters and environment: the in-repo trainer's as it will parse
+    and check them (with the model and memory the job runs), a custom image's within
+    SageMaker's limits only."""
+    if cfg.custom:
+        return _free_hyperparameters(cfg.hyperparameters), _environment(cfg.environment)
+    hps = _hyperparameters(cfg, model_overrides=memory.overrides, batch_size=memory.batch_size,
+                           checkpointing=memory.activation_checkpointing)
+    env = _environment(cfg.environment)
+    _check_with_trainer(hps, env)
+    return hps, env
+
+
 def _free_hyperparameters(hyperparameters: dict[str, Any]) -> dict[str, str]:
     """A custom image's hyperparameters: any names, within SageMaker's limits only."""
     hps: dict[str, str] = {}
     for key, value in (hyperparameters or {}).items():
-        key, text = str(key), _as_str(value)
+        key, text = str(key), as_str(value)
         limits.check("hyperparameters", "HyperParameters{key}", key)
         limits.check("hyperparameters", "HyperParameters{}", text,
                      f"shorten the value of {key!r}.")
@@ -94,7 +118,7 @@ def _hyperparameters(cfg: TrainingJobConfig, *, model_overrides: dict[str, int],
         "batch-size": str(batch_size),
         "seq-length": str(cfg.seq_length),
         "max-steps": str(cfg.max_steps),
-        "activation-checkpointing": _as_str(checkpointing),
+        "activation-checkpointing": as_str(checkpointing),
     })
     _check_container_paths(cfg.hyperparameters)
     for key, value in (cfg.hyperparameters or {}).items():
@@ -104,7 +128,7 @@ def _hyperparameters(cfg: TrainingJobConfig, *, model_overrides: dict[str, int],
             param = {"preset": "model_preset"}.get(canonical, canonical.replace("-", "_"))
             raise UserError("hyperparameters", f"{key!r} is set by the {param} parameter.",
                             f"pass {param}=... instead of hyperparameters[{key!r}].")
-        text = _as_str(value)
+        text = as_str(value)
         if not key:
             raise UserError("hyperparameters", "an empty name.", "name every hyperparameter.")
         limits.check("hyperparameters", "HyperParameters{key}", key)
@@ -168,7 +192,7 @@ def _check_environment_key(key: str) -> None:
 
 
 def _environment(environment: dict[str, Any]) -> dict[str, str]:
-    env = {str(k): _as_str(v) for k, v in (environment or {}).items()}
+    env = {str(k): as_str(v) for k, v in (environment or {}).items()}
     limits.check("environment", "Environment", env, "pass fewer.")
     for key in env:
         _check_environment_key(key)

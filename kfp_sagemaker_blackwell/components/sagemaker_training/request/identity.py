@@ -13,14 +13,14 @@ from kfp_sagemaker_blackwell.components.sagemaker_training import limits
 from kfp_sagemaker_blackwell.components.sagemaker_training.request.capacity import instance_choices
 from kfp_sagemaker_blackwell.components.sagemaker_training.request.config import (
     TrainingJobConfig,
-    _as_str,
-    _check_s3,
+    as_str,
+    check_s3,
 )
 
 ROLE_ARN_RE = re.compile(r"^arn:aws[a-z\-]*:iam::\d{12}:role/[\w+=,.@\-/]{1,512}$")
 
 
-def _identity(cfg: TrainingJobConfig) -> TrainingJobConfig:
+def check(cfg: TrainingJobConfig) -> TrainingJobConfig:
     """Run id, task and job name; an unresolved pipeline placeholder is dropped."""
     for fld in ("run_id", "task"):
         if "{{$" in getattr(cfg, fld):
@@ -49,10 +49,12 @@ def _identity(cfg: TrainingJobConfig) -> TrainingJobConfig:
     return cfg
 
 
-def _where(cfg: TrainingJobConfig, region: str) -> str:
-    """The region (known to botocore), the image (in ECR), the role and the output prefix."""
-    from kfp_sagemaker_blackwell.common.aws import check_region
+def where(cfg: TrainingJobConfig, region: str | None) -> str:
+    """The job's region (``region``, else the configuration's, else the environment's: known to
+    botocore), checked with the image (in ECR), the role and the output prefix."""
+    from kfp_sagemaker_blackwell.common.aws import check_region, resolve_region
 
+    region = resolve_region(region or cfg.region or None)
     check_region(region, "sagemaker")
     image = cfg.image_uri or ""
     parsed = parse_image(image)
@@ -68,12 +70,12 @@ def _where(cfg: TrainingJobConfig, region: str) -> str:
                         "use arn:aws:iam::<12-digit account>:role/<name> of a role SageMaker "
                         "can assume.")
     limits.check("role_arn", "RoleArn", cfg.role_arn)
-    _check_s3("output_s3_uri", cfg.output_s3_uri)
+    check_s3("output_s3_uri", cfg.output_s3_uri)
     return region
 
 
-def _tags(cfg: TrainingJobConfig) -> dict[str, str]:
-    extra = {str(k): _as_str(v) for k, v in (cfg.tags or {}).items()}
+def job_tags(cfg: TrainingJobConfig) -> dict[str, str]:
+    extra = {str(k): as_str(v) for k, v in (cfg.tags or {}).items()}
     for key, value in extra.items():
         limits.check("tags", "Tags[].Key", key, "use letters, digits, spaces and _ . : / = + - @ "
                      "(1-128 characters).")

@@ -4,14 +4,51 @@ estimate, for the instance type and every fallback."""
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 from typing import Any
 
 from kfp_sagemaker_blackwell.catalog.spec import DIMENSION_BOUNDS
 from kfp_sagemaker_blackwell.common.errors import FieldError, UserError
 from kfp_sagemaker_blackwell.components.sagemaker_training.request.capacity import instance_choices
-from kfp_sagemaker_blackwell.components.sagemaker_training.request.config import TrainingJobConfig
+from kfp_sagemaker_blackwell.components.sagemaker_training.request.config import (
+    CUSTOM_SKIPPED,
+    TrainingJobConfig,
+)
 
 MODEL_DIMENSIONS = {name: name.replace("_", "-") for name in DIMENSION_BOUNDS}
+
+
+@dataclass(frozen=True)
+class Memory:
+    """The model the job trains (None for a custom image: not modelled), the dimensions
+    overriding its preset's, and what it runs with: the batch size and activation
+    checkpointing (the memory plan's, else the configuration's after the pre-flight)."""
+
+    model: Any
+    overrides: dict[str, int]
+    batch_size: int
+    activation_checkpointing: bool
+    notes: tuple[str, ...] = ()
+
+
+def plan_memory(cfg: TrainingJobConfig) -> Memory:
+    """The model and its memory on the job's instance type (custom: the configuration's, a
+    note of what is not checked)."""
+    if cfg.custom:
+        return Memory(None, {}, cfg.batch_size, cfg.activation_checkpointing, (CUSTOM_SKIPPED,))
+    model, overrides = _model(cfg)
+    notes: list[str] = []
+    batch_size, checkpointing = _memory(cfg, model, notes)
+    return Memory(model, overrides, batch_size, checkpointing, tuple(notes))
+
+
+def check_fallbacks(cfg: TrainingJobConfig, memory: Memory) -> tuple[str, ...]:
+    """The memory pre-flight on every fallback type (none for a custom image); its notes."""
+    notes: list[str] = []
+    if memory.model is not None:
+        _fallback_memory(cfg, memory.model, memory.batch_size, memory.activation_checkpointing,
+                         notes)
+    return tuple(notes)
 
 
 def _model(cfg: TrainingJobConfig) -> tuple[Any, dict[str, int]]:

@@ -8,7 +8,7 @@ from kfp_sagemaker_blackwell.common.errors import UserError
 from kfp_sagemaker_blackwell.components.sagemaker_training import limits
 from kfp_sagemaker_blackwell.components.sagemaker_training.request.config import (
     TrainingJobConfig,
-    _check_s3,
+    check_s3,
 )
 
 # A KMS key id, key ARN, alias name or alias ARN (what SageMaker accepts for both keys).
@@ -46,7 +46,7 @@ def _encryption(cfg: TrainingJobConfig, region: str) -> None:
                             f"pass {fld}=True or False.")
 
 
-def _network(cfg: TrainingJobConfig, region: str) -> None:
+def check(cfg: TrainingJobConfig, region: str) -> None:
     """Input channels, encryption and isolation, VPC mode."""
     channels = cfg.input_channels or {}
     if channels:
@@ -58,7 +58,7 @@ def _network(cfg: TrainingJobConfig, region: str) -> None:
                                "/opt/ml/input/data)." if name in DOT_NAMES else "."),
                             "use 1-64 letters, digits, '.', '-' or '_', not '.' or '..' "
                             "(e.g. train).")
-        _check_s3(f"input_channels[{name}]", uri,
+        check_s3(f"input_channels[{name}]", uri,
                   "InputDataConfig[].DataSource.S3DataSource.S3Uri")
     if bool(cfg.vpc_subnet_ids) != bool(cfg.vpc_security_group_ids):
         raise UserError("vpc_subnet_ids", "and vpc_security_group_ids must be given together.",
