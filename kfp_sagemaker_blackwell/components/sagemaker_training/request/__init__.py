@@ -4,7 +4,6 @@ other modules use, handed on."""
 
 from kfp_sagemaker_blackwell.components.sagemaker_training.request.build import build_request
 from kfp_sagemaker_blackwell.components.sagemaker_training.request.capacity import (
-    Budget,
     instance_choices,
 )
 from kfp_sagemaker_blackwell.components.sagemaker_training.request.config import (
@@ -19,6 +18,7 @@ from kfp_sagemaker_blackwell.components.sagemaker_training.request.resolution im
     ResolvedConfig,
     resolve,
 )
+from kfp_sagemaker_blackwell.planning.pricing import Budget
 
 __all__ = [
     "Budget", "CUSTOM_SKIPPED", "OUTSIDE_KFP_DEFAULTS", "ResolvedConfig", "TrainingJobConfig",

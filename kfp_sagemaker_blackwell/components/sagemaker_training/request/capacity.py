@@ -1,13 +1,10 @@
 """Capacity: the precision on the instance type, count and volume; on-demand, a training plan or
-spot; fallback types, run-time limits, warm pools; the budget."""
+spot; fallback types, run-time limits, warm pools (the budget: ``pricing.Budget``)."""
 
 from __future__ import annotations
 
 import dataclasses
-import math
 import re
-from dataclasses import dataclass
-from typing import Any
 
 from kfp_sagemaker_blackwell.common.errors import UserError, unknown_name
 from kfp_sagemaker_blackwell.common.training_job import MAX_RUNTIME_LIMIT_S
@@ -21,45 +18,6 @@ MAX_VOLUME_SIZE_GB = 16384  # EBS gp2/gp3 ceiling (botocore has min 0 only)
 PLAN_ARN_RE = re.compile(
     r"^arn:aws[a-z\-]*:sagemaker:[a-z0-9\-]+:\d{12}:training-plan/([a-z0-9](-*[a-z0-9]){0,62})$"
 )
-
-
-@dataclass(frozen=True)
-class Budget:
-    """``max_cost_usd`` parsed: the USD limit (0: none) for the worst cases of ``jobs``
-    jobs together (the items of the ParallelFor this job is one of, ``budget_items``)."""
-
-    limit_usd: float
-    jobs: int = 1
-
-    @classmethod
-    def parse(cls, max_cost_usd: Any, budget_items: Any) -> Budget:
-        if isinstance(max_cost_usd, bool) or not isinstance(max_cost_usd, int | float) or not (
-                0 <= max_cost_usd < math.inf):
-            raise UserError("max_cost_usd", f"{max_cost_usd!r} is not an amount.",
-                            "pass USD as a number >= 0 (0: no limit).")
-        # The loop's own list on a cluster, and locally too (kfp.local 2.17 handed the loop
-        # item instead: fixed in pipelines/_kfp_local_fixes.py). Anything else would count
-        # one job where the loop runs several: refused, not guessed.
-        if budget_items is not None and not isinstance(budget_items, list):
-            raise UserError("budget_items", f"{budget_items!r:.80} is not a list (the items of "
-                            "the ParallelFor this job is one of).",
-                            "pass the loop's list itself (budget_items=<the ParallelFor's "
-                            "items>), not its item.")
-        return cls(float(max_cost_usd), len(budget_items or []) or 1)
-
-    def check(self, worst: Any, *, instance_type: str, jobs: int | None = None,
-              missing: str = "", refuse_unknown: bool = True) -> None:
-        """Refuses (UserError naming max_cost_usd) a worst case (a ``pricing.Cost``, None
-        without a price) that, times the jobs sharing the budget, exceeds the limit; a
-        budget with no price to check it against too, unless ``refuse_unknown`` is False
-        (a check that does not look up the prices the launch will)."""
-        from kfp_sagemaker_blackwell.planning import pricing
-
-        if worst is None and not refuse_unknown:
-            return
-
-        pricing.check_budget(self.limit_usd, worst, instance_type=instance_type,
-                             jobs=jobs or self.jobs, missing=missing)
 
 
 def check_hardware(cfg: TrainingJobConfig) -> TrainingJobConfig:

@@ -13,13 +13,11 @@ from kfp_sagemaker_blackwell.components.sagemaker_training.request import (
     model,
     network,
 )
-from kfp_sagemaker_blackwell.components.sagemaker_training.request.capacity import (
-    PLAN_ARN_RE,
-    Budget,
-)
+from kfp_sagemaker_blackwell.components.sagemaker_training.request.capacity import PLAN_ARN_RE
 from kfp_sagemaker_blackwell.components.sagemaker_training.request.config import (
     TrainingJobConfig,
 )
+from kfp_sagemaker_blackwell.planning.pricing import Budget
 
 
 @dataclass(frozen=True)
