@@ -220,9 +220,28 @@ def test_no_component_module_restates_a_parameters_default():
         declared = {_unit_free(p.name): p.default for p in cli.source_parameters(
             module, folder.name, defaults=OUTSIDE_KFP_DEFAULTS)  # placeholders: not literals
             if not p.required}
-        found |= _literal_copies(sorted(set(folder.glob("*.py")) - {folder / "component.py"}),
+        found |= _literal_copies(sorted(set(folder.rglob("*.py")) - {folder / "component.py"}),
                                  declared)
     assert not found, sorted(found)
+
+
+def test_the_training_component_passes_every_parameter_by_its_name():
+    """sagemaker_training hands its parameters to TrainingJobConfig by name, not through
+    ``locals()``: every field of the config, each the parameter of the same name."""
+    import dataclasses
+
+    from kfp_sagemaker_blackwell.components.sagemaker_training.request import TrainingJobConfig
+
+    tree = ast.parse((ROOT / "components" / "sagemaker_training" / "component.py").read_text(
+        encoding="utf-8"))
+    assert not [n for n in ast.walk(tree) if isinstance(n, ast.Call)
+                and getattr(n.func, "id", "") == "locals"]
+    (call,) = [n for n in ast.walk(tree) if isinstance(n, ast.Call)
+               and getattr(n.func, "attr", "") == "from_values"]
+    (arg,) = call.args
+    assert isinstance(arg, ast.Call) and getattr(arg.func, "id", "") == "dict" and not arg.args
+    passed = {k.arg: getattr(k.value, "id", None) for k in arg.keywords}
+    assert passed == {f.name: f.name for f in dataclasses.fields(TrainingJobConfig)}
 
 
 def test_the_planning_models_take_the_trainers_defaults_from_its_flag_table():

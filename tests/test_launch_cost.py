@@ -196,3 +196,27 @@ def test_resolve_parses_the_budget_once_for_the_jobs_that_share_it():
                        region="us-west-2")
     assert resolved.budget == Budget(12.0, 3)
     assert resolve(cfg(), region="us-west-2").budget == Budget(0.0, 1)
+
+
+@pytest.mark.parametrize("amount", [-1, float("nan"), float("inf"), True, "10"])
+def test_the_planner_refuses_a_budget_as_the_training_job_does(amount):
+    """One Budget (planning/pricing.py) parses max_cost_usd for sagemaker_training and
+    plan_training: the same refusal, in the same words."""
+    from kfp_sagemaker_blackwell.common import cli as common_cli
+    from kfp_sagemaker_blackwell.components.plan_training import run as plan_run
+    from kfp_sagemaker_blackwell.components.plan_training.component import plan_training
+
+    with pytest.raises(UserError) as launched:
+        pricing.Budget.parse(amount, None)
+    with pytest.raises(UserError) as planned:
+        plan_run.run_component(verdicts="", probe_series=(), **common_cli.declared(
+            plan_training, {"training_tokens": 10**9, "max_cost_usd": amount}))
+    assert str(planned.value) == str(launched.value)
+
+
+def test_instance_hours_are_what_a_cost_and_a_plans_share_are_made_of():
+    price = pricing.Price(40.0, "test")
+    assert pricing.instance_hours(2, 5400) == 3.0
+    assert pricing.cost(price, 2, 5400).amount == 40.0 * pricing.instance_hours(2, 5400)
+    assert not pricing.Budget(0.0).over(1e9) and pricing.Budget(100.0, 2).over(50.01)
+    assert not pricing.Budget(100.0, 2).over(50.0)

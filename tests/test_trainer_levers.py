@@ -80,12 +80,12 @@ def test_the_weight_cache_marks_only_the_first_micro_batch_of_a_step():
     world = parallel.World(0, 0, 1, 1, torch.device("cpu"))
     from kfp_sagemaker_blackwell.trainer import data
 
-    state = types.SimpleNamespace(model=Recorder(), source=data.make_source(cfg), loss_scale=1.0)
-    plan = types.SimpleNamespace(param_dtype=None)
+    trainer = train.Trainer(cfg, types.SimpleNamespace(param_dtype=None), world)
+    trainer.model, trainer.source = Recorder(), data.make_source(cfg)
     import contextlib
 
     for step in (1, 2):
-        train._forward_backward(cfg, plan, world, state, step, contextlib.nullcontext)
+        trainer.forward_backward(step, contextlib.nullcontext)
     assert seen == [True, False, False, True, False, False]
     assert te_backend.block_kwargs(None, None) == {}
     freqs = torch.zeros(4)

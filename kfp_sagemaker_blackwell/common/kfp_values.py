@@ -11,7 +11,7 @@ same pipeline computes, names and reports the same numbers locally and on a clus
 The other kfp.local quirk, a loop body handed its loop item for an input that is the
 loop's own list (``budget_items``), cannot be undone here (the list is gone): it is fixed
 in kfp.local itself (``pipelines/_kfp_local_fixes.py``), and ``budget_items`` that is not
-a list is refused (``sagemaker_training/request.py``'s ``Budget``).
+a list is refused (``planning/pricing.py``'s ``Budget``).
 """
 
 from __future__ import annotations

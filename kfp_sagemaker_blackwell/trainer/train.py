@@ -1,8 +1,11 @@
-"""The training loop, readable top to bottom: ``run(config) -> summary``.
+"""The training loop: ``run(config) -> summary`` builds a ``Trainer`` and runs it.
 
-``run`` can be called repeatedly in one process (the GPU memory grid and the
-tests do); ``main`` is ``python -m kfp_sagemaker_blackwell.trainer``: it parses the configuration,
-calls ``run`` and turns failures into SageMaker's failure file and exit code.
+A ``Trainer`` holds one run (configuration, precision plan, world, log, stop signal, meter,
+typed state, what it built) and reads top to bottom: ``start``, ``resume``, ``train`` (``step``
+after step: ``forward_backward`` and the update; ``save`` as due), ``finish``. ``run`` can be
+called repeatedly in one process (the GPU memory grid and the tests do); ``main`` is
+``python -m kfp_sagemaker_blackwell.trainer``: it parses the configuration, calls ``run`` and
+turns failures into SageMaker's failure file and exit code.
 """
 
 from __future__ import annotations
@@ -27,9 +30,9 @@ from kfp_sagemaker_blackwell.catalog import flags as config_mod
 from kfp_sagemaker_blackwell.catalog import logformat
 from kfp_sagemaker_blackwell.catalog.errors import FieldError
 from kfp_sagemaker_blackwell.catalog.flags import ConfigError, TrainConfig
-from kfp_sagemaker_blackwell.catalog.precisions import COMPUTE_DTYPE
 from kfp_sagemaker_blackwell.trainer import (
     allocator,
+    build,
     checkpoint,
     data,
     emulation,
@@ -39,7 +42,6 @@ from kfp_sagemaker_blackwell.trainer import (
     precision,
 )
 from kfp_sagemaker_blackwell.trainer import loss as loss_mod
-from kfp_sagemaker_blackwell.trainer.model import CausalLM, init_weights
 
 SUMMARY_KEYS = (
     "status", "steps", "final_loss", "tokens", "tokens_per_s", "tokens_per_s_per_gpu", "tflops_per_gpu",
@@ -102,75 +104,6 @@ def lr_at(step: int, cfg: TrainConfig) -> float:
     return floor + (peak - floor) * 0.5 * (1 + math.cos(math.pi * progress))
 
 
-def _block_precisions(cfg: TrainConfig) -> list[str]:
-    kept = precision.high_precision_blocks(cfg.model.num_layers, cfg.high_precision_layers)
-    hp = COMPUTE_DTYPE[cfg.precision]
-    low = cfg.precision in emulation_low()
-    return [hp if i in kept and low else cfg.precision for i in range(cfg.model.num_layers)]
-
-
-def emulation_low() -> tuple[str, ...]:
-    from kfp_sagemaker_blackwell.catalog.precisions import LOW_PRECISIONS
-
-    return LOW_PRECISIONS
-
-
-def _build_torch_model(cfg: TrainConfig, world: parallel.World, plan: precision.Plan):
-    block_numerics = [emulation.numerics_for(p) for p in _block_precisions(cfg)]
-    head_precision = cfg.precision
-    if cfg.high_precision_lm_head and cfg.precision in emulation_low():
-        head_precision = "bf16"
-    if world.device.type == "cuda" and not plan.emulated:
-        # Real 16-bit / fp32 numerics from FSDP2's mixed precision: plain F.linear.
-        block_numerics = [emulation.numerics_for("fp32") for _ in block_numerics]
-        head_numerics = emulation.numerics_for("fp32")
-    else:
-        head_numerics = emulation.numerics_for(head_precision)
-    with torch.device("meta"):
-        model = CausalLM(cfg.model, block_numerics, head_numerics, cfg.fp8_amax_history_len)
-    model.checkpoint_blocks = cfg.activation_checkpointing
-    if cfg.compile:
-        for block in model.blocks:
-            block.compile()
-    parallel.prepare(model, list(model.blocks), world, plan.param_dtype, cfg.single_gpu_fsdp)
-    model.to_empty(device=world.device)
-    init_weights(model, cfg.model, cfg.seed)
-    return model
-
-
-def _optimizer(model, cfg: TrainConfig, world: parallel.World):
-    decay: list[torch.Tensor] = []
-    no_decay: list[torch.Tensor] = []
-    for name, p in model.named_parameters():
-        (no_decay if p.ndim < 2 or "norm" in name or "layer_norm" in name else decay).append(p)
-    groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-    kwargs: dict[str, Any] = {"lr": cfg.resolved_lr(), "betas": (cfg.beta1, cfg.beta2), "eps": 1e-8}
-    if cfg.quantized_model_init:
-        return _te_fused_adam(model, groups, kwargs)
-    if world.device.type == "cuda":
-        kwargs["fused"] = True
-    return torch.optim.AdamW(groups, **kwargs)
-
-
-def _te_fused_adam(model, groups, kwargs):
-    """FP8 primary weights (TE quantized_model_init): TE's FusedAdam keeps fp32 master copies,
-    seeded from the high-precision initial values TE preserved (as TE's fully_shard example)."""
-    import transformer_engine.pytorch as te
-    from transformer_engine.pytorch.quantized_tensor import QuantizedTensor
-
-    opt = te.optimizers.FusedAdam(groups, adam_w_mode=True, master_weights=True,
-                                  master_weight_dtype=torch.float32, **kwargs)
-    for p in model.parameters():
-        opt.initialize_state(p, store_param_remainders=False)
-        local = p._local_tensor if hasattr(p, "_local_tensor") else p
-        if isinstance(local, QuantizedTensor):
-            hp = local.get_high_precision_init_val()
-            if hp is not None:
-                opt.set_scaled_state(p, "master_param", hp.to(device=local.device, dtype=torch.float32))
-                local.clear_high_precision_init_val()
-    return opt
-
-
 def _fingerprint(cfg: TrainConfig, world: parallel.World) -> dict[str, Any]:
     """What a checkpoint must share with the run resuming it (the manifest records it):
     the model, the data order (world size, batch layout, seed) and the numerics (a bf16
@@ -202,6 +135,16 @@ def _oom_reason(exc: BaseException, cfg: TrainConfig, world: parallel.World, ste
     )
 
 
+def _failure(exc: BaseException, cfg: TrainConfig, world: parallel.World, step: int) -> tuple[str, str]:
+    """A failure's kind (oom or error) and its one-line reason."""
+    if isinstance(exc, torch.OutOfMemoryError) or "out of memory" in str(exc).lower():
+        return "oom", _oom_reason(exc, cfg, world, step)
+    if isinstance(exc, FieldError):  # names its field and the fix: said as it is
+        return "error", str(exc)
+    first = (str(exc).strip().splitlines() or [""])[0]
+    return "error", f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+
+
 def _write_failure(output_dir: str | None, reason: str) -> None:
     """SageMaker's failure file (``<output>/failure``: the job's FailureReason), best effort."""
     if not output_dir:
@@ -225,7 +168,7 @@ def _writable(path: str, log: _Log, what: str) -> str:
 
 
 @dataclass
-class _RunState:
+class TrainState:
     """What a run knows as it goes: the summary reports it, a checkpoint saves part of it."""
 
     step: int = 0  # the last optimizer step done
@@ -235,13 +178,7 @@ class _RunState:
     last_checkpoint: str | None = None
     loss_scale: float = 1.0  # fp16's dynamic loss scale (1 otherwise)
     good_steps: int = 0  # fp16: finite steps since the scale last changed
-    source: Any = None  # the data source (its entropy floor goes into the summary)
-    model: Any = None
-    optimizer: Any = None
-    amax_states: list[Any] = field(default_factory=list)  # emulated delayed-scaling histories
     losses: list[tuple[int, float]] = field(default_factory=list)  # (step, loss): metrics.json
-    collector: gc_schedule.GcSchedule | None = None  # the garbage collector's schedule and record
-    allocator: allocator.Settings | None = None  # the CUDA allocator's configuration (GPU runs)
 
 
 @dataclass(frozen=True)
@@ -271,112 +208,306 @@ def run(cfg: TrainConfig, log_out=None) -> dict[str, Any]:
     alloc = allocator.configure() if device_type == "cuda" else None  # before the first CUDA allocation
     world = parallel.init(device_type)
     precision.check_levers(cfg, plan.backend, world.world_size)
-    log = _Log(world.is_main, log_out)
-    stop = _StopFlag()
-    stop.install()
-    state = _RunState(allocator=alloc)
-    try:
-        return _run(cfg, plan, world, log, stop, state, t_start)
-    except TrainingFailed:
-        raise
-    except BaseException as exc:  # noqa: BLE001 - every failure is reported the same way
-        oom = isinstance(exc, torch.OutOfMemoryError) or "out of memory" in str(exc).lower()
-        kind = "oom" if oom else "error"
-        if oom:
-            reason = _oom_reason(exc, cfg, world, state.step + 1)
-        elif isinstance(exc, FieldError):  # names its field and the fix: said as it is
-            reason = str(exc)
-        else:
-            first = (str(exc).strip().splitlines() or [""])[0]
-            reason = f"{type(exc).__name__}: {first}" if first else type(exc).__name__
-        log.event(kind, reason, all_ranks=True)
-        summary = _summary(cfg, plan, world, state, None, t_start, "failed")
-        summary["failure_reason"] = reason
-        log.json("summary", summary)
-        _write_failure(cfg.output_dir, reason)
-        raise TrainingFailed(reason, summary, kind) from exc
-    finally:
-        stop.restore()
-        if state.collector is not None:
-            state.collector.stop()
-        state.model = state.optimizer = None
-        gc.collect()
-        if device_type == "cuda":
-            torch.cuda.empty_cache()
+    return Trainer(cfg, plan, world, _Log(world.is_main, log_out), alloc=alloc, t_start=t_start).run()
 
 
-def _summary(cfg, plan, world, state: _RunState, meter, t_start, status) -> dict[str, Any]:
-    src = state.source
-    tokens_per_step = world.world_size * cfg.batch_size * cfg.grad_accum_steps * cfg.seq_length
-    out: dict[str, Any] = {
-        "status": status,
-        "steps": state.step,
-        "final_loss": state.loss,
-        "tokens": state.step * tokens_per_step,
-        "precision": cfg.precision,
-        "backend": plan.backend,
-        "recipe": plan.recipe,
-        "emulated": plan.emulated,
-        "world_size": world.world_size,
-        "device": world.device.type,
-        "gpu": plan.gpu_name,
-        "entropy_floor": getattr(src, "entropy_floor", None) if src is not None else None,
-        "elapsed_s": round(time.perf_counter() - t_start, 3),
-        "batch_size": cfg.batch_size,
-        "seq_length": cfg.seq_length,
-        "activation_checkpointing": cfg.activation_checkpointing,
-        "params": cfg.model.total_params(),
-        "resumed_from_step": state.resumed_from,
-        "checkpoint": state.last_checkpoint,
-        **(state.allocator.to_dict() if state.allocator is not None else {}),
-    }
-    if state.collector is not None:
-        out.update(state.collector.summary())
-    if meter is not None:
-        out.update(meter.summary(plan.emulated))
-    else:
-        for k in ("tokens_per_s", "tokens_per_s_per_gpu", "tflops_per_gpu", "mfu",
-                  "peak_allocated_bytes", "peak_reserved_bytes"):
-            out.setdefault(k, None)
+class Trainer:
+    """One training run: its configuration, precision plan, world, log, stop signal (SIGTERM),
+    meter and state, and what it builds (data source, sharded model, optimizer). ``run`` calls
+    ``start``, ``resume``, ``train`` (``step`` after step: ``forward_backward`` and the update,
+    ``save`` as due) and ``finish``; a failure is logged, summarised and raised."""
+
+    def __init__(self, cfg: TrainConfig, plan: precision.Plan, world: parallel.World,
+                 log: _Log | None = None, *, alloc: allocator.Settings | None = None,
+                 t_start: float | None = None) -> None:
+        self.cfg, self.plan, self.world = cfg, plan, world
+        self.log = log or _Log(world.is_main)
+        self.stop = _StopFlag()
+        self.state = TrainState()
+        self.allocator = alloc  # the CUDA allocator's configuration (GPU runs)
+        self.t_start = time.perf_counter() if t_start is None else t_start
+        self.fingerprint = _fingerprint(cfg, world)
+        self.outputs = _Outputs(checkpoints="", model="", data="")
+        self.source: Any = None  # the data source (its entropy floor goes into the summary)
+        self.model: Any = None
+        self.optimizer: Any = None
+        self.amax_states: list[Any] = []  # emulated delayed-scaling histories
+        self.meter: metrics.Meter | None = None
+        self.collector: gc_schedule.GcSchedule | None = None  # the garbage collector's schedule
+
+    def run(self) -> dict[str, Any]:
+        """Start-up, resume, the steps, the outputs: the summary. Any failure is logged, its
+        summary written and raised as TrainingFailed; the model is released either way."""
+        self.stop.install()
+        try:
+            self.start()
+            status = self.train(self.resume())
+            return self.finish(status)
+        except TrainingFailed:
+            raise
+        except BaseException as exc:  # noqa: BLE001 - every failure is reported the same way
+            kind, reason = _failure(exc, self.cfg, self.world, self.state.step + 1)
+            self.log.event(kind, reason, all_ranks=True)
+            raise self._failed(reason, kind, measured=False) from exc
+        finally:
+            self.stop.restore()
+            if self.collector is not None:
+                self.collector.stop()
+            self.model = self.optimizer = None
+            gc.collect()
+            if self.world.device.type == "cuda":
+                torch.cuda.empty_cache()
+
+    def start(self) -> None:
+        """The start-up lines (config, recipe, world, data, model); builds the data source, the
+        sharded model and the optimizer; opens the output folders."""
+        cfg, plan, world, log = self.cfg, self.plan, self.world, self.log
         if world.device.type == "cuda":
-            out["peak_allocated_bytes"] = torch.cuda.max_memory_allocated()
-            out["peak_reserved_bytes"] = torch.cuda.max_memory_reserved()
-    return out
+            torch.cuda.reset_peak_memory_stats()
+        log.json("config", cfg.to_dict())
+        log.line(logformat.format_recipe(logformat.RecipeRecord(plan.precision, plan.recipe, plan.backend, plan.emulated)))
+        log.json("world", _world_record(cfg, plan, world))
+        self.source = data.make_source(cfg)
+        log.json("data", self.source.describe())
+        self.model = build.model(cfg, world, plan)
+        self.optimizer = build.optimizer(self.model, cfg, world)
+        get_amax: Any = getattr(self.model, "amax_states", None)
+        self.amax_states = get_amax() if get_amax is not None else []
+        log.json("model", build.model_record(cfg, plan, world))
+        self.outputs = _Outputs(
+            checkpoints=_writable(cfg.checkpoint_dir, log, "checkpoints"),
+            model=_writable(cfg.model_dir, log, "the model") if cfg.save_model else "",
+            data=_writable(cfg.output_data_dir, log, "metrics"),
+        )
+        if self.outputs.data and world.is_main:  # a stale file must not speak for this run (train.sh reads it)
+            (Path(self.outputs.data) / "metrics.json").unlink(missing_ok=True)
+
+    def resume(self) -> int:
+        """Loads the newest complete checkpoint when there is one to resume from (logging why
+        newer ones were skipped); returns the step to continue after (0 for a fresh start). A
+        checkpoint of another run, or checkpoints none of which is usable, is a CheckpointError."""
+        cfg, state, checkpoints = self.cfg, self.state, self.outputs.checkpoints
+        state.loss_scale = cfg.loss_scale if cfg.precision == "fp16" else 1.0
+        if not (checkpoints and cfg.resume):
+            return 0
+        done = checkpoint.restore(checkpoints, self.fingerprint, self.model, self.optimizer, self.world.rank)
+        for name, reason in done.skipped:
+            self.log.event("checkpoint_unusable", f"{name} skipped: {reason}", path=str(Path(checkpoints) / name))
+        if done.path is None:
+            return 0
+        meta = done.meta
+        start_step = int(meta["step"])
+        state.loss_scale = float(meta.get("loss_scale", state.loss_scale))
+        state.good_steps = int(meta.get("good_steps", 0))
+        state.step, state.loss, state.resumed_from = start_step, meta.get("loss"), start_step
+        record: dict[str, Any] = {"action": "resumed", "step": start_step, "path": str(done.path)}
+        if done.skipped:
+            record["skipped"] = [name for name, _ in done.skipped]
+        self.log.json("checkpoint", record)
+        return start_step
+
+    def train(self, start_step: int) -> str:
+        """The steps after ``start_step`` up to max_steps, or until a stop; returns the status
+        (completed or stopped). A non-finite loss raises TrainingFailed."""
+        cfg, plan, world, log, state = self.cfg, self.plan, self.world, self.log, self.state
+        tokens_per_step = world.world_size * cfg.batch_size * cfg.grad_accum_steps * cfg.seq_length
+        peak = plan.gpu.peak_for(cfg.precision) if (plan.gpu and not plan.emulated) else None
+        bf16_peak = plan.gpu.peak_for("bf16") if (plan.gpu and not plan.emulated) else None
+        meter = self.meter = metrics.Meter(cfg.model, cfg.seq_length, tokens_per_step, world.world_size, peak,
+                                           cfg.timing_warmup_steps, world.device.type == "cuda", bf16_peak)
+        collector = self.collector = gc_schedule.GcSchedule(cfg.gc_every)
+        collector.start()
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        autocast = _autocast_factory(cfg, plan, world)
+        flag = torch.zeros(2, dtype=torch.float64, device=world.device)
+        step = start_step
+        while step < cfg.max_steps:
+            step += 1
+            t0 = time.perf_counter()
+            collector.before_step(step)
+            result = self.step(step, params, autocast, flag)
+            if not math.isfinite(result.loss):
+                reason = f"non-finite loss ({result.loss}) at step {step}: lower lr or use a higher precision"
+                log.event("nan_loss", reason)
+                state.step, state.loss = step, None
+                raise self._failed(reason, "nan_loss", measured=True)
+            if world.device.type == "cuda":
+                torch.cuda.synchronize()
+            meter.record(step - start_step, time.perf_counter() - t0)
+            state.step, state.loss = step, result.loss
+            state.losses.append((step, result.loss))
+            if step % cfg.log_every == 0 or step == cfg.max_steps or step == start_step + 1 or result.stop:
+                rec, timing = meter.step_record(step, result.loss, result.lr, result.grad_norm,
+                                                cfg.precision, plan.emulated, collector.take())
+                log.line(logformat.format_step(rec, timing) + (" skipped=1" if result.skipped else ""))
+            if result.stop:
+                log.event("sigterm", f"stop requested at step {step}: saving a checkpoint and exiting")
+                if self.outputs.checkpoints:
+                    self.save()
+                else:
+                    log.event("checkpoint_skipped", "no writable checkpoint-dir: nothing saved")
+                return "stopped"
+            if cfg.hold_after_step and step == cfg.hold_after_step:  # a test's known step to stop at
+                while cfg.hold_file and Path(cfg.hold_file).exists() and not self.stop.requested:
+                    time.sleep(0.01)
+            if self.outputs.checkpoints and cfg.checkpoint_every and step % cfg.checkpoint_every == 0:
+                self.save()
+        return "completed"
+
+    def step(self, step: int, params: list[torch.Tensor], autocast, flag: torch.Tensor) -> _StepResult:
+        """One optimizer step: forward and backward over the micro-batches, clipping, the update
+        (fp16: skipped on non-finite gradients, loss scale adjusted), the loss averaged over ranks
+        and whether any rank was asked to stop (``flag``: one all-reduce for both). The host reads
+        the loss and the norm before the update, or after it with ``--late-sync``."""
+        cfg, world, state = self.cfg, self.world, self.state
+        if cfg.simulate_oom_at_step and step == cfg.simulate_oom_at_step:
+            raise torch.OutOfMemoryError(
+                "CUDA out of memory. Tried to allocate 20.00 GiB. GPU 0 has a total capacity of 139.81 GiB "
+                "(simulated by --simulate-oom-at-step)"
+            )
+        optimizer = self.optimizer
+        lr = lr_at(step, cfg)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        loss_sum = self.forward_backward(step, autocast)
+        if state.loss_scale != 1.0:
+            for p in params:
+                if p.grad is not None:
+                    p.grad.mul_(1.0 / state.loss_scale)
+        with record_function("trainer.clip_grad_norm"):
+            gnorm = torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip if cfg.grad_clip > 0 else float("inf"))
+            if hasattr(gnorm, "full_tensor"):
+                gnorm = gnorm.full_tensor()
+        flag[0] = loss_sum / cfg.grad_accum_steps
+        flag[1] = 1.0 if (self.stop.requested or (cfg.stop_after_step and step == cfg.stop_after_step)) else 0.0
+        if world.world_size > 1:
+            dist.all_reduce(flag)
+        if cfg.late_sync:  # fp16 refused: nothing to skip, one read after the update
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            loss_total, stop_flag, grad_norm = torch.stack((flag[0], flag[1], gnorm.to(flag.dtype))).tolist()
+            emulation.end_step(self.amax_states)
+            return _StepResult(lr, loss_total / world.world_size, grad_norm, False, stop_flag > 0)
+        loss_value = float(flag[0]) / world.world_size
+        grad_norm = float(gnorm)
+        skipped = False
+        if cfg.precision == "fp16" and not math.isfinite(grad_norm):
+            skipped, state.loss_scale, state.good_steps = True, state.loss_scale / 2, 0
+            self.log.event("loss_scale", f"non-finite gradients at step {step}: step skipped, loss scale -> {state.loss_scale:g}")
+        else:
+            optimizer.step()
+            if cfg.precision == "fp16":
+                state.good_steps += 1
+                if state.good_steps % 1000 == 0:
+                    state.loss_scale *= 2
+        optimizer.zero_grad(set_to_none=True)
+        emulation.end_step(self.amax_states)
+        return _StepResult(lr, loss_value, grad_norm, skipped, bool(flag[1] > 0))
+
+    def forward_backward(self, step: int, autocast) -> torch.Tensor:
+        """The micro-batches' forward and backward (gradients accumulated, synchronised on the last);
+        returns the sum of their losses, on the device. ``--fp8-weight-cache`` tells TE which
+        micro-batch is the step's first (it quantises the weights then, and reuses them after)."""
+        cfg, model = self.cfg, self.model
+        loss_sum = torch.zeros((), device=self.world.device, dtype=torch.float32)
+        for micro in range(cfg.grad_accum_steps):
+            set_sync: Any = getattr(model, "set_requires_gradient_sync", None)
+            if set_sync is not None:
+                set_sync(micro == cfg.grad_accum_steps - 1)
+            inputs, targets = _batch(self.source, cfg, self.world, step, micro, self.plan)
+            kwargs = {"is_first_microbatch": micro == 0} if cfg.fp8_weight_cache else {}
+            with autocast():
+                out = model(inputs, **kwargs)
+            with record_function("trainer.loss"):  # named for benchmarks/trainer/profile_step.py
+                loss = loss_mod.lm_loss(out, targets, cfg.loss_kernel)
+            loss_sum += loss.detach()
+            ((loss / cfg.grad_accum_steps) * self.state.loss_scale).backward()
+            del out, loss
+        return loss_sum
+
+    def save(self) -> str:
+        """A checkpoint of ``state.step`` (model, optimizer, loss scale) in the checkpoint dir."""
+        cfg, world, state = self.cfg, self.world, self.state
+        meta = {"loss": state.loss, "loss_scale": state.loss_scale, "good_steps": state.good_steps,
+                "precision": cfg.precision}
+        t0 = time.perf_counter()
+        path = checkpoint.save(self.outputs.checkpoints, state.step, self.model, self.optimizer, meta,
+                               cfg.keep_checkpoints, world.local_rank, world.rank,
+                               fingerprint=self.fingerprint, local_world_size=world.local_world_size)
+        state.last_checkpoint = str(path)
+        self.log.json("checkpoint", {"action": "saved", "step": state.step, "path": str(path),
+                                     "seconds": round(time.perf_counter() - t0, 3)})
+        return str(path)
+
+    def finish(self, status: str) -> dict[str, Any]:
+        """The final model (completed runs), the summary line and metrics.json."""
+        cfg, state, outputs = self.cfg, self.state, self.outputs
+        if status == "completed" and outputs.model:
+            extra = {"model": cfg.model.to_dict(), "precision": cfg.precision, "steps": state.step,
+                     "backend": self.plan.backend,
+                     "format": "torch.save of the full state dict (bf16 weights unless precision=fp32)"}
+            checkpoint.save_final_model(self.model, outputs.model,
+                                        torch.float32 if cfg.precision == "fp32" else torch.bfloat16,
+                                        extra, self.world.rank)
+        summary = self.summary(status)
+        self.log.json("summary", summary)
+        if outputs.data and self.world.is_main:
+            payload = {**summary, "loss_curve": state.losses}
+            (Path(outputs.data) / "metrics.json").write_text(json.dumps(payload, indent=1, default=str))
+        state.status = status
+        return summary
+
+    def summary(self, status: str, *, measured: bool = True) -> dict[str, Any]:
+        """The run's summary; ``measured``: with the meter's figures (throughput, MFU), else the
+        peaks of memory only (a run that failed before or outside its steps)."""
+        cfg, plan, world, state = self.cfg, self.plan, self.world, self.state
+        tokens_per_step = world.world_size * cfg.batch_size * cfg.grad_accum_steps * cfg.seq_length
+        out: dict[str, Any] = {
+            "status": status,
+            "steps": state.step,
+            "final_loss": state.loss,
+            "tokens": state.step * tokens_per_step,
+            "precision": cfg.precision,
+            "backend": plan.backend,
+            "recipe": plan.recipe,
+            "emulated": plan.emulated,
+            "world_size": world.world_size,
+            "device": world.device.type,
+            "gpu": plan.gpu_name,
+            "entropy_floor": getattr(self.source, "entropy_floor", None) if self.source is not None else None,
+            "elapsed_s": round(time.perf_counter() - self.t_start, 3),
+            "batch_size": cfg.batch_size,
+            "seq_length": cfg.seq_length,
+            "activation_checkpointing": cfg.activation_checkpointing,
+            "params": cfg.model.total_params(),
+            "resumed_from_step": state.resumed_from,
+            "checkpoint": state.last_checkpoint,
+            **(self.allocator.to_dict() if self.allocator is not None else {}),
+        }
+        if self.collector is not None:
+            out.update(self.collector.summary())
+        if measured and self.meter is not None:
+            out.update(self.meter.summary(plan.emulated))
+        else:
+            for k in ("tokens_per_s", "tokens_per_s_per_gpu", "tflops_per_gpu", "mfu",
+                      "peak_allocated_bytes", "peak_reserved_bytes"):
+                out.setdefault(k, None)
+            if world.device.type == "cuda":
+                out["peak_allocated_bytes"] = torch.cuda.max_memory_allocated()
+                out["peak_reserved_bytes"] = torch.cuda.max_memory_reserved()
+        return out
+
+    def _failed(self, reason: str, kind: str, *, measured: bool) -> TrainingFailed:
+        """The failure's summary logged and its failure file written: the error to raise."""
+        summary = self.summary("failed", measured=measured)
+        summary["failure_reason"] = reason
+        self.log.json("summary", summary)
+        _write_failure(self.cfg.output_dir, reason)
+        return TrainingFailed(reason, summary, kind)
 
 
-def _run(cfg, plan, world, log, stop, state: _RunState, t_start) -> dict[str, Any]:
-    """Start-up, resume, the steps, the outputs."""
-    cuda = world.device.type == "cuda"
-    if cuda:
-        torch.cuda.reset_peak_memory_stats()
-    _start(cfg, plan, world, log, state)
-    outputs = _Outputs(
-        checkpoints=_writable(cfg.checkpoint_dir, log, "checkpoints"),
-        model=_writable(cfg.model_dir, log, "the model") if cfg.save_model else "",
-        data=_writable(cfg.output_data_dir, log, "metrics"),
-    )
-    if outputs.data and world.is_main:  # a stale file must not speak for this run (train.sh reads it)
-        (Path(outputs.data) / "metrics.json").unlink(missing_ok=True)
-    fingerprint = _fingerprint(cfg, world)
-    start_step = _resume(cfg, world, log, state, outputs.checkpoints, fingerprint)
-    tokens_per_step = world.world_size * cfg.batch_size * cfg.grad_accum_steps * cfg.seq_length
-    peak = plan.gpu.peak_for(cfg.precision) if (plan.gpu and not plan.emulated) else None
-    bf16_peak = plan.gpu.peak_for("bf16") if (plan.gpu and not plan.emulated) else None
-    meter = metrics.Meter(cfg.model, cfg.seq_length, tokens_per_step, world.world_size, peak,
-                          cfg.timing_warmup_steps, cuda, bf16_peak)
-    state.collector = gc_schedule.GcSchedule(cfg.gc_every)
-    state.collector.start()
-    status = _train(cfg, plan, world, log, stop, state, meter, t_start,
-                    start_step=start_step, checkpoints=outputs.checkpoints, fingerprint=fingerprint)
-    return _finish(cfg, plan, world, log, state, meter, t_start, status, outputs)
-
-
-def _start(cfg, plan, world, log, state: _RunState) -> None:
-    """The start-up lines (config, recipe, world, data, model); builds the data source, the
-    sharded model and the optimizer into ``state``."""
-    spec = cfg.model
-    log.json("config", cfg.to_dict())
-    log.line(logformat.format_recipe(logformat.RecipeRecord(plan.precision, plan.recipe, plan.backend, plan.emulated)))
+def _world_record(cfg: TrainConfig, plan: precision.Plan, world: parallel.World) -> dict[str, Any]:
+    """The start-up's world line: ranks, nodes, device, versions, the GPU and its peaks."""
     te_version = None
     if plan.backend == "te":
         import transformer_engine
@@ -393,209 +524,7 @@ def _start(cfg, plan, world, log, state: _RunState) -> None:
                           compute_capability=f"{props.major}.{props.minor}",
                           peak_tflops=plan.gpu.peak_for(cfg.precision) if plan.gpu else None,
                           peak_tflops_bf16=plan.gpu.peak_for("bf16") if plan.gpu else None)
-    log.json("world", world_info)
-    state.source = data.make_source(cfg)
-    log.json("data", state.source.describe())
-
-    if plan.backend == "te":
-        from kfp_sagemaker_blackwell.trainer import te_backend
-
-        state.model = te_backend.build(cfg, world, plan)
-    else:
-        state.model = _build_torch_model(cfg, world, plan)
-    state.optimizer = _optimizer(state.model, cfg, world)
-    get_amax: Any = getattr(state.model, "amax_states", None)
-    state.amax_states = get_amax() if get_amax is not None else []
-    log.json("model", {
-        "params": spec.total_params(), "params_non_embedding": spec.non_embedding_params(),
-        "flops_per_token": spec.flops_per_token(cfg.seq_length),
-        "flops_per_token_blocks": metrics.block_flops_per_token(spec, cfg.seq_length),
-        "block_precisions": _block_precisions(cfg),
-        "lm_head_precision": "bf16" if cfg.high_precision_lm_head and cfg.precision in emulation_low() else cfg.precision,
-        "backend": plan.backend, "preset": cfg.model_preset, "spec": spec.to_dict(),
-        "sharding": "fsdp2" if parallel.shards(world, cfg.single_gpu_fsdp) else "none",
-        "cuda_graphs": cfg.cuda_graphs, "fp8_weight_cache": cfg.fp8_weight_cache,
-    })
-
-
-def _resume(cfg, world, log, state: _RunState, checkpoints: str,
-            fingerprint: dict[str, Any]) -> int:
-    """Loads the newest complete checkpoint when there is one to resume from (logging why
-    newer ones were skipped); returns the step to continue after (0 for a fresh start). A
-    checkpoint of another run, or checkpoints none of which is usable, is a CheckpointError."""
-    state.loss_scale = cfg.loss_scale if cfg.precision == "fp16" else 1.0
-    if not (checkpoints and cfg.resume):
-        return 0
-    done = checkpoint.restore(checkpoints, fingerprint, state.model, state.optimizer, world.rank)
-    for name, reason in done.skipped:
-        log.event("checkpoint_unusable", f"{name} skipped: {reason}", path=str(Path(checkpoints) / name))
-    if done.path is None:
-        return 0
-    meta = done.meta
-    start_step = int(meta["step"])
-    state.loss_scale = float(meta.get("loss_scale", state.loss_scale))
-    state.good_steps = int(meta.get("good_steps", 0))
-    state.step, state.loss, state.resumed_from = start_step, meta.get("loss"), start_step
-    record: dict[str, Any] = {"action": "resumed", "step": start_step, "path": str(done.path)}
-    if done.skipped:
-        record["skipped"] = [name for name, _ in done.skipped]
-    log.json("checkpoint", record)
-    return start_step
-
-
-def _save(cfg, world, log, state: _RunState, checkpoints: str,
-          fingerprint: dict[str, Any]) -> str:
-    """A checkpoint of ``state.step`` (model, optimizer, loss scale) in ``checkpoints``."""
-    meta = {"loss": state.loss, "loss_scale": state.loss_scale, "good_steps": state.good_steps,
-            "precision": cfg.precision}
-    t0 = time.perf_counter()
-    path = checkpoint.save(checkpoints, state.step, state.model, state.optimizer, meta,
-                           cfg.keep_checkpoints, world.local_rank, world.rank,
-                           fingerprint=fingerprint, local_world_size=world.local_world_size)
-    state.last_checkpoint = str(path)
-    log.json("checkpoint", {"action": "saved", "step": state.step, "path": str(path),
-                            "seconds": round(time.perf_counter() - t0, 3)})
-    return str(path)
-
-
-def _train(cfg, plan, world, log, stop, state: _RunState, meter, t_start, *, start_step: int,
-           checkpoints: str, fingerprint: dict[str, Any]) -> str:
-    """The steps after ``start_step`` up to max_steps, or until a stop; returns the status
-    (completed or stopped). A non-finite loss raises TrainingFailed."""
-    params = [p for p in state.model.parameters() if p.requires_grad]
-    autocast = _autocast_factory(cfg, plan, world)
-    flag = torch.zeros(2, dtype=torch.float64, device=world.device)
-    step = start_step
-    while step < cfg.max_steps:
-        step += 1
-        t0 = time.perf_counter()
-        if state.collector is not None:
-            state.collector.before_step(step)
-        result = _step(cfg, plan, world, log, stop, state, step, params, autocast, flag)
-        if not math.isfinite(result.loss):
-            reason = f"non-finite loss ({result.loss}) at step {step}: lower lr or use a higher precision"
-            log.event("nan_loss", reason)
-            state.step, state.loss = step, None
-            summary = _summary(cfg, plan, world, state, meter, t_start, "failed")
-            summary["failure_reason"] = reason
-            log.json("summary", summary)
-            _write_failure(cfg.output_dir, reason)
-            raise TrainingFailed(reason, summary, "nan_loss")
-        if world.device.type == "cuda":
-            torch.cuda.synchronize()
-        meter.record(step - start_step, time.perf_counter() - t0)
-        state.step, state.loss = step, result.loss
-        state.losses.append((step, result.loss))
-        if step % cfg.log_every == 0 or step == cfg.max_steps or step == start_step + 1 or result.stop:
-            gc_s = state.collector.take() if state.collector is not None else math.nan
-            rec, timing = meter.step_record(step, result.loss, result.lr, result.grad_norm,
-                                            cfg.precision, plan.emulated, gc_s)
-            log.line(logformat.format_step(rec, timing) + (" skipped=1" if result.skipped else ""))
-        if result.stop:
-            log.event("sigterm", f"stop requested at step {step}: saving a checkpoint and exiting")
-            if checkpoints:
-                _save(cfg, world, log, state, checkpoints, fingerprint)
-            else:
-                log.event("checkpoint_skipped", "no writable checkpoint-dir: nothing saved")
-            return "stopped"
-        if cfg.hold_after_step and step == cfg.hold_after_step:
-            while cfg.hold_file and Path(cfg.hold_file).exists() and not stop.requested:
-                time.sleep(0.01)
-        if checkpoints and cfg.checkpoint_every and step % cfg.checkpoint_every == 0:
-            _save(cfg, world, log, state, checkpoints, fingerprint)
-    return "completed"
-
-
-def _step(cfg, plan, world, log, stop, state: _RunState, step: int, params, autocast,
-          flag: torch.Tensor) -> _StepResult:
-    """One optimizer step: forward and backward over the micro-batches, clipping, the update
-    (fp16: skipped on non-finite gradients, loss scale adjusted), the loss averaged over ranks
-    and whether any rank was asked to stop (``flag``: one all-reduce for both). The host reads
-    the loss and the norm before the update, or after it with ``--late-sync``."""
-    if cfg.simulate_oom_at_step and step == cfg.simulate_oom_at_step:
-        raise torch.OutOfMemoryError(
-            "CUDA out of memory. Tried to allocate 20.00 GiB. GPU 0 has a total capacity of 139.81 GiB "
-            "(simulated by --simulate-oom-at-step)"
-        )
-    optimizer = state.optimizer
-    lr = lr_at(step, cfg)
-    for group in optimizer.param_groups:
-        group["lr"] = lr
-    loss_sum = _forward_backward(cfg, plan, world, state, step, autocast)
-    if state.loss_scale != 1.0:
-        for p in params:
-            if p.grad is not None:
-                p.grad.mul_(1.0 / state.loss_scale)
-    with record_function("trainer.clip_grad_norm"):
-        gnorm = torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip if cfg.grad_clip > 0 else float("inf"))
-        if hasattr(gnorm, "full_tensor"):
-            gnorm = gnorm.full_tensor()
-    flag[0] = loss_sum / cfg.grad_accum_steps
-    flag[1] = 1.0 if (stop.requested or (cfg.stop_after_step and step == cfg.stop_after_step)) else 0.0
-    if world.world_size > 1:
-        dist.all_reduce(flag)
-    if cfg.late_sync:  # fp16 refused: nothing to skip, one read after the update
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        loss_total, stop_flag, grad_norm = torch.stack((flag[0], flag[1], gnorm.to(flag.dtype))).tolist()
-        emulation.end_step(state.amax_states)
-        return _StepResult(lr, loss_total / world.world_size, grad_norm, False, stop_flag > 0)
-    loss_value = float(flag[0]) / world.world_size
-    grad_norm = float(gnorm)
-    skipped = False
-    if cfg.precision == "fp16" and not math.isfinite(grad_norm):
-        skipped, state.loss_scale, state.good_steps = True, state.loss_scale / 2, 0
-        log.event("loss_scale", f"non-finite gradients at step {step}: step skipped, loss scale -> {state.loss_scale:g}")
-    else:
-        optimizer.step()
-        if cfg.precision == "fp16":
-            state.good_steps += 1
-            if state.good_steps % 1000 == 0:
-                state.loss_scale *= 2
-    optimizer.zero_grad(set_to_none=True)
-    emulation.end_step(state.amax_states)
-    return _StepResult(lr, loss_value, grad_norm, skipped, bool(flag[1] > 0))
-
-
-def _forward_backward(cfg, plan, world, state: _RunState, step: int, autocast) -> torch.Tensor:
-    """The micro-batches' forward and backward (gradients accumulated, synchronised on the last);
-    returns the sum of their losses, on the device. ``--fp8-weight-cache`` tells TE which
-    micro-batch is the step's first (it quantises the weights then, and reuses them after)."""
-    model = state.model
-    loss_sum = torch.zeros((), device=world.device, dtype=torch.float32)
-    for micro in range(cfg.grad_accum_steps):
-        set_sync: Any = getattr(model, "set_requires_gradient_sync", None)
-        if set_sync is not None:
-            set_sync(micro == cfg.grad_accum_steps - 1)
-        inputs, targets = _batch(state.source, cfg, world, step, micro, plan)
-        kwargs = {"is_first_microbatch": micro == 0} if cfg.fp8_weight_cache else {}
-        with autocast():
-            out = model(inputs, **kwargs)
-        with record_function("trainer.loss"):  # named for benchmarks/trainer/profile_step.py
-            loss = loss_mod.lm_loss(out, targets, cfg.loss_kernel)
-        loss_sum += loss.detach()
-        ((loss / cfg.grad_accum_steps) * state.loss_scale).backward()
-        del out, loss
-    return loss_sum
-
-
-def _finish(cfg, plan, world, log, state: _RunState, meter, t_start, status: str,
-            outputs: _Outputs) -> dict[str, Any]:
-    """The final model (completed runs), the summary line and metrics.json."""
-    if status == "completed" and outputs.model:
-        extra = {"model": cfg.model.to_dict(), "precision": cfg.precision, "steps": state.step,
-                 "backend": plan.backend,
-                 "format": "torch.save of the full state dict (bf16 weights unless precision=fp32)"}
-        checkpoint.save_final_model(state.model, outputs.model,
-                                    torch.float32 if cfg.precision == "fp32" else torch.bfloat16,
-                                    extra, world.rank)
-    summary = _summary(cfg, plan, world, state, meter, t_start, status)
-    log.json("summary", summary)
-    if outputs.data and world.is_main:
-        payload = {**summary, "loss_curve": state.losses}
-        (Path(outputs.data) / "metrics.json").write_text(json.dumps(payload, indent=1, default=str))
-    state.status = status
-    return summary
+    return world_info
 
 
 def _autocast_factory(cfg: TrainConfig, plan: precision.Plan, world: parallel.World):

@@ -180,8 +180,9 @@ def goal_and_book(params: Mapping[str, Any], verdicts: str = ""
     _positive("training_tokens", params["training_tokens"], integer=True)
     _positive("seq_length", params["seq_length"], integer=True)
     _positive("max_instance_count", params["max_instance_count"], integer=True)
-    for name in ("deadline_hours", "max_cost_usd", "runtime_margin"):
-        _positive(name, params[name], zero=True)
+    _positive("deadline_hours", params["deadline_hours"], zero=True)
+    budget = pricing.Budget.parse(params["max_cost_usd"])
+    _positive("runtime_margin", params["runtime_margin"], zero=True)
     for name in ("show_top", "probe_count", "startup_seconds", "max_batch_size"):
         _positive(name, params[name], integer=True, zero=True)
     if not 0 <= params["headroom"] < 1:
@@ -206,7 +207,7 @@ def goal_and_book(params: Mapping[str, Any], verdicts: str = ""
         model=model, training_tokens=params["training_tokens"], seq_length=params["seq_length"],
         instance_types=types, instance_counts=instance_counts(params["max_instance_count"]),
         capacity_modes=modes, precisions=precisions, deadline_hours=float(params["deadline_hours"]),
-        max_cost_usd=float(params["max_cost_usd"]), headroom=params["headroom"],
+        max_cost_usd=budget.limit_usd, headroom=params["headroom"],
         runtime_margin=float(params["runtime_margin"]), rank_by=params["rank_by"],
         startup_seconds=params["startup_seconds"], max_batch_size=params["max_batch_size"],
         validated=sweep.passed, failed=sweep.failed, max_risk=max_risk,

@@ -486,7 +486,7 @@ def _limits(goal: Goal, cand: Candidate) -> str:
                 f"{cand.max_runtime_seconds:,} > {MAX_RUNTIME_LIMIT_S:,} (28 days)")
     if cand.worst_cost is not None and cand.currency != "USD" and goal.max_cost_usd:
         return f"priced in {cand.currency}: max_cost_usd cannot be checked"
-    if goal.max_cost_usd and cand.worst_cost is not None and cand.worst_cost > goal.max_cost_usd:
+    if cand.worst_cost is not None and pricing.Budget(goal.max_cost_usd).over(cand.worst_cost):
         return (f"over the budget: worst case {pricing.money(cand.worst_cost)} (predicted "
                 f"{pricing.money(cand.cost or 0)}) > max_cost_usd "
                 f"{pricing.money(goal.max_cost_usd)}")

@@ -364,7 +364,7 @@ def plan_usage(plan: Mapping[str, Any], resolved: ResolvedConfig, jobs: int) -> 
     c = resolved.config
     fee = pricing.money(float(plan.get("UpfrontFee") or 0), str(plan.get("CurrencyCode") or "USD"))
     reserved = int(plan.get("TotalInstanceCount") or 0) * pricing.plan_hours(plan)
-    used = jobs * c.instance_count * c.max_runtime_seconds / 3600
+    used = jobs * pricing.instance_hours(c.instance_count, c.max_runtime_seconds)
     share = f"{used / reserved:.0%}" if reserved else "n/a"
     sweep = f"{jobs} jobs x " if jobs > 1 else ""
     text = (f"training plan {plan.get('TrainingPlanName')}: paid up front, {fee} for "
