@@ -4,6 +4,7 @@ training component's configuration, its cost and the local backend's semantics."
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import replace
 from typing import Any
@@ -51,8 +52,11 @@ def test_fallbacks_become_instance_preferences_first_choice_first_without_instan
 
 
 def test_kfp_float_counts_are_accepted_and_the_count_defaults_to_instance_count():
-    _, req = launcher.prepare(cfg(instance_count=2, fallback_instances=[
-        {"InstanceType": P5, "InstanceCount": 4.0}, {"InstanceType": "ml.p5en.48xlarge"}]))
+    # kfp.local hands numbers inside lists of dicts over as floats: the component boundary
+    # (TrainingJobConfig.from_values, common/kfp_values.integral) makes them ints again
+    values = {**dataclasses.asdict(cfg(instance_count=2)), "fallback_instances": [
+        {"InstanceType": P5, "InstanceCount": 4.0}, {"InstanceType": "ml.p5en.48xlarge"}]}
+    _, req = launcher.prepare(TrainingJobConfig.from_values(values))
     assert [p["InstanceCount"] for p in req["ResourceConfig"]["InstancePreferences"]] == [2, 4, 2]
 
 

@@ -380,8 +380,21 @@ def test_the_executor_refuses_a_dot_channel_directory_too(tmp_path):
 
 
 # ---------------------------------------------------------------- links are never followed out
+@pytest.fixture
+def short_tmp():
+    """A host folder with a short path: the job's script names it, and SageMaker caps each
+    ContainerEntrypoint item at 256 characters (pytest's tmp_path under xdist is long)."""
+    import shutil
+    import tempfile
+
+    d = Path(tempfile.mkdtemp(prefix="lk", dir="/tmp"))
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
 def test_a_link_in_the_checkpoint_dir_is_refused_by_name_and_its_target_never_uploaded(
-        backend, tmp_path):
+        backend, short_tmp):
+    tmp_path = short_tmp
     secret = tmp_path / "secret.txt"
     secret.write_text("host secret")
     (tmp_path / "tree").mkdir()
@@ -405,7 +418,8 @@ def test_a_link_in_the_checkpoint_dir_is_refused_by_name_and_its_target_never_up
     assert keys == {f"{prefix}/fine.txt"}  # the job's own file is kept, nothing else
 
 
-def test_links_in_the_model_and_output_dirs_are_archived_as_links(backend, tmp_path):
+def test_links_in_the_model_and_output_dirs_are_archived_as_links(backend, short_tmp):
+    tmp_path = short_tmp
     import io
     import tarfile
 

@@ -111,7 +111,7 @@ def test_a_series_file_with_one_huge_line_is_refused_in_bounded_memory(tmp_path)
         "import resource, sys\n"
         "from kfp_sagemaker_blackwell.components.compare_convergence.run import load\n"
         "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
-        f"series, problems = load([{str(huge)!r}])\n"
+        f"series, problems, _ = load([{str(huge)!r}])\n"
         "after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
         "print(len(series), (after - before) // 1024, problems[0])\n"
     )

@@ -22,6 +22,7 @@ import functools
 from dataclasses import dataclass
 from typing import Any
 
+from kfp_sagemaker_blackwell.catalog import hardware
 from kfp_sagemaker_blackwell.catalog.spec import preset
 from kfp_sagemaker_blackwell.planning import throughput
 from kfp_sagemaker_blackwell.planning.training_setup import TrainingSetup
@@ -144,7 +145,7 @@ class Shape:
     activation_checkpointing: bool
     seq_length: int = 8192
     gpu: str = "B200"
-    instance_type: str = "ml.p6-b200.48xlarge"
+    instance_type: str = hardware.DEFAULT_INSTANCE_TYPE  # ml.p6-b200.48xlarge: 8x B200 like a DGX-B200
 
     def setup(self, precision: str) -> TrainingSetup:
         return TrainingSetup(preset(self.preset), self.batch_size, self.seq_length,
@@ -161,7 +162,8 @@ class Shape:
 # Llama 3 8B as published: 8 GPUs, micro-batch 2 x GA 8 x 8 ranks = global batch 128,
 # checkpointing off (the published runs do not say; an 8B model needs none on Blackwell).
 SHAPE_8B = Shape("8B", "8b", 8, 2, 8, False)
-SHAPE_8B_B300 = Shape("8B", "8b", 8, 2, 8, False, gpu="B300", instance_type="ml.p6-b300.48xlarge")
+P6_B300 = "ml.p6-b300.48xlarge"  # the B300 rows' instance type (8x B300)
+SHAPE_8B_B300 = Shape("8B", "8b", 8, 2, 8, False, gpu="B300", instance_type=P6_B300)
 # The 70B class: the 64b preset (80 layers, hidden 8192, 62.5B parameters; Llama 3 70B has
 # hidden 8192, 80 layers, FFN 28672) on one instance. The trainer shards with FSDP only,
 # so it needs checkpointing at this size where Megatron splits layers with TP/PP.
