@@ -379,7 +379,7 @@ class Constants:
     host_overlap_exponent: float = _v4("host_overlap_exponent")
     # Considered for v5, not shipped: two overlaps per step instead of one, split where the
     # trainer's host reads the loss and gradient norm before optimizer.step() (a device sync,
-    # trainer/train.py _step; so the optimizer's GPU time cannot hide the forward/backward's
+    # trainer/train.py Trainer.step; so the optimizer's GPU time cannot hide the forward/backward's
     # host time). Measured by the union's leave-one-family-out (code at commit 23d51f4,
     # raw/lofo_all_h200_v5a.json, the per-step host time before the sync): TE median 4.2% ->
     # 4.0% but worst 26.4% -> 27.1% (3b L6 s1024 better, 64b L2 s1024 worse), torch 5.7% -> 5.9%.
