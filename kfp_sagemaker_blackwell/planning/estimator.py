@@ -682,8 +682,8 @@ def _math_attention_bytes(s: TrainingSetup) -> float:
 def _emulated_linears(s: TrainingSetup) -> bool:
     """The torch backend emulates FP8 / MXFP8 / NVFP4 GEMMs with ``kfp_sagemaker_blackwell.trainer.emulation``'s
     ``_EmulatedLinear`` (fp32 operands, rounded to the recipe's formats); 16-bit and
-    fp32 precisions on a GPU use plain ``F.linear`` (trainer/train.py
-    ``trainer/build.py _build_torch_model``)."""
+    fp32 precisions on a GPU use plain ``F.linear`` (trainer/build.py
+    ``_build_torch_model``)."""
     return s.backend == "torch" and s.low_precision
 
 
