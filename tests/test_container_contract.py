@@ -157,20 +157,27 @@ def test_a_spot_interruption_reaches_the_trainer_through_pid_1_and_the_toolkit(
 
 @pytest.mark.slow
 def test_checkpoints_reach_s3_while_the_job_runs_and_a_host_lost_mid_save_resumes_from_s3(
-        backend):
+        backend, tmp_path):
     name = "sync-while-running"
     # A model whose save takes long enough (tenths of a second) to be caught in the middle.
     big = {"hidden-size": "256", "ffn-hidden-size": "704", "num-layers": "2"}
     # Long enough to be still running when the first sync lands (a step takes ~0.05 s on
     # a quiet CPU); which checkpoint the 1 s sync catches first is timing (older ones are
     # pruned within tenths of a second), so any complete one counts.
+    # The trainer holds after step 5 (its step-4 checkpoint complete) until the test has seen
+    # a complete checkpoint in S3: on a loaded machine the 1 s sync could otherwise keep
+    # missing the complete ones, which the trainer prunes within tenths of a second.
+    hold = tmp_path / "hold"
+    hold.touch()
     create(backend, name, PROJECT_IMAGE, 1, **{"checkpoint-every": "2", "max-steps": "2000",
+                                               "hold-after-step": "5", "hold-file": str(hold),
                                                **big})
     sm = backend.client("sagemaker")
     wait_for(lambda: any(k.endswith("/meta.json") and ".tmp" not in k
                          for k in checkpoint_keys(backend, name)), 180,
-             "a complete checkpoint in S3 while the job runs")
+             "a complete checkpoint in S3 while the job runs (the trainer holds after step 5)")
     assert sm.describe_training_job(TrainingJobName=name)["TrainingJobStatus"] == "InProgress"
+    hold.unlink()  # on with the training: the next saves are the ones to kill in the middle of
     # The instance is lost in the middle of the next save: every process SIGKILLed.
     local = backend.host_dir(name) / "checkpoints"
     deadline = time.monotonic() + 120

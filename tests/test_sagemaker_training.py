@@ -144,9 +144,14 @@ def test_a_job_of_the_same_name_from_another_run_is_refused_not_adopted(backend,
 
 
 def test_interrupted_spot_job_resumes_from_its_checkpoint_with_the_same_losses(
-        backend, completed):
+        backend, completed, tmp_path):
+    # The trainer holds after step 3 (its step-2 checkpoint written) until the interruption's
+    # SIGTERM: the interruption lands mid-run however slow or fast the machine is.
+    hold = tmp_path / "hold"
+    hold.touch()
     cfg = tiny("run-spot", use_spot=True, checkpoint_s3_uri=f"s3://{BUCKET}/ckpt/spot",
-               max_runtime_seconds=3600, max_wait_seconds=7200)
+               max_runtime_seconds=3600, max_wait_seconds=7200,
+               hyperparameters={**TINY_HPS, "hold-after-step": "3", "hold-file": str(hold)})
     name = launcher.prepare(cfg)[0].job_name
     outcome: dict[str, Any] = {}
     thread = threading.Thread(target=lambda: outcome.update(
@@ -161,6 +166,8 @@ def test_interrupted_spot_job_resumes_from_its_checkpoint_with_the_same_losses(
 
     wait_for(checkpointed, 120, "a first checkpoint", interval=0.05)
     backend.interrupt_spot(name)
+    wait_for(lambda: len(job_logs(backend, name)) > 1, 120, "the restart's log stream")
+    hold.unlink()
     thread.join(timeout=180)
     assert outcome["result"].status == "Completed"
 
