@@ -183,14 +183,10 @@ def build_pipeline(parallelism: int = DEFAULT_PARALLELISM) -> Any:
                 _probe_and_train(arguments, planning, plan, image, prefix, parallelism)
             with dsl.Else(name="validate-first"):
                 with dsl.ParallelFor(plan.outputs["validation_runs"], parallelism=2) as run:
-                    check = sagemaker_training(**validation_arguments(
+                    checked = _job_and_its_logs(validation_arguments(
                         arguments, image_uri=image.outputs["image_uri"], prefix=prefix,
                         run=run, runs=plan.outputs["validation_runs"],
-                    )).set_display_name("convergence probe")
-                    checked = parse_logs(
-                        job_name=check.outputs["job_name"], region=region,
-                        requested_precision=run.precision, run_label=run.label,
-                    ).set_display_name("parse convergence probe")
+                    ), region, run, "convergence probe")
                 compared = compare_convergence(
                     series=dsl.Collected(checked.outputs["series"]), baseline=VALIDATION_BASELINE,
                     loss_tolerance_rel=loss_tolerance_rel,
@@ -210,20 +206,26 @@ def build_pipeline(parallelism: int = DEFAULT_PARALLELISM) -> Any:
     return plan_and_train
 
 
+def _job_and_its_logs(job_arguments: dict[str, Any], region: Any, item: Any, what: str) -> Any:
+    """One loop item's training job (``what``: its display name) and the parse of its logs,
+    labelled with the item's precision and label; returns the parse task."""
+    job = sagemaker_training(**job_arguments).set_display_name(what)
+    return parse_logs(
+        job_name=job.outputs["job_name"], region=region,
+        requested_precision=item.precision, run_label=item.label,
+    ).set_display_name(f"parse {what}")
+
+
 def _probe_and_train(arguments: dict[str, Any], planning: dict[str, Any], plan: Any, image: Any,
                      prefix: str, parallelism: int, verdicts: Any = None) -> None:
     """Probe the plan's top candidates, re-rank them on measured speed (with the
     convergence verdicts, when a comparison ran), train the winner and parse its logs."""
     region = arguments["region"]
     with dsl.ParallelFor(plan.outputs["top_candidates"], parallelism=parallelism) as candidate:
-        probe = sagemaker_training(**probe_arguments(
+        probed = _job_and_its_logs(probe_arguments(
             arguments, image_uri=image.outputs["image_uri"], prefix=prefix,
             candidate=candidate, candidates=plan.outputs["top_candidates"],
-        )).set_display_name("probe")
-        probed = parse_logs(
-            job_name=probe.outputs["job_name"], region=region,
-            requested_precision=candidate.precision, run_label=candidate.label,
-        ).set_display_name("parse probe")
+        ), region, candidate, "probe")
     more = {"convergence_verdicts": verdicts} if verdicts is not None else {}
     chosen = plan_training(
         **planning, **more, probe_series=dsl.Collected(probed.outputs["series"]),
