@@ -21,7 +21,7 @@ export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 NCCL_NVLS_E
 OUT=${OUT:-/tmp/s6_out}
 S=${S6_STATE:-/root/s6}
 mkdir -p "$OUT" "$S"
-[ -f $S/session_id ] || echo "h200-$(date -u +%Y%m%dT%H%M%SZ)-$RANDOM" > $S/session_id
+[ -f $S/session_id ] || echo "gpu-$(date -u +%Y%m%dT%H%M%SZ)-$RANDOM" > $S/session_id
 export GPU_SESSION_ID=$(cat $S/session_id)
 LOG=$S/driver.log
 say() { echo "[$(date -u +%H:%M:%S)] $*" | tee -a $LOG; }
