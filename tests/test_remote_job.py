@@ -14,7 +14,10 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import re
 import signal
+import socket
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -273,9 +276,6 @@ class CuttingServer:
     in the middle of an answer."""
 
     def __init__(self, *responses: bytes) -> None:
-        import socket
-        import threading
-
         self.responses = list(responses)
         self.sock = socket.create_server(("127.0.0.1", 0))
         self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
@@ -285,8 +285,29 @@ class CuttingServer:
         while self.responses:
             conn, _ = self.sock.accept()
             with conn:
-                conn.recv(65536)
+                self._read_request(conn)
                 conn.sendall(self.responses.pop(0))
+
+    @staticmethod
+    def _read_request(conn: socket.socket) -> None:
+        """Read one whole request (headers, then Content-Length bytes of body): the client
+        may send them in separate segments, and closing with request bytes unread sends an
+        RST that can reach the client before the canned answer, turning "cut short" into
+        "connection reset" (a CI flake)."""
+        data = b""
+        while b"\r\n\r\n" not in data:
+            chunk = conn.recv(65536)
+            if not chunk:
+                return
+            data += chunk
+        head, _, body = data.partition(b"\r\n\r\n")
+        match = re.search(rb"(?im)^content-length:\s*(\d+)", head)
+        length = int(match.group(1)) if match else 0
+        while len(body) < length:
+            chunk = conn.recv(65536)
+            if not chunk:
+                return
+            body += chunk
 
     def close(self) -> None:
         self.sock.close()
