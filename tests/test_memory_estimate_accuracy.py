@@ -527,3 +527,28 @@ def test_expandable_cache_is_fitted_on_the_h100_throughput_runs():
     fitted = compare.fit_expandable_cache(rows)
     assert est.EXPANDABLE_CACHE_COEFFICIENTS[0] == pytest.approx(fitted[0], abs=0.005 * 2**30)
     assert est.EXPANDABLE_CACHE_COEFFICIENTS[1:] == pytest.approx(fitted[1:], abs=0.005)
+
+
+def test_boundary_repeat_runs_the_planners_answer_again_and_says_whether_it_ran_every_time(tmp_path, monkeypatch):
+    """Issue 41: the planner's largest batch must run three times in a row. ``--repeat 3`` runs
+    it twice more after the search (fresh processes); a run that then fails is in the record."""
+    boundary = importlib.import_module("benchmarks.memory.boundary")
+    conf = ("1b", None, 2048, False, "bf16")
+    predicted = boundary.predicted_largest(*conf, 150_109_880_320)
+    flaky = {"n": 0}
+
+    def runner(spec, timeout_s):
+        if spec.get("repeat") == 2:  # the third run of the planner's answer runs out of memory
+            flaky["n"] += 1
+            return {**spec, "status": "oom"}
+        return {**spec, "status": "ok" if spec["batch_size"] <= predicted else "oom"}
+    monkeypatch.setattr(boundary, "_run", runner)
+    out = tmp_path / "b.json"
+    out.write_text(json.dumps({"command": "c", "gpu_memory_bytes": 150_109_880_320, "cuda_alloc_conf": None,
+                               "results": [], "boundaries": []}))
+    assert boundary.main(["--out", str(out), "--resume", "--configs", "1b/2048/no-ckpt/bf16",
+                          "--repeat", "3"]) == 0
+    b = json.loads(out.read_text())["boundaries"][0]
+    assert b["measured_largest"] == predicted and b["within_bar"]  # the search ignores the repeats
+    assert b["planner_runs"] == ["ok", "ok", "oom"] and b["planner_ran_every_time"] is False
+    assert flaky["n"] == 1

@@ -195,3 +195,58 @@ def test_the_readme_like_for_like_tables_are_like_for_like_output(tools):
         named = re.findall(r"benchmarks/trainer/raw/(\w+\.json)", section[:section.index(block)])
         out = lfl.tables(json.loads((BENCH / "raw" / named[-1]).read_text()))
         assert "\n".join(line.strip() for line in block.splitlines()) in out, named[-1]
+
+
+def test_small_step_runs_use_flags_and_shapes_the_trainer_accepts(tools):
+    """Issue 40's small-step stage: every run is a trainer command the trainer parses, at the
+    shape its id names, with each lever's flags and environment (qinit's experimental gate)."""
+    lfl, _ = tools
+    runs = lfl.small({})
+    assert len({r.id for r in runs}) == len(runs)
+    assert runs[0].id == "S/1b-b4-s4096/bf16" and runs[1].id == "S/1b-b4-s4096/fp8"  # the bar's pair first
+    for run in runs:
+        cmd = run.command()
+        args = cmd[cmd.index("--levers") + 3:]
+        cfg = config.parse(args, env=run.env)
+        sid = run.id.split("/")[1]
+        assert f"b{cfg.batch_size}-s{cfg.seq_length}" in sid and cfg.precision == run.precision
+        assert cfg.cuda_graphs == ("+graphs" in run.id) and cfg.quantized_model_init == ("+qinit" in run.id)
+        assert cfg.single_gpu_fsdp == ("+graphs" not in run.id and "+unsharded" not in run.id)
+
+
+def test_small_steps_rows_and_table_compare_each_lever_with_its_own_base(tools):
+    lfl, _ = tools
+    runs = {r.id: r for r in lfl.small({})}
+
+    def rec(rid, median):
+        return {"run": asdict(runs[rid]), "median_s": median, "p90_s": median * 1.02, "spread": 0.01,
+                "rc": 0, "session_id": "gpu-x", "peak_gib": 30.0, "mfu_bf16_peak": 0.5}
+    results = {"S/1b-b4-s4096/bf16": rec("S/1b-b4-s4096/bf16", 0.30),
+               "S/1b-b4-s4096/fp8": rec("S/1b-b4-s4096/fp8", 0.24),
+               "S/1b-b4-s4096/fp8+graphs": rec("S/1b-b4-s4096/fp8+graphs", 0.20),
+               "S/1b-b4-s4096/fp8+qinit": {"run": asdict(runs["S/1b-b4-s4096/fp8+qinit"]), "rc": 1}}
+    rows = lfl.small_steps_rows(results)
+    assert [r["id"] for r in rows] == ["S/1b-b4-s4096/bf16", "S/1b-b4-s4096/fp8", "S/1b-b4-s4096/fp8+graphs"]
+    fp8 = rows[1]
+    assert fp8["model_preset"] == "1b" and fp8["batch_size"] == 4 and fp8["seq_length"] == 4096
+    assert fp8["tokens_per_s_per_gpu_median"] == round(4 * 4096 / 0.24, 1) and fp8["session_id"] == "gpu-x"
+    assert rows[2]["levers"] == ["graphs"] and "--cuda-graphs" in rows[2]["trainer_flags"]
+    table = lfl.small_table(results)
+    assert "| S/1b-b4-s4096/fp8 |" in table and "**1.250**" in table  # 0.30 / 0.24
+    assert "1.200" in table  # graphs against fp8 without them: 0.24 / 0.20
+    assert "S/1b-b4-s4096/fp8+qinit (rc=1)" in table
+
+
+def test_host_time_sums_the_launching_threads_outermost_ranges_per_iteration(tools):
+    """Issue 40 item 1: where the host's time goes. Nested ranges count once (the outermost),
+    another thread's ranges not at all; launches and runtime time are the busiest thread's."""
+    _, ps = tools
+    events = [_x("cpu_op", "te::linear_fwd", 0, 100), _x("cpu_op", "aten::mm", 10, 50),  # nested
+              _x("user_annotation", "trainer.loss", 200, 40), _x("cpu_op", "te::linear_fwd", 300, 60),
+              _x("cpu_op", "aten::copy_", 0, 500, tid=2),  # the other thread: ignored
+              *_kernel("gemm_kernel", 1, 20, 30, 15), *_kernel("gemm_kernel", 2, 320, 30, 310)]
+    host = ps.host_time(events, iters=2)["host"]
+    assert host["launches_per_iter"] == 1.0
+    assert host["outer_ranges_ms_per_iter"] == round((100 + 40 + 60) * 1e-3 / 2, 3)
+    assert host["top_outer_ranges"][0] == {"name": "te::linear_fwd", "ms_per_iter": 0.08}
+    assert ps.host_time([_x("cpu_op", "x", 0, 1)], 1) == {}

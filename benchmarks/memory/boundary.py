@@ -178,7 +178,7 @@ def _header(command: str, settings: dict[str, Any]) -> dict[str, Any]:
     return dict(json.loads(p.stdout.splitlines()[-1]))
 
 
-_KEY = ("preset", "num_layers", "seq_length", "activation_checkpointing", "precision", "batch_size")
+_KEY = ("preset", "num_layers", "seq_length", "activation_checkpointing", "precision", "batch_size", "repeat")
 
 
 def _key(rec: dict[str, Any]) -> tuple:
@@ -200,12 +200,22 @@ class Prober:
         self.done = {_key(r): r for r in doc["results"] if r.get("status") in FINAL}
 
     def runs(self, conf: dict[str, Any]) -> list[dict[str, Any]]:
-        """This configuration's final results in the document, ascending batches."""
-        ck = _key({**conf, "batch_size": None})[:-1]
-        return sorted((r for k, r in self.done.items() if k[:-1] == ck), key=lambda r: r["batch_size"])
+        """This configuration's final results in the document, ascending batches (the search's
+        runs; the repeats of ``repeat`` are left out)."""
+        ck = _key({**conf, "batch_size": None})[:-2]
+        return sorted((r for k, r in self.done.items() if k[:-2] == ck and k[-1] is None),
+                      key=lambda r: r["batch_size"])
 
-    def __call__(self, conf: dict[str, Any], batch: int) -> str:
+    def repeats(self, conf: dict[str, Any], batch: int) -> list[dict[str, Any]]:
+        """The repeats of ``batch`` (``repeat`` 1, 2, ...) in the document, in order."""
+        ck = _key({**conf, "batch_size": batch})[:-1]
+        return sorted((r for k, r in self.done.items() if k[:-1] == ck and k[-1] is not None),
+                      key=lambda r: r["repeat"])
+
+    def __call__(self, conf: dict[str, Any], batch: int, repeat: int | None = None) -> str:
         spec = {**conf, "batch_size": batch, "steps": self.steps}
+        if repeat is not None:
+            spec["repeat"] = repeat
         if _key(spec) in self.done:
             return str(self.done[_key(spec)]["status"])
         left = self.deadline - time.monotonic()
@@ -225,9 +235,12 @@ class Prober:
 
 
 def measure_boundaries(doc: dict[str, Any], prober: Prober, out: Path,
-                       configurations: tuple = CONFIGURATIONS, backend: str = "te") -> bool:
+                       configurations: tuple = CONFIGURATIONS, backend: str = "te",
+                       repeat: int = 1) -> bool:
     """Every configuration's boundary search, the document written after each run and each
-    configuration; True when all searches ended (False: the time budget ran out)."""
+    configuration; True when all searches ended (False: the time budget ran out). With
+    ``repeat`` N > 1 the planner's answer, when it ran, runs N - 1 more times, each in a fresh
+    process (issue 41: "a batch that runs three times in a row")."""
     for preset, layers, seq, ac, prec in configurations:
         conf = {"preset": preset, "num_layers": layers, "seq_length": seq,
                 "activation_checkpointing": ac, "precision": prec}
@@ -245,11 +258,23 @@ def measure_boundaries(doc: dict[str, Any], prober: Prober, out: Path,
         finished = True
         try:
             search(predicted, probe, predicted + MAX_ABOVE)
+            first = [r for r in prober.runs(conf) if r["batch_size"] == predicted]
+            if first and first[0]["status"] == "ok":
+                for k in range(1, repeat):
+                    if prober(conf, predicted, repeat=k) != "ok":
+                        break
+                    out.write_text(json.dumps(doc, indent=1) + "\n")
         except OutOfTime:
             finished = False
         doc["boundaries"] = [b for b in doc["boundaries"] if _key({**b, "batch_size": None})
                              != _key({**conf, "batch_size": None})]
-        doc["boundaries"].append({**conf, **verdict(predicted, prober.runs(conf))})
+        found = verdict(predicted, prober.runs(conf))
+        if repeat > 1:
+            first = [r for r in prober.runs(conf) if r["batch_size"] == predicted]
+            reps = [r["status"] for r in first + prober.repeats(conf, predicted)]
+            found.update(planner_runs=reps, planner_ran_every_time=len(reps) >= repeat
+                         and all(x == "ok" for x in reps[:repeat]))
+        doc["boundaries"].append({**conf, **found})
         print(json.dumps(doc["boundaries"][-1]), flush=True)
         out.write_text(json.dumps(doc, indent=1) + "\n")
         if not finished:
@@ -275,6 +300,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--configs", type=parse_configurations, default=CONFIGURATIONS,
                     help="comma-separated PRESET[:LAYERS]/SEQ/ckpt|no-ckpt/PRECISION "
                     "(default: the six of boundary_h200.json)")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="run the planner's answer this many times in all (each a fresh process) "
+                    "when it ran the first time")
     ap.add_argument("--one", help=argparse.SUPPRESS)
     ap.add_argument("--header", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -304,7 +332,7 @@ def main(argv: list[str] | None = None) -> int:
                                 "loss_kernel": "compiled (the trainer's default)",
                                 "world_size": 1, "steps": args.steps})
     prober = Prober(doc, args.steps, args.run_timeout, args.time_budget)
-    return 0 if measure_boundaries(doc, prober, args.out, args.configs, args.backend) else 3
+    return 0 if measure_boundaries(doc, prober, args.out, args.configs, args.backend, args.repeat) else 3
 
 
 if __name__ == "__main__":

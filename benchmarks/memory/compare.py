@@ -147,8 +147,13 @@ def fsdp1_setup(result: dict[str, Any]) -> training_setup.TrainingSetup:
     from kfp_sagemaker_blackwell.catalog.spec import preset
 
     dtype = "fp16" if result["precision"] == "fp16" else "bf16"
+    model = preset("te-fsdp-example").replace(num_layers=int(result["layers"]))
+    if "num_heads" in result:  # fsdp.py's -n / -d off its default width; its FFN is 3 x hidden
+        hidden = int(result["num_heads"]) * int(result["head_dim"])
+        model = model.replace(hidden_size=hidden, num_heads=int(result["num_heads"]),
+                              num_kv_heads=int(result["num_heads"]), ffn_hidden_size=3 * hidden)
     return training_setup.TrainingSetup(
-        model=preset("te-fsdp-example").replace(num_layers=int(result["layers"])),
+        model=model,
         batch_size=int(result["batch_size"]), seq_length=int(result["seq_length"]),
         precision=result["precision"], activation_checkpointing=result["ac"] == "ckpt",
         world_size=int(result.get("world_size", 1)), param_dtype=dtype, master_weights=False,

@@ -66,9 +66,13 @@ TAG = "FSDP1_CHILD "
 # The grid
 # ---------------------------------------------------------------------------
 
-def _point(split, layers, batch, seq, prec, ac) -> dict:
-    return {"name": f"{split[:3]}-L{layers}-b{batch}-s{seq}-{ac}-{prec}", "split": split, "layers": layers,
-            "batch_size": batch, "seq_length": seq, "precision": prec, "ac": ac}
+def _point(split, layers, batch, seq, prec, ac, heads=HEADS, head_dim=HEAD_DIM) -> dict:
+    width = "" if (heads, head_dim) == (HEADS, HEAD_DIM) else f"-h{heads}x{head_dim}"
+    p = {"name": f"{split[:3]}-L{layers}{width}-b{batch}-s{seq}-{ac}-{prec}", "split": split, "layers": layers,
+         "batch_size": batch, "seq_length": seq, "precision": prec, "ac": ac}
+    if width:  # only points off fsdp.py's default width carry these (older records have none)
+        p.update(num_heads=heads, head_dim=head_dim)
+    return p
 
 
 def calibration() -> list[dict]:
@@ -91,8 +95,26 @@ def validation() -> list[dict]:
     return [_point("validation", *p) for p in v]
 
 
+def heldout() -> list[dict]:
+    """Issue 36 item 5: families neither grid has, measured in one session with the trainer's
+    parts: widths 1024 / 3072 / 4096 and head size 64 (fsdp.py's -n / -d; its FFN is 3 x hidden),
+    depths 4-32, sequences 1024 and 16384, batches 1-32, checkpointing on and off, bf16 and
+    the FP8 recipes. Sized for an 80 GB H100 as well as the H200 (predicted <= 50 GiB)."""
+    v = [
+        (16, 4, 4096, "bf16", "off", 24, 128), (16, 4, 4096, "fp8", "ckpt", 24, 128),
+        (16, 2, 8192, "fp8-block", "ckpt", 24, 128), (8, 2, 8192, "bf16", "ckpt", 32, 128),
+        (8, 2, 4096, "fp8", "off", 32, 128), (4, 8, 2048, "fp8-current", "off", 32, 128),
+        (32, 8, 4096, "bf16", "off", 8, 128), (32, 16, 2048, "fp8", "ckpt", 8, 128),
+        (24, 4, 4096, "bf16", "off", 32, 64), (24, 8, 2048, "fp8", "off", 32, 64),
+        (12, 2, 16384, "bf16", "ckpt", 16, 128), (12, 1, 16384, "fp8", "off", 16, 128),
+        (24, 32, 1024, "bf16", "off", 16, 128), (24, 16, 1024, "fp8-current", "ckpt", 16, 128),
+        (24, 1, 8192, "fp8", "ckpt", 16, 128), (6, 4, 8192, "bf16", "off", 16, 128),
+    ]
+    return [_point("heldout", *p) for p in v]
+
+
 def points(split: str) -> list[dict]:
-    out = {"calibration": calibration(), "validation": validation(),
+    out = {"calibration": calibration(), "validation": validation(), "heldout": heldout(),
            "all": calibration() + validation()}[split]
     if len({p["name"] for p in out}) != len(out):
         raise SystemExit("measure_fsdp1.py: duplicate point names")
@@ -101,7 +123,7 @@ def points(split: str) -> list[dict]:
 
 def fsdp_args(p: dict, iters: int) -> list[str]:
     return ["-k", str(p["layers"]), "-b", str(p["batch_size"]), "-s", str(p["seq_length"]),
-            "-n", str(HEADS), "-d", str(HEAD_DIM), "-i", str(iters),
+            "-n", str(p.get("num_heads", HEADS)), "-d", str(p.get("head_dim", HEAD_DIM)), "-i", str(iters),
             *PRECISION_ARGS[p["precision"]], *AC_ARGS[p["ac"]]]
 
 
@@ -111,17 +133,10 @@ def child_recipe(p: dict) -> str:
 
 def predicted(p: dict) -> dict:
     """The estimator's FSDP1 prediction (fsdp.py's settings), for packing and for the record."""
-    from kfp_sagemaker_blackwell.catalog import spec as spec_mod
-    from kfp_sagemaker_blackwell.planning import estimator, training_setup
+    from benchmarks.memory.compare import fsdp1_setup
+    from kfp_sagemaker_blackwell.planning import estimator
 
-    model = spec_mod.preset("te-fsdp-example").replace(num_layers=p["layers"])
-    dtype = "fp16" if p["precision"] == "fp16" else "bf16"
-    setup = training_setup.TrainingSetup(
-        model=model, batch_size=p["batch_size"], seq_length=p["seq_length"],
-        precision=p["precision"], activation_checkpointing=p["ac"] == "ckpt",
-        param_dtype=dtype, master_weights=False, optimizer_state_dtype="bf16",  # Adam states: param dtype
-        fsdp_version=1, optimizer="adamw-foreach")
-    e = estimator.estimate(setup, "H200")
+    e = estimator.estimate(fsdp1_setup(p), "H200")
     return {"peak_allocated_bytes": e.peak_allocated_bytes, "peak_bytes": e.peak_bytes}
 
 
@@ -349,7 +364,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", required=True, action="append", help="results file (repeat for copies)")
     ap.add_argument("--raw-log", default="/dev/null", help="append every process's output excerpt here")
     ap.add_argument("--log-dir", default="/tmp/fsdp1_logs", help="full per-process logs")
-    ap.add_argument("--split", choices=("calibration", "validation", "all"), default="all")
+    ap.add_argument("--split", choices=("calibration", "validation", "heldout", "all"), default="all")
     ap.add_argument("--only", default="", help="comma-separated point names")
     ap.add_argument("--resume", action="append", default=[],
                     help="an earlier results file: its points with status ok/oom are kept (not re-run)")

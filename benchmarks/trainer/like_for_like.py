@@ -247,6 +247,103 @@ def levers2_best(results: dict) -> list[Run]:
     return runs
 
 
+# Issue 40: the step time at small steps, before and after each lever, bf16 and fp8, one call
+# block. (shape id, preset, batch, seq, expected wall s per run from the 2026-12-02 1b runs)
+SMALL_SHAPES = (("1b-b4-s4096", "1b", 4, 4096, 31), ("1b-b1-s2048", "1b", 1, 2048, 26),
+                ("1b-b2-s4096", "1b", 2, 4096, 28), ("1b-b4-s2048", "1b", 4, 2048, 28),
+                ("te-b1-s2048", "te-fsdp-example", 1, 2048, 30), ("te-b2-s2048", "te-fsdp-example", 2, 2048, 32),
+                ("te-b4-s2048", "te-fsdp-example", 4, 2048, 34))
+SMALL_LEVERS = {  # name: (trainer flags, environment)
+    "graphs": (["--no-single-gpu-fsdp", "--cuda-graphs"], {}),
+    "unsharded": (["--no-single-gpu-fsdp"], {}),
+    "fp8-head": (["--no-high-precision-lm-head"], {}),
+    "qinit": (["--quantized-model-init"], QINIT),
+}
+
+
+def _small(shape: str, prec: str, levers: tuple[str, ...] = (), tag: str = "") -> Run:
+    sid, preset, batch, seq, expect = next(x for x in SMALL_SHAPES if x[0] == shape)
+    flags = [f for lv in levers for f in SMALL_LEVERS[lv][0]]
+    env = {k: v for lv in levers for k, v in SMALL_LEVERS[lv][1].items()}
+    name = f"S/{sid}/{prec}" + "".join(f"+{lv}" for lv in levers) + tag
+    return Run(name, "trainer", batch, False, prec, "te", preset=preset, seq=seq, flags=flags, env=env,
+               iters=L2_ITERS, warmup=L2_WARMUP, timeout=150,
+               expect_s=expect + (8 if "graphs" in levers else 0))
+
+
+def small(results: dict) -> list[Run]:
+    """Issue 40's table, most important first: the 1b batch-4 seq-4096 pair (the bar: fp8 >=
+    1.30x bf16), each lever on it, the other small shapes (1b b1-b4 s2048-4096, te-fsdp-example
+    b1-b4 s2048) bf16 and fp8 with the graphs on the smallest, then the bar's pair again."""
+    key = "1b-b4-s4096"
+    runs = [_small(key, "bf16"), _small(key, "fp8"),
+            _small(key, "fp8", ("graphs",)), _small(key, "bf16", ("graphs",)),
+            _small(key, "fp8", ("fp8-head",)), _small(key, "fp8", ("qinit",)), _small(key, "fp8", ("unsharded",)),
+            _small("1b-b1-s2048", "bf16"), _small("1b-b1-s2048", "fp8"),
+            _small("1b-b1-s2048", "fp8", ("graphs",)), _small("1b-b1-s2048", "bf16", ("graphs",)),
+            _small("1b-b2-s4096", "bf16"), _small("1b-b2-s4096", "fp8"),
+            _small("te-b2-s2048", "bf16"), _small("te-b2-s2048", "fp8"),
+            _small("te-b1-s2048", "bf16"), _small("te-b1-s2048", "fp8"),
+            _small(key, "bf16", tag="#2"), _small(key, "fp8", tag="#2"),
+            # while time remains
+            _small("1b-b4-s2048", "bf16"), _small("1b-b4-s2048", "fp8"),
+            _small("te-b4-s2048", "bf16"), _small("te-b4-s2048", "fp8"),
+            _small("te-b2-s2048", "fp8", ("graphs",)), _small("te-b2-s2048", "bf16", ("graphs",)),
+            _small(key, "bf16", ("unsharded",))]
+    return runs
+
+
+def small_steps_rows(results: dict, session: str = "") -> list[dict]:
+    """``benchmarks/trainer/small_steps.json``'s rows (issue 40): one per ``S/`` run that timed."""
+    rows = []
+    for rid, rec in results.items():
+        run = rec.get("run", {})
+        if not rid.startswith("S/") or not rec.get("median_s"):
+            continue
+        tokens = run["batch"] * run["seq"] * run.get("accum", 1)
+        p90 = rec.get("p90_s")
+        levers = rid.split("/")[2].split("#")[0].split("+")[1:]
+        rows.append({"id": rid, "model_preset": run["preset"], "batch_size": run["batch"],
+                     "seq_length": run["seq"], "precision": run["precision"], "levers": levers,
+                     "trainer_flags": run.get("flags", []), "env": run.get("env", {}),
+                     "session_id": rec.get("session_id") or session,
+                     "tokens_per_s_per_gpu_median": round(tokens / rec["median_s"], 1),
+                     "tokens_per_s_per_gpu_p90": round(tokens / p90, 1) if p90 else None,
+                     "spread": rec.get("spread"), "mfu_bf16_peak": rec.get("mfu_bf16_peak"),
+                     "mfu_precision_peak": (rec.get("trainer") or {}).get("mfu"),
+                     "peak_allocated_gib": rec.get("peak_gib"), "rc": rec.get("rc")})
+    return rows
+
+
+def small_table(results: dict) -> str:
+    """Issue 40's table: each small shape's bf16 and fp8 medians, the fp8/bf16 ratio, and each
+    lever against the same shape and precision without it (same call block)."""
+    rows = small_steps_rows(results)
+    if not rows:
+        return ""
+    by = {r["id"]: r for r in rows}
+    out = ["| run | median tokens/s/GPU (p90) | spread | MFU (bf16 peak) | peak GiB | / same precision, no lever | fp8 / bf16 (same levers) |",
+           "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        sid, prec = r["id"].split("/")[1], r["precision"]
+        tail = r["id"].split("/", 2)[2][len(prec):]
+        base = by.get(f"S/{sid}/{prec}" + ("#2" if r["id"].endswith("#2") else ""))
+        other = by.get(f"S/{sid}/bf16{tail}") if prec != "bf16" else None
+        vs = f"{r['tokens_per_s_per_gpu_median'] / base['tokens_per_s_per_gpu_median']:.3f}" \
+            if base and base is not r else ""
+        ratio = f"**{r['tokens_per_s_per_gpu_median'] / other['tokens_per_s_per_gpu_median']:.3f}**" if other else ""
+        p90 = r["tokens_per_s_per_gpu_p90"]
+        out.append(f"| {r['id']} | {r['tokens_per_s_per_gpu_median']:,.0f} ({p90:,.0f}) | "
+                   f"{_pct(r['spread'])} | {_pct(r['mfu_bf16_peak'])} | {r['peak_allocated_gib']} | {vs} | {ratio} |"
+                   if p90 else f"| {r['id']} | {r['tokens_per_s_per_gpu_median']:,.0f} | {_pct(r['spread'])} | "
+                   f"{_pct(r['mfu_bf16_peak'])} | {r['peak_allocated_gib']} | {vs} | {ratio} |")
+    failed = [rid for rid, rec in results.items() if rid.startswith("S/") and not rec.get("median_s")]
+    if failed:
+        out.append("")
+        out.append("Runs that did not time: " + ", ".join(f"{rid} (rc={results[rid].get('rc')})" for rid in failed))
+    return "\n".join(out)
+
+
 def run_flags(rec: dict) -> list[str]:
     """The trainer flags a recorded run added to the base command (grad accumulation included)."""
     run = rec.get("run", {})
@@ -356,6 +453,7 @@ def stages(results: dict) -> dict[str, list[Run]]:
         "stall": stall_runs(),
         "levers2": levers2(results),
         "levers2-best": levers2_best(results),
+        "small": small(results),
     }
 
 
@@ -387,7 +485,7 @@ TRAINER_KEYS = ("steady_state_step_s", "steady_state_step_s_median", "steady_sta
 
 
 def parse(out: str, run: Run) -> dict:
-    rec: dict = {"run": asdict(run)}
+    rec: dict = {"run": asdict(run), "session_id": os.environ.get("GPU_SESSION_ID")}
     matches = list(TIMER_RE.finditer(out))
     m = matches[-1] if matches else None
     if m:
@@ -486,7 +584,7 @@ def tables(results: dict) -> str:
     stall runs, like for like of the ``levers2`` base runs and the ``levers2`` table."""
     has_l2 = any(rid.startswith("L2/") for rid in results)
     parts = [like_table(results), stall_table(results), like_table(results, "L2/"),
-             levers2_table(results) if has_l2 else ""]
+             levers2_table(results) if has_l2 else "", small_table(results)]
     return "\n\n".join(p for p in parts if p)
 
 

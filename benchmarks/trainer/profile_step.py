@@ -30,14 +30,17 @@ It writes ``profile_step.json`` (each side: ms per iteration per category, the G
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import like_for_like as lfl  # noqa: E402  (this folder's harness; not a package)
@@ -130,6 +133,7 @@ def analyse(trace: dict, wall_s: float, iters: int) -> dict:
         spans.append((float(e["ts"]), float(e["ts"]) + dur))
     ms = 1e-3 / max(1, iters)
     busy = _union_us(spans)
+    host = host_time(events, iters)
     top: dict[str, list] = {}
     for (cat, name), t in sorted(per_kernel.items(), key=lambda kv: -kv[1]):
         if len(top.setdefault(cat, [])) < 3:
@@ -141,7 +145,43 @@ def analyse(trace: dict, wall_s: float, iters: int) -> dict:
         "gpu_idle_fraction": round(1 - busy * 1e-6 / wall_s, 4) if wall_s > 0 else None,
         "ms_per_iter": {k: round(v * ms, 3) for k, v in per_cat.items()},
         "top_kernels": top,
+        **host,
     }
+
+
+HOST_MODULE = re.compile(r"^(?:nn\.Module: )?(\w+)(?:_\d+)?$")
+
+
+def host_time(events: list[dict], iters: int) -> dict:
+    """Where the host's time goes (issue 40 item 1): on the thread that launches the most
+    kernels, the outermost CPU ranges (ops and ``record_function`` ranges) summed by name, the
+    time in CUDA runtime calls, and the kernel launches, all per iteration."""
+    launches: dict[Any, int] = {}
+    runtime_us: dict[Any, float] = {}
+    for e in events:
+        if e.get("ph") == "X" and e.get("cat") == "cuda_runtime":
+            key = (e.get("pid"), e.get("tid"))
+            runtime_us[key] = runtime_us.get(key, 0.0) + float(e.get("dur", 0))
+            if "Launch" in e.get("name", ""):
+                launches[key] = launches.get(key, 0) + 1
+    if not launches:
+        return {}
+    main = max(launches, key=lambda k: launches[k])
+    ranges = sorted((float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0)), e.get("name", ""))
+                    for e in events if e.get("ph") == "X" and e.get("cat") in RANGE_CATS
+                    and (e.get("pid"), e.get("tid")) == main)
+    outer: dict[str, float] = {}
+    end = -1.0
+    for start, stop, name in ranges:
+        if start >= end:  # an outermost range (nothing open contains it)
+            outer[name] = outer.get(name, 0.0) + (stop - start)
+            end = stop
+    ms = 1e-3 / max(1, iters)
+    top = sorted(outer.items(), key=lambda kv: -kv[1])[:25]
+    return {"host": {"launches_per_iter": round(launches[main] / max(1, iters), 1),
+                     "cuda_runtime_ms_per_iter": round(runtime_us[main] * ms, 3),
+                     "outer_ranges_ms_per_iter": round(sum(outer.values()) * ms, 3),
+                     "top_outer_ranges": [{"name": n[:120], "ms_per_iter": round(t * ms, 3)} for n, t in top]}}
 
 
 def table(results: dict) -> str:
@@ -163,6 +203,29 @@ def table(results: dict) -> str:
     return "\n".join(out)
 
 
+def shapes_table(results: dict) -> str:
+    """Markdown for ``--shapes``: per run, ms per iteration per category, the wall, the GPU idle
+    fraction, the host's launches and its five largest outermost ranges."""
+    if not results:
+        return ""
+    ids = list(results)
+    rows = [*CATEGORIES, "kernel total", "GPU busy (union)", "wall", "GPU idle fraction"]
+    out = ["| category | " + " | ".join(ids) + " |", "|---|" + "---|" * len(ids)]
+    for row in rows:
+        out.append(f"| {row} | " + " | ".join(_fmt(_value(results[i], row)) for i in ids) + " |")
+    out.append("| kernel launches / iter | " + " | ".join(
+        str(results[i].get("host", {}).get("launches_per_iter", "n/a")) for i in ids) + " |")
+    out.append("| CUDA runtime calls, ms / iter | " + " | ".join(
+        _fmt(results[i].get("host", {}).get("cuda_runtime_ms_per_iter")) for i in ids) + " |")
+    out.append("")
+    for i in ids:
+        top = results[i].get("host", {}).get("top_outer_ranges", [])[:5]
+        if top:
+            out.append(f"- {i}: host's largest outermost ranges (ms/iter): "
+                       + "; ".join(f"{t['name']} {t['ms_per_iter']:.2f}" for t in top))
+    return "\n".join(out)
+
+
 def _value(rec: dict | None, row: str) -> float | None:
     if not rec or "ms_per_iter" not in rec:
         return None
@@ -180,6 +243,27 @@ def _fmt(x: float | None) -> str:
 # Wall seconds per run at --iters 4, from raw/issue26_like_for_like_h200.json (start-up and
 # 9 iterations) plus ~10 s to write and read the trace.
 EXPECT_S = {("fsdp", "bf16"): 47, ("fsdp", "fp8"): 37, ("trainer", "bf16"): 53, ("trainer", "fp8"): 46}
+
+
+def shape_runs(shapes: str, iters: int, precisions: list[str], trainer_flags: list[str]) -> list[lfl.Run]:
+    """``--shapes PRESET:BATCH:SEQ[:LAYERS],...``: the trainer alone at each shape (issue 40's 1b
+    step; issue 36's small fp8 step on a wide model), its trace kept for the host-time table."""
+    out = []
+    for item in filter(None, shapes.split(",")):
+        parts = item.split(":")
+        if len(parts) not in (3, 4):
+            raise SystemExit(f"--shapes: {item!r} is not PRESET:BATCH:SEQ[:LAYERS] (e.g. 1b:4:4096, 8b:1:1024:4)")
+        preset, batch, seq = parts[0], int(parts[1]), int(parts[2])
+        layers = ["--num-layers", parts[3]] if len(parts) == 4 else []
+        sid = item.replace(":", "-")
+        for prec in precisions:
+            run = lfl.Run(f"{sid}/trainer/{prec}", "trainer", batch, False, prec, "te", preset=preset, seq=seq,
+                          iters=lfl.WARMUP + iters + 1, flags=[*layers, *trainer_flags], timeout=150,
+                          expect_s=40 + 1.2 * max(0, iters - 4))
+            run.profile_window = (lfl.WARMUP + 1, lfl.WARMUP + 1 + iters)
+            run.trace = f"/tmp/profile_step_{sid}_{prec}.json"
+            out.append(run)
+    return out
 
 
 def runs(iters: int, precisions: list[str], trainer_flags: list[str]) -> list[lfl.Run]:
@@ -204,6 +288,8 @@ def main() -> int:
     p.add_argument("--iters", type=int, default=4, help="steady iterations profiled per run")
     p.add_argument("--precisions", default="bf16,fp8")
     p.add_argument("--trainer-flags", default="", help="extra trainer flags (a lever), one string")
+    p.add_argument("--shapes", default="", help="PRESET:BATCH:SEQ[:LAYERS],...: profile the trainer alone at "
+                   "these shapes (instead of fsdp.py and the trainer at b8-noac); each trace is kept gzipped")
     p.add_argument("--out-dir", default=os.environ.get("OUT", "/tmp"))
     p.add_argument("--dry-run", action="store_true", help="print the commands only")
     p.add_argument("--analyse", default="", metavar="TRACE", help="analyse one trace and print the JSON")
@@ -212,7 +298,8 @@ def main() -> int:
     if a.analyse:
         print(json.dumps(analyse(json.loads(Path(a.analyse).read_text()), a.wall_s, a.iters), indent=1))
         return 0
-    todo = runs(a.iters, a.precisions.split(","), shlex.split(a.trainer_flags))
+    todo = (shape_runs(a.shapes, a.iters, a.precisions.split(","), shlex.split(a.trainer_flags)) if a.shapes
+            else runs(a.iters, a.precisions.split(","), shlex.split(a.trainer_flags)))
     if a.dry_run:
         total = 0.0
         for run in todo:
@@ -241,13 +328,17 @@ def main() -> int:
         rec: dict = {"rc": rc, "wall_s": round(time.time() - t0, 1), "command": shlex.join(run.command())}
         if m and Path(m.group(1)).exists():
             rec.update(analyse(json.loads(Path(m.group(1)).read_text()), float(m.group(2)), int(m.group(3))))
+            if a.shapes:  # keep the trace (host time per range can be re-read from it)
+                with open(m.group(1), "rb") as src, gzip.open(out_dir / (Path(m.group(1)).name + ".gz"), "wb") as dst:
+                    shutil.copyfileobj(src, dst)
         else:
             rec["error_tail"] = [ln[:300] for ln in text.splitlines() if lfl.KEEP.search(ln)][-15:]
         results[run.id] = rec
-        (out_dir / "profile_step.json").write_text(json.dumps(results, indent=1))
-        (out_dir / "profile_step.md").write_text(table(results))
+        name = "profile_shapes" if a.shapes else "profile_step"
+        (out_dir / f"{name}.json").write_text(json.dumps(results, indent=1))
+        (out_dir / f"{name}.md").write_text(shapes_table(results) if a.shapes else table(results))
         print(f"[profile] {run.id}: rc={rc} wall={rec['wall_s']} s idle={rec.get('gpu_idle_fraction')}", flush=True)
-    print(table(results))
+    print(shapes_table(results) if a.shapes else table(results))
     return 0
 
 

@@ -51,6 +51,11 @@ class TECausalLM(nn.Module):
         norm = "RMSNorm" if spec.norm == "rmsnorm" else "LayerNorm"
         recipe = te_recipe(cfg.precision, cfg.fp8_amax_history_len)
         init_ctx: Any = contextlib.nullcontext()
+        # With FP8 primary weights FSDP2 casts nothing (no param_dtype), so every other parameter
+        # (norms, biases, embeddings) is kept in the compute dtype, bf16, as TE's FusedAdam keeps
+        # the fp32 masters of all of them: an fp32 LayerNorm weight meeting a bf16 input is
+        # what failed ("Data types for parameters must match", benchmarks/trainer/README.md).
+        pdtype = torch.bfloat16 if cfg.quantized_model_init else MASTER_DTYPE
         if cfg.quantized_model_init:
             init_ctx = te.quantized_model_init(enabled=True, recipe=recipe, preserve_high_precision_init_val=True)
         with init_ctx:
@@ -59,7 +64,7 @@ class TECausalLM(nn.Module):
                     spec.hidden_size, spec.ffn_hidden_size, spec.num_heads,
                     num_gqa_groups=spec.num_kv_heads, layernorm_epsilon=spec.norm_eps,
                     hidden_dropout=0.0, attention_dropout=0.0, layer_number=i + 1,
-                    self_attn_mask_type="causal", params_dtype=MASTER_DTYPE,
+                    self_attn_mask_type="causal", params_dtype=pdtype,
                     seq_length=cfg.seq_length, micro_batch_size=cfg.batch_size,
                     fuse_qkv_params=True, bias=spec.bias,
                     activation="swiglu" if spec.mlp == "swiglu" else "gelu",
@@ -68,12 +73,12 @@ class TECausalLM(nn.Module):
                 for i in range(spec.num_layers)
             )
         if spec.vocab_size:
-            self.tok_embeddings = nn.Embedding(spec.vocab_size, spec.hidden_size, device=device, dtype=MASTER_DTYPE)
+            self.tok_embeddings = nn.Embedding(spec.vocab_size, spec.hidden_size, device=device, dtype=pdtype)
             norm_cls = te.RMSNorm if spec.norm == "rmsnorm" else te.LayerNorm
-            self.norm = norm_cls(spec.hidden_size, eps=spec.norm_eps, params_dtype=MASTER_DTYPE, device=device)
+            self.norm = norm_cls(spec.hidden_size, eps=spec.norm_eps, params_dtype=pdtype, device=device)
             if not spec.tie_embeddings:
                 self.lm_head = te.Linear(spec.hidden_size, spec.vocab_size, bias=False,
-                                         params_dtype=MASTER_DTYPE, device=device)
+                                         params_dtype=pdtype, device=device)
         self.sequence_first = INPUT_FORMAT == "sbhd"
         self.rope = (te.RotaryPositionEmbedding(spec.head_dim, rotary_base=spec.rope_theta)
                      if spec.rotary else None)

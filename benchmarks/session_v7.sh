@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# One GPU session for issues 40, 36 (item 5 and a small-step profile) and 41 (2026-12-06, second
+# session): everything in the same lease, resumable across device calls.
+# Run from the repository root:
+#   bash benchmarks/session_v7.sh bg            # torch-backend boundaries (issue 41) in the background,
+#                                               # while TransformerEngine is carried and built (no TE needed)
+#   bash benchmarks/session_v7.sh te SECONDS    # the TE block, resumable: the small-step table and its
+#                                               # levers (issue 40), the profiles (issue 40 item 1, issue 36
+#                                               # item 2), TE's fsdp.py held-out memory (issue 36 item 5),
+#                                               # the TE boundaries (issue 41), the torch boundaries' rest
+#   bash benchmarks/session_v7.sh dry           # every step's --dry-run on the CPU
+# Every call bundles the state (/root/s7: every JSON, log and gzipped trace) into $OUT/session_v7.tgz.
+set -uo pipefail
+stage=${1:?stage: bg, te or dry}
+total=${2:-540}
+end=$(( $(date +%s) + total ))
+left() { echo $(( end - $(date +%s) - ${1:-0} )); }
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+OUT=${OUT:-/tmp/s7_out}
+S=${S7_STATE:-/root/s7}
+mkdir -p "$OUT" "$S"
+[ -f $S/session_id ] || echo "gpu-$(date -u +%Y%m%dT%H%M%SZ)-$RANDOM" > $S/session_id
+export GPU_SESSION_ID=$(cat $S/session_id)
+LOG=$S/driver.log
+say() { echo "[$(date -u +%H:%M:%S)] $*" | tee -a $LOG; }
+# Issue 41's held-out boundary shapes (none in a fit), both backends, with and without
+# checkpointing, the trainer's default allocator (expandable segments); the planner's answer
+# runs three times in all (--repeat 3).
+TORCH_BOUNDARY="8b:8/4096/ckpt/bf16,3b:8/2048/no-ckpt/bf16,1b/8192/ckpt/bf16,14b:6/4096/no-ckpt/bf16"
+TE_BOUNDARY="8b:6/4096/ckpt/bf16,1b/8192/ckpt/fp8,14b:6/4096/no-ckpt/bf16,3b:8/2048/no-ckpt/fp8"
+MEM_MIB=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null | head -1 | tr -d ' ')
+MEM_MIB=${MEM_MIB:-143771}
+MEM_BYTES=$(( MEM_MIB * 1048576 ))
+BUDGET_GIB=$(( MEM_MIB * 85 / 102400 ))   # fsdp.py packing: 85% of the GPU
+LFL="python3 benchmarks/trainer/like_for_like.py --stages small --state $S/lfl_state.json --out $S/small_steps_raw.json --raw-log $S/small_steps_raw.log"
+
+bundle() {
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,power.draw,temperature.gpu \
+    --format=csv >> $S/nvidia_smi.log 2>&1
+  tar -czf "$OUT/session_v7.tgz" -C "$S" --exclude='*.tgz' --exclude=./tree . 2>/dev/null
+  cp $LOG "$OUT/session_v7.log"
+}
+
+machine() {
+  { date -u; nvidia-smi; python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)";
+    python3 -c "import transformer_engine as t; print('transformer_engine', t.__version__)" 2>&1 | tail -1;
+    echo "session $GPU_SESSION_ID"; } >> $S/machine.txt 2>&1
+}
+
+# step NAME CAP COMMAND...: once (a .done marker), at most CAP seconds or what is left.
+step() {
+  local name=$1 cap=$2; shift 2
+  if [ -f $S/$name.done ]; then say "$name: done earlier"; return 0; fi
+  local b; b=$(left 15); [ "$b" -gt "$cap" ] && b=$cap
+  if [ "$b" -lt 40 ]; then say "$name: not enough time left ($b s)"; return 1; fi
+  say "+ $* (budget $b s)"
+  BUDGET=$b timeout $(( b + 60 )) "$@" >> $S/$name.log 2>&1
+  local rc=$?
+  if [ $rc -eq 0 ] && ! tail -5 $S/$name.log | grep -q "time budget reached"; then touch $S/$name.done; fi
+  say "$name: rc $rc; last: $(tail -c 400 $S/$name.log | tail -2 | tr '\n' ' ')"
+}
+
+torch_boundaries() {
+  step boundary_torch "${1:-600}" bash -c "python3 benchmarks/memory/boundary.py --backend torch --configs '$TORCH_BOUNDARY' \
+    --out $S/boundary_torch.json --gpu-memory-bytes $MEM_BYTES --time-budget \$BUDGET --run-timeout 150 --repeat 3 \
+    $( [ -f $S/boundary_torch.json ] && echo --resume)"
+}
+
+small_left() { $LFL --dry-run 2>/dev/null | grep -c '^S/'; }
+
+case $stage in
+  bg)
+    if [ -f $S/bg.started ]; then say "bg: already started"; bundle; exit 0; fi
+    machine
+    rm -rf $S/tree && mkdir -p $S/tree
+    tar --exclude=./.git --exclude=./.te -cf - . | (cd $S/tree && tar -xf -)
+    touch $S/bg.started
+    end=$(( $(date +%s) + ${BG_BUDGET:-600} ))
+    export -f step say left torch_boundaries; export S LOG end TORCH_BOUNDARY MEM_BYTES
+    (cd $S/tree && PYTHONPATH=$S/tree setsid bash -c 'torch_boundaries 600; echo $? > $S/bg.rc' < /dev/null > $S/bg.out 2>&1 &)
+    sleep 3; say "bg: started (session $GPU_SESSION_ID, GPU memory $MEM_MIB MiB)"; bundle
+    ;;
+  te)
+    python3 -c "import transformer_engine as t; print('transformer_engine', t.__version__)" | tee -a $LOG || exit 3
+    [ -f $S/te.machine ] || { machine; touch $S/te.machine; }
+    if [ -f $S/bg.started ] && [ ! -f $S/bg.rc ]; then  # one job on the GPU at a time: timings first
+      say "stopping the background torch boundaries (resumed at the end)"
+      pkill -f "boundary.py --backend torch"; sleep 5
+    fi
+    if [ ! -f $S/small.done ]; then
+      b=$(left 15); [ "$b" -gt 620 ] && b=620
+      if [ "$b" -ge 40 ]; then
+        say "+ small-step table (budget $b s; $(small_left) runs left)"
+        timeout $(( b + 60 )) $LFL --time-budget $b >> $S/small.log 2>&1
+        n=$(small_left); say "small: $n runs left"; [ "$n" -eq 0 ] && touch $S/small.done
+        $LFL --table $S/lfl_state.json > $S/small_table.md 2>&1
+      fi
+    fi
+    step profile 200 bash -c "python3 benchmarks/trainer/profile_step.py --shapes 1b:4:4096,8b:1:1024:4 \
+      --precisions bf16,fp8 --iters 4 --time-budget \$BUDGET --out-dir $S"
+    step fsdp1 220 bash -c "python3 benchmarks/memory/measure_fsdp1.py --script .baselines/fsdp.py --split heldout \
+      --out $S/fsdp1_heldout.json --raw-log $S/fsdp1_raw.log --log-dir $S/fsdp1_logs --gpu-budget-gib $BUDGET_GIB \
+      --time-budget \$(( BUDGET - 40 )) --grace 35 $( [ -f $S/fsdp1_heldout.json ] && echo --resume $S/fsdp1_heldout.json)"
+    step boundary_te 330 bash -c "python3 benchmarks/memory/boundary.py --backend te --configs '$TE_BOUNDARY' \
+      --out $S/boundary_te.json --gpu-memory-bytes $MEM_BYTES --time-budget \$BUDGET --run-timeout 150 --repeat 3 \
+      $( [ -f $S/boundary_te.json ] && echo --resume)"
+    torch_boundaries 600
+    say "te: call ends; done: $(cd $S && ls *.done 2>/dev/null | tr '\n' ' ')"
+    bundle
+    ;;
+  dry)
+    $LFL --dry-run | awk '{print $1, $2, $3}' | tail -3
+    python3 benchmarks/trainer/profile_step.py --shapes 1b:4:4096,8b:1:1024:4 --precisions bf16,fp8 --dry-run | cut -c1-60
+    python3 benchmarks/memory/measure_fsdp1.py --script .baselines/fsdp.py --split heldout --out /dev/null --dry-run | tail -2
+    python3 benchmarks/memory/boundary.py --dry-run --backend torch --configs "$TORCH_BOUNDARY" --gpu-memory-bytes $MEM_BYTES | tail -4
+    python3 benchmarks/memory/boundary.py --dry-run --backend te --configs "$TE_BOUNDARY" --gpu-memory-bytes $MEM_BYTES | tail -4
+    ;;
+  *) echo "unknown stage $stage" >&2; exit 2 ;;
+esac
