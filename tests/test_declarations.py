@@ -227,7 +227,8 @@ def test_no_component_module_restates_a_parameters_default():
 
 def test_the_training_component_passes_every_parameter_by_its_name():
     """sagemaker_training hands its parameters to TrainingJobConfig by name, not through
-    ``locals()``: every field of the config, each the parameter of the same name."""
+    ``locals()`` or a dict: every field of the config, each the parameter of the same name,
+    in the call that makes the config (so a reader, or a tool, follows each one in)."""
     import dataclasses
 
     from kfp_sagemaker_blackwell.components.sagemaker_training.request import TrainingJobConfig
@@ -237,10 +238,9 @@ def test_the_training_component_passes_every_parameter_by_its_name():
     assert not [n for n in ast.walk(tree) if isinstance(n, ast.Call)
                 and getattr(n.func, "id", "") == "locals"]
     (call,) = [n for n in ast.walk(tree) if isinstance(n, ast.Call)
-               and getattr(n.func, "attr", "") == "from_values"]
-    (arg,) = call.args
-    assert isinstance(arg, ast.Call) and getattr(arg.func, "id", "") == "dict" and not arg.args
-    passed = {k.arg: getattr(k.value, "id", None) for k in arg.keywords}
+               and getattr(n.func, "id", "") == "TrainingJobConfig"]
+    assert not call.args
+    passed = {k.arg: getattr(k.value, "id", None) for k in call.keywords}
     assert passed == {f.name: f.name for f in dataclasses.fields(TrainingJobConfig)}
 
 

@@ -236,11 +236,13 @@ def source_defaults(module: str, function: str) -> dict[str, Any]:
     return {p.name: p.default for p in source_parameters(module, function) if not p.required}
 
 
-def dataclass_of(params: Iterable[Parameter], name: str) -> type:
+def dataclass_of(params: Iterable[Parameter], name: str, *, frozen: bool = False,
+                 namespace: dict[str, Any] | None = None) -> type:
     """A keyword-only dataclass whose fields are ``params``: the same names, kinds and
     defaults, so that a configuration type is derived from a component's signature
     instead of copying it (a parameter added there is a field). A ``None`` or container
-    default becomes a fresh container of the parameter's kind."""
+    default becomes a fresh container of the parameter's kind. ``namespace``: methods
+    the dataclass itself needs (a ``__post_init__``)."""
     fields: list[tuple[str, type, Any]] = []
     for p in params:
         if p.required:
@@ -250,7 +252,8 @@ def dataclass_of(params: Iterable[Parameter], name: str) -> type:
                 default_factory=functools.partial(p.kind, p.default or ()))))
         else:
             fields.append((p.name, p.kind, dataclasses.field(default=p.default)))
-    return dataclasses.make_dataclass(name, fields, kw_only=True)
+    return dataclasses.make_dataclass(name, fields, kw_only=True, frozen=frozen,
+                                      namespace=namespace)
 
 
 class ArgumentParser(argparse.ArgumentParser):

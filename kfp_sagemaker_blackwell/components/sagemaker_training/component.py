@@ -274,33 +274,32 @@ def sagemaker_training(
     from kfp_sagemaker_blackwell.components.sagemaker_training.launcher import launch
     from kfp_sagemaker_blackwell.components.sagemaker_training.request import TrainingJobConfig
 
-    # every parameter but the outputs, by its name (tests/test_declarations.py holds the list)
-    config = TrainingJobConfig.from_values(dict(
-        image_uri=image_uri, role_arn=role_arn, output_s3_uri=output_s3_uri, region=region,
-        trainer=trainer, entry_point=entry_point, metric_definitions=metric_definitions,
-        endpoint_url=endpoint_url, instance_type=instance_type, instance_count=instance_count,
-        precision=precision, model_preset=model_preset, num_layers=num_layers,
-        hidden_size=hidden_size, num_heads=num_heads, num_kv_heads=num_kv_heads,
-        ffn_hidden_size=ffn_hidden_size, vocab_size=vocab_size, batch_size=batch_size,
-        seq_length=seq_length, activation_checkpointing=activation_checkpointing,
-        max_steps=max_steps, hyperparameters=hyperparameters,
-        precision_hyperparameters=precision_hyperparameters, environment=environment,
-        checkpoint_s3_uri=checkpoint_s3_uri, checkpoint_s3_prefix=checkpoint_s3_prefix,
-        input_channels=input_channels, training_plan_arn=training_plan_arn, use_spot=use_spot,
-        max_wait_seconds=max_wait_seconds, max_runtime_seconds=max_runtime_seconds,
-        max_retry_attempts=max_retry_attempts, fallback_instances=fallback_instances,
-        max_pending_seconds=max_pending_seconds, keep_alive_seconds=keep_alive_seconds,
-        volume_size_gb=volume_size_gb, vpc_subnet_ids=vpc_subnet_ids,
-        vpc_security_group_ids=vpc_security_group_ids, output_kms_key_id=output_kms_key_id,
-        volume_kms_key_id=volume_kms_key_id, enable_network_isolation=enable_network_isolation,
-        enable_inter_container_traffic_encryption=enable_inter_container_traffic_encryption,
-        enable_infra_check=enable_infra_check, tags=tags, memory_plan=memory_plan,
-        override_memory_check=override_memory_check, instance_hour_prices=instance_hour_prices,
-        max_cost_usd=max_cost_usd, budget_items=budget_items, job_name=job_name,
-        poll_interval_seconds=poll_interval_seconds, max_outage_seconds=max_outage_seconds,
-        stop_timeout_seconds=stop_timeout_seconds, run_id=run_id, task=task, pipeline=pipeline))
-    try:
-        result = launch(config, resources_path=aws_resources)
+    try:  # every parameter but the outputs, by its name (tests/test_declarations.py holds them)
+        result = launch(TrainingJobConfig(
+            image_uri=image_uri, role_arn=role_arn, output_s3_uri=output_s3_uri, region=region,
+            trainer=trainer, entry_point=entry_point, metric_definitions=metric_definitions,
+            endpoint_url=endpoint_url, instance_type=instance_type, instance_count=instance_count,
+            precision=precision, model_preset=model_preset, num_layers=num_layers,
+            hidden_size=hidden_size, num_heads=num_heads, num_kv_heads=num_kv_heads,
+            ffn_hidden_size=ffn_hidden_size, vocab_size=vocab_size, batch_size=batch_size,
+            seq_length=seq_length, activation_checkpointing=activation_checkpointing,
+            max_steps=max_steps, hyperparameters=hyperparameters,
+            precision_hyperparameters=precision_hyperparameters, environment=environment,
+            checkpoint_s3_uri=checkpoint_s3_uri, checkpoint_s3_prefix=checkpoint_s3_prefix,
+            input_channels=input_channels, training_plan_arn=training_plan_arn, use_spot=use_spot,
+            max_wait_seconds=max_wait_seconds, max_runtime_seconds=max_runtime_seconds,
+            max_retry_attempts=max_retry_attempts, fallback_instances=fallback_instances,
+            max_pending_seconds=max_pending_seconds, keep_alive_seconds=keep_alive_seconds,
+            volume_size_gb=volume_size_gb, vpc_subnet_ids=vpc_subnet_ids,
+            vpc_security_group_ids=vpc_security_group_ids, output_kms_key_id=output_kms_key_id,
+            volume_kms_key_id=volume_kms_key_id, enable_network_isolation=enable_network_isolation,
+            enable_inter_container_traffic_encryption=enable_inter_container_traffic_encryption,
+            enable_infra_check=enable_infra_check, tags=tags, memory_plan=memory_plan,
+            override_memory_check=override_memory_check, instance_hour_prices=instance_hour_prices,
+            max_cost_usd=max_cost_usd, budget_items=budget_items, job_name=job_name,
+            poll_interval_seconds=poll_interval_seconds, max_outage_seconds=max_outage_seconds,
+            stop_timeout_seconds=stop_timeout_seconds, run_id=run_id, task=task, pipeline=pipeline,
+        ), resources_path=aws_resources)
     except Terminated as exc:
         print(f"error: {exc}", flush=True)
         raise SystemExit(TERMINATED_EXIT_CODE) from None
