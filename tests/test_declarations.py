@@ -225,23 +225,32 @@ def test_no_component_module_restates_a_parameters_default():
     assert not found, sorted(found)
 
 
-def test_the_training_component_passes_every_parameter_by_its_name():
-    """sagemaker_training hands its parameters to TrainingJobConfig by name, not through
-    ``locals()`` or a dict: every field of the config, each the parameter of the same name,
-    in the call that makes the config (so a reader, or a tool, follows each one in)."""
+# component -> (the module of its parameters' type, the type): each derived from the signature
+PARAMETER_TYPES = {
+    "sagemaker_training": ("sagemaker_training.request.config", "TrainingJobConfig"),
+    "build_image": ("build_image.build", "BuildRequest"),
+    "compare_convergence": ("compare_convergence.records", "Settings"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PARAMETER_TYPES))
+def test_a_component_passes_every_parameter_by_its_name(name):
+    """The component hands its parameters to their type by name, not through ``locals()`` or
+    a dict: every field of the type, each the parameter of the same name, in the call that
+    makes it (so a reader, or a tool, follows each one in)."""
     import dataclasses
 
-    from kfp_sagemaker_blackwell.components.sagemaker_training.request import TrainingJobConfig
-
-    tree = ast.parse((ROOT / "components" / "sagemaker_training" / "component.py").read_text(
-        encoding="utf-8"))
+    module, type_name = PARAMETER_TYPES[name]
+    kind = getattr(importlib.import_module(f"kfp_sagemaker_blackwell.components.{module}"),
+                   type_name)
+    tree = ast.parse((ROOT / "components" / name / "component.py").read_text(encoding="utf-8"))
     assert not [n for n in ast.walk(tree) if isinstance(n, ast.Call)
                 and getattr(n.func, "id", "") == "locals"]
     (call,) = [n for n in ast.walk(tree) if isinstance(n, ast.Call)
-               and getattr(n.func, "id", "") == "TrainingJobConfig"]
+               and getattr(n.func, "id", "") == type_name]
     assert not call.args
     passed = {k.arg: getattr(k.value, "id", None) for k in call.keywords}
-    assert passed == {f.name: f.name for f in dataclasses.fields(TrainingJobConfig)}
+    assert passed == {f.name: f.name for f in dataclasses.fields(kind)}
 
 
 def test_the_planning_models_take_the_trainers_defaults_from_its_flag_table():

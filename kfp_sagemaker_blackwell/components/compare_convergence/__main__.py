@@ -41,7 +41,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, list[cli.Parameter]]:
 @cli_errors
 def main(argv: list[str] | None = None) -> int:
     args, values = cli.parse(build_parser(), argv)
-    from kfp_sagemaker_blackwell.components.compare_convergence.compare import Settings
+    from kfp_sagemaker_blackwell.components.compare_convergence.records import Settings
     from kfp_sagemaker_blackwell.components.compare_convergence.report import (
         markdown,
         verdicts_json,

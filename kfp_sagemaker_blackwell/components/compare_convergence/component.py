@@ -96,11 +96,10 @@ def compare_convergence(
             kfp.local 2.17, branch on it inside a sub-pipeline that takes it as an input:
             ``dsl.If`` on a named output of a multi-output task is never true locally.)
     """
-    params = dict(locals())  # this signature's parameters: their one declaration
     from collections import namedtuple
 
     from kfp_sagemaker_blackwell.common.errors import UserError
-    from kfp_sagemaker_blackwell.components.compare_convergence.compare import Settings
+    from kfp_sagemaker_blackwell.components.compare_convergence.records import Settings
     from kfp_sagemaker_blackwell.components.compare_convergence.report import (
         metrics as comparison_metrics,
     )
@@ -109,7 +108,15 @@ def compare_convergence(
         write_outputs,
     )
 
-    cmp = compare_files([s.path for s in series], Settings.from_parameters(params))
+    # every setting by its name (tests/test_declarations.py holds them)
+    cmp = compare_files([s.path for s in series], Settings(
+        baseline=baseline, loss_tolerance_rel=loss_tolerance_rel,
+        loss_tolerance_abs=loss_tolerance_abs, divergence_tolerance_rel=divergence_tolerance_rel,
+        seed_spread_factor=seed_spread_factor, final_window=final_window,
+        smoothing_window=smoothing_window, align_by=align_by,
+        min_step_coverage=min_step_coverage, target_gpu=target_gpu,
+        min_speedup_gain=min_speedup_gain,
+    ).validate())
     write_outputs(cmp, html_path=report.path, markdown_path=summary.path,
                   verdicts_path=verdicts.path, context=run_context)
     for name, value in comparison_metrics(cmp).items():
