@@ -343,6 +343,18 @@ def add_switch(parser: argparse.ArgumentParser | argparse._ArgumentGroup, flag: 
                         help=argparse.SUPPRESS)
 
 
+def add_report_outputs(parser: argparse.ArgumentParser, *, json_help: str) -> None:
+    """What a command that reports on parse_logs' series takes besides its parameters: the
+    series files, and where its reports go (compare_convergence, rank_throughput)."""
+    parser.add_argument("series", nargs="+", type=input_file,
+                        help="series CSV files written by parse_logs")
+    parser.add_argument("--html", metavar="PATH", type=output_file,
+                        help="write the HTML report here")
+    parser.add_argument("--markdown", metavar="PATH", type=output_file,
+                        help="write the Markdown summary here")
+    parser.add_argument("--json", action="store_true", help=json_help)
+
+
 class _MergeAction(argparse.Action):
     """A repeated list or dict flag: the values are concatenated (lists) or merged (dicts)."""
 

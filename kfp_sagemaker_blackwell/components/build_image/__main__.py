@@ -28,14 +28,10 @@ import sys
 from kfp_sagemaker_blackwell.common import cli
 from kfp_sagemaker_blackwell.common.errors import (
     AWS_UNREACHABLE_EXIT_CODE,
-    USER_ERROR_EXIT_CODE,
-    UserError,
     cli_errors,
 )
 from kfp_sagemaker_blackwell.common.execution_context import (
-    TERMINATED_EXIT_CODE,
     AwsUnreachable,
-    Terminated,
 )
 from kfp_sagemaker_blackwell.components.build_image import build as b
 from kfp_sagemaker_blackwell.components.build_image.component import build_image
@@ -64,12 +60,6 @@ def main(argv: list[str] | None = None) -> int:
                               "build_args": dict(context.build_args)}, indent=2))
             return 0
         result = b.build_image(req, log=lambda line: print(line, file=sys.stderr, flush=True))
-    except UserError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return USER_ERROR_EXIT_CODE
-    except Terminated as exc:  # SIGTERM/SIGINT: the message says what became of the build
-        print(f"error: {exc}", file=sys.stderr)
-        return TERMINATED_EXIT_CODE
     except AwsUnreachable as exc:  # the build may still run: a re-run re-attaches to it
         print(f"error: {exc}. The build may still be running; re-run this command to "
               "re-attach to it.", file=sys.stderr)

@@ -23,18 +23,15 @@ import argparse
 import sys
 
 from kfp_sagemaker_blackwell.common import cli
-from kfp_sagemaker_blackwell.common.errors import USER_ERROR_EXIT_CODE, UserError, cli_errors
+from kfp_sagemaker_blackwell.common.errors import USER_ERROR_EXIT_CODE, cli_errors
 from kfp_sagemaker_blackwell.components.compare_convergence.component import compare_convergence
 
 
 def build_parser() -> tuple[argparse.ArgumentParser, list[cli.Parameter]]:
     p, params = cli.derived_parser(compare_convergence,
                                    prog="python -m kfp_sagemaker_blackwell.components.compare_convergence", doc=__doc__)
-    p.add_argument("series", nargs="+", type=cli.input_file, help="series CSV files written by parse_logs")
-    p.add_argument("--html", metavar="PATH", type=cli.output_file, help="write the HTML report here")
-    p.add_argument("--markdown", metavar="PATH", type=cli.output_file, help="write the Markdown summary here")
+    cli.add_report_outputs(p, json_help="print the JSON verdicts, not Markdown")
     p.add_argument("--verdicts", metavar="PATH", type=cli.output_file, help="write the JSON verdicts here")
-    p.add_argument("--json", action="store_true", help="print the JSON verdicts, not Markdown")
     return p, params
 
 
@@ -51,11 +48,7 @@ def main(argv: list[str] | None = None) -> int:
         write_outputs,
     )
 
-    try:
-        cmp = compare_files(args.series, Settings.from_parameters(values))
-    except UserError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return USER_ERROR_EXIT_CODE
+    cmp = compare_files(args.series, Settings.from_parameters(values))
     write_outputs(cmp, html_path=args.html, markdown_path=args.markdown,
                   verdicts_path=args.verdicts, context=values["run_context"])
     sys.stdout.write(verdicts_json(cmp) if args.json else markdown(cmp, values["run_context"]))

@@ -26,14 +26,11 @@ from typing import Any
 from kfp_sagemaker_blackwell.common import cli
 from kfp_sagemaker_blackwell.common.errors import (
     AWS_UNREACHABLE_EXIT_CODE,
-    USER_ERROR_EXIT_CODE,
     UserError,
     cli_errors,
 )
 from kfp_sagemaker_blackwell.common.execution_context import (
-    TERMINATED_EXIT_CODE,
     ExecutionContext,
-    Terminated,
 )
 
 PROG = "python -m kfp_sagemaker_blackwell.components.sagemaker_training"
@@ -127,12 +124,6 @@ def _main(args: argparse.Namespace, params: list[cli.Parameter], ctx: ExecutionC
             return 0
         result = launcher.launch(cfg, resources_path=args.aws_resources_path,
                                  raise_on_failure=False, ctx=ctx)
-    except UserError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return USER_ERROR_EXIT_CODE
-    except Terminated as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return TERMINATED_EXIT_CODE
     except AwsUnreachable as exc:
         print(f"error: {exc}. The training job may still be running: check it with aws "
               "sagemaker describe-training-job, re-run this command to re-attach to it.",
