@@ -36,9 +36,10 @@ import sys
 import types
 import typing
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
+from kfp_sagemaker_blackwell.catalog import parameters as parameter_groups
+from kfp_sagemaker_blackwell.catalog.parameters import Parameter, flag_name
 from kfp_sagemaker_blackwell.catalog.paths import (  # noqa: F401 - the commands' path types
     input_file,
     input_file_or_stdin,
@@ -62,29 +63,6 @@ def key_values(flag: str, items: list[str] | None) -> dict[str, str]:
             raise UserError(flag, f"{item!r} is not KEY=VALUE.", f"write {flag} KEY=VALUE.")
         out[key] = value
     return out
-
-
-@dataclass(frozen=True)
-class Parameter:
-    """One declared parameter: name, value kind, default (``inspect.Parameter.empty``: required), help."""
-
-    name: str
-    kind: type
-    default: Any
-    help: str
-
-    @property
-    def flag(self) -> str:
-        return flag_name(self.name)
-
-    @property
-    def required(self) -> bool:
-        return self.default is inspect.Parameter.empty
-
-
-def flag_name(name: str) -> str:
-    """``model_preset`` -> ``--model-preset``: the one spelling of a parameter's flag."""
-    return "--" + name.replace("_", "-")
 
 
 def doc_args(doc: str) -> dict[str, str]:
@@ -203,8 +181,9 @@ def source_parameters(module: str, function: str, *,
     args = node.args.args + node.args.kwonlyargs
     values = ([None] * (len(node.args.args) - len(node.args.defaults)) + node.args.defaults
               + node.args.kw_defaults)
-    helps = {k: plain(v, [a.arg for a in args])
-             for k, v in doc_args(ast.get_docstring(node) or "").items()}
+    names = [a.arg for a in args]
+    doc = parameter_groups.with_group_args(ast.get_docstring(node) or "", names)
+    helps = {k: plain(v, names) for k, v in doc_args(doc).items()}
     out = []
     for arg, value in zip(args, values, strict=True):
         text = ast.unparse(arg.annotation) if arg.annotation else ""

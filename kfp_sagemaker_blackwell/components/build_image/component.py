@@ -100,17 +100,32 @@ def build_image(
     from kfp_sagemaker_blackwell.components.build_image.build import BuildRequest
     from kfp_sagemaker_blackwell.components.build_image.build import build_image as run_build
 
-    resources.write(aws_resources, [])
-    try:  # every parameter but the output, by its name (tests/test_declarations.py holds them)
-        result = run_build(BuildRequest(
-            run_id=run_id, s3_uri=s3_uri, region=region, repository=repository,
-            dockerfile=dockerfile, context_dir=context_dir, context_paths=context_paths,
-            build_args=build_args, base_image=base_image, base_image_tag=base_image_tag,
-            instance_type=instance_type, builder=builder, codebuild_project=codebuild_project,
-            codebuild_role_arn=codebuild_role_arn,
-            codebuild_compute_type=codebuild_compute_type, timeout_minutes=timeout_minutes,
-            pipeline=pipeline, tags=tags, poll_interval_seconds=poll_interval_seconds,
-        ).validate(), on_resources=lambda recorded: resources.write(aws_resources, recorded))
+    resources.write(aws_resources, [])  # the record exists before anything can fail
+    # every parameter but the output, by its name (tests/test_declarations.py holds them)
+    request = BuildRequest(
+        run_id=run_id,
+        s3_uri=s3_uri,
+        region=region,
+        repository=repository,
+        dockerfile=dockerfile,
+        context_dir=context_dir,
+        context_paths=context_paths,
+        build_args=build_args,
+        base_image=base_image,
+        base_image_tag=base_image_tag,
+        instance_type=instance_type,
+        builder=builder,
+        codebuild_project=codebuild_project,
+        codebuild_role_arn=codebuild_role_arn,
+        codebuild_compute_type=codebuild_compute_type,
+        timeout_minutes=timeout_minutes,
+        pipeline=pipeline,
+        tags=tags,
+        poll_interval_seconds=poll_interval_seconds,
+    ).validate()
+    try:
+        result = run_build(
+            request, on_resources=lambda recorded: resources.write(aws_resources, recorded))
     except Terminated as exc:  # the message says whether the build's stop was accepted
         print(f"error: {exc}", flush=True)
         raise SystemExit(TERMINATED_EXIT_CODE) from None

@@ -110,11 +110,16 @@ def compare_convergence(
 
     # every setting by its name (tests/test_declarations.py holds them)
     cmp = compare_files([s.path for s in series], Settings(
-        baseline=baseline, loss_tolerance_rel=loss_tolerance_rel,
-        loss_tolerance_abs=loss_tolerance_abs, divergence_tolerance_rel=divergence_tolerance_rel,
-        seed_spread_factor=seed_spread_factor, final_window=final_window,
-        smoothing_window=smoothing_window, align_by=align_by,
-        min_step_coverage=min_step_coverage, target_gpu=target_gpu,
+        baseline=baseline,
+        loss_tolerance_rel=loss_tolerance_rel,
+        loss_tolerance_abs=loss_tolerance_abs,
+        divergence_tolerance_rel=divergence_tolerance_rel,
+        seed_spread_factor=seed_spread_factor,
+        final_window=final_window,
+        smoothing_window=smoothing_window,
+        align_by=align_by,
+        min_step_coverage=min_step_coverage,
+        target_gpu=target_gpu,
         min_speedup_gain=min_speedup_gain,
     ).validate())
     write_outputs(cmp, html_path=report.path, markdown_path=summary.path,
