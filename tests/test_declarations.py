@@ -21,7 +21,7 @@ from kfp_sagemaker_blackwell.common import cli
 
 # CLI module -> (component module, component name). Every module has build_parser().
 CLIS = {
-    "kfp_sagemaker_blackwell.components.memory_estimate.cli": ("kfp_sagemaker_blackwell.components.memory_estimate.component", "memory_estimate"),
+    "kfp_sagemaker_blackwell.components.memory_estimate.__main__": ("kfp_sagemaker_blackwell.components.memory_estimate.component", "memory_estimate"),
     "kfp_sagemaker_blackwell.components.build_image.__main__": ("kfp_sagemaker_blackwell.components.build_image.component", "build_image"),
     "kfp_sagemaker_blackwell.components.cleanup.__main__": ("kfp_sagemaker_blackwell.components.cleanup.component", "cleanup"),
     "kfp_sagemaker_blackwell.components.parse_logs.__main__": ("kfp_sagemaker_blackwell.components.parse_logs.component", "parse_logs"),
@@ -263,8 +263,8 @@ def test_compare_settings_take_the_components_defaults_and_name_a_bad_parameter(
 
 def test_a_build_request_takes_the_components_defaults_and_names_a_bad_parameter():
     from kfp_sagemaker_blackwell.common.errors import UserError
-    from kfp_sagemaker_blackwell.components.build_image.build import BuildRequest
     from kfp_sagemaker_blackwell.components.build_image.component import build_image
+    from kfp_sagemaker_blackwell.components.build_image.launcher import BuildRequest
 
     request = BuildRequest.from_parameters(cli.declared(build_image, run_id="r"))
     assert (request.repository, request.timeout_minutes, request.builder) == (
@@ -322,7 +322,7 @@ def test_no_component_module_restates_a_parameters_default():
 # component -> (the module of its parameters' type, the type): each derived from the signature
 PARAMETER_TYPES = {
     "sagemaker_training": ("sagemaker_training.request.config", "TrainingJobConfig"),
-    "build_image": ("build_image.build", "BuildRequest"),
+    "build_image": ("build_image.launcher", "BuildRequest"),
     "compare_convergence": ("compare_convergence.records", "Settings"),
 }
 

@@ -148,8 +148,8 @@ def check_bucket(bucket: Any) -> None:
 def check_memory_plan(arguments: dict[str, Any]) -> Any:
     """The memory plan a run computes, in-process (memory_estimate's own code, the
     arguments the pipeline passes it): its outputs, or the UserError the step would fail with."""
-    from kfp_sagemaker_blackwell.components.memory_estimate.cli import with_defaults
-    from kfp_sagemaker_blackwell.components.memory_estimate.run import run_component
+    from kfp_sagemaker_blackwell.components.memory_estimate.__main__ import with_defaults
+    from kfp_sagemaker_blackwell.components.memory_estimate.launcher import run_component
 
     return run_component(**with_defaults(arguments))
 

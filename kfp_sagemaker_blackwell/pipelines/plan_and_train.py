@@ -35,7 +35,7 @@ from kfp import dsl
 from kfp_sagemaker_blackwell.components.compare_convergence.component import compare_convergence
 from kfp_sagemaker_blackwell.components.parse_logs.component import parse_logs
 from kfp_sagemaker_blackwell.components.plan_training.component import plan_training
-from kfp_sagemaker_blackwell.components.plan_training.run import VALIDATION_BASELINE
+from kfp_sagemaker_blackwell.components.plan_training.launcher import VALIDATION_BASELINE
 from kfp_sagemaker_blackwell.components.sagemaker_training.component import sagemaker_training
 from kfp_sagemaker_blackwell.pipelines import _steps
 
@@ -269,7 +269,7 @@ def check_arguments(arguments: dict[str, Any]) -> None:
     """Checks a run's arguments before anything starts (``--run-local``): the planner runs
     in-process (no AWS call without a region) and must choose something; raises UserError."""
     from kfp_sagemaker_blackwell.common.errors import UserError
-    from kfp_sagemaker_blackwell.components.plan_training.run import run_component
+    from kfp_sagemaker_blackwell.components.plan_training.launcher import run_component
 
     modes = [str(m) for m in arguments["capacity_modes"] or []]
     if not modes or any(m not in CAPACITY_MODES for m in modes):

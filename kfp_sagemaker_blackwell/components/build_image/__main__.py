@@ -33,7 +33,7 @@ from kfp_sagemaker_blackwell.common.errors import (
 from kfp_sagemaker_blackwell.common.execution_context import (
     AwsUnreachable,
 )
-from kfp_sagemaker_blackwell.components.build_image import build as b
+from kfp_sagemaker_blackwell.components.build_image import launcher as b
 from kfp_sagemaker_blackwell.components.build_image.component import build_image
 
 # Old spellings, still accepted with a deprecation message.

@@ -1,4 +1,4 @@
-"""KFP definition of the image build (the work is in ``kfp_sagemaker_blackwell.components.build_image.build``)."""
+"""KFP definition of the image build (the work is in ``kfp_sagemaker_blackwell.components.build_image.launcher``)."""
 
 from typing import NamedTuple
 
@@ -97,8 +97,8 @@ def build_image(
 
     from kfp_sagemaker_blackwell.common import resources
     from kfp_sagemaker_blackwell.common.execution_context import TERMINATED_EXIT_CODE, Terminated
-    from kfp_sagemaker_blackwell.components.build_image.build import BuildRequest
-    from kfp_sagemaker_blackwell.components.build_image.build import build_image as run_build
+    from kfp_sagemaker_blackwell.components.build_image.launcher import BuildRequest
+    from kfp_sagemaker_blackwell.components.build_image.launcher import build_image as run_build
 
     resources.write(aws_resources, [])  # the record exists before anything can fail
     # every parameter but the output, by its name (tests/test_declarations.py holds them)

@@ -35,7 +35,7 @@ import sys
 from kfp_sagemaker_blackwell.common import cli
 from kfp_sagemaker_blackwell.common.errors import UserError, cli_errors
 from kfp_sagemaker_blackwell.components.cleanup.component import cleanup as cleanup_component
-from kfp_sagemaker_blackwell.components.cleanup.run import cleanup
+from kfp_sagemaker_blackwell.components.cleanup.launcher import cleanup
 
 # Old spellings, still accepted with a deprecation message.
 ALIASES = {"--s3-uri": "s3_uris", "--ecr-repository": "ecr_repositories",

@@ -73,7 +73,7 @@ def cleanup(
     from collections import namedtuple
 
     from kfp_sagemaker_blackwell.common.execution_context import TERMINATED_EXIT_CODE, Terminated
-    from kfp_sagemaker_blackwell.components.cleanup.run import cleanup as run_cleanup
+    from kfp_sagemaker_blackwell.components.cleanup.launcher import cleanup as run_cleanup
 
     try:
         result = run_cleanup(

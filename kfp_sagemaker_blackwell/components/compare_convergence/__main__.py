@@ -38,14 +38,14 @@ def build_parser() -> tuple[argparse.ArgumentParser, list[cli.Parameter]]:
 @cli_errors
 def main(argv: list[str] | None = None) -> int:
     args, values = cli.parse(build_parser(), argv)
+    from kfp_sagemaker_blackwell.components.compare_convergence.launcher import (
+        compare_files,
+        write_outputs,
+    )
     from kfp_sagemaker_blackwell.components.compare_convergence.records import Settings
     from kfp_sagemaker_blackwell.components.compare_convergence.report import (
         markdown,
         verdicts_json,
-    )
-    from kfp_sagemaker_blackwell.components.compare_convergence.run import (
-        compare_files,
-        write_outputs,
     )
 
     cmp = compare_files(args.series, Settings.from_parameters(values))

@@ -99,13 +99,13 @@ def compare_convergence(
     from collections import namedtuple
 
     from kfp_sagemaker_blackwell.common.errors import UserError
+    from kfp_sagemaker_blackwell.components.compare_convergence.launcher import (
+        compare_files,
+        write_outputs,
+    )
     from kfp_sagemaker_blackwell.components.compare_convergence.records import Settings
     from kfp_sagemaker_blackwell.components.compare_convergence.report import (
         metrics as comparison_metrics,
-    )
-    from kfp_sagemaker_blackwell.components.compare_convergence.run import (
-        compare_files,
-        write_outputs,
     )
 
     # every setting by its name (tests/test_declarations.py holds them)

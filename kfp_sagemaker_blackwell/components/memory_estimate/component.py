@@ -125,7 +125,7 @@ def memory_estimate(
     params = dict(locals())  # this signature's parameters: their one declaration
     from collections import namedtuple
 
-    from kfp_sagemaker_blackwell.components.memory_estimate.run import run_component
+    from kfp_sagemaker_blackwell.components.memory_estimate.launcher import run_component
 
     out = run_component(**{k: v for k, v in params.items() if k not in ("report", "metrics")})
 

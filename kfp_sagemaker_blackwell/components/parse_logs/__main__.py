@@ -49,12 +49,15 @@ def main(argv: list[str] | None = None) -> int:
     if bool(args.file) == bool(args.job_name):
         p.error("give one of --file or --job-name")
     values = cli.values(args, params)
+    from kfp_sagemaker_blackwell.components.parse_logs.launcher import (
+        parse_file,
+        parse_training_job,
+    )
     from kfp_sagemaker_blackwell.components.parse_logs.report import (
         events_document,
         markdown,
         write_outputs,
     )
-    from kfp_sagemaker_blackwell.components.parse_logs.source import parse_file, parse_training_job
 
     spike = values["spike_threshold"]
     try:

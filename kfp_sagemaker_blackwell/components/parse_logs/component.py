@@ -84,8 +84,11 @@ def parse_logs(
     """
     from collections import namedtuple
 
+    from kfp_sagemaker_blackwell.components.parse_logs.launcher import (
+        parse_file,
+        parse_training_job,
+    )
     from kfp_sagemaker_blackwell.components.parse_logs.report import kfp_metrics, write_outputs
-    from kfp_sagemaker_blackwell.components.parse_logs.source import parse_file, parse_training_job
 
     spike = float(spike_threshold)
     if log_file is not None and log_file.path:

@@ -54,7 +54,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, list[cli.Parameter]]:
 def main(argv: list[str] | None = None) -> int:
     parser, params = build_parser()
     args = parser.parse_args(argv)
-    from kfp_sagemaker_blackwell.components.plan_training.run import run_component
+    from kfp_sagemaker_blackwell.components.plan_training.launcher import run_component
 
     try:
         out = run_component(verdicts=str(args.convergence_verdicts or ""),

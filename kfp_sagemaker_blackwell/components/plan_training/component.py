@@ -132,7 +132,7 @@ def plan_training(
     from collections import namedtuple
 
     from kfp_sagemaker_blackwell.common.errors import UserError
-    from kfp_sagemaker_blackwell.components.plan_training.run import run_component
+    from kfp_sagemaker_blackwell.components.plan_training.launcher import run_component
 
     verdicts = convergence_verdicts.path if convergence_verdicts is not None else ""
     series = [s.path for s in probe_series] if probe_series is not None else []

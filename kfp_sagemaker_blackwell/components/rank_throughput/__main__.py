@@ -56,7 +56,7 @@ def _plan(value: list) -> list:
 @cli_errors
 def main(argv: list[str] | None = None) -> int:
     args, values = cli.parse(build_parser(), argv)
-    from kfp_sagemaker_blackwell.components.rank_throughput.rank import (
+    from kfp_sagemaker_blackwell.components.rank_throughput.launcher import (
         html_report,
         load,
         markdown,
