@@ -1,4 +1,18 @@
-"""KFP definition of the image build (the work is in ``kfp_sagemaker_blackwell.components.build_image.launcher``)."""
+"""KFP definition of the image build (the work is in ``launcher``).
+
+The base image is the AWS PyTorch training Deep Learning Container of the
+region (``pytorch-training:2.9.0-gpu-py312-cu130-ubuntu22.04-sagemaker``),
+found with the SageMaker SDK's image-URI lookup (package ``sagemaker-core``),
+passed as ``--build-arg BASE_IMAGE`` to Dockerfiles that declare it.
+
+On the local backend nothing is sent to CodeBuild: the image is built with a
+local Docker daemon when one answers, otherwise it is NOT built and the step
+returns the content-addressed URI in the local ECR and says so (the local
+training executor runs the trainer from the checkout, not from an image).
+
+See https://docs.aws.amazon.com/codebuild/latest/APIReference/API_StartBuild.html
+and iam/README.md for the permissions (pod, CodeBuild service role).
+"""
 
 from typing import NamedTuple
 
@@ -44,19 +58,6 @@ def build_image(
     builds and pushes; its log is streamed into this step's log, a Terminate stops
     the build, a retried step re-attaches to a build still running. The ECR
     repository is created when missing (scan on push, tagged with the run id).
-
-    The base image is the AWS PyTorch training Deep Learning Container of the
-    region (``pytorch-training:2.9.0-gpu-py312-cu130-ubuntu22.04-sagemaker``),
-    found with the SageMaker SDK's image-URI lookup (package ``sagemaker-core``),
-    passed as ``--build-arg BASE_IMAGE`` to Dockerfiles that declare it.
-
-    On the local backend nothing is sent to CodeBuild: the image is built with a
-    local Docker daemon when one answers, otherwise it is NOT built and the step
-    returns the content-addressed URI in the local ECR and says so (the local
-    training executor runs the trainer from the checkout, not from an image).
-
-    See https://docs.aws.amazon.com/codebuild/latest/APIReference/API_StartBuild.html
-    and iam/README.md for the permissions (pod, CodeBuild service role).
 
     Args:
         run_id: The KFP run id (``dsl.PIPELINE_JOB_ID_PLACEHOLDER``): tags the

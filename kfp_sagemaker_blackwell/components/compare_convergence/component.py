@@ -1,4 +1,23 @@
-"""The compare_convergence KFP component (thin: the work is in the modules beside it)."""
+"""The compare_convergence KFP component (the work is in ``launcher``).
+
+Verdict per precision: PASS when the run trained, has no NaN/inf loss, did not
+diverge, and its final-window loss is at most
+``max(loss_tolerance_abs, loss_tolerance_rel x baseline)`` above the baseline's (or
+within ``seed_spread_factor`` x the seed spread); a run with no baseline run of the
+same seed is "not compared", never a fail. Speed-ups are measured steady-state
+tokens/s when the runs were timed on ``target_gpu``; otherwise (emulated numerics,
+CPU runs, another GPU) the throughput model's prediction for ``target_gpu`` and
+each run's configuration, labelled "predicted". The recommendation walks up the
+risk order bf16 < fp8 < fp8-current / fp8-block < mxfp8 < nvfp4: a riskier passing
+precision is recommended only when it is at least ``min_speedup_gain`` faster than
+the safer one, and one sentence says why. Bad input (no series, a missing or
+failed baseline, a baseline that stopped early, unreadable files, no pairs) gives
+a clear error or a report marked PARTIAL with no recommendation, never a silent
+pass. A series that breaks its contract (a repeated step with another loss, an
+unknown precision, metadata that contradicts the rows, a value of the wrong type)
+is left out and named with its line; rows out of order are sorted. Labels and
+reasons appear in the summary and the report as text, never as markup.
+"""
 
 from typing import NamedTuple
 
@@ -36,24 +55,6 @@ def compare_convergence(
     the baseline's steps (or tokens), after the same smoothing; where several seeds
     exist, the difference is also set against the baseline's seed-to-seed spread,
     because at small scale precision effects are smaller than seed noise.
-
-    Verdict per precision: PASS when the run trained, has no NaN/inf loss, did not
-    diverge, and its final-window loss is at most
-    ``max(loss_tolerance_abs, loss_tolerance_rel x baseline)`` above the baseline's (or
-    within ``seed_spread_factor`` x the seed spread); a run with no baseline run of the
-    same seed is "not compared", never a fail. Speed-ups are measured steady-state
-    tokens/s when the runs were timed on ``target_gpu``; otherwise (emulated numerics,
-    CPU runs, another GPU) the throughput model's prediction for ``target_gpu`` and
-    each run's configuration, labelled "predicted". The recommendation walks up the
-    risk order bf16 < fp8 < fp8-current / fp8-block < mxfp8 < nvfp4: a riskier passing
-    precision is recommended only when it is at least ``min_speedup_gain`` faster than
-    the safer one, and one sentence says why. Bad input (no series, a missing or
-    failed baseline, a baseline that stopped early, unreadable files, no pairs) gives
-    a clear error or a report marked PARTIAL with no recommendation, never a silent
-    pass. A series that breaks its contract (a repeated step with another loss, an
-    unknown precision, metadata that contradicts the rows, a value of the wrong type)
-    is left out and named with its line; rows out of order are sorted. Labels and
-    reasons appear in the summary and the report as text, never as markup.
 
     Args:
         series: the parse_logs series Datasets (CSV, ``kfp-sagemaker/step-series/v1``).

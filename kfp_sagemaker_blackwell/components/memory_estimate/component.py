@@ -1,4 +1,10 @@
-"""KFP definition of the memory estimate (the work is in ``planner`` / ``report``)."""
+"""KFP definition of the memory estimate (the work is in ``launcher``).
+
+Batch rule: the requested batch is used when it fits; when it fits only with
+activation checkpointing and ``activation_checkpointing`` is ``auto``,
+checkpointing is switched on; ``batch_size=0`` asks for the largest batch that
+fits (without checkpointing when any batch fits without it).
+"""
 
 from typing import NamedTuple, Optional
 
@@ -52,11 +58,6 @@ def memory_estimate(
     TransformerEngine quantised weight copies, CUDA context, allocator reserve) is
     calibrated on an H200 (see benchmarks/memory/README.md). MXFP8 and NVFP4 are
     estimated from the formats' byte sizes and are not measured.
-
-    Batch rule: the requested batch is used when it fits; when it fits only with
-    activation checkpointing and ``activation_checkpointing`` is ``auto``,
-    checkpointing is switched on; ``batch_size=0`` asks for the largest batch that
-    fits (without checkpointing when any batch fits without it).
 
     Args:
         instance_type: SageMaker instance type (ml.p6-b200.48xlarge, ml.p6-b300.48xlarge,

@@ -1,4 +1,10 @@
-"""KFP definition of the training planner (the work is in ``search`` / ``report``)."""
+"""KFP definition of the training planner (the work is in ``launcher``).
+
+The table's every figure names its source (predicted, probed or measured, and by
+what; the price's source; the precision's risk and whether the convergence sweep
+validated it). Pure Python; seconds on a CPU for the default search. Without a
+``region`` no AWS call is made (the shipped price table; no training plans).
+"""
 
 from typing import NamedTuple, Optional
 
@@ -57,11 +63,6 @@ def plan_training(
     ``max_cost_usd`` are dropped with their reason; an instance type without a price is
     listed as unpriced, never ranked. For training plans, SearchTrainingPlanOfferings
     gives the exact up-front fee and window for the run's hours (nothing is bought).
-
-    The table's every figure names its source (predicted, probed or measured, and by
-    what; the price's source; the precision's risk and whether the convergence sweep
-    validated it). Pure Python; seconds on a CPU for the default search. Without a
-    ``region`` no AWS call is made (the shipped price table; no training plans).
 
     Args:
         training_tokens: Tokens to train on (e.g. 100000000000 for 100B).

@@ -1,4 +1,42 @@
-"""KFP definition of the SageMaker training component (the work is in ``launcher``)."""
+"""KFP definition of the SageMaker training component (the work is in ``launcher``).
+
+Behaviour that matters when things go wrong:
+
+- Every parameter is validated before any AWS call; a bad one fails with a message
+  naming the parameter and the fix (a precision the instance's GPU cannot run, spot
+  without ``checkpoint_s3_uri``, ``max_wait_seconds`` < ``max_runtime_seconds``,
+  malformed S3 URIs or ARNs, too many hyperparameters/variables/tags, ...).
+- The job name is derived from the run id, the task name, the precision and a digest
+  of what the job trains, so a retried or restarted task re-attaches to the job its
+  first attempt created instead of launching a second one; a job of that name that
+  does not carry this run's ``kfp-sagemaker:run-id`` tag is refused, never adopted.
+- ``aws_resources`` is written as soon as the job exists (for cleanup and humans).
+- Terminating the run (SIGTERM, or SIGINT) at any instant stops the training job:
+  the handler is installed before the first AWS call, a termination during
+  CreateTrainingJob stops the job as soon as it exists, and the task waits until
+  SageMaker reports it Stopping (at most ``stop_timeout_seconds``, even while
+  SageMaker is unreachable), then exits 143 saying whether the stop was accepted.
+- Any other error once the job exists (an output that cannot be written...)
+  stops the job the same way before the task fails.
+- A failed job fails this task with SageMaker's FailureReason (for example the
+  trainer's CUDA out-of-memory message and the fix it suggests).
+
+Bring your own image (``trainer="custom"``, as the retired AWS TrainingJob
+component and GCPC's CustomTrainingJobOp): ``image_uri`` is your image,
+``entry_point`` its ContainerEntrypoint, ``hyperparameters`` are free (any names,
+SageMaker's limits only), ``metric_definitions`` go into
+AlgorithmSpecification.MetricDefinitions (SageMaker's console and CloudWatch show
+them; parse_logs reads them back from DescribeTrainingJob and fills the step series).
+Still checked: SageMaker's limits, the precision against the GPU, cost, capacity
+(plans, spot, fallbacks), tags, re-attach and stop. Skipped, and said in a log line:
+the in-repo trainer's flag table for the hyperparameters, the memory pre-flight for
+its model (``model_preset``, dimensions, ``batch_size``, ``seq_length``,
+``max_steps``, ``activation_checkpointing``, ``memory_plan`` are then not sent) and
+the precision recipe confirmation (parse_logs cannot confirm another image's recipe).
+
+Locally, with ``python -m kfp_sagemaker_blackwell.local_backend serve`` running and ``AWS_ENDPOINT_URL``
+set to its URL, the same calls run the trainer from this checkout on this machine.
+"""
 
 from typing import NamedTuple, Optional
 
@@ -78,43 +116,6 @@ def sagemaker_training(
     after a spot restart) and its secondary-status transitions are streamed into this
     task's log. Plain boto3 (CreateTrainingJob / DescribeTrainingJob / StopTrainingJob,
     https://docs.aws.amazon.com/sagemaker/latest/APIReference/API_CreateTrainingJob.html).
-
-    Behaviour that matters when things go wrong:
-
-    - Every parameter is validated before any AWS call; a bad one fails with a message
-      naming the parameter and the fix (a precision the instance's GPU cannot run, spot
-      without ``checkpoint_s3_uri``, ``max_wait_seconds`` < ``max_runtime_seconds``,
-      malformed S3 URIs or ARNs, too many hyperparameters/variables/tags, ...).
-    - The job name is derived from the run id, the task name, the precision and a digest
-      of what the job trains, so a retried or restarted task re-attaches to the job its
-      first attempt created instead of launching a second one; a job of that name that
-      does not carry this run's ``kfp-sagemaker:run-id`` tag is refused, never adopted.
-    - ``aws_resources`` is written as soon as the job exists (for cleanup and humans).
-    - Terminating the run (SIGTERM, or SIGINT) at any instant stops the training job:
-      the handler is installed before the first AWS call, a termination during
-      CreateTrainingJob stops the job as soon as it exists, and the task waits until
-      SageMaker reports it Stopping (at most ``stop_timeout_seconds``, even while
-      SageMaker is unreachable), then exits 143 saying whether the stop was accepted.
-    - Any other error once the job exists (an output that cannot be written...)
-      stops the job the same way before the task fails.
-    - A failed job fails this task with SageMaker's FailureReason (for example the
-      trainer's CUDA out-of-memory message and the fix it suggests).
-
-    Bring your own image (``trainer="custom"``, as the retired AWS TrainingJob
-    component and GCPC's CustomTrainingJobOp): ``image_uri`` is your image,
-    ``entry_point`` its ContainerEntrypoint, ``hyperparameters`` are free (any names,
-    SageMaker's limits only), ``metric_definitions`` go into
-    AlgorithmSpecification.MetricDefinitions (SageMaker's console and CloudWatch show
-    them; parse_logs reads them back from DescribeTrainingJob and fills the step series).
-    Still checked: SageMaker's limits, the precision against the GPU, cost, capacity
-    (plans, spot, fallbacks), tags, re-attach and stop. Skipped, and said in a log line:
-    the in-repo trainer's flag table for the hyperparameters, the memory pre-flight for
-    its model (``model_preset``, dimensions, ``batch_size``, ``seq_length``,
-    ``max_steps``, ``activation_checkpointing``, ``memory_plan`` are then not sent) and
-    the precision recipe confirmation (parse_logs cannot confirm another image's recipe).
-
-    Locally, with ``python -m kfp_sagemaker_blackwell.local_backend serve`` running and ``AWS_ENDPOINT_URL``
-    set to its URL, the same calls run the trainer from this checkout on this machine.
 
     Args:
         image_uri: Trainer image in ECR (the ``image_uri`` output of build_image).
