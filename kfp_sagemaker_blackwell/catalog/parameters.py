@@ -66,12 +66,12 @@ class Group:
 # The model the job trains: a preset, each dimension overriding it (catalog/spec.py).
 MODEL = Group("model", (
     Parameter("model_preset", str, "8b",
-             f"Model preset ({', '.join(PRESETS)}); the dimensions below override it."),
+              f"Model preset ({', '.join(PRESETS)}); the dimensions below override it."),
     Parameter("num_layers", int, 0, "Transformer blocks (0: the preset's)."),
     Parameter("hidden_size", int, 0, "Model width (0: the preset's)."),
     Parameter("num_heads", int, 0, "Attention heads, a divisor of hidden_size (0: the preset's)."),
     Parameter("num_kv_heads", int, 0,
-             "Key/value heads for grouped-query attention (0: the preset's)."),
+              "Key/value heads for grouped-query attention (0: the preset's)."),
     Parameter("ffn_hidden_size", int, 0, "MLP inner size (0: the preset's)."),
     Parameter("vocab_size", int, -1, "Vocabulary size (-1: the preset's; 0: a bare block stack)."),
 ))
@@ -79,59 +79,59 @@ MODEL = Group("model", (
 # How a training job's data is kept private.
 ENCRYPTION = Group("encryption", (
     Parameter("output_kms_key_id", str, "",
-             "KMS key (id, ARN, alias or alias ARN) SageMaker encrypts the model artifacts and "
-             "output with (OutputDataConfig.KmsKeyId); the execution role needs "
-             "kms:GenerateDataKey/Decrypt on it (iam). Empty: S3's default."),
+              "KMS key (id, ARN, alias or alias ARN) SageMaker encrypts the model artifacts and "
+              "output with (OutputDataConfig.KmsKeyId); the execution role needs "
+              "kms:GenerateDataKey/Decrypt on it (iam). Empty: S3's default."),
     Parameter("volume_kms_key_id", str, "",
-             "KMS key for the training instances' EBS volumes (ResourceConfig.VolumeKmsKeyId); "
-             "the launching role needs kms:CreateGrant."),
+              "KMS key for the training instances' EBS volumes (ResourceConfig.VolumeKmsKeyId); "
+              "the launching role needs kms:CreateGrant."),
     Parameter("enable_network_isolation", bool, False,
-             "No network access for the training container (EnableNetworkIsolation); "
-             "SageMaker still moves inputs, checkpoints and the model."),
+              "No network access for the training container (EnableNetworkIsolation); "
+              "SageMaker still moves inputs, checkpoints and the model."),
     Parameter("enable_inter_container_traffic_encryption", bool, False,
-             "Encrypt traffic between the instances of a multi-node job "
-             "(EnableInterContainerTrafficEncryption; slower collectives)."),
+              "Encrypt traffic between the instances of a multi-node job "
+              "(EnableInterContainerTrafficEncryption; slower collectives)."),
 ))
 
 # Where a pipeline run works: as whom, in which bucket, prefix and region.
 PIPELINE_RUN = Group("pipeline run", (
     Parameter("role_arn", str, REQUIRED, "SageMaker execution role ARN the training jobs run as."),
     Parameter("bucket", str, REQUIRED,
-             "S3 bucket for build contexts, checkpoints and model artifacts."),
+              "S3 bucket for build contexts, checkpoints and model artifacts."),
     Parameter("region", str, "us-west-2",
-             "AWS region of every resource (and of the prices and capacity looked up)."),
+              "AWS region of every resource (and of the prices and capacity looked up)."),
     Parameter("s3_prefix", str, "kfp-sagemaker-blackwell",
-             "Prefix in the bucket; the run writes under <prefix>/<run id>/."),
+              "Prefix in the bucket; the run writes under <prefix>/<run id>/."),
 ))
 
 # The capacity a sweep's jobs run on (sagemaker_training documents each in full).
 CAPACITY = Group("capacity", (
     Parameter("training_plan_arn", str, "",
-             "A SageMaker Flexible Training Plan to run in (reserved capacity)."),
+              "A SageMaker Flexible Training Plan to run in (reserved capacity)."),
     Parameter("use_spot", bool, False,
-             "Managed Spot Training (checkpoints in S3, resumed after interruption)."),
+              "Managed Spot Training (checkpoints in S3, resumed after interruption)."),
     Parameter("max_wait_seconds", int, 0,
-             "Spot only: the longest a job may wait plus run (>= max runtime)."),
+              "Spot only: the longest a job may wait plus run (>= max runtime)."),
     Parameter("fallback_instances", list, [],
-             "Instance types to fall back to when SageMaker has no capacity for the first "
-             "(ResourceConfig.InstancePreferences), e.g. [{\"InstanceType\": "
-             "\"ml.p5.48xlarge\", \"InstanceCount\": 2}]; on-demand only."),
+              "Instance types to fall back to when SageMaker has no capacity for the first "
+              "(ResourceConfig.InstancePreferences), e.g. [{\"InstanceType\": "
+              "\"ml.p5.48xlarge\", \"InstanceCount\": 2}]; on-demand only."),
     Parameter("max_pending_seconds", int, 0,
-             "How long a job may wait for capacity (1800-2419200 s; 0: SageMaker's default)."),
+              "How long a job may wait for capacity (1800-2419200 s; 0: SageMaker's default)."),
     Parameter("keep_alive_seconds", int, 0,
-             "Warm pool: keep a job's instances this long for the next job (up to 21600 s; "
-             "the retained time is billed and in the worst case)."),
+              "Warm pool: keep a job's instances this long for the next job (up to 21600 s; "
+              "the retained time is billed and in the worst case)."),
 ))
 
 # What a sweep's jobs may cost together, at which prices.
 SWEEP_BUDGET = Group("sweep budget", (
     Parameter("max_cost_usd", float, 0.0,
-             "Budget for all training jobs together: no job starts when their worst cases "
-             "(instances x max runtime x instance-hour price, summed) exceed it; 0: no limit."),
+              "Budget for all training jobs together: no job starts when their worst cases "
+              "(instances x max runtime x instance-hour price, summed) exceed it; 0: no limit."),
     Parameter("instance_hour_prices", dict, {},
-             "Instance type -> USD per instance-hour for the cost figures and the budget (e.g. "
-             "a Savings Plans rate); default: the AWS Price List API, else the shipped table "
-             "(every cost names its price's source)."),
+              "Instance type -> USD per instance-hour for the cost figures and the budget (e.g. "
+              "a Savings Plans rate); default: the AWS Price List API, else the shipped table "
+              "(every cost names its price's source)."),
 ))
 
 # The limits of a training plan: what plan_training searches within (plan_and_train hands
@@ -165,11 +165,11 @@ PLAN_LIMITS = Group("plan limits", (
 # The trainer image a pipeline builds and what its cleanup keeps.
 PIPELINE_IMAGE_AND_CLEANUP = Group("pipeline image and cleanup", (
     Parameter("trainer_repository", str, "kfp-sagemaker-blackwell/trainer",
-             "ECR repository of the trainer image."),
+              "ECR repository of the trainer image."),
     Parameter("codebuild_role_arn", str, "",
-             "CodeBuild service role (empty: the project's default)."),
+              "CodeBuild service role (empty: the project's default)."),
     Parameter("cleanup_policy", dict, {},
-             "Per-kind cleanup policy overrides, e.g. {\"checkpoints\": \"delete\"}."),
+              "Per-kind cleanup policy overrides, e.g. {\"checkpoints\": \"delete\"}."),
 ))
 
 GROUPS = (MODEL, ENCRYPTION, PIPELINE_RUN, CAPACITY, SWEEP_BUDGET, PLAN_LIMITS,

@@ -445,7 +445,7 @@ def parse(
 def derived_parser(
     func: Any,
     *,
-    prog: str,
+    prog: str | None = None,
     doc: str | None = None,
     exclude: Iterable[str] = (),
     title: str | None = None,
@@ -453,10 +453,14 @@ def derived_parser(
 ) -> tuple[argparse.ArgumentParser, list[Parameter]]:
     """An ArgumentParser whose flags are ``func``'s parameters (see :func:`add_flags`).
 
+    ``prog``: default ``python -m <its package>`` for a component (``components/<name>/
+    component.py``'s, run as ``python -m kfp_sagemaker_blackwell.components.<name>``).
     ``doc``: the description (default: ``func``'s docstring up to its ``Args:``);
     its part after ``Examples::`` becomes the epilog. ``title``: a group heading
     for the parameters.
     """
+    if prog is None:
+        prog = "python -m " + _python_func(func).__module__.removesuffix(".component")
     if doc is None:
         doc = re.split(r"\n\s*Args:", inspect.getdoc(_python_func(func)) or "")[0]
     description, _, examples = doc.strip().partition("Examples::")

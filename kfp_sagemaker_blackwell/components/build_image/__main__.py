@@ -42,8 +42,7 @@ ALIASES = {"--context-path": "context_paths", "--build-arg": "build_args", "--ta
 
 
 def build_parser() -> tuple[argparse.ArgumentParser, list[cli.Parameter]]:
-    p, params = cli.derived_parser(build_image, prog="python -m kfp_sagemaker_blackwell.components.build_image",
-                                   doc=__doc__, aliases=ALIASES)
+    p, params = cli.derived_parser(build_image, doc=__doc__, aliases=ALIASES)
     p.add_argument("--print-tag", action="store_true",
                    help="only print the content-addressed tag and the files hashed; no AWS call")
     return p, params

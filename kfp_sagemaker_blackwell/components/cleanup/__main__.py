@@ -43,8 +43,7 @@ ALIASES = {"--s3-uri": "s3_uris", "--ecr-repository": "ecr_repositories",
 
 
 def build_parser() -> tuple[argparse.ArgumentParser, list[cli.Parameter]]:
-    p, params = cli.derived_parser(cleanup_component, prog="python -m kfp_sagemaker_blackwell.components.cleanup",
-                                   doc=__doc__, aliases=ALIASES)
+    p, params = cli.derived_parser(cleanup_component, doc=__doc__, aliases=ALIASES)
     p.add_argument("--created-after", default="",
                    help="only training jobs created after this ISO time (bounds the scan)")
     p.add_argument("--report", type=cli.output_file, help="also write the Markdown report to this file")

@@ -28,8 +28,7 @@ from kfp_sagemaker_blackwell.components.compare_convergence.component import com
 
 
 def build_parser() -> tuple[argparse.ArgumentParser, list[cli.Parameter]]:
-    p, params = cli.derived_parser(compare_convergence,
-                                   prog="python -m kfp_sagemaker_blackwell.components.compare_convergence", doc=__doc__)
+    p, params = cli.derived_parser(compare_convergence, doc=__doc__)
     cli.add_report_outputs(p, json_help="print the JSON verdicts, not Markdown")
     p.add_argument("--verdicts", metavar="PATH", type=cli.output_file, help="write the JSON verdicts here")
     return p, params
@@ -38,20 +37,14 @@ def build_parser() -> tuple[argparse.ArgumentParser, list[cli.Parameter]]:
 @cli_errors
 def main(argv: list[str] | None = None) -> int:
     args, values = cli.parse(build_parser(), argv)
-    from kfp_sagemaker_blackwell.components.compare_convergence.launcher import (
-        compare_files,
-        write_outputs,
-    )
+    from kfp_sagemaker_blackwell.components.compare_convergence import launcher, report
     from kfp_sagemaker_blackwell.components.compare_convergence.records import Settings
-    from kfp_sagemaker_blackwell.components.compare_convergence.report import (
-        markdown,
-        verdicts_json,
-    )
 
-    cmp = compare_files(args.series, Settings.from_parameters(values))
-    write_outputs(cmp, html_path=args.html, markdown_path=args.markdown,
-                  verdicts_path=args.verdicts, context=values["run_context"])
-    sys.stdout.write(verdicts_json(cmp) if args.json else markdown(cmp, values["run_context"]))
+    context = values["run_context"]
+    cmp = launcher.compare_files(args.series, Settings.from_parameters(values))
+    launcher.write_outputs(cmp, html_path=args.html, markdown_path=args.markdown,
+                           verdicts_path=args.verdicts, context=context)
+    sys.stdout.write(report.verdicts_json(cmp) if args.json else report.markdown(cmp, context))
     broken = [lo.source for lo in cmp.left_out if lo.contract]
     if broken:  # the user's input error, as rank_throughput says it (its reports are written)
         print(f"error: series: {', '.join(broken)} broke the step-series contract and "

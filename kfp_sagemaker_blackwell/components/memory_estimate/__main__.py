@@ -57,7 +57,7 @@ ALIASES = {"--preset": "model_preset", "--precision": "precisions"}
 
 def build_parser() -> tuple[argparse.ArgumentParser, list[cli.Parameter]]:
     parser, params = cli.derived_parser(
-        memory_estimate, prog="python -m kfp_sagemaker_blackwell.components.memory_estimate", doc=__doc__,
+        memory_estimate, doc=__doc__,
         title="the component's parameters", aliases=ALIASES, exclude=PIPELINE_ONLY,
         notes={"world_size": "here a count >= 1: leave --world-size out for all GPUs"})
     model = parser.add_argument_group("model (not parameters of the component; default: the preset's)")

@@ -31,8 +31,7 @@ ALIASES = {"--job": "job_name", "--precision": "requested_precision", "--run": "
 
 
 def build_parser() -> tuple[argparse.ArgumentParser, list[cli.Parameter]]:
-    p, params = cli.derived_parser(parse_logs, prog="python -m kfp_sagemaker_blackwell.components.parse_logs",
-                                   doc=__doc__, aliases=ALIASES)
+    p, params = cli.derived_parser(parse_logs, doc=__doc__, aliases=ALIASES)
     p.add_argument("--file", metavar="LOG", type=cli.input_file_or_stdin,
                    help="a log file, or - for standard input (instead of --job-name)")
     p.add_argument("--json", action="store_true", help="print the JSON events document")

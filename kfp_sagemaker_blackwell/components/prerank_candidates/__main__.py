@@ -30,9 +30,7 @@ from kfp_sagemaker_blackwell.components.prerank_candidates.component import prer
 
 
 def build_parser() -> tuple[argparse.ArgumentParser, list[cli.Parameter]]:
-    p, params = cli.derived_parser(
-        prerank_candidates, prog="python -m kfp_sagemaker_blackwell.components.prerank_candidates",
-        doc=__doc__)
+    p, params = cli.derived_parser(prerank_candidates, doc=__doc__)
     p.add_argument("--json", action="store_true", help="print the trials as JSON, not Markdown")
     return p, params
 

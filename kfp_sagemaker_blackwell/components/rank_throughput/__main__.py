@@ -28,8 +28,7 @@ from kfp_sagemaker_blackwell.components.rank_throughput.component import rank_th
 
 
 def build_parser() -> tuple[argparse.ArgumentParser, list[cli.Parameter]]:
-    p, params = cli.derived_parser(rank_throughput, prog="python -m kfp_sagemaker_blackwell.components.rank_throughput",
-                                   doc=__doc__)
+    p, params = cli.derived_parser(rank_throughput, doc=__doc__)
     cli.add_report_outputs(p, json_help="print the ranking as JSON, not Markdown")
     return p, params
 
@@ -56,22 +55,16 @@ def _plan(value: list) -> list:
 @cli_errors
 def main(argv: list[str] | None = None) -> int:
     args, values = cli.parse(build_parser(), argv)
-    from kfp_sagemaker_blackwell.components.rank_throughput.launcher import (
-        html_report,
-        load,
-        markdown,
-        rank,
-        to_json,
-    )
+    from kfp_sagemaker_blackwell.components.rank_throughput import launcher
 
-    ranking = rank(load(args.series, _plan(values["plan"])))
+    ranking = launcher.rank(launcher.load(args.series, _plan(values["plan"])))
     context = values["run_context"]
-    text = markdown(ranking, context)
+    text = launcher.markdown(ranking, context)
     if args.html:
-        Path(args.html).write_text(html_report(ranking, context), encoding="utf-8")
+        Path(args.html).write_text(launcher.html_report(ranking, context), encoding="utf-8")
     if args.markdown:
         Path(args.markdown).write_text(text, encoding="utf-8")
-    sys.stdout.write(to_json(ranking) + "\n" if args.json else text)
+    sys.stdout.write(launcher.to_json(ranking) + "\n" if args.json else text)
     return 0 if ranking.best is not None else 1
 
 

@@ -33,7 +33,6 @@ from kfp_sagemaker_blackwell.common.execution_context import (
     ExecutionContext,
 )
 
-PROG = "python -m kfp_sagemaker_blackwell.components.sagemaker_training"
 # Parameters a pipeline fills (KFP placeholders, the loop's items): this command
 # line declares its own run id, task and pipeline below.
 PIPELINE_ONLY = ("run_id", "task", "pipeline", "budget_items")
@@ -63,7 +62,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, list[cli.Parameter]]:
     from kfp_sagemaker_blackwell.components.sagemaker_training.component import sagemaker_training
 
     parser, params = cli.derived_parser(
-        sagemaker_training, prog=PROG, doc=DESCRIPTION, exclude=PIPELINE_ONLY,
+        sagemaker_training, doc=DESCRIPTION, exclude=PIPELINE_ONLY,
         title="parameters (the sagemaker_training component's)", aliases=ALIASES,
         notes={"memory_plan": "or @FILE to read it from a file"})
     g = parser.add_argument_group("this command line")
