@@ -26,7 +26,7 @@ ROLE = "arn:aws:iam::123456789012:role/SageMakerTraining"
 # How each command is called in-process: the module holding its ``main(argv)``.
 MAINS = {
     "kfp_sagemaker_blackwell.components.sagemaker_training": "kfp_sagemaker_blackwell.components.sagemaker_training.__main__",
-    "kfp_sagemaker_blackwell.components.memory_estimate": "kfp_sagemaker_blackwell.components.memory_estimate.cli",
+    "kfp_sagemaker_blackwell.components.memory_estimate": "kfp_sagemaker_blackwell.components.memory_estimate.__main__",
 }
 
 # A valid tiny launch; each case below breaks one thing.

@@ -7,8 +7,8 @@ import yaml
 
 from kfp_sagemaker_blackwell.catalog import hardware
 from kfp_sagemaker_blackwell.common.errors import USER_ERROR_EXIT_CODE, UserError
-from kfp_sagemaker_blackwell.components.memory_estimate.cli import with_defaults
-from kfp_sagemaker_blackwell.components.memory_estimate.run import run_component
+from kfp_sagemaker_blackwell.components.memory_estimate.__main__ import with_defaults
+from kfp_sagemaker_blackwell.components.memory_estimate.launcher import run_component
 from kfp_sagemaker_blackwell.planning import estimator, probe, throughput
 from kfp_sagemaker_blackwell.planning.memory_plan import MemoryPlan
 from kfp_sagemaker_blackwell.planning.prerank import prerank, request_of

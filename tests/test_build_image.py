@@ -19,9 +19,9 @@ import yaml
 from kfp_sagemaker_blackwell.common import build_marks, cli
 from kfp_sagemaker_blackwell.common.errors import UserError
 from kfp_sagemaker_blackwell.common.shipped import CHECKOUT
-from kfp_sagemaker_blackwell.components.build_image import build as b
 from kfp_sagemaker_blackwell.components.build_image import codebuild as cb
 from kfp_sagemaker_blackwell.components.build_image import context as ctx
+from kfp_sagemaker_blackwell.components.build_image import launcher as b
 from kfp_sagemaker_blackwell.components.build_image.component import build_image
 
 DOCKERFILE = """\
@@ -206,7 +206,7 @@ def test_base_image_comes_from_the_override_or_the_lookup_with_the_pinned_tag():
 
 def test_without_the_sagemaker_sdk_the_error_names_the_base_image_override():
     code = ("import sys; sys.modules['sagemaker'] = None; "
-            "from kfp_sagemaker_blackwell.components.build_image.build import lookup_dlc; lookup_dlc('us-west-2', "
+            "from kfp_sagemaker_blackwell.components.build_image.launcher import lookup_dlc; lookup_dlc('us-west-2', "
             "'ml.p6-b200.48xlarge')")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          cwd=CHECKOUT)

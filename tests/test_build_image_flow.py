@@ -30,9 +30,9 @@ from botocore.exceptions import EndpointConnectionError
 
 from kfp_sagemaker_blackwell.common import aws, build_marks, cli, resources, tags
 from kfp_sagemaker_blackwell.common.errors import UserError
-from kfp_sagemaker_blackwell.components.build_image import build as b
 from kfp_sagemaker_blackwell.components.build_image import codebuild as cb
 from kfp_sagemaker_blackwell.components.build_image import ecr as ecr_mod
+from kfp_sagemaker_blackwell.components.build_image import launcher as b
 from kfp_sagemaker_blackwell.components.build_image.component import build_image
 from kfp_sagemaker_blackwell.iam import policy as iam_policy
 

@@ -14,8 +14,8 @@ from conftest import local_backend_with_bucket
 from kfp_sagemaker_blackwell.common.errors import UserError
 from kfp_sagemaker_blackwell.common.step_series import read_series
 from kfp_sagemaker_blackwell.components.parse_logs import metric_defs
+from kfp_sagemaker_blackwell.components.parse_logs.launcher import parse_training_job
 from kfp_sagemaker_blackwell.components.parse_logs.report import write_outputs
-from kfp_sagemaker_blackwell.components.parse_logs.source import parse_training_job
 from kfp_sagemaker_blackwell.components.sagemaker_training import launcher
 from kfp_sagemaker_blackwell.components.sagemaker_training.request import (
     CUSTOM_SKIPPED,

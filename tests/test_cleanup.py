@@ -20,10 +20,10 @@ from test_build_image_flow import CodeBuildWorker, write_checkout
 from kfp_sagemaker_blackwell.common import aws, build_marks, cli, tags
 from kfp_sagemaker_blackwell.common.errors import UserError
 from kfp_sagemaker_blackwell.common.shipped import CHECKOUT
-from kfp_sagemaker_blackwell.components.build_image import build as b
+from kfp_sagemaker_blackwell.components.build_image import launcher as b
 from kfp_sagemaker_blackwell.components.build_image.component import build_image
 from kfp_sagemaker_blackwell.components.cleanup import plan as plan_mod
-from kfp_sagemaker_blackwell.components.cleanup.run import cleanup
+from kfp_sagemaker_blackwell.components.cleanup.launcher import cleanup
 from kfp_sagemaker_blackwell.iam import policy as iam_policy
 
 pytestmark = pytest.mark.timeout(180)

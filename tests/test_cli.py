@@ -227,8 +227,7 @@ def all_parsers(monkeypatch):
 
     out = {}
     for name in COMPONENT_CLIS:
-        module = "cli" if name == "memory_estimate" else "__main__"
-        out[name] = importlib.import_module(f"kfp_sagemaker_blackwell.components.{name}.{module}").build_parser()[0]
+        out[name] = importlib.import_module(f"kfp_sagemaker_blackwell.components.{name}.__main__").build_parser()[0]
     for name in PIPELINE_CLIS:
         out[f"pipelines/{name}"] = _pipeline_parser(name, monkeypatch)
     out["trainer"] = trainer_parser()
@@ -298,7 +297,7 @@ def test_the_one_place_each_name_is_checked_suggests_the_closest():
     from kfp_sagemaker_blackwell.catalog import hardware, spec
     from kfp_sagemaker_blackwell.catalog.precisions import parse_precision
     from kfp_sagemaker_blackwell.common.errors import UserError
-    from kfp_sagemaker_blackwell.components.plan_training.run import _instance_types
+    from kfp_sagemaker_blackwell.components.plan_training.launcher import _instance_types
     from kfp_sagemaker_blackwell.planning import pricing
 
     with pytest.raises(ValueError, match=r"model_preset='smal': unknown; did you mean 'small'\?"):
@@ -366,7 +365,9 @@ def test_one_idea_has_one_spelling_and_one_value_syntax_across_every_cli(monkeyp
 def test_switches_take_the_same_words_everywhere():
     from kfp_sagemaker_blackwell.catalog.flags import build_parser as trainer_parser
     from kfp_sagemaker_blackwell.catalog.flags import normalise_argv
-    from kfp_sagemaker_blackwell.components.memory_estimate.cli import build_parser as memory_parser
+    from kfp_sagemaker_blackwell.components.memory_estimate.__main__ import (
+        build_parser as memory_parser,
+    )
 
     parser, _ = memory_parser()
     for argv, expected in [([], None), (["--activation-checkpointing"], "on"),
@@ -384,7 +385,9 @@ def test_switches_take_the_same_words_everywhere():
 
 
 def test_old_spellings_still_work_with_a_note(capsys):
-    from kfp_sagemaker_blackwell.components.memory_estimate.cli import build_parser as memory_parser
+    from kfp_sagemaker_blackwell.components.memory_estimate.__main__ import (
+        build_parser as memory_parser,
+    )
     from kfp_sagemaker_blackwell.components.sagemaker_training.__main__ import (
         build_parser as training_parser,
     )

@@ -158,7 +158,7 @@ def test_the_training_config_names_the_model_field_the_spec_refuses(dims, field)
 C = "kfp_sagemaker_blackwell.components."
 PARSE_LOGS, COMPARE, RANK = C + "parse_logs.__main__", C + "compare_convergence.__main__", \
     C + "rank_throughput.__main__"
-ESTIMATE, PLAN, CLEANUP = C + "memory_estimate.cli", C + "plan_training.__main__", \
+ESTIMATE, PLAN, CLEANUP = C + "memory_estimate.__main__", C + "plan_training.__main__", \
     C + "cleanup.__main__"
 PRERANK, BUILD = C + "prerank_candidates.__main__", C + "build_image.__main__"
 SWEEP, COMPILE = "kfp_sagemaker_blackwell.pipelines.precision_sweep", \

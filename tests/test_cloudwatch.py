@@ -14,7 +14,7 @@ from kfp_sagemaker_blackwell.common.cloudwatch import (
     training_job_tail,
 )
 from kfp_sagemaker_blackwell.common.errors import UserError
-from kfp_sagemaker_blackwell.components.parse_logs.source import parse_training_job
+from kfp_sagemaker_blackwell.components.parse_logs.launcher import parse_training_job
 from kfp_sagemaker_blackwell.local_backend import LocalBackend
 
 _names = itertools.count()

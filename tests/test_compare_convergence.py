@@ -17,6 +17,7 @@ from kfp_sagemaker_blackwell.common.errors import UserError
 from kfp_sagemaker_blackwell.common.step_series import read_series
 from kfp_sagemaker_blackwell.components.compare_convergence.compare import Settings, compare
 from kfp_sagemaker_blackwell.components.compare_convergence.component import compare_convergence
+from kfp_sagemaker_blackwell.components.compare_convergence.launcher import compare_files
 from kfp_sagemaker_blackwell.components.compare_convergence.report import (
     html_report,
     markdown,
@@ -24,7 +25,6 @@ from kfp_sagemaker_blackwell.components.compare_convergence.report import (
     numerics_note,
     verdicts_json,
 )
-from kfp_sagemaker_blackwell.components.compare_convergence.run import compare_files
 from kfp_sagemaker_blackwell.components.parse_logs.parser import parse_bytes
 from kfp_sagemaker_blackwell.components.parse_logs.report import write_outputs
 

@@ -21,7 +21,7 @@ from kfp_sagemaker_blackwell.common import cli
 
 # CLI module -> (component module, component name). Every module has build_parser().
 CLIS = {
-    "kfp_sagemaker_blackwell.components.memory_estimate.cli": ("kfp_sagemaker_blackwell.components.memory_estimate.component", "memory_estimate"),
+    "kfp_sagemaker_blackwell.components.memory_estimate.__main__": ("kfp_sagemaker_blackwell.components.memory_estimate.component", "memory_estimate"),
     "kfp_sagemaker_blackwell.components.build_image.__main__": ("kfp_sagemaker_blackwell.components.build_image.component", "build_image"),
     "kfp_sagemaker_blackwell.components.cleanup.__main__": ("kfp_sagemaker_blackwell.components.cleanup.component", "cleanup"),
     "kfp_sagemaker_blackwell.components.parse_logs.__main__": ("kfp_sagemaker_blackwell.components.parse_logs.component", "parse_logs"),
@@ -149,6 +149,100 @@ def test_every_cli_spells_a_parameter_as_the_components_do(source):
     assert not wrong, wrong
 
 
+# ---- parameter groups: declared once in the catalog, written out in each signature --------
+
+# Each group of catalog/parameters.py and the components and pipelines that declare it.
+GROUP_SITES = {
+    "MODEL": {"sagemaker_training", "memory_estimate", "plan_training", "precision_sweep",
+              "batch_tuning", "plan_and_train"},
+    "ENCRYPTION": {"sagemaker_training", "precision_sweep", "batch_tuning"},
+    "PIPELINE_RUN": {"precision_sweep", "batch_tuning", "plan_and_train"},
+    "CAPACITY": {"precision_sweep", "batch_tuning"},
+    "SWEEP_BUDGET": {"precision_sweep", "batch_tuning"},
+    "PLAN_LIMITS": {"plan_training", "plan_and_train"},
+    "PIPELINE_IMAGE_AND_CLEANUP": {"precision_sweep", "batch_tuning", "plan_and_train"},
+}
+
+
+def _is_kfp(fn: ast.FunctionDef) -> bool:
+    for d in fn.decorator_list:
+        target = d.func if isinstance(d, ast.Call) else d
+        if getattr(target, "attr", getattr(target, "id", "")) in ("component", "pipeline"):
+            return True
+    return False
+
+
+def _signatures() -> dict[str, ast.FunctionDef]:
+    """Every component's and pipeline's function, by name, as its source declares it."""
+    paths = sorted((ROOT / "components").glob("*/component.py"))
+    paths += [ROOT / "pipelines" / f"{m.rsplit('.', 1)[-1]}.py" for m in PIPELINES]
+    return {fn.name: fn for path in paths
+            for fn in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+            if isinstance(fn, ast.FunctionDef) and _is_kfp(fn)}
+
+
+def _declared(fn: ast.FunctionDef) -> list[tuple[str, str, Any]]:
+    """(name, kind, default) of each value parameter, the default ``REQUIRED`` when there is
+    none and an empty container for None (what the group's default means to KFP)."""
+    from kfp_sagemaker_blackwell.catalog.parameters import REQUIRED
+
+    args = fn.args.args
+    defaults = [REQUIRED] * (len(args) - len(fn.args.defaults)) + fn.args.defaults
+    out = []
+    for arg, node in zip(args, defaults, strict=True):
+        kind = ast.unparse(arg.annotation).removeprefix("Optional[").removesuffix("]")
+        if kind not in cli.KINDS:
+            continue  # an artifact
+        value = node if node is REQUIRED else (
+            ast.literal_eval(node) if not isinstance(node, ast.Attribute | ast.Name) else "?")
+        out.append((arg.arg, kind, cli.KINDS[kind]() if value is None else value))
+    return out
+
+
+def test_every_signature_writes_its_parameter_groups_as_the_catalog_declares_them():
+    """KFP needs each signature literal, so a group (the model, encryption, a pipeline's run,
+    ...) is written out in every component and pipeline that takes it, once declared in
+    catalog/parameters.py: there, each site writes the whole group as one block in its order
+    with its kinds and defaults, and leaves its documentation to the group (the decorators
+    put it in). A signature that writes a group's parameters as one block takes the group,
+    and is one of its sites."""
+    from kfp_sagemaker_blackwell.catalog import parameters
+
+    assert set(GROUP_SITES) == {name for name in dir(parameters)
+                                if getattr(parameters, name) in parameters.GROUPS}
+    problems = []
+    for site, fn in _signatures().items():
+        declared = _declared(fn)
+        names = [name for name, _, _ in declared]
+        documented = set(cli.doc_args(ast.get_docstring(fn) or ""))
+        for key, sites in GROUP_SITES.items():
+            group = getattr(parameters, key)
+            if site not in sites:
+                if group.taken_by(names):
+                    problems.append(f"{site}: takes {key} without being its site")
+                continue
+            want = [(p.name, p.kind.__name__, p.default) for p in group.parameters]
+            start = names.index(group.names[0]) if group.names[0] in names else -1
+            if start < 0 or declared[start:start + len(want)] != want:
+                problems.append(f"{site}: {key} is not {want} in one block")
+            if documented & set(group.names):
+                problems.append(f"{site}: documents {sorted(documented & set(group.names))} "
+                                f"itself (the group's help is in catalog/parameters.py)")
+    assert not problems, problems
+
+
+def test_the_groups_help_reaches_the_kfp_description_and_the_command_line():
+    from kfp_sagemaker_blackwell.catalog.parameters import MODEL
+    from kfp_sagemaker_blackwell.components.memory_estimate.component import memory_estimate
+    from kfp_sagemaker_blackwell.pipelines.plan_and_train import PIPELINE
+
+    spec = memory_estimate.component_spec.inputs
+    helps = {p.name: p.help for p in cli.parameters(PIPELINE.pipeline_func)}
+    for p in MODEL.parameters:
+        assert " ".join(spec[p.name].description.split()) == p.help
+        assert helps[p.name] == p.help
+
+
 # ---- the domain's typed values are made from the declaration, checked once ----------------
 
 
@@ -169,8 +263,8 @@ def test_compare_settings_take_the_components_defaults_and_name_a_bad_parameter(
 
 def test_a_build_request_takes_the_components_defaults_and_names_a_bad_parameter():
     from kfp_sagemaker_blackwell.common.errors import UserError
-    from kfp_sagemaker_blackwell.components.build_image.build import BuildRequest
     from kfp_sagemaker_blackwell.components.build_image.component import build_image
+    from kfp_sagemaker_blackwell.components.build_image.launcher import BuildRequest
 
     request = BuildRequest.from_parameters(cli.declared(build_image, run_id="r"))
     assert (request.repository, request.timeout_minutes, request.builder) == (
@@ -225,23 +319,32 @@ def test_no_component_module_restates_a_parameters_default():
     assert not found, sorted(found)
 
 
-def test_the_training_component_passes_every_parameter_by_its_name():
-    """sagemaker_training hands its parameters to TrainingJobConfig by name, not through
-    ``locals()``: every field of the config, each the parameter of the same name."""
+# component -> (the module of its parameters' type, the type): each derived from the signature
+PARAMETER_TYPES = {
+    "sagemaker_training": ("sagemaker_training.request.config", "TrainingJobConfig"),
+    "build_image": ("build_image.launcher", "BuildRequest"),
+    "compare_convergence": ("compare_convergence.records", "Settings"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PARAMETER_TYPES))
+def test_a_component_passes_every_parameter_by_its_name(name):
+    """The component hands its parameters to their type by name, not through ``locals()`` or
+    a dict: every field of the type, each the parameter of the same name, in the call that
+    makes it (so a reader, or a tool, follows each one in)."""
     import dataclasses
 
-    from kfp_sagemaker_blackwell.components.sagemaker_training.request import TrainingJobConfig
-
-    tree = ast.parse((ROOT / "components" / "sagemaker_training" / "component.py").read_text(
-        encoding="utf-8"))
+    module, type_name = PARAMETER_TYPES[name]
+    kind = getattr(importlib.import_module(f"kfp_sagemaker_blackwell.components.{module}"),
+                   type_name)
+    tree = ast.parse((ROOT / "components" / name / "component.py").read_text(encoding="utf-8"))
     assert not [n for n in ast.walk(tree) if isinstance(n, ast.Call)
                 and getattr(n.func, "id", "") == "locals"]
     (call,) = [n for n in ast.walk(tree) if isinstance(n, ast.Call)
-               and getattr(n.func, "attr", "") == "from_values"]
-    (arg,) = call.args
-    assert isinstance(arg, ast.Call) and getattr(arg.func, "id", "") == "dict" and not arg.args
-    passed = {k.arg: getattr(k.value, "id", None) for k in arg.keywords}
-    assert passed == {f.name: f.name for f in dataclasses.fields(TrainingJobConfig)}
+               and getattr(n.func, "id", "") == type_name]
+    assert not call.args
+    passed = {k.arg: getattr(k.value, "id", None) for k in call.keywords}
+    assert passed == {f.name: f.name for f in dataclasses.fields(kind)}
 
 
 def test_the_planning_models_take_the_trainers_defaults_from_its_flag_table():

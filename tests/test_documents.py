@@ -10,7 +10,7 @@ import pytest
 
 from kfp_sagemaker_blackwell.common.documents import VERDICTS_SCHEMA, read_document
 from kfp_sagemaker_blackwell.common.errors import UserError
-from kfp_sagemaker_blackwell.components.plan_training.run import read_verdicts
+from kfp_sagemaker_blackwell.components.plan_training.launcher import read_verdicts
 from kfp_sagemaker_blackwell.planning.memory_plan import MemoryPlan
 
 DEEP = '{"a": ' * 100_000 + "1" + "}" * 100_000  # past what json.loads takes
@@ -48,8 +48,8 @@ def test_the_document_comes_back_as_written():
 
 # ---- a document's keys: the reader's fields, or a UserError naming the key and the fix ----
 def _plan() -> dict:
-    from kfp_sagemaker_blackwell.components.memory_estimate import cli
-    from kfp_sagemaker_blackwell.components.memory_estimate.run import run_component
+    from kfp_sagemaker_blackwell.components.memory_estimate import __main__ as cli
+    from kfp_sagemaker_blackwell.components.memory_estimate.launcher import run_component
 
     out = run_component(**cli.with_defaults(
         {"model_preset": "tiny", "gpu": "H200", "world_size": 1, "precisions": ["bf16"]}))

@@ -157,8 +157,8 @@ def test_both_pipelines_pass_instance_hour_prices_to_the_plan_and_every_training
 
 
 def test_the_memory_plan_prices_with_the_users_rate_and_names_it():
-    from kfp_sagemaker_blackwell.components.memory_estimate.cli import with_defaults
-    from kfp_sagemaker_blackwell.components.memory_estimate.run import run_component
+    from kfp_sagemaker_blackwell.components.memory_estimate.__main__ import with_defaults
+    from kfp_sagemaker_blackwell.components.memory_estimate.launcher import run_component
 
     plan = MemoryPlan.from_json(run_component(**with_defaults(dict(
         model_preset="1b", seq_length=1024, batch_size=2, precisions=["bf16"],
@@ -203,7 +203,7 @@ def test_the_planner_refuses_a_budget_as_the_training_job_does(amount):
     """One Budget (planning/pricing.py) parses max_cost_usd for sagemaker_training and
     plan_training: the same refusal, in the same words."""
     from kfp_sagemaker_blackwell.common import cli as common_cli
-    from kfp_sagemaker_blackwell.components.plan_training import run as plan_run
+    from kfp_sagemaker_blackwell.components.plan_training import launcher as plan_run
     from kfp_sagemaker_blackwell.components.plan_training.component import plan_training
 
     with pytest.raises(UserError) as launched:

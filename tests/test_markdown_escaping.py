@@ -14,12 +14,12 @@ from kfp_sagemaker_blackwell.common import markdown as md
 from kfp_sagemaker_blackwell.common.errors import UserError
 from kfp_sagemaker_blackwell.components.compare_convergence.compare import Settings
 from kfp_sagemaker_blackwell.components.compare_convergence.component import compare_convergence
+from kfp_sagemaker_blackwell.components.compare_convergence.launcher import compare_files
 from kfp_sagemaker_blackwell.components.compare_convergence.report import (
     MARKDOWN_COLUMNS,
     html_report,
     markdown,
 )
-from kfp_sagemaker_blackwell.components.compare_convergence.run import compare_files
 from kfp_sagemaker_blackwell.components.parse_logs.parser import parse_bytes
 from kfp_sagemaker_blackwell.components.parse_logs.report import write_outputs
 
@@ -163,9 +163,11 @@ def _tags(html: str) -> _Tags:
 
 def test_rank_throughput_summary_and_page_show_run_labels_as_text(tmp_path):
     from kfp_sagemaker_blackwell.common.step_series import COLUMN_NAMES, SERIES_SCHEMA
-    from kfp_sagemaker_blackwell.components.rank_throughput.rank import html_report as rank_html
-    from kfp_sagemaker_blackwell.components.rank_throughput.rank import load, rank
-    from kfp_sagemaker_blackwell.components.rank_throughput.rank import markdown as rank_markdown
+    from kfp_sagemaker_blackwell.components.rank_throughput.launcher import html_report as rank_html
+    from kfp_sagemaker_blackwell.components.rank_throughput.launcher import load, rank
+    from kfp_sagemaker_blackwell.components.rank_throughput.launcher import (
+        markdown as rank_markdown,
+    )
 
     paths = []
     for run, status, reason, tps in ((LABEL, "oom", REASON, None), ("ok|run", "completed", "",

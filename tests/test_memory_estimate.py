@@ -11,8 +11,9 @@ import pytest
 from kfp_sagemaker_blackwell.catalog import hardware
 from kfp_sagemaker_blackwell.catalog.spec import PRESETS, preset
 from kfp_sagemaker_blackwell.common.errors import USER_ERROR_EXIT_CODE, UserError
-from kfp_sagemaker_blackwell.components.memory_estimate import cli, report
-from kfp_sagemaker_blackwell.components.memory_estimate.run import run_component
+from kfp_sagemaker_blackwell.components.memory_estimate import __main__ as cli
+from kfp_sagemaker_blackwell.components.memory_estimate import report
+from kfp_sagemaker_blackwell.components.memory_estimate.launcher import run_component
 from kfp_sagemaker_blackwell.planning import estimator, planner
 from kfp_sagemaker_blackwell.planning.estimator import estimate, phases
 from kfp_sagemaker_blackwell.planning.memory_plan import MemoryPlan
@@ -186,9 +187,9 @@ def test_an_estimate_takes_under_10_ms_and_imports_no_torch():
     for _ in range(100):
         estimate(s, gpu)
     assert (time.perf_counter() - t0) / 100 < 0.010
-    code = ("import sys; import kfp_sagemaker_blackwell.components.memory_estimate.run; "
+    code = ("import sys; import kfp_sagemaker_blackwell.components.memory_estimate.launcher; "
             "print([m for m in ('torch', 'kfp', 'transformer_engine') if m in sys.modules]); "
-            "import kfp_sagemaker_blackwell.components.memory_estimate.cli; "
+            "import kfp_sagemaker_blackwell.components.memory_estimate.__main__; "
             "print([m for m in ('torch', 'transformer_engine') if m in sys.modules])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["[]", "[]"]
@@ -535,7 +536,7 @@ def test_component_training_parameters_are_training_setup_fields_with_its_defaul
     import dataclasses
 
     from kfp_sagemaker_blackwell.common import cli as common_cli
-    from kfp_sagemaker_blackwell.components.memory_estimate import run
+    from kfp_sagemaker_blackwell.components.memory_estimate import launcher as run
     from kfp_sagemaker_blackwell.components.memory_estimate.component import memory_estimate
     from kfp_sagemaker_blackwell.planning.training_setup import TrainingSetup
 

@@ -285,7 +285,7 @@ def test_cli_describes_te_fsdp_py_and_matches_the_python_api_on_its_h200_grid(ca
     import json
     import statistics
 
-    from kfp_sagemaker_blackwell.components.memory_estimate import cli
+    from kfp_sagemaker_blackwell.components.memory_estimate import __main__ as cli
     from kfp_sagemaker_blackwell.planning.estimator import estimate
 
     compare = _compare_module()

@@ -5,8 +5,8 @@ import json
 import pytest
 
 from kfp_sagemaker_blackwell.common.errors import USER_ERROR_EXIT_CODE, UserError
-from kfp_sagemaker_blackwell.components.memory_estimate import cli
-from kfp_sagemaker_blackwell.components.memory_estimate.run import run_component
+from kfp_sagemaker_blackwell.components.memory_estimate import __main__ as cli
+from kfp_sagemaker_blackwell.components.memory_estimate.launcher import run_component
 from kfp_sagemaker_blackwell.planning import estimator
 
 GiB = 2**30

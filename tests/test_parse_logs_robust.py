@@ -10,7 +10,7 @@ from kfp_sagemaker_blackwell.common.step_series import COLUMN_NAMES, SERIES_SCHE
 from kfp_sagemaker_blackwell.components.parse_logs.analysis import analyse
 from kfp_sagemaker_blackwell.components.parse_logs.parser import parse_bytes
 from kfp_sagemaker_blackwell.components.parse_logs.report import markdown, write_outputs
-from kfp_sagemaker_blackwell.components.rank_throughput.rank import load, rank
+from kfp_sagemaker_blackwell.components.rank_throughput.launcher import load, rank
 
 
 def _log(tps_per_step, summary=None, gpu="NVIDIA H200"):

@@ -11,8 +11,8 @@ import pytest
 from kfp_sagemaker_blackwell.catalog import hardware
 from kfp_sagemaker_blackwell.catalog.spec import PRESETS
 from kfp_sagemaker_blackwell.common.errors import UserError
-from kfp_sagemaker_blackwell.components.memory_estimate.cli import with_defaults
-from kfp_sagemaker_blackwell.components.memory_estimate.run import run_component
+from kfp_sagemaker_blackwell.components.memory_estimate.__main__ import with_defaults
+from kfp_sagemaker_blackwell.components.memory_estimate.launcher import run_component
 from kfp_sagemaker_blackwell.planning import planner
 
 
@@ -109,7 +109,7 @@ def test_a_series_file_with_one_huge_line_is_refused_in_bounded_memory(tmp_path)
             f.write(chunk)
     code = (
         "import resource, sys\n"
-        "from kfp_sagemaker_blackwell.components.compare_convergence.run import load\n"
+        "from kfp_sagemaker_blackwell.components.compare_convergence.launcher import load\n"
         "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
         f"series, problems, _ = load([{str(huge)!r}])\n"
         "after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
@@ -126,7 +126,7 @@ def test_a_series_file_with_one_huge_line_is_refused_in_bounded_memory(tmp_path)
 
 
 def test_rank_throughput_names_a_file_that_is_not_a_series(tmp_path):
-    from kfp_sagemaker_blackwell.components.rank_throughput.rank import load
+    from kfp_sagemaker_blackwell.components.rank_throughput.launcher import load
 
     bad = tmp_path / "bad.csv"
     bad.write_bytes(b"y" * ((1 << 20) + 10))

@@ -22,7 +22,8 @@ from kfp_sagemaker_blackwell.catalog.spec import preset
 from kfp_sagemaker_blackwell.common import cli
 from kfp_sagemaker_blackwell.common.errors import USER_ERROR_EXIT_CODE, UserError
 from kfp_sagemaker_blackwell.common.step_series import COLUMN_NAMES, SERIES_SCHEMA
-from kfp_sagemaker_blackwell.components.plan_training import report, run, search
+from kfp_sagemaker_blackwell.components.plan_training import launcher as run
+from kfp_sagemaker_blackwell.components.plan_training import report, search
 from kfp_sagemaker_blackwell.components.plan_training.component import plan_training
 from kfp_sagemaker_blackwell.local_backend.settings import OfferingTemplate
 from kfp_sagemaker_blackwell.planning import estimator, planner, pricing, published
@@ -883,7 +884,7 @@ def test_a_search_checks_the_goal_once_not_each_candidate(monkeypatch):
 
 
 def test_the_search_hardware_of_a_catalog_type_is_what_resolve_hardware_checks():
-    # The search builds each candidate's hardware from the catalog entry plan_training.run
+    # The search builds each candidate's hardware from the catalog entry plan_training.launcher
     # looked up, without looking it up and checking it again per instance count.
     for name, it in hardware.INSTANCE_TYPES.items():
         for count in (1, 2, 16):

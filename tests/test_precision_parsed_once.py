@@ -79,7 +79,7 @@ def test_a_plan_search_checks_each_listed_precision_once(checks, capsys):
 
 
 def test_a_memory_estimate_checks_each_precision_once(checks, capsys):
-    from kfp_sagemaker_blackwell.components.memory_estimate.cli import main
+    from kfp_sagemaker_blackwell.components.memory_estimate.__main__ import main
 
     assert main(["--model-preset", "8b", "--seq-length", "4096",
                  "--precisions", "bf16,fp8,mxfp8"]) == 0

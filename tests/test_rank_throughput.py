@@ -7,7 +7,7 @@ import pytest
 
 from kfp_sagemaker_blackwell.common.errors import UserError
 from kfp_sagemaker_blackwell.common.step_series import COLUMN_NAMES, SERIES_SCHEMA
-from kfp_sagemaker_blackwell.components.rank_throughput.rank import (
+from kfp_sagemaker_blackwell.components.rank_throughput.launcher import (
     html_report,
     load,
     markdown,
@@ -141,7 +141,7 @@ def test_the_plans_prediction_fills_the_predicted_column(tmp_path):
 
 
 def test_chart_labels_name_each_candidate_and_do_not_overlap(tmp_path, monkeypatch):
-    from kfp_sagemaker_blackwell.components.rank_throughput import rank as module
+    from kfp_sagemaker_blackwell.components.rank_throughput import launcher as module
 
     paths = [_series(tmp_path, f"b{b}-{ac}", batch=b, ac=ac, tps=100.0 * b, mem=b + 1.0)
              for b in (1, 2, 4, 8) for ac in (False, True)]

@@ -31,7 +31,7 @@ from kfp_sagemaker_blackwell.common.build_marks import CodeBuildBuild
 from kfp_sagemaker_blackwell.common.execution_context import ExecutionContext, Terminated
 from kfp_sagemaker_blackwell.common.remote_job import RemoteJobRunner
 from kfp_sagemaker_blackwell.common.training_job import TrainingJob
-from kfp_sagemaker_blackwell.components.cleanup import run as cleanup_run
+from kfp_sagemaker_blackwell.components.cleanup import launcher as cleanup_run
 from kfp_sagemaker_blackwell.components.cleanup.plan import Action, Plan
 from kfp_sagemaker_blackwell.components.sagemaker_training.runner import TrainingJobRunner
 

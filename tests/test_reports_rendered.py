@@ -32,14 +32,14 @@ from kfp_sagemaker_blackwell.catalog.spec import PRESETS
 from kfp_sagemaker_blackwell.common import cli
 from kfp_sagemaker_blackwell.components.compare_convergence.compare import Settings
 from kfp_sagemaker_blackwell.components.compare_convergence.component import compare_convergence
-from kfp_sagemaker_blackwell.components.compare_convergence.run import compare_files
-from kfp_sagemaker_blackwell.components.compare_convergence.run import (
+from kfp_sagemaker_blackwell.components.compare_convergence.launcher import compare_files
+from kfp_sagemaker_blackwell.components.compare_convergence.launcher import (
     write_outputs as write_comparison,
 )
 from kfp_sagemaker_blackwell.components.parse_logs.parser import parse_bytes
 from kfp_sagemaker_blackwell.components.parse_logs.report import write_outputs as write_series
-from kfp_sagemaker_blackwell.components.rank_throughput.rank import html_report as ranking_html
-from kfp_sagemaker_blackwell.components.rank_throughput.rank import load, rank
+from kfp_sagemaker_blackwell.components.rank_throughput.launcher import html_report as ranking_html
+from kfp_sagemaker_blackwell.components.rank_throughput.launcher import load, rank
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = pytest.mark.skipif(

@@ -222,11 +222,35 @@ def test_the_components_image_installs_every_package():
     assert {p.name for p in (ROOT / NS).iterdir() if (p / "__init__.py").is_file()} == set(PACKAGES)
 
 
+# A component folder's files by role (DESIGN.md): its KFP definition, its command line, and
+# its launcher, the work both call; its other modules are named after what they hold.
+COMPONENT_ROLES = ("component.py", "__main__.py", "launcher.py")
+
+
+def _component_folders() -> list[Path]:
+    return sorted(p for p in (ROOT / "components").iterdir() if p.is_dir()
+                  and not p.name.startswith((".", "_")))
+
+
 def test_components_holds_only_components():
-    """Each folder of components/ is one component: its KFP definition and its CLI entry."""
-    for folder in sorted(p for p in (ROOT / "components").iterdir() if p.is_dir()
-                         and not p.name.startswith((".", "_"))):
-        assert (folder / "component.py").is_file() and (folder / "__main__.py").is_file(), folder
+    """Each folder of components/ is one component: its KFP definition, its command line and
+    its launcher, each under its role's name."""
+    missing = {folder.name: [role for role in COMPONENT_ROLES if not (folder / role).is_file()]
+               for folder in _component_folders()}
+    assert {name: roles for name, roles in missing.items() if roles} == {}
+
+
+def test_a_component_and_its_command_line_call_the_work_through_the_launcher():
+    """The KFP definition and the command line both import their component's launcher (the
+    work is done once, there: not in the definition, whose body is embedded in the YAML)."""
+    graph = _graph()
+    not_calling = []
+    for folder in _component_folders():
+        package = f"{NS}.components.{folder.name}"
+        for entry in (f"{package}.component", f"{package}.__main__"):
+            if f"{package}.launcher" not in graph[entry]:
+                not_calling.append(entry)
+    assert not_calling == []
 
 
 def _component_imports(graph: dict[str, set[str]]) -> set[tuple[str, str]]:

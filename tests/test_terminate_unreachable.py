@@ -33,8 +33,8 @@ from conftest import STEP_SCRIPT, client_hooks, training_cli_args
 
 from kfp_sagemaker_blackwell.common import aws, resources
 from kfp_sagemaker_blackwell.common.execution_context import TERMINATED_EXIT_CODE
-from kfp_sagemaker_blackwell.components.build_image import build as b
-from kfp_sagemaker_blackwell.components.cleanup import run as cleanup_run
+from kfp_sagemaker_blackwell.components.build_image import launcher as b
+from kfp_sagemaker_blackwell.components.cleanup import launcher as cleanup_run
 from kfp_sagemaker_blackwell.components.sagemaker_training import __main__ as training_cli
 from kfp_sagemaker_blackwell.components.sagemaker_training import launcher
 from kfp_sagemaker_blackwell.components.sagemaker_training.request import TrainingJobConfig

@@ -11,7 +11,7 @@ kinds real jobs print (NCCL INFO from all ranks, torch/TE UserWarnings with
 their continuation lines, rank-prefixed lines, tqdm progress bars with carriage
 returns, SageMaker toolkit lines, the odd non-UTF-8 byte), checkpoints, and at
 the end a traceback with a CUDA OOM and the summary. It writes the log to a
-temporary file and times ``kfp_sagemaker_blackwell.components.parse_logs.source.parse_file`` on it
+temporary file and times ``kfp_sagemaker_blackwell.components.parse_logs.launcher.parse_file`` on it
 (read + parse + series + events, the work ``parse_logs`` does before writing
 its outputs), best of ``--repeat`` runs, single process, single thread.
 """
@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from kfp_sagemaker_blackwell.catalog import logformat as lf  # noqa: E402
-from kfp_sagemaker_blackwell.components.parse_logs.source import parse_file  # noqa: E402
+from kfp_sagemaker_blackwell.components.parse_logs.launcher import parse_file  # noqa: E402
 
 NOISE = [
     "[default{r}]:algo-1:{pid}:{pid} [{r}] NCCL INFO Channel {c:02d}/0 : {r}[{r}] -> {n}[{n}] via P2P/CUMEM/read",

@@ -11,6 +11,8 @@ catalog imports nothing of the project and only the standard library
 - ``spec``: ``ModelSpec`` (the model's dimensions) and the model presets;
 - ``flags``: the trainer's flag table (``TrainConfig``), which the launcher checks
   hyperparameters against;
+- ``parameters``: the parameter groups several components and pipelines declare (the model,
+  encryption, a pipeline's run...), each group's names, kinds, defaults and help written once;
 - ``logformat``: the trainer's log lines, written by the trainer, read by the parsers;
 - ``bounds``: valid ranges of numeric options and the one "unknown name" message;
 - ``paths``: the argparse types of every command line's path options (a file written,

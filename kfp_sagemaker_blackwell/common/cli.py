@@ -36,9 +36,10 @@ import sys
 import types
 import typing
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
+from kfp_sagemaker_blackwell.catalog import parameters as parameter_groups
+from kfp_sagemaker_blackwell.catalog.parameters import Parameter, flag_name
 from kfp_sagemaker_blackwell.catalog.paths import (  # noqa: F401 - the commands' path types
     input_file,
     input_file_or_stdin,
@@ -62,29 +63,6 @@ def key_values(flag: str, items: list[str] | None) -> dict[str, str]:
             raise UserError(flag, f"{item!r} is not KEY=VALUE.", f"write {flag} KEY=VALUE.")
         out[key] = value
     return out
-
-
-@dataclass(frozen=True)
-class Parameter:
-    """One declared parameter: name, value kind, default (``inspect.Parameter.empty``: required), help."""
-
-    name: str
-    kind: type
-    default: Any
-    help: str
-
-    @property
-    def flag(self) -> str:
-        return flag_name(self.name)
-
-    @property
-    def required(self) -> bool:
-        return self.default is inspect.Parameter.empty
-
-
-def flag_name(name: str) -> str:
-    """``model_preset`` -> ``--model-preset``: the one spelling of a parameter's flag."""
-    return "--" + name.replace("_", "-")
 
 
 def doc_args(doc: str) -> dict[str, str]:
@@ -203,8 +181,9 @@ def source_parameters(module: str, function: str, *,
     args = node.args.args + node.args.kwonlyargs
     values = ([None] * (len(node.args.args) - len(node.args.defaults)) + node.args.defaults
               + node.args.kw_defaults)
-    helps = {k: plain(v, [a.arg for a in args])
-             for k, v in doc_args(ast.get_docstring(node) or "").items()}
+    names = [a.arg for a in args]
+    doc = parameter_groups.with_group_args(ast.get_docstring(node) or "", names)
+    helps = {k: plain(v, names) for k, v in doc_args(doc).items()}
     out = []
     for arg, value in zip(args, values, strict=True):
         text = ast.unparse(arg.annotation) if arg.annotation else ""
@@ -236,11 +215,13 @@ def source_defaults(module: str, function: str) -> dict[str, Any]:
     return {p.name: p.default for p in source_parameters(module, function) if not p.required}
 
 
-def dataclass_of(params: Iterable[Parameter], name: str) -> type:
+def dataclass_of(params: Iterable[Parameter], name: str, *, frozen: bool = False,
+                 namespace: dict[str, Any] | None = None) -> type:
     """A keyword-only dataclass whose fields are ``params``: the same names, kinds and
     defaults, so that a configuration type is derived from a component's signature
     instead of copying it (a parameter added there is a field). A ``None`` or container
-    default becomes a fresh container of the parameter's kind."""
+    default becomes a fresh container of the parameter's kind. ``namespace``: methods
+    the dataclass itself needs (a ``__post_init__``)."""
     fields: list[tuple[str, type, Any]] = []
     for p in params:
         if p.required:
@@ -250,7 +231,8 @@ def dataclass_of(params: Iterable[Parameter], name: str) -> type:
                 default_factory=functools.partial(p.kind, p.default or ()))))
         else:
             fields.append((p.name, p.kind, dataclasses.field(default=p.default)))
-    return dataclasses.make_dataclass(name, fields, kw_only=True)
+    return dataclasses.make_dataclass(name, fields, kw_only=True, frozen=frozen,
+                                      namespace=namespace)
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -338,6 +320,18 @@ def add_switch(parser: argparse.ArgumentParser | argparse._ArgumentGroup, flag: 
                         metavar="BOOL", help=f"{help} (also --no-{flag[2:]})")
     parser.add_argument("--no-" + flag[2:], dest=dest, action="store_const", const=False,
                         help=argparse.SUPPRESS)
+
+
+def add_report_outputs(parser: argparse.ArgumentParser, *, json_help: str) -> None:
+    """What a command that reports on parse_logs' series takes besides its parameters: the
+    series files, and where its reports go (compare_convergence, rank_throughput)."""
+    parser.add_argument("series", nargs="+", type=input_file,
+                        help="series CSV files written by parse_logs")
+    parser.add_argument("--html", metavar="PATH", type=output_file,
+                        help="write the HTML report here")
+    parser.add_argument("--markdown", metavar="PATH", type=output_file,
+                        help="write the Markdown summary here")
+    parser.add_argument("--json", action="store_true", help=json_help)
 
 
 class _MergeAction(argparse.Action):
@@ -451,7 +445,7 @@ def parse(
 def derived_parser(
     func: Any,
     *,
-    prog: str,
+    prog: str | None = None,
     doc: str | None = None,
     exclude: Iterable[str] = (),
     title: str | None = None,
@@ -459,10 +453,14 @@ def derived_parser(
 ) -> tuple[argparse.ArgumentParser, list[Parameter]]:
     """An ArgumentParser whose flags are ``func``'s parameters (see :func:`add_flags`).
 
+    ``prog``: default ``python -m <its package>`` for a component (``components/<name>/
+    component.py``'s, run as ``python -m kfp_sagemaker_blackwell.components.<name>``).
     ``doc``: the description (default: ``func``'s docstring up to its ``Args:``);
     its part after ``Examples::`` becomes the epilog. ``title``: a group heading
     for the parameters.
     """
+    if prog is None:
+        prog = "python -m " + _python_func(func).__module__.removesuffix(".component")
     if doc is None:
         doc = re.split(r"\n\s*Args:", inspect.getdoc(_python_func(func)) or "")[0]
     description, _, examples = doc.strip().partition("Examples::")

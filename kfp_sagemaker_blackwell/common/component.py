@@ -12,7 +12,9 @@
   (True)`` still turns it back on per task;
 - ``retries``: how often a task is retried, declared only where a retry is safe
   (it re-attaches to its job or build, reads only, or is idempotent);
-  ``task.set_retry(...)`` still overrides it per task.
+  ``task.set_retry(...)`` still overrides it per task;
+- the ``Args:`` entries of the parameter groups a component declares (the model, ...)
+  come from ``catalog/parameters.py``, where each group is documented once.
 
 Caching and retries are task settings in KFP's pipeline spec (``PipelineTaskSpec``'s
 ``cachingOptions`` and ``retryPolicy``), not part of a component: KFP 2.17's
@@ -38,6 +40,7 @@ from typing import Any
 from kfp import dsl
 from kfp.dsl import python_component, yaml_component
 
+from kfp_sagemaker_blackwell.catalog import parameters
 from kfp_sagemaker_blackwell.catalog.release import __version__
 from kfp_sagemaker_blackwell.catalog.sagemaker import parse_image
 
@@ -117,6 +120,7 @@ def component(
     defaults = TaskDefaults(caching=not aws, retries=retries)
 
     def decorate(f: Callable) -> python_component.PythonComponent:
+        f = parameters.documented(f)  # the groups' Args: entries, written once in the catalog
         comp = dsl.component(f, base_image=components_image(), install_kfp_package=False)
         if defaults != TaskDefaults():
             return ProjectComponent(component_spec=comp.component_spec, python_func=comp.python_func,

@@ -127,6 +127,9 @@ def explain(exc: BaseException) -> tuple[int, str] | None:
     the user can act on; None for anything else (a bug, which should keep its traceback)."""
     if isinstance(exc, UserError):
         return USER_ERROR_EXIT_CODE, str(exc)
+    code = getattr(exc, "exit_code", None)  # says its own (execution_context.Terminated)
+    if isinstance(code, int):
+        return code, str(exc)
     try:
         from botocore import exceptions as bx
     except ImportError:  # pragma: no cover (botocore is a dependency)

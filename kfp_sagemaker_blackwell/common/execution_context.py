@@ -53,7 +53,10 @@ MAX_RETRY_BACKOFF_S = 30.0  # the longest pause between two attempts while ridin
 
 
 class Terminated(RuntimeError):
-    """The process was asked to terminate; the message says what became of what it owned."""
+    """The process was asked to terminate; the message says what became of what it owned.
+    A command line's ``cli_errors`` prints it and exits with its code."""
+
+    exit_code = TERMINATED_EXIT_CODE
 
 
 class AwsUnreachable(RuntimeError):

@@ -5,7 +5,7 @@ inside a list or dict parameter comes back a float (kfp.local 2.17 hands memory_
 ``[{"batch_size": 4, ...}]`` to the next step as ``[{"batch_size": 4.0, ...}]``; a top-level
 ``int`` parameter is cast back by its declared type, a number inside a container is not).
 ``integral`` is applied where such a value enters this package's code (the component's
-boundary: ``TrainingJobConfig.from_values``, ``prerank``, ``rank_throughput.load``), so the
+boundary: ``TrainingJobConfig`` as it is made, ``prerank``, ``rank_throughput.load``), so the
 same pipeline computes, names and reports the same numbers locally and on a cluster.
 
 The other kfp.local quirk, a loop body handed its loop item for an input that is the

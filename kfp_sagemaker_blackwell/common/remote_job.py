@@ -23,7 +23,7 @@ what progress to report) and ``RemoteJobRunner`` owns what every job shares:
   exits 143.
 
 Users: the training runner (``sagemaker_training/runner.py``), CodeBuild's wait
-(``build_image/codebuild.py``) and cleanup's stop-and-wait (``cleanup/run.py``). The
+(``build_image/codebuild.py``) and cleanup's stop-and-wait (``cleanup/launcher.py``). The
 adapters of the two job kinds live beside their facts, in ``common/`` since cleanup
 handles both: ``training_job.TrainingJob`` and ``build_marks.CodeBuildBuild``.
 """

@@ -132,6 +132,18 @@ def main(
                      verbose=args.verbose, progress_label_keys=progress_label_keys)
 
 
+def pipeline_main(argv: list[str] | None, module_name: str, *, report_task: str,
+                  progress_label_keys: tuple[str, ...] = ()) -> int:
+    """:func:`main` for a pipeline module, from what every pipeline module defines: its
+    docstring (the help), ``build_pipeline``, ``DEFAULT_PARALLELISM``, ``LOCAL_DEFAULTS``
+    and ``check_arguments``. ``report_task``: the task whose report a local run shows."""
+    module = sys.modules[module_name]
+    return main(argv, name=Path(module.__file__ or module_name).stem, doc=module.__doc__ or "",
+                build=module.build_pipeline, default_parallelism=module.DEFAULT_PARALLELISM,
+                local_defaults=module.LOCAL_DEFAULTS, report_task=report_task,
+                check=module.check_arguments, progress_label_keys=progress_label_keys)
+
+
 def refuse(check: Callable[[dict[str, Any]], None] | None, arguments: dict[str, Any],
            nothing_done: str) -> int:
     """Checks ``arguments`` (every pipeline parameter) as ``--compile`` and ``--run-local``

@@ -21,6 +21,7 @@ import contextlib
 import io
 import json
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -72,12 +73,29 @@ def _default(spec: Any) -> str:
     return "`" + json.dumps(spec.default) + "`"
 
 
+def _prose(doc: str) -> list[str]:
+    """A docstring's paragraphs as Markdown lines: each paragraph, and each ``- `` item of a
+    list, on one line; reST literals as code, ``<``, ``>`` and ``*`` escaped outside it."""
+    out: list[str] = []
+    for paragraph in re.split(r"\n\s*\n", doc.strip()):
+        items = re.split(r"\n(?=- )", paragraph.strip())
+        out += [_text(item).replace("\\|", "|") for item in items] + [""]
+    return out
+
+
 def render_component(name: str, comp: Any) -> str:
+    """One component's reference: its summary, how it works (its ``component.py`` module's
+    docstring after the first paragraph: what the component's own docstring leaves to this
+    page), its inputs and outputs."""
     spec = comp.component_spec
     summary = _text((spec.description or "").split("\n", 1)[0])
+    module = sys.modules[comp.python_func.__module__].__doc__ or ""
+    how = module.split("\n\n", 1)[1] if "\n\n" in module.strip() else ""
     lines = [f"### `{name}`", "",
-             f"{summary} Full description: the docstring of `components/{name}/component.py` "
-             f"(shown in the KFP UI); YAML: `compiled/components/{name}.yaml`.", "",
+             f"{summary} Description and parameters: the docstring of "
+             f"`components/{name}/component.py` (shown in the KFP UI); YAML: "
+             f"`compiled/components/{name}.yaml`.", "",
+             *_prose(how),
              "| input | type | default | description |", "|---|---|---|---|"]
     for key, value in spec.inputs.items():
         lines.append(f"| `{key}` | {_type(value)} | {_default(value)} | "

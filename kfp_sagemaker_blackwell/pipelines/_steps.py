@@ -6,11 +6,13 @@ with one function (:func:`training_arguments` underneath) that its DSL and its
 ``--compile``/``--run-local`` check both call, so the check checks what a run passes.
 """
 
-from collections.abc import Callable, Iterable, Mapping
+import contextlib
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from kfp import dsl
 
+from kfp_sagemaker_blackwell.catalog import parameters
 from kfp_sagemaker_blackwell.catalog.precisions import Precision
 from kfp_sagemaker_blackwell.catalog.spec import DIMENSION_BOUNDS
 from kfp_sagemaker_blackwell.common import cli
@@ -18,6 +20,15 @@ from kfp_sagemaker_blackwell.components.build_image.component import build_image
 from kfp_sagemaker_blackwell.components.cleanup.component import cleanup
 
 RUN_ID = dsl.PIPELINE_JOB_ID_PLACEHOLDER
+
+
+def pipeline(name: str, description: str) -> Callable[[Callable[..., None]], Any]:
+    """``dsl.pipeline`` as every pipeline here is declared: the ``Args:`` entries of the
+    parameter groups it takes come from ``catalog/parameters.py``, where they are written."""
+    def decorate(func: Callable[..., None]) -> Any:
+        return dsl.pipeline(name=name, description=description)(parameters.documented(func))
+
+    return decorate
 
 
 def run_prefix(bucket: Any, s3_prefix: Any) -> str:
@@ -39,23 +50,27 @@ def job_prefixes(prefix: str) -> dict[str, Any]:
     return {"output_s3_uri": f"{prefix}/output", "checkpoint_s3_prefix": f"{prefix}/checkpoints"}
 
 
-def cleanup_step(*, region: Any, policy: Any, prefix: str, repository: Any) -> Any:
-    """The exit task: removes what the run created, found by its tag."""
-    task = cleanup(
-        run_id=RUN_ID, region=region, policy=policy, s3_uris=[prefix],
-        ecr_repositories=[repository],
+@contextlib.contextmanager
+def cleaned_up(arguments: Mapping[str, Any], name: str) -> Iterator[str]:
+    """The run's exit handler: ``cleanup`` removes what the run created (found by its tag)
+    even when a step fails. Yields the run's S3 prefix (``run_prefix``)."""
+    prefix = run_prefix(arguments["bucket"], arguments["s3_prefix"])
+    clean = cleanup(
+        run_id=RUN_ID, region=arguments["region"], policy=arguments["cleanup_policy"],
+        s3_uris=[prefix], ecr_repositories=[arguments["trainer_repository"]],
     ).set_display_name("cleanup")
-    return task
+    with dsl.ExitHandler(clean, name=name):
+        yield prefix
 
 
-def trainer_image_step(*, region: Any, prefix: str, repository: Any, instance_type: Any,
-                       codebuild_role_arn: Any, pipeline: str) -> Any:
-    task = build_image(
-        run_id=RUN_ID, s3_uri=f"{prefix}/build", region=region, repository=repository,
-        instance_type=instance_type, codebuild_role_arn=codebuild_role_arn,
-        pipeline=pipeline,
+def trainer_image(arguments: Mapping[str, Any], prefix: str, *, instance_type: Any,
+                  pipeline: str) -> Any:
+    """The trainer image the run's jobs use (built once, skipped when its tag exists)."""
+    return build_image(
+        run_id=RUN_ID, s3_uri=f"{prefix}/build", region=arguments["region"],
+        repository=arguments["trainer_repository"], instance_type=instance_type,
+        codebuild_role_arn=arguments["codebuild_role_arn"], pipeline=pipeline,
     ).set_display_name("build trainer image")
-    return task
 
 
 def training_arguments(arguments: Mapping[str, Any], *, exclude: tuple[str, ...] = (),
@@ -133,8 +148,8 @@ def check_bucket(bucket: Any) -> None:
 def check_memory_plan(arguments: dict[str, Any]) -> Any:
     """The memory plan a run computes, in-process (memory_estimate's own code, the
     arguments the pipeline passes it): its outputs, or the UserError the step would fail with."""
-    from kfp_sagemaker_blackwell.components.memory_estimate.cli import with_defaults
-    from kfp_sagemaker_blackwell.components.memory_estimate.run import run_component
+    from kfp_sagemaker_blackwell.components.memory_estimate.__main__ import with_defaults
+    from kfp_sagemaker_blackwell.components.memory_estimate.launcher import run_component
 
     return run_component(**with_defaults(arguments))
 

@@ -40,33 +40,25 @@ DEFAULT_PARALLELISM = 2
 def build_pipeline(parallelism: int = DEFAULT_PARALLELISM) -> Any:
     """The pipeline with ``parallelism`` candidate jobs at a time (a compile-time setting)."""
 
-    @dsl.pipeline(
-        name=NAME,
-        description="Time short training runs of the batch sizes (with and without activation "
+    @_steps.pipeline(
+        NAME,
+        "Time short training runs of the batch sizes (with and without activation "
         "checkpointing) the memory plan says fit (with a probe: the best that still fit once "
         "the probe corrects their predictions), and rank them by tokens/s per GPU.",
     )
     def batch_tuning(
-        role_arn: str,
-        bucket: str,
-        region: str = "us-west-2",
+        # catalog/parameters.py's PIPELINE_RUN, documented there:
+        role_arn: str, bucket: str, region: str = "us-west-2",
         s3_prefix: str = "kfp-sagemaker-blackwell",
         instance_type: str = DEFAULT_INSTANCE_TYPE,
         instance_count: int = 1,
-        training_plan_arn: str = "",
-        use_spot: bool = False,
-        max_wait_seconds: int = 0,
-        fallback_instances: list = [],  # noqa: B006 (KFP default)
-        max_pending_seconds: int = 0,
-        keep_alive_seconds: int = 0,
+        # catalog/parameters.py's CAPACITY, documented there:
+        training_plan_arn: str = "", use_spot: bool = False, max_wait_seconds: int = 0,
+        fallback_instances: list = [], max_pending_seconds: int = 0, keep_alive_seconds: int = 0,  # noqa: B006 (KFP default)
         max_runtime_seconds: int = 7200,
-        model_preset: str = "8b",
-        num_layers: int = 0,
-        hidden_size: int = 0,
-        num_heads: int = 0,
-        num_kv_heads: int = 0,
-        ffn_hidden_size: int = 0,
-        vocab_size: int = -1,
+        # catalog/parameters.py's MODEL, documented there:
+        model_preset: str = "8b", num_layers: int = 0, hidden_size: int = 0, num_heads: int = 0,
+        num_kv_heads: int = 0, ffn_hidden_size: int = 0, vocab_size: int = -1,
         precision: str = "fp8",
         seq_length: int = 2048,
         activation_checkpointing: str = "auto",
@@ -75,43 +67,22 @@ def build_pipeline(parallelism: int = DEFAULT_PARALLELISM) -> Any:
         probe: str = "",
         trial_count: int = 3,
         hyperparameters: dict = {},  # noqa: B006 (KFP default)
-        max_cost_usd: float = 0.0,
-        instance_hour_prices: dict = {},  # noqa: B006 (KFP default)
-        output_kms_key_id: str = "",
-        volume_kms_key_id: str = "",
+        # catalog/parameters.py's SWEEP_BUDGET, documented there:
+        max_cost_usd: float = 0.0, instance_hour_prices: dict = {},  # noqa: B006 (KFP default)
+        # catalog/parameters.py's ENCRYPTION, documented there:
+        output_kms_key_id: str = "", volume_kms_key_id: str = "",
         enable_network_isolation: bool = False,
         enable_inter_container_traffic_encryption: bool = False,
-        trainer_repository: str = "kfp-sagemaker-blackwell/trainer",
-        codebuild_role_arn: str = "",
+        # catalog/parameters.py's PIPELINE_IMAGE_AND_CLEANUP, documented there:
+        trainer_repository: str = "kfp-sagemaker-blackwell/trainer", codebuild_role_arn: str = "",
         cleanup_policy: dict = {},  # noqa: B006 (KFP default)
     ) -> None:
         """Batch-size tuning.
 
         Args:
-            role_arn: SageMaker execution role ARN the training jobs run as.
-            bucket: S3 bucket for build contexts, checkpoints and model artifacts.
-            region: AWS region of every resource.
-            s3_prefix: Prefix in the bucket; the run writes under <prefix>/<run id>/.
             instance_type: SageMaker instance type (8x B200 by default).
             instance_count: Instances per training job.
-            training_plan_arn: A SageMaker Flexible Training Plan to run in.
-            use_spot: Managed Spot Training.
-            max_wait_seconds: Spot only: the longest a job may wait plus run.
-            fallback_instances: Instance types to fall back to when SageMaker has no capacity
-                for the first (ResourceConfig.InstancePreferences), e.g. [{"InstanceType":
-                "ml.p5.48xlarge", "InstanceCount": 2}]; on-demand only.
-            max_pending_seconds: How long a job may wait for capacity (1800-2419200 s;
-                0: SageMaker's default).
-            keep_alive_seconds: Warm pool: keep a job's instances this long for the next
-                job (up to 21600 s; the retained time is billed and in the worst case).
             max_runtime_seconds: The longest a candidate job may run.
-            model_preset: Model preset (tiny, small, 1b, 3b, 8b, 14b, 32b, 64b, te-fsdp-example).
-            num_layers: Override of the preset's transformer blocks (0 = the preset's).
-            hidden_size: Override of the model width (0 = the preset's).
-            num_heads: Override of the attention heads (0 = the preset's).
-            num_kv_heads: Override of the key/value heads (0 = the preset's).
-            ffn_hidden_size: Override of the MLP inner size (0 = the preset's).
-            vocab_size: Override of the vocabulary (-1 = the preset's, 0 = none).
             precision: The precision to tune for.
             seq_length: Tokens per sequence.
             activation_checkpointing: auto (try with and without), on, or off.
@@ -130,32 +101,11 @@ def build_pipeline(parallelism: int = DEFAULT_PARALLELISM) -> Any:
             trial_count: With a probe: how many of the best pre-ranked candidates are
                 timed (0: every one that fits). Without a probe every candidate is.
             hyperparameters: Extra trainer hyperparameters for every candidate.
-            max_cost_usd: Budget for all training jobs together: no job starts when their
-                worst cases (instances x max runtime x instance-hour price, summed)
-                exceed it; 0: no limit.
-            instance_hour_prices: Instance type -> USD per instance-hour for the cost
-                figures and the budget (e.g. a Savings Plans rate); default: the AWS Price
-                List API, else the shipped table (every cost names its price's source).
-            output_kms_key_id: KMS key for the training jobs' output (empty: S3's default).
-            volume_kms_key_id: KMS key for the training instances' EBS volumes.
-            enable_network_isolation: No network access for the training containers.
-            enable_inter_container_traffic_encryption: Encrypt traffic between the
-                instances of a multi-node job.
-            trainer_repository: ECR repository of the trainer image.
-            codebuild_role_arn: CodeBuild service role (empty: the project's default).
-            cleanup_policy: Per-kind cleanup policy overrides, e.g. {"logs": "delete"}.
         """
         arguments = dict(locals())  # the pipeline's parameters, as the argument check has them
-        prefix = _steps.run_prefix(bucket, s3_prefix)
-        clean = _steps.cleanup_step(
-            region=region, policy=cleanup_policy, prefix=prefix, repository=trainer_repository
-        )
-        with dsl.ExitHandler(clean, name="tuning"):
-            image = _steps.trainer_image_step(
-                region=region, prefix=prefix, repository=trainer_repository,
-                instance_type=instance_type, codebuild_role_arn=codebuild_role_arn,
-                pipeline=NAME,
-            )
+        with _steps.cleaned_up(arguments, "tuning") as prefix:
+            image = _steps.trainer_image(arguments, prefix, instance_type=instance_type,
+                                         pipeline=NAME)
             plan = memory_estimate(**plan_arguments(arguments)).set_display_name("memory plan")
             chosen = prerank_candidates(**prerank_arguments(
                 arguments, memory_plan=plan.outputs["plan"],
@@ -255,17 +205,8 @@ def check_arguments(arguments: dict[str, Any]) -> None:
 def main(argv: list[str] | None = None) -> int:
     from kfp_sagemaker_blackwell.pipelines import _cli
 
-    return _cli.main(
-        argv,
-        name="batch_tuning",
-        doc=__doc__ or "",
-        build=build_pipeline,
-        default_parallelism=DEFAULT_PARALLELISM,
-        local_defaults=LOCAL_DEFAULTS,
-        report_task="rank-throughput",
-        check=check_arguments,
-        progress_label_keys=("batch_size", "activation_checkpointing"),  # one per candidate
-    )
+    return _cli.pipeline_main(argv, __name__, report_task="rank-throughput",
+                              progress_label_keys=("batch_size", "activation_checkpointing"))
 
 
 if __name__ == "__main__":

@@ -141,7 +141,7 @@ def build_components_image(args: argparse.Namespace) -> str:
     """Builds and pushes the components image with build_image; returns its URI (digest)."""
     from kfp_sagemaker_blackwell.catalog.release import __version__
     from kfp_sagemaker_blackwell.common.cli import declared
-    from kfp_sagemaker_blackwell.components.build_image import build as b
+    from kfp_sagemaker_blackwell.components.build_image import launcher as b
     from kfp_sagemaker_blackwell.components.build_image.component import build_image
 
     result = b.build_image(b.BuildRequest.from_parameters(declared(

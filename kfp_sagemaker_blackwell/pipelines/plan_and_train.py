@@ -35,7 +35,7 @@ from kfp import dsl
 from kfp_sagemaker_blackwell.components.compare_convergence.component import compare_convergence
 from kfp_sagemaker_blackwell.components.parse_logs.component import parse_logs
 from kfp_sagemaker_blackwell.components.plan_training.component import plan_training
-from kfp_sagemaker_blackwell.components.plan_training.run import VALIDATION_BASELINE
+from kfp_sagemaker_blackwell.components.plan_training.launcher import VALIDATION_BASELINE
 from kfp_sagemaker_blackwell.components.sagemaker_training.component import sagemaker_training
 from kfp_sagemaker_blackwell.pipelines import _steps
 
@@ -49,32 +49,24 @@ CAPACITY_MODES = ("on-demand", "spot")
 def build_pipeline(parallelism: int = DEFAULT_PARALLELISM) -> Any:
     """The pipeline with ``parallelism`` probe jobs at a time (a compile-time setting)."""
 
-    @dsl.pipeline(
-        name=NAME,
-        description="Plan the cheapest (or fastest) configuration for a model and a token "
+    @_steps.pipeline(
+        NAME,
+        "Plan the cheapest (or fastest) configuration for a model and a token "
         "budget, probe the best candidates with short jobs, re-rank them on measured speed, "
         "and train the winner within the spend guard.",
     )
     def plan_and_train(
-        role_arn: str,
-        bucket: str,
-        training_tokens: int = 100_000_000_000,
-        region: str = "us-west-2",
+        # catalog/parameters.py's PIPELINE_RUN, documented there:
+        role_arn: str, bucket: str, region: str = "us-west-2",
         s3_prefix: str = "kfp-sagemaker-blackwell",
-        model_preset: str = "8b",
-        num_layers: int = 0,
-        hidden_size: int = 0,
-        num_heads: int = 0,
-        num_kv_heads: int = 0,
-        ffn_hidden_size: int = 0,
-        vocab_size: int = -1,
+        training_tokens: int = 100_000_000_000,
+        # catalog/parameters.py's MODEL, documented there:
+        model_preset: str = "8b", num_layers: int = 0, hidden_size: int = 0, num_heads: int = 0,
+        num_kv_heads: int = 0, ffn_hidden_size: int = 0, vocab_size: int = -1,
         seq_length: int = 2048,
-        max_batch_size: int = 0,
-        deadline_hours: float = 0.0,
-        max_cost_usd: float = 0.0,
-        instance_types: list = [],  # noqa: B006 (KFP default)
-        max_instance_count: int = 16,
-        precisions: list = [],  # noqa: B006 (KFP default)
+        # catalog/parameters.py's PLAN_LIMITS, documented there:
+        max_batch_size: int = 0, deadline_hours: float = 0.0, max_cost_usd: float = 0.0,
+        instance_types: list = [], max_instance_count: int = 16, precisions: list = [],  # noqa: B006 (KFP default)
         max_risk: str = "medium",
         capacity_modes: list = ["on-demand"],  # noqa: B006 (KFP default)
         instance_hour_prices: dict = {},  # noqa: B006 (KFP default)
@@ -95,40 +87,15 @@ def build_pipeline(parallelism: int = DEFAULT_PARALLELISM) -> Any:
         probe_max_runtime_seconds: int = 3600,
         probe_max_cost_usd: float = 0.0,
         hyperparameters: dict = {},  # noqa: B006 (KFP default)
-        trainer_repository: str = "kfp-sagemaker-blackwell/trainer",
-        codebuild_role_arn: str = "",
+        # catalog/parameters.py's PIPELINE_IMAGE_AND_CLEANUP, documented there:
+        trainer_repository: str = "kfp-sagemaker-blackwell/trainer", codebuild_role_arn: str = "",
         cleanup_policy: dict = {},  # noqa: B006 (KFP default)
     ) -> None:
         """Plan, probe, re-rank, train.
 
         Args:
-            role_arn: SageMaker execution role ARN the training jobs run as.
-            bucket: S3 bucket for build contexts, checkpoints and model artifacts.
             training_tokens: Tokens to train the winner on (e.g. 100000000000 for 100B).
-            region: AWS region of every resource, its prices (the AWS Price List API)
-                and capacity.
-            s3_prefix: Prefix in the bucket; the run writes under <prefix>/<run id>/.
-            model_preset: Model preset (tiny, small, 1b, 3b, 8b, 14b, 32b, 64b, te-fsdp-example).
-            num_layers: Override of the preset's transformer blocks (0 = the preset's).
-            hidden_size: Override of the model width (0 = the preset's).
-            num_heads: Override of the attention heads (0 = the preset's).
-            num_kv_heads: Override of the key/value heads (0 = the preset's).
-            ffn_hidden_size: Override of the MLP inner size (0 = the preset's).
-            vocab_size: Override of the vocabulary (-1 = the preset's, 0 = none).
             seq_length: Tokens per sequence.
-            max_batch_size: Largest micro-batch per GPU to consider (0 = the largest that
-                fits).
-            deadline_hours: The training run must finish within this many hours
-                (predicted; 0: no deadline).
-            max_cost_usd: Budget of the training run: no configuration whose worst case
-                exceeds it is chosen, and it is the run's spend guard (0: the planned
-                worst case is).
-            instance_types: Candidate instance types (empty: every GPU type the catalog
-                prices).
-            max_instance_count: The most instances per job.
-            precisions: Allowed precisions (empty: every precision each GPU runs).
-            max_risk: The risk ceiling (baseline, low, medium, higher, high): a precision
-                above it trains only after the convergence comparison passes it.
             capacity_modes: on-demand and/or spot (training plans are bought by you:
                 plan them with the plan_training component and pass training_plan_arn
                 to sagemaker_training).
@@ -162,23 +129,13 @@ def build_pipeline(parallelism: int = DEFAULT_PARALLELISM) -> Any:
             probe_max_cost_usd: Budget for all probe jobs together (their worst cases
                 summed; 0: no limit).
             hyperparameters: Extra trainer hyperparameters for every job.
-            trainer_repository: ECR repository of the trainer image.
-            codebuild_role_arn: CodeBuild service role (empty: the project's default).
-            cleanup_policy: Per-kind cleanup policy overrides, e.g. {"logs": "delete"}.
         """
         arguments = dict(locals())  # the pipeline's parameters, as the argument check has them
-        prefix = _steps.run_prefix(bucket, s3_prefix)
         planning = planning_arguments(arguments)
-        clean = _steps.cleanup_step(
-            region=region, policy=cleanup_policy, prefix=prefix, repository=trainer_repository
-        )
-        with dsl.ExitHandler(clean, name="plan-and-train"):
+        with _steps.cleaned_up(arguments, "plan-and-train") as prefix:
             plan = plan_training(**planning).set_display_name("plan")
-            image = _steps.trainer_image_step(
-                region=region, prefix=prefix, repository=trainer_repository,
-                instance_type=plan.outputs["instance_type"],
-                codebuild_role_arn=codebuild_role_arn, pipeline=NAME,
-            )
+            image = _steps.trainer_image(arguments, prefix,
+                                         instance_type=plan.outputs["instance_type"], pipeline=NAME)
             with dsl.If(plan.outputs["validate_precision"] == "", name="within-the-ceiling"):
                 _probe_and_train(arguments, planning, plan, image, prefix, parallelism)
             with dsl.Else(name="validate-first"):
@@ -312,7 +269,7 @@ def check_arguments(arguments: dict[str, Any]) -> None:
     """Checks a run's arguments before anything starts (``--run-local``): the planner runs
     in-process (no AWS call without a region) and must choose something; raises UserError."""
     from kfp_sagemaker_blackwell.common.errors import UserError
-    from kfp_sagemaker_blackwell.components.plan_training.run import run_component
+    from kfp_sagemaker_blackwell.components.plan_training.launcher import run_component
 
     modes = [str(m) for m in arguments["capacity_modes"] or []]
     if not modes or any(m not in CAPACITY_MODES for m in modes):
@@ -344,16 +301,7 @@ def check_arguments(arguments: dict[str, Any]) -> None:
 def main(argv: list[str] | None = None) -> int:
     from kfp_sagemaker_blackwell.pipelines import _cli
 
-    return _cli.main(
-        argv,
-        name="plan_and_train",
-        doc=__doc__ or "",
-        build=build_pipeline,
-        default_parallelism=DEFAULT_PARALLELISM,
-        local_defaults=LOCAL_DEFAULTS,
-        report_task="plan-training-2",
-        check=check_arguments,
-    )
+    return _cli.pipeline_main(argv, __name__, report_task="plan-training-2")
 
 
 if __name__ == "__main__":

@@ -205,8 +205,8 @@ def _read_cache(path: Path, now: float) -> dict[str, Any]:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}
-    if not isinstance(data, dict) or not 0 <= now - float(data.get("fetched_at", -1e18)) \
-            < CACHE_SECONDS:
+    if not isinstance(data, dict) or not (
+            0 <= now - float(data.get("fetched_at", -1e18)) < CACHE_SECONDS):
         return {}
     return data
 
@@ -270,8 +270,8 @@ def training_price(item: str | dict[str, Any], region: str, instance_type: str) 
     attrs = (product.get("product") or {}).get("attributes") or {}
     usage = str(attrs.get("usagetype", ""))
     kind, _, itype = usage.partition(":")
-    if itype != instance_type or kind.rsplit("-", 1)[-1] != "Train" or \
-            attrs.get("regionCode") != region:
+    if (itype != instance_type or kind.rsplit("-", 1)[-1] != "Train"
+            or attrs.get("regionCode") != region):
         return None
     for term in ((product.get("terms") or {}).get("OnDemand") or {}).values():
         for dim in (term.get("priceDimensions") or {}).values():
@@ -324,15 +324,15 @@ class Budget:
                             "the ParallelFor this job is one of).",
                             "pass the loop's list itself (budget_items=<the ParallelFor's "
                             "items>), not its item.")
-        return cls(float(max_cost_usd), len(budget_items or []) or 1)
+        return Budget(float(max_cost_usd), len(budget_items or []) or 1)
 
     def over(self, amount: float, jobs: int | None = None) -> bool:
         """Whether one job's worst case ``amount`` (USD), times the jobs sharing the budget,
         exceeds the limit (never without one)."""
         return bool(self.limit_usd) and amount * (jobs or self.jobs) > self.limit_usd
 
-    def check(self, worst: Cost | None, *, instance_type: str, jobs: int | None = None,
-              missing: str = "", refuse_unknown: bool = True) -> None:
+    def check_worst_case(self, worst: Cost | None, *, instance_type: str, jobs: int | None = None,
+                         missing: str = "", refuse_unknown: bool = True) -> None:
         """Refuses (UserError naming max_cost_usd) a worst case (None without a price) that,
         times the jobs sharing the budget, exceeds the limit; a budget with no price to check
         it against too, unless ``refuse_unknown`` is False (a check that does not look up the

@@ -28,16 +28,12 @@ import sys
 from kfp_sagemaker_blackwell.common import cli
 from kfp_sagemaker_blackwell.common.errors import (
     AWS_UNREACHABLE_EXIT_CODE,
-    USER_ERROR_EXIT_CODE,
-    UserError,
     cli_errors,
 )
 from kfp_sagemaker_blackwell.common.execution_context import (
-    TERMINATED_EXIT_CODE,
     AwsUnreachable,
-    Terminated,
 )
-from kfp_sagemaker_blackwell.components.build_image import build as b
+from kfp_sagemaker_blackwell.components.build_image import launcher as b
 from kfp_sagemaker_blackwell.components.build_image.component import build_image
 
 # Old spellings, still accepted with a deprecation message.
@@ -46,8 +42,7 @@ ALIASES = {"--context-path": "context_paths", "--build-arg": "build_args", "--ta
 
 
 def build_parser() -> tuple[argparse.ArgumentParser, list[cli.Parameter]]:
-    p, params = cli.derived_parser(build_image, prog="python -m kfp_sagemaker_blackwell.components.build_image",
-                                   doc=__doc__, aliases=ALIASES)
+    p, params = cli.derived_parser(build_image, doc=__doc__, aliases=ALIASES)
     p.add_argument("--print-tag", action="store_true",
                    help="only print the content-addressed tag and the files hashed; no AWS call")
     return p, params
@@ -64,12 +59,6 @@ def main(argv: list[str] | None = None) -> int:
                               "build_args": dict(context.build_args)}, indent=2))
             return 0
         result = b.build_image(req, log=lambda line: print(line, file=sys.stderr, flush=True))
-    except UserError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return USER_ERROR_EXIT_CODE
-    except Terminated as exc:  # SIGTERM/SIGINT: the message says what became of the build
-        print(f"error: {exc}", file=sys.stderr)
-        return TERMINATED_EXIT_CODE
     except AwsUnreachable as exc:  # the build may still run: a re-run re-attaches to it
         print(f"error: {exc}. The build may still be running; re-run this command to "
               "re-attach to it.", file=sys.stderr)

@@ -1,4 +1,18 @@
-"""KFP definition of the image build (the work is in ``kfp_sagemaker_blackwell.components.build_image.build``)."""
+"""KFP definition of the image build (the work is in ``launcher``).
+
+The base image is the AWS PyTorch training Deep Learning Container of the
+region (``pytorch-training:2.9.0-gpu-py312-cu130-ubuntu22.04-sagemaker``),
+found with the SageMaker SDK's image-URI lookup (package ``sagemaker-core``),
+passed as ``--build-arg BASE_IMAGE`` to Dockerfiles that declare it.
+
+On the local backend nothing is sent to CodeBuild: the image is built with a
+local Docker daemon when one answers, otherwise it is NOT built and the step
+returns the content-addressed URI in the local ECR and says so (the local
+training executor runs the trainer from the checkout, not from an image).
+
+See https://docs.aws.amazon.com/codebuild/latest/APIReference/API_StartBuild.html
+and iam/README.md for the permissions (pod, CodeBuild service role).
+"""
 
 from typing import NamedTuple
 
@@ -45,19 +59,6 @@ def build_image(
     the build, a retried step re-attaches to a build still running. The ECR
     repository is created when missing (scan on push, tagged with the run id).
 
-    The base image is the AWS PyTorch training Deep Learning Container of the
-    region (``pytorch-training:2.9.0-gpu-py312-cu130-ubuntu22.04-sagemaker``),
-    found with the SageMaker SDK's image-URI lookup (package ``sagemaker-core``),
-    passed as ``--build-arg BASE_IMAGE`` to Dockerfiles that declare it.
-
-    On the local backend nothing is sent to CodeBuild: the image is built with a
-    local Docker daemon when one answers, otherwise it is NOT built and the step
-    returns the content-addressed URI in the local ECR and says so (the local
-    training executor runs the trainer from the checkout, not from an image).
-
-    See https://docs.aws.amazon.com/codebuild/latest/APIReference/API_StartBuild.html
-    and iam/README.md for the permissions (pod, CodeBuild service role).
-
     Args:
         run_id: The KFP run id (``dsl.PIPELINE_JOB_ID_PLACEHOLDER``): tags the
             repository, build context and CodeBuild project; cleanup finds them by it.
@@ -93,20 +94,39 @@ def build_image(
         aws_resources: JSON record of what this step created (repository, build
             context, CodeBuild project and build, image), written as each appears.
     """
-    params = dict(locals())  # this signature's parameters: their one declaration
     from collections import namedtuple
 
     from kfp_sagemaker_blackwell.common import resources
     from kfp_sagemaker_blackwell.common.execution_context import TERMINATED_EXIT_CODE, Terminated
-    from kfp_sagemaker_blackwell.components.build_image.build import BuildRequest
-    from kfp_sagemaker_blackwell.components.build_image.build import build_image as run_build
+    from kfp_sagemaker_blackwell.components.build_image.launcher import BuildRequest
+    from kfp_sagemaker_blackwell.components.build_image.launcher import build_image as run_build
 
-    resources.write(aws_resources, [])
+    resources.write(aws_resources, [])  # the record exists before anything can fail
+    # every parameter but the output, by its name (tests/test_declarations.py holds them)
+    request = BuildRequest(
+        run_id=run_id,
+        s3_uri=s3_uri,
+        region=region,
+        repository=repository,
+        dockerfile=dockerfile,
+        context_dir=context_dir,
+        context_paths=context_paths,
+        build_args=build_args,
+        base_image=base_image,
+        base_image_tag=base_image_tag,
+        instance_type=instance_type,
+        builder=builder,
+        codebuild_project=codebuild_project,
+        codebuild_role_arn=codebuild_role_arn,
+        codebuild_compute_type=codebuild_compute_type,
+        timeout_minutes=timeout_minutes,
+        pipeline=pipeline,
+        tags=tags,
+        poll_interval_seconds=poll_interval_seconds,
+    ).validate()
     try:
         result = run_build(
-            BuildRequest.from_parameters(params),
-            on_resources=lambda recorded: resources.write(aws_resources, recorded),
-        )
+            request, on_resources=lambda recorded: resources.write(aws_resources, recorded))
     except Terminated as exc:  # the message says whether the build's stop was accepted
         print(f"error: {exc}", flush=True)
         raise SystemExit(TERMINATED_EXIT_CODE) from None

@@ -33,10 +33,9 @@ import datetime as dt
 import sys
 
 from kfp_sagemaker_blackwell.common import cli
-from kfp_sagemaker_blackwell.common.errors import USER_ERROR_EXIT_CODE, UserError, cli_errors
-from kfp_sagemaker_blackwell.common.execution_context import TERMINATED_EXIT_CODE, Terminated
+from kfp_sagemaker_blackwell.common.errors import UserError, cli_errors
 from kfp_sagemaker_blackwell.components.cleanup.component import cleanup as cleanup_component
-from kfp_sagemaker_blackwell.components.cleanup.run import cleanup
+from kfp_sagemaker_blackwell.components.cleanup.launcher import cleanup
 
 # Old spellings, still accepted with a deprecation message.
 ALIASES = {"--s3-uri": "s3_uris", "--ecr-repository": "ecr_repositories",
@@ -44,8 +43,7 @@ ALIASES = {"--s3-uri": "s3_uris", "--ecr-repository": "ecr_repositories",
 
 
 def build_parser() -> tuple[argparse.ArgumentParser, list[cli.Parameter]]:
-    p, params = cli.derived_parser(cleanup_component, prog="python -m kfp_sagemaker_blackwell.components.cleanup",
-                                   doc=__doc__, aliases=ALIASES)
+    p, params = cli.derived_parser(cleanup_component, doc=__doc__, aliases=ALIASES)
     p.add_argument("--created-after", default="",
                    help="only training jobs created after this ISO time (bounds the scan)")
     p.add_argument("--report", type=cli.output_file, help="also write the Markdown report to this file")
@@ -55,27 +53,20 @@ def build_parser() -> tuple[argparse.ArgumentParser, list[cli.Parameter]]:
 @cli_errors
 def main(argv: list[str] | None = None) -> int:
     args, values = cli.parse(build_parser(), argv)
-    try:
-        created_after = None
-        if args.created_after:
-            try:
-                created_after = dt.datetime.fromisoformat(args.created_after)
-            except ValueError as exc:
-                raise UserError("created_after", f"{args.created_after!r} is not an ISO time.",
-                                "write e.g. 2026-11-29T12:00:00+00:00.") from exc
-        result = cleanup(
-            values["run_id"], values["region"], dry_run=values["dry_run"],
-            policy={str(k): str(v) for k, v in values["policy"].items()},
-            s3_uris=values["s3_uris"], ecr_repositories=values["ecr_repositories"],
-            codebuild_projects=values["codebuild_projects"], created_after=created_after,
-            max_objects=values["max_objects"], stop_wait_s=values["stop_wait_seconds"],
-            log=lambda line: print(line, file=sys.stderr, flush=True))
-    except UserError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return USER_ERROR_EXIT_CODE
-    except Terminated as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return TERMINATED_EXIT_CODE
+    created_after = None
+    if args.created_after:
+        try:
+            created_after = dt.datetime.fromisoformat(args.created_after)
+        except ValueError as exc:
+            raise UserError("created_after", f"{args.created_after!r} is not an ISO time.",
+                            "write e.g. 2026-11-29T12:00:00+00:00.") from exc
+    result = cleanup(
+        values["run_id"], values["region"], dry_run=values["dry_run"],
+        policy={str(k): str(v) for k, v in values["policy"].items()},
+        s3_uris=values["s3_uris"], ecr_repositories=values["ecr_repositories"],
+        codebuild_projects=values["codebuild_projects"], created_after=created_after,
+        max_objects=values["max_objects"], stop_wait_s=values["stop_wait_seconds"],
+        log=lambda line: print(line, file=sys.stderr, flush=True))
     print(result.markdown)
     if args.report:
         with open(args.report, "w", encoding="utf-8") as f:

@@ -1,4 +1,17 @@
-"""KFP definition of cleanup (the work is in ``kfp_sagemaker_blackwell.components.cleanup.plan`` / ``run``)."""
+"""KFP definition of cleanup (the work is in ``launcher``).
+
+Policy per resource kind (``{"kind": "action"}``), defaults first:
+training_jobs stop|keep, codebuild_builds stop|keep, build_contexts delete|keep,
+artifacts keep|delete (model artifacts, outputs, objects other steps tagged),
+checkpoints keep|delete (only prefixes unique to a job), logs keep|delete,
+images keep|delete (images the run pushed; content-addressed images are reused
+by later runs), repositories delete|keep (only one the run created, once
+empty), codebuild_projects keep|delete and iam_roles keep|delete (only if the
+run created them). Stopping a job does not cancel a training plan.
+
+A dry run lists exactly what a real run would do. A resource that fails is
+reported and the rest continue; running cleanup twice is harmless.
+"""
 
 from typing import NamedTuple
 
@@ -34,18 +47,6 @@ def cleanup(
     anything is listed. Shared log groups (/aws/sagemaker/TrainingJobs) are never
     deleted, only the run's streams in them.
 
-    Policy per resource kind (``{"kind": "action"}``), defaults first:
-    training_jobs stop|keep, codebuild_builds stop|keep, build_contexts delete|keep,
-    artifacts keep|delete (model artifacts, outputs, objects other steps tagged),
-    checkpoints keep|delete (only prefixes unique to a job), logs keep|delete,
-    images keep|delete (images the run pushed; content-addressed images are reused
-    by later runs), repositories delete|keep (only one the run created, once
-    empty), codebuild_projects keep|delete and iam_roles keep|delete (only if the
-    run created them). Stopping a job does not cancel a training plan.
-
-    A dry run lists exactly what a real run would do. A resource that fails is
-    reported and the rest continue; running cleanup twice is harmless.
-
     Args:
         run_id: The run to clean up (``dsl.PIPELINE_JOB_ID_PLACEHOLDER`` in an exit handler).
         region: AWS region (default: the pod's AWS_REGION).
@@ -73,7 +74,7 @@ def cleanup(
     from collections import namedtuple
 
     from kfp_sagemaker_blackwell.common.execution_context import TERMINATED_EXIT_CODE, Terminated
-    from kfp_sagemaker_blackwell.components.cleanup.run import cleanup as run_cleanup
+    from kfp_sagemaker_blackwell.components.cleanup.launcher import cleanup as run_cleanup
 
     try:
         result = run_cleanup(

@@ -23,42 +23,28 @@ import argparse
 import sys
 
 from kfp_sagemaker_blackwell.common import cli
-from kfp_sagemaker_blackwell.common.errors import USER_ERROR_EXIT_CODE, UserError, cli_errors
+from kfp_sagemaker_blackwell.common.errors import USER_ERROR_EXIT_CODE, cli_errors
 from kfp_sagemaker_blackwell.components.compare_convergence.component import compare_convergence
 
 
 def build_parser() -> tuple[argparse.ArgumentParser, list[cli.Parameter]]:
-    p, params = cli.derived_parser(compare_convergence,
-                                   prog="python -m kfp_sagemaker_blackwell.components.compare_convergence", doc=__doc__)
-    p.add_argument("series", nargs="+", type=cli.input_file, help="series CSV files written by parse_logs")
-    p.add_argument("--html", metavar="PATH", type=cli.output_file, help="write the HTML report here")
-    p.add_argument("--markdown", metavar="PATH", type=cli.output_file, help="write the Markdown summary here")
+    p, params = cli.derived_parser(compare_convergence, doc=__doc__)
+    cli.add_report_outputs(p, json_help="print the JSON verdicts, not Markdown")
     p.add_argument("--verdicts", metavar="PATH", type=cli.output_file, help="write the JSON verdicts here")
-    p.add_argument("--json", action="store_true", help="print the JSON verdicts, not Markdown")
     return p, params
 
 
 @cli_errors
 def main(argv: list[str] | None = None) -> int:
     args, values = cli.parse(build_parser(), argv)
-    from kfp_sagemaker_blackwell.components.compare_convergence.compare import Settings
-    from kfp_sagemaker_blackwell.components.compare_convergence.report import (
-        markdown,
-        verdicts_json,
-    )
-    from kfp_sagemaker_blackwell.components.compare_convergence.run import (
-        compare_files,
-        write_outputs,
-    )
+    from kfp_sagemaker_blackwell.components.compare_convergence import launcher, report
+    from kfp_sagemaker_blackwell.components.compare_convergence.records import Settings
 
-    try:
-        cmp = compare_files(args.series, Settings.from_parameters(values))
-    except UserError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return USER_ERROR_EXIT_CODE
-    write_outputs(cmp, html_path=args.html, markdown_path=args.markdown,
-                  verdicts_path=args.verdicts, context=values["run_context"])
-    sys.stdout.write(verdicts_json(cmp) if args.json else markdown(cmp, values["run_context"]))
+    context = values["run_context"]
+    cmp = launcher.compare_files(args.series, Settings.from_parameters(values))
+    launcher.write_outputs(cmp, html_path=args.html, markdown_path=args.markdown,
+                           verdicts_path=args.verdicts, context=context)
+    sys.stdout.write(report.verdicts_json(cmp) if args.json else report.markdown(cmp, context))
     broken = [lo.source for lo in cmp.left_out if lo.contract]
     if broken:  # the user's input error, as rank_throughput says it (its reports are written)
         print(f"error: series: {', '.join(broken)} broke the step-series contract and "

@@ -1,4 +1,23 @@
-"""The compare_convergence KFP component (thin: the work is in the modules beside it)."""
+"""The compare_convergence KFP component (the work is in ``launcher``).
+
+Verdict per precision: PASS when the run trained, has no NaN/inf loss, did not
+diverge, and its final-window loss is at most
+``max(loss_tolerance_abs, loss_tolerance_rel x baseline)`` above the baseline's (or
+within ``seed_spread_factor`` x the seed spread); a run with no baseline run of the
+same seed is "not compared", never a fail. Speed-ups are measured steady-state
+tokens/s when the runs were timed on ``target_gpu``; otherwise (emulated numerics,
+CPU runs, another GPU) the throughput model's prediction for ``target_gpu`` and
+each run's configuration, labelled "predicted". The recommendation walks up the
+risk order bf16 < fp8 < fp8-current / fp8-block < mxfp8 < nvfp4: a riskier passing
+precision is recommended only when it is at least ``min_speedup_gain`` faster than
+the safer one, and one sentence says why. Bad input (no series, a missing or
+failed baseline, a baseline that stopped early, unreadable files, no pairs) gives
+a clear error or a report marked PARTIAL with no recommendation, never a silent
+pass. A series that breaks its contract (a repeated step with another loss, an
+unknown precision, metadata that contradicts the rows, a value of the wrong type)
+is left out and named with its line; rows out of order are sorted. Labels and
+reasons appear in the summary and the report as text, never as markup.
+"""
 
 from typing import NamedTuple
 
@@ -36,24 +55,6 @@ def compare_convergence(
     the baseline's steps (or tokens), after the same smoothing; where several seeds
     exist, the difference is also set against the baseline's seed-to-seed spread,
     because at small scale precision effects are smaller than seed noise.
-
-    Verdict per precision: PASS when the run trained, has no NaN/inf loss, did not
-    diverge, and its final-window loss is at most
-    ``max(loss_tolerance_abs, loss_tolerance_rel x baseline)`` above the baseline's (or
-    within ``seed_spread_factor`` x the seed spread); a run with no baseline run of the
-    same seed is "not compared", never a fail. Speed-ups are measured steady-state
-    tokens/s when the runs were timed on ``target_gpu``; otherwise (emulated numerics,
-    CPU runs, another GPU) the throughput model's prediction for ``target_gpu`` and
-    each run's configuration, labelled "predicted". The recommendation walks up the
-    risk order bf16 < fp8 < fp8-current / fp8-block < mxfp8 < nvfp4: a riskier passing
-    precision is recommended only when it is at least ``min_speedup_gain`` faster than
-    the safer one, and one sentence says why. Bad input (no series, a missing or
-    failed baseline, a baseline that stopped early, unreadable files, no pairs) gives
-    a clear error or a report marked PARTIAL with no recommendation, never a silent
-    pass. A series that breaks its contract (a repeated step with another loss, an
-    unknown precision, metadata that contradicts the rows, a value of the wrong type)
-    is left out and named with its line; rows out of order are sorted. Labels and
-    reasons appear in the summary and the report as text, never as markup.
 
     Args:
         series: the parse_logs series Datasets (CSV, ``kfp-sagemaker/step-series/v1``).
@@ -96,20 +97,32 @@ def compare_convergence(
             kfp.local 2.17, branch on it inside a sub-pipeline that takes it as an input:
             ``dsl.If`` on a named output of a multi-output task is never true locally.)
     """
-    params = dict(locals())  # this signature's parameters: their one declaration
     from collections import namedtuple
 
     from kfp_sagemaker_blackwell.common.errors import UserError
-    from kfp_sagemaker_blackwell.components.compare_convergence.compare import Settings
-    from kfp_sagemaker_blackwell.components.compare_convergence.report import (
-        metrics as comparison_metrics,
-    )
-    from kfp_sagemaker_blackwell.components.compare_convergence.run import (
+    from kfp_sagemaker_blackwell.components.compare_convergence.launcher import (
         compare_files,
         write_outputs,
     )
+    from kfp_sagemaker_blackwell.components.compare_convergence.records import Settings
+    from kfp_sagemaker_blackwell.components.compare_convergence.report import (
+        metrics as comparison_metrics,
+    )
 
-    cmp = compare_files([s.path for s in series], Settings.from_parameters(params))
+    # every setting by its name (tests/test_declarations.py holds them)
+    cmp = compare_files([s.path for s in series], Settings(
+        baseline=baseline,
+        loss_tolerance_rel=loss_tolerance_rel,
+        loss_tolerance_abs=loss_tolerance_abs,
+        divergence_tolerance_rel=divergence_tolerance_rel,
+        seed_spread_factor=seed_spread_factor,
+        final_window=final_window,
+        smoothing_window=smoothing_window,
+        align_by=align_by,
+        min_step_coverage=min_step_coverage,
+        target_gpu=target_gpu,
+        min_speedup_gain=min_speedup_gain,
+    ).validate())
     write_outputs(cmp, html_path=report.path, markdown_path=summary.path,
                   verdicts_path=verdicts.path, context=run_context)
     for name, value in comparison_metrics(cmp).items():

@@ -6,6 +6,7 @@ precision's ``Result`` and the ``Comparison``; ``compare.py`` makes them.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
@@ -19,49 +20,50 @@ from kfp_sagemaker_blackwell.catalog.precisions import (
     as_precision,
     parse_precision,
 )
+from kfp_sagemaker_blackwell.common import cli
 from kfp_sagemaker_blackwell.common.errors import UserError
 from kfp_sagemaker_blackwell.common.step_series import FAILED_STATUSES, Series
 
 NOT_COMPARED = "not compared"
 
 
-@dataclass(frozen=True)
-class Settings:
-    """The comparison's settings: the compare_convergence component's parameters, checked.
+# The component's own parameters, not the comparison's: whether a partial comparison fails
+# the step, and what the reports say about the run on top.
+ENTRY_PARAMETERS = ("require_complete", "run_context")
+_Declared: Any = cli.dataclass_of(
+    [p for p in cli.source_parameters(
+        "kfp_sagemaker_blackwell.components.compare_convergence.component", "compare_convergence")
+     if p.name not in ENTRY_PARAMETERS], "Settings", frozen=True)
 
-    Made by :meth:`from_parameters` from the parameters by name; their names, defaults
-    and documentation are the component's signature (components/compare_convergence/
-    component.py), the one declaration (elsewhere than the component and its CLI:
-    ``Settings.from_parameters(cli.declared(compare_convergence, ...))``).
+
+class Settings(_Declared):  # type: ignore[misc]
+    """The comparison's settings: the compare_convergence component's parameters as values,
+    a frozen keyword-only dataclass derived from its signature (components/
+    compare_convergence/component.py, the one declaration: names, kinds, defaults, the
+    documentation), checked by :meth:`validate`. Elsewhere than the component and its CLI:
+    ``Settings.from_parameters(cli.declared(compare_convergence, ...))``.
     """
 
-    baseline: str
-    loss_tolerance_rel: float
-    loss_tolerance_abs: float
-    divergence_tolerance_rel: float
-    seed_spread_factor: float
-    final_window: float
-    smoothing_window: int  # points; 0 = automatic (about 5% of the aligned points)
-    align_by: str  # step | tokens
-    min_step_coverage: float
-    target_gpu: str
-    min_speedup_gain: float  # a riskier precision must be this much faster
-    gpu: hardware.GPU  # target_gpu's datasheet, read once
-    warmup: float = 0.1  # not a parameter: the start of the curves divergence ignores
+    warmup = 0.1  # not a parameter: the start of the curves divergence ignores
 
     @classmethod
     def from_parameters(cls, params: Mapping[str, Any]) -> Settings:
         """The checked settings for the component's parameters, by name (other keys, the
         artifacts and the entry's own parameters, are ignored); a bad value is a UserError
         naming its parameter."""
-        try:
-            gpu = hardware.gpu(params["target_gpu"])
-        except ValueError as exc:
-            raise UserError("target_gpu", str(exc), "e.g. B200 (ml.p6-b200.48xlarge).") from None
-        return cls(gpu=gpu, **{f.name: params[f.name] for f in fields(cls)
-                               if f.name not in ("gpu", "warmup")}).validate()
+        return cls(**{f.name: params[f.name] for f in fields(cls)}).validate()
+
+    @functools.cached_property
+    def gpu(self) -> hardware.GPU:
+        """``target_gpu``'s datasheet (:meth:`validate` refuses an unknown name)."""
+        return hardware.gpu(self.target_gpu)
 
     def validate(self) -> Settings:
+        """Every setting checked (a UserError naming it): a copy whose baseline is parsed."""
+        try:
+            self.gpu  # noqa: B018 - read once here, where an unknown name is the user's error
+        except ValueError as exc:
+            raise UserError("target_gpu", str(exc), "e.g. B200 (ml.p6-b200.48xlarge).") from None
         checks = [
             ("loss_tolerance_rel", 0 <= self.loss_tolerance_rel < 1, "a fraction, e.g. 0.01"),
             ("loss_tolerance_abs", self.loss_tolerance_abs >= 0, ">= 0 (nats)"),

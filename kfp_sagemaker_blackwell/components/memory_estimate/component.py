@@ -1,4 +1,10 @@
-"""KFP definition of the memory estimate (the work is in ``planner`` / ``report``)."""
+"""KFP definition of the memory estimate (the work is in ``launcher``).
+
+Batch rule: the requested batch is used when it fits; when it fits only with
+activation checkpointing and ``activation_checkpointing`` is ``auto``,
+checkpointing is switched on; ``batch_size=0`` asks for the largest batch that
+fits (without checkpointing when any batch fits without it).
+"""
 
 from typing import NamedTuple, Optional
 
@@ -15,13 +21,9 @@ def memory_estimate(
     instance_count: int = 1,
     world_size: int = 0,
     gpu: str = "",
-    model_preset: str = "8b",
-    num_layers: int = 0,
-    hidden_size: int = 0,
-    num_heads: int = 0,
-    num_kv_heads: int = 0,
-    ffn_hidden_size: int = 0,
-    vocab_size: int = -1,
+    # catalog/parameters.py's MODEL, documented there:
+    model_preset: str = "8b", num_layers: int = 0, hidden_size: int = 0, num_heads: int = 0,
+    num_kv_heads: int = 0, ffn_hidden_size: int = 0, vocab_size: int = -1,
     mlp: str = "",
     seq_length: int = 2048,
     batch_size: int = 0,
@@ -57,11 +59,6 @@ def memory_estimate(
     calibrated on an H200 (see benchmarks/memory/README.md). MXFP8 and NVFP4 are
     estimated from the formats' byte sizes and are not measured.
 
-    Batch rule: the requested batch is used when it fits; when it fits only with
-    activation checkpointing and ``activation_checkpointing`` is ``auto``,
-    checkpointing is switched on; ``batch_size=0`` asks for the largest batch that
-    fits (without checkpointing when any batch fits without it).
-
     Args:
         instance_type: SageMaker instance type (ml.p6-b200.48xlarge, ml.p6-b300.48xlarge,
             ml.p5.48xlarge, ml.p5e.48xlarge, ...). Empty to give ``gpu`` instead.
@@ -70,14 +67,6 @@ def memory_estimate(
             GPUs of ``instance_count`` instances. Must divide, or be a multiple of, the
             node's GPUs.
         gpu: A GPU name (B200, B300, H100, H200, ...) instead of an instance type.
-        model_preset: Model preset shared with the trainer (1b, 3b, 8b, 14b, 32b, 64b,
-            te-fsdp-example, tiny, small).
-        num_layers: Transformer blocks (0 = the preset's).
-        hidden_size: Model width (0 = the preset's).
-        num_heads: Attention heads, must divide hidden_size (0 = the preset's).
-        num_kv_heads: Key/value heads for grouped-query attention (0 = the preset's).
-        ffn_hidden_size: MLP inner size (0 = the preset's).
-        vocab_size: Vocabulary; 0 = no embedding or LM head; -1 = the preset's.
         mlp: swiglu or gelu ("" = the preset's).
         seq_length: Tokens per sequence.
         batch_size: Micro-batch per GPU; 0 = the largest that fits.
@@ -137,7 +126,7 @@ def memory_estimate(
     params = dict(locals())  # this signature's parameters: their one declaration
     from collections import namedtuple
 
-    from kfp_sagemaker_blackwell.components.memory_estimate.run import run_component
+    from kfp_sagemaker_blackwell.components.memory_estimate.launcher import run_component
 
     out = run_component(**{k: v for k, v in params.items() if k not in ("report", "metrics")})
 

@@ -31,8 +31,7 @@ ALIASES = {"--job": "job_name", "--precision": "requested_precision", "--run": "
 
 
 def build_parser() -> tuple[argparse.ArgumentParser, list[cli.Parameter]]:
-    p, params = cli.derived_parser(parse_logs, prog="python -m kfp_sagemaker_blackwell.components.parse_logs",
-                                   doc=__doc__, aliases=ALIASES)
+    p, params = cli.derived_parser(parse_logs, doc=__doc__, aliases=ALIASES)
     p.add_argument("--file", metavar="LOG", type=cli.input_file_or_stdin,
                    help="a log file, or - for standard input (instead of --job-name)")
     p.add_argument("--json", action="store_true", help="print the JSON events document")
@@ -49,12 +48,15 @@ def main(argv: list[str] | None = None) -> int:
     if bool(args.file) == bool(args.job_name):
         p.error("give one of --file or --job-name")
     values = cli.values(args, params)
+    from kfp_sagemaker_blackwell.components.parse_logs.launcher import (
+        parse_file,
+        parse_training_job,
+    )
     from kfp_sagemaker_blackwell.components.parse_logs.report import (
         events_document,
         markdown,
         write_outputs,
     )
-    from kfp_sagemaker_blackwell.components.parse_logs.source import parse_file, parse_training_job
 
     spike = values["spike_threshold"]
     try:

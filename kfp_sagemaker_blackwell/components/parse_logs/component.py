@@ -1,4 +1,13 @@
-"""The parse_logs KFP component (thin: the work is in the modules beside it)."""
+"""The parse_logs KFP component (the work is in ``launcher``).
+
+A bring-your-own-image job (sagemaker_training with ``trainer="custom"``): the
+job's MetricDefinitions (DescribeTrainingJob) are applied to its log lines and the
+matched values fill the step series (``loss``/``train:loss`` -> loss, ``lr``,
+``throughput``/``tokens_per_s``..., ``step``/``epoch`` number the rows; other names
+are named in a warning and left out: components/parse_logs/metric_defs.py), its
+TrainingJobStatus gives the status and ``requested_precision`` labels the rows;
+no recipe is confirmed (another image's log does not say it).
+"""
 
 from typing import NamedTuple
 
@@ -32,14 +41,6 @@ def parse_logs(
     "Peak Memory Use") and the noise around them (torchrun/NCCL/TE warnings,
     tracebacks, progress bars, interleaved ranks, non-UTF-8 bytes). Never fails on
     a log's content: a trainer line it cannot read is counted, not fatal.
-
-    A bring-your-own-image job (sagemaker_training with ``trainer="custom"``): the
-    job's MetricDefinitions (DescribeTrainingJob) are applied to its log lines and the
-    matched values fill the step series (``loss``/``train:loss`` -> loss, ``lr``,
-    ``throughput``/``tokens_per_s``..., ``step``/``epoch`` number the rows; other names
-    are named in a warning and left out: components/parse_logs/metric_defs.py), its
-    TrainingJobStatus gives the status and ``requested_precision`` labels the rows;
-    no recipe is confirmed (another image's log does not say it).
 
     Args:
         job_name: SageMaker training job name to read from CloudWatch Logs (leave
@@ -84,8 +85,11 @@ def parse_logs(
     """
     from collections import namedtuple
 
+    from kfp_sagemaker_blackwell.components.parse_logs.launcher import (
+        parse_file,
+        parse_training_job,
+    )
     from kfp_sagemaker_blackwell.components.parse_logs.report import kfp_metrics, write_outputs
-    from kfp_sagemaker_blackwell.components.parse_logs.source import parse_file, parse_training_job
 
     spike = float(spike_threshold)
     if log_file is not None and log_file.path:

@@ -37,8 +37,7 @@ from kfp_sagemaker_blackwell.components.plan_training.component import plan_trai
 
 
 def build_parser() -> tuple[argparse.ArgumentParser, list[cli.Parameter]]:
-    parser, params = cli.derived_parser(plan_training, prog="python -m kfp_sagemaker_blackwell.components.plan_training",
-                                        doc=__doc__, title="the component's parameters")
+    parser, params = cli.derived_parser(plan_training, doc=__doc__, title="the component's parameters")
     out = parser.add_argument_group("inputs and outputs (artifacts of the component)")
     out.add_argument("--convergence-verdicts", metavar="JSON", type=cli.input_file,
                      help="the verdicts file of compare_convergence (python -m "
@@ -54,7 +53,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, list[cli.Parameter]]:
 def main(argv: list[str] | None = None) -> int:
     parser, params = build_parser()
     args = parser.parse_args(argv)
-    from kfp_sagemaker_blackwell.components.plan_training.run import run_component
+    from kfp_sagemaker_blackwell.components.plan_training.launcher import run_component
 
     try:
         out = run_component(verdicts=str(args.convergence_verdicts or ""),

@@ -30,7 +30,7 @@ ABOVE_CEILING = "above max_risk"
 
 @dataclass(frozen=True)
 class Goal:
-    """What the user asks (validated by ``kfp_sagemaker_blackwell.components.plan_training.run``)."""
+    """What the user asks (validated by ``kfp_sagemaker_blackwell.components.plan_training.launcher``)."""
 
     model: ModelSpec
     training_tokens: int

@@ -1,4 +1,10 @@
-"""KFP definition of the training planner (the work is in ``search`` / ``report``)."""
+"""KFP definition of the training planner (the work is in ``launcher``).
+
+The table's every figure names its source (predicted, probed or measured, and by
+what; the price's source; the precision's risk and whether the convergence sweep
+validated it). Pure Python; seconds on a CPU for the default search. Without a
+``region`` no AWS call is made (the shipped price table; no training plans).
+"""
 
 from typing import NamedTuple, Optional
 
@@ -15,21 +21,14 @@ def plan_training(
     choice: Output[Artifact],
     convergence_verdicts: Input[Artifact] = None,
     probe_series: Input[list[Dataset]] = None,
-    model_preset: str = "8b",
-    num_layers: int = 0,
-    hidden_size: int = 0,
-    num_heads: int = 0,
-    num_kv_heads: int = 0,
-    ffn_hidden_size: int = 0,
-    vocab_size: int = -1,
+    # catalog/parameters.py's MODEL, documented there:
+    model_preset: str = "8b", num_layers: int = 0, hidden_size: int = 0, num_heads: int = 0,
+    num_kv_heads: int = 0, ffn_hidden_size: int = 0, vocab_size: int = -1,
     seq_length: int = 2048,
-    max_batch_size: int = 0,
-    deadline_hours: float = 0.0,
-    max_cost_usd: float = 0.0,
-    instance_types: Optional[list] = None,
-    max_instance_count: int = 16,
-    precisions: Optional[list] = None,
-    max_risk: str = "medium",
+    # catalog/parameters.py's PLAN_LIMITS, documented there:
+    max_batch_size: int = 0, deadline_hours: float = 0.0, max_cost_usd: float = 0.0,
+    instance_types: Optional[list] = None, max_instance_count: int = 16,
+    precisions: Optional[list] = None, max_risk: str = "medium",
     capacity_modes: list = ["on-demand", "spot", "training-plan"],  # noqa: B006 (KFP default)
     region: str = "",
     instance_hour_prices: Optional[dict] = None,
@@ -65,44 +64,12 @@ def plan_training(
     listed as unpriced, never ranked. For training plans, SearchTrainingPlanOfferings
     gives the exact up-front fee and window for the run's hours (nothing is bought).
 
-    The table's every figure names its source (predicted, probed or measured, and by
-    what; the price's source; the precision's risk and whether the convergence sweep
-    validated it). Pure Python; seconds on a CPU for the default search. Without a
-    ``region`` no AWS call is made (the shipped price table; no training plans).
-
     Args:
         training_tokens: Tokens to train on (e.g. 100000000000 for 100B).
         convergence_verdicts: The ``verdicts`` output of compare_convergence: a precision
             it passed is ranked even above ``max_risk`` (marked validated); one it failed is
             not planned; the others keep the ceiling.
-        model_preset: Model preset (tiny, small, 1b, 3b, 8b, 14b, 32b, 64b,
-            te-fsdp-example); the dimensions below override it.
-        num_layers: Transformer blocks (0: the preset's).
-        hidden_size: Model width (0: the preset's).
-        num_heads: Attention heads (0: the preset's).
-        num_kv_heads: Key/value heads for grouped-query attention (0: the preset's).
-        ffn_hidden_size: MLP inner size (0: the preset's).
-        vocab_size: Vocabulary size (-1: the preset's; 0: a bare block stack).
         seq_length: Sequence length in tokens.
-        max_batch_size: Largest micro-batch per GPU to consider (0 = the largest that
-            fits, capped at 65,536 tokens per GPU and 4M tokens per step as the memory
-            estimate caps it).
-        deadline_hours: The run must finish within this many hours (predicted time;
-            0: no deadline).
-        max_cost_usd: Budget: a configuration whose worst case exceeds it is never
-            chosen, and it is the chosen configuration's spend guard (0: none; the
-            guard is then the planned worst case).
-        instance_types: Candidate SageMaker instance types (default: every GPU type in
-            the catalog with a price; every one when training plans are searched).
-        max_instance_count: The most instances per job (counts tried: powers of two up
-            to it, and it).
-        precisions: Allowed precisions (default: every precision each GPU runs, but those
-            the convergence sweep failed).
-        max_risk: The risk ceiling (catalog/precisions.py's order: baseline, low, medium,
-            higher, high, or 0-4): a precision above it is ranked only when
-            ``convergence_verdicts`` passed it; the report shows what the best such row
-            would save. Default medium: the lowest level holding bf16 and FP8 with delayed
-            or current scaling, the formats validated in practice.
         capacity_modes: on-demand, spot (its expected cost: the typical saving and the
             interruptions' overhead, restart + one checkpoint interval each, with their
             source; its worst case is max_wait_seconds at the on-demand rate) and
@@ -156,7 +123,6 @@ def plan_training(
         max_runtime_seconds: The predicted time with runtime_margin.
         use_spot: True when spot was chosen.
         max_wait_seconds: Spot only: max_runtime_seconds x 2 (0 otherwise).
-        max_cost_usd: The spend guard to launch with (the budget, else the worst case).
         top_candidates: The best ``probe_count`` distinct configurations, best first.
         validate_precision: The precision above ``max_risk`` that beats the choice by more
             than its band ("" when none): plan_and_train compares its convergence first.
@@ -167,7 +133,7 @@ def plan_training(
     from collections import namedtuple
 
     from kfp_sagemaker_blackwell.common.errors import UserError
-    from kfp_sagemaker_blackwell.components.plan_training.run import run_component
+    from kfp_sagemaker_blackwell.components.plan_training.launcher import run_component
 
     verdicts = convergence_verdicts.path if convergence_verdicts is not None else ""
     series = [s.path for s in probe_series] if probe_series is not None else []

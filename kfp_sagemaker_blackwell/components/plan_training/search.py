@@ -140,7 +140,7 @@ def _batches(top: int, cap: int) -> list[int]:
 
 def _configurations(goal: Goal, instance_type: str, result: SearchResult) -> list[Config]:
     """Every fitting configuration of ``instance_type``; misfits recorded in ``result``."""
-    it = hardware.INSTANCE_TYPES[instance_type]  # a catalog name (plan_training.run checked it)
+    it = hardware.INSTANCE_TYPES[instance_type]  # a catalog name (plan_training.launcher checked it)
     gpu = it.gpu_spec
     skipped = [p for p in goal.precisions if not gpu.supports(p)]
     if skipped:
@@ -149,7 +149,7 @@ def _configurations(goal: Goal, instance_type: str, result: SearchResult) -> lis
     for count in goal.instance_counts:
         hw = planner.Hardware.of(it, count)
         for p in _precisions(goal, gpu):
-            # The goal was checked where it was made (plan_training.run.goal_and_book):
+            # The goal was checked where it was made (plan_training.launcher.goal_and_book):
             # its model, sequence, precisions and headroom need no second check here.
             request = planner.Request(goal.model, goal.seq_length, hw, precisions=(p,),
                                       headroom=goal.headroom)

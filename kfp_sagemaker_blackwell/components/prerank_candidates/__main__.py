@@ -25,14 +25,12 @@ from pathlib import Path
 from typing import Any
 
 from kfp_sagemaker_blackwell.common import cli
-from kfp_sagemaker_blackwell.common.errors import USER_ERROR_EXIT_CODE, UserError, cli_errors
+from kfp_sagemaker_blackwell.common.errors import UserError, cli_errors
 from kfp_sagemaker_blackwell.components.prerank_candidates.component import prerank_candidates
 
 
 def build_parser() -> tuple[argparse.ArgumentParser, list[cli.Parameter]]:
-    p, params = cli.derived_parser(
-        prerank_candidates, prog="python -m kfp_sagemaker_blackwell.components.prerank_candidates",
-        doc=__doc__)
+    p, params = cli.derived_parser(prerank_candidates, doc=__doc__)
     p.add_argument("--json", action="store_true", help="print the trials as JSON, not Markdown")
     return p, params
 
@@ -68,19 +66,12 @@ def _candidates(value: list) -> list[Any]:
 @cli_errors
 def main(argv: list[str] | None = None) -> int:
     args, values = cli.parse(build_parser(), argv)
+    from kfp_sagemaker_blackwell.components.prerank_candidates import launcher
     from kfp_sagemaker_blackwell.components.prerank_candidates.report import markdown
-    from kfp_sagemaker_blackwell.planning.memory_plan import MemoryPlan
-    from kfp_sagemaker_blackwell.planning.prerank import prerank
-    from kfp_sagemaker_blackwell.planning.probe import parse_probes
 
-    try:
-        result = prerank(MemoryPlan.from_json(_text("memory_plan", values["memory_plan"])),
-                         _candidates(values["batch_candidates"]),
-                         parse_probes(_text("probe", values["probe"]), field="probe"),
-                         values["trial_count"])
-    except UserError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return USER_ERROR_EXIT_CODE
+    result = launcher.prerank_candidates(
+        _text("memory_plan", values["memory_plan"]), _candidates(values["batch_candidates"]),
+        _text("probe", values["probe"]), values["trial_count"])
     sys.stdout.write(json.dumps(result.trials, indent=2) + "\n" if args.json
                      else markdown(result))
     return 0

@@ -57,13 +57,10 @@ def prerank_candidates(
     """
     from collections import namedtuple
 
+    from kfp_sagemaker_blackwell.components.prerank_candidates import launcher
     from kfp_sagemaker_blackwell.components.prerank_candidates.report import markdown, metric_values
-    from kfp_sagemaker_blackwell.planning.memory_plan import MemoryPlan
-    from kfp_sagemaker_blackwell.planning.prerank import prerank
-    from kfp_sagemaker_blackwell.planning.probe import parse_probes
 
-    result = prerank(MemoryPlan.from_json(memory_plan), batch_candidates,
-                     parse_probes(probe, field="probe"), trial_count)
+    result = launcher.prerank_candidates(memory_plan, batch_candidates, probe, trial_count)
     text = markdown(result)
     with open(summary.path, "w", encoding="utf-8") as f:
         f.write(text)

@@ -23,17 +23,13 @@ import sys
 from pathlib import Path
 
 from kfp_sagemaker_blackwell.common import cli
-from kfp_sagemaker_blackwell.common.errors import USER_ERROR_EXIT_CODE, UserError, cli_errors
+from kfp_sagemaker_blackwell.common.errors import UserError, cli_errors
 from kfp_sagemaker_blackwell.components.rank_throughput.component import rank_throughput
 
 
 def build_parser() -> tuple[argparse.ArgumentParser, list[cli.Parameter]]:
-    p, params = cli.derived_parser(rank_throughput, prog="python -m kfp_sagemaker_blackwell.components.rank_throughput",
-                                   doc=__doc__)
-    p.add_argument("series", nargs="+", type=cli.input_file, help="series CSV files written by parse_logs")
-    p.add_argument("--html", metavar="PATH", type=cli.output_file, help="write the HTML report here")
-    p.add_argument("--markdown", metavar="PATH", type=cli.output_file, help="write the Markdown summary here")
-    p.add_argument("--json", action="store_true", help="print the ranking as JSON, not Markdown")
+    p, params = cli.derived_parser(rank_throughput, doc=__doc__)
+    cli.add_report_outputs(p, json_help="print the ranking as JSON, not Markdown")
     return p, params
 
 
@@ -59,26 +55,16 @@ def _plan(value: list) -> list:
 @cli_errors
 def main(argv: list[str] | None = None) -> int:
     args, values = cli.parse(build_parser(), argv)
-    from kfp_sagemaker_blackwell.components.rank_throughput.rank import (
-        html_report,
-        load,
-        markdown,
-        rank,
-        to_json,
-    )
+    from kfp_sagemaker_blackwell.components.rank_throughput import launcher
 
-    try:
-        ranking = rank(load(args.series, _plan(values["plan"])))
-    except UserError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return USER_ERROR_EXIT_CODE
+    ranking = launcher.rank(launcher.load(args.series, _plan(values["plan"])))
     context = values["run_context"]
-    text = markdown(ranking, context)
+    text = launcher.markdown(ranking, context)
     if args.html:
-        Path(args.html).write_text(html_report(ranking, context), encoding="utf-8")
+        Path(args.html).write_text(launcher.html_report(ranking, context), encoding="utf-8")
     if args.markdown:
         Path(args.markdown).write_text(text, encoding="utf-8")
-    sys.stdout.write(to_json(ranking) + "\n" if args.json else text)
+    sys.stdout.write(launcher.to_json(ranking) + "\n" if args.json else text)
     return 0 if ranking.best is not None else 1
 
 

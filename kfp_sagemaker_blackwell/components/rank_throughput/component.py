@@ -1,4 +1,4 @@
-"""KFP definition of rank_throughput (the work is in ``kfp_sagemaker_blackwell.components.rank_throughput.rank``)."""
+"""KFP definition of rank_throughput (the work is in ``kfp_sagemaker_blackwell.components.rank_throughput.launcher``)."""
 
 from typing import NamedTuple
 
@@ -53,7 +53,7 @@ def rank_throughput(
     """
     from collections import namedtuple
 
-    from kfp_sagemaker_blackwell.components.rank_throughput.rank import (
+    from kfp_sagemaker_blackwell.components.rank_throughput.launcher import (
         html_report,
         load,
         markdown,

@@ -26,17 +26,13 @@ from typing import Any
 from kfp_sagemaker_blackwell.common import cli
 from kfp_sagemaker_blackwell.common.errors import (
     AWS_UNREACHABLE_EXIT_CODE,
-    USER_ERROR_EXIT_CODE,
     UserError,
     cli_errors,
 )
 from kfp_sagemaker_blackwell.common.execution_context import (
-    TERMINATED_EXIT_CODE,
     ExecutionContext,
-    Terminated,
 )
 
-PROG = "python -m kfp_sagemaker_blackwell.components.sagemaker_training"
 # Parameters a pipeline fills (KFP placeholders, the loop's items): this command
 # line declares its own run id, task and pipeline below.
 PIPELINE_ONLY = ("run_id", "task", "pipeline", "budget_items")
@@ -66,7 +62,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, list[cli.Parameter]]:
     from kfp_sagemaker_blackwell.components.sagemaker_training.component import sagemaker_training
 
     parser, params = cli.derived_parser(
-        sagemaker_training, prog=PROG, doc=DESCRIPTION, exclude=PIPELINE_ONLY,
+        sagemaker_training, doc=DESCRIPTION, exclude=PIPELINE_ONLY,
         title="parameters (the sagemaker_training component's)", aliases=ALIASES,
         notes={"memory_plan": "or @FILE to read it from a file"})
     g = parser.add_argument_group("this command line")
@@ -127,12 +123,6 @@ def _main(args: argparse.Namespace, params: list[cli.Parameter], ctx: ExecutionC
             return 0
         result = launcher.launch(cfg, resources_path=args.aws_resources_path,
                                  raise_on_failure=False, ctx=ctx)
-    except UserError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return USER_ERROR_EXIT_CODE
-    except Terminated as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return TERMINATED_EXIT_CODE
     except AwsUnreachable as exc:
         print(f"error: {exc}. The training job may still be running: check it with aws "
               "sagemaker describe-training-job, re-run this command to re-attach to it.",

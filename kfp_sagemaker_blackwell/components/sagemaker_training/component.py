@@ -1,4 +1,42 @@
-"""KFP definition of the SageMaker training component (the work is in ``launcher``)."""
+"""KFP definition of the SageMaker training component (the work is in ``launcher``).
+
+Behaviour that matters when things go wrong:
+
+- Every parameter is validated before any AWS call; a bad one fails with a message
+  naming the parameter and the fix (a precision the instance's GPU cannot run, spot
+  without ``checkpoint_s3_uri``, ``max_wait_seconds`` < ``max_runtime_seconds``,
+  malformed S3 URIs or ARNs, too many hyperparameters/variables/tags, ...).
+- The job name is derived from the run id, the task name, the precision and a digest
+  of what the job trains, so a retried or restarted task re-attaches to the job its
+  first attempt created instead of launching a second one; a job of that name that
+  does not carry this run's ``kfp-sagemaker:run-id`` tag is refused, never adopted.
+- ``aws_resources`` is written as soon as the job exists (for cleanup and humans).
+- Terminating the run (SIGTERM, or SIGINT) at any instant stops the training job:
+  the handler is installed before the first AWS call, a termination during
+  CreateTrainingJob stops the job as soon as it exists, and the task waits until
+  SageMaker reports it Stopping (at most ``stop_timeout_seconds``, even while
+  SageMaker is unreachable), then exits 143 saying whether the stop was accepted.
+- Any other error once the job exists (an output that cannot be written...)
+  stops the job the same way before the task fails.
+- A failed job fails this task with SageMaker's FailureReason (for example the
+  trainer's CUDA out-of-memory message and the fix it suggests).
+
+Bring your own image (``trainer="custom"``, as the retired AWS TrainingJob
+component and GCPC's CustomTrainingJobOp): ``image_uri`` is your image,
+``entry_point`` its ContainerEntrypoint, ``hyperparameters`` are free (any names,
+SageMaker's limits only), ``metric_definitions`` go into
+AlgorithmSpecification.MetricDefinitions (SageMaker's console and CloudWatch show
+them; parse_logs reads them back from DescribeTrainingJob and fills the step series).
+Still checked: SageMaker's limits, the precision against the GPU, cost, capacity
+(plans, spot, fallbacks), tags, re-attach and stop. Skipped, and said in a log line:
+the in-repo trainer's flag table for the hyperparameters, the memory pre-flight for
+its model (``model_preset``, dimensions, ``batch_size``, ``seq_length``,
+``max_steps``, ``activation_checkpointing``, ``memory_plan`` are then not sent) and
+the precision recipe confirmation (parse_logs cannot confirm another image's recipe).
+
+Locally, with ``python -m kfp_sagemaker_blackwell.local_backend serve`` running and ``AWS_ENDPOINT_URL``
+set to its URL, the same calls run the trainer from this checkout on this machine.
+"""
 
 from typing import NamedTuple, Optional
 
@@ -23,13 +61,9 @@ def sagemaker_training(
     instance_type: str = "ml.p6-b200.48xlarge",
     instance_count: int = 1,
     precision: str = "bf16",
-    model_preset: str = "8b",
-    num_layers: int = 0,
-    hidden_size: int = 0,
-    num_heads: int = 0,
-    num_kv_heads: int = 0,
-    ffn_hidden_size: int = 0,
-    vocab_size: int = -1,
+    # catalog/parameters.py's MODEL, documented there:
+    model_preset: str = "8b", num_layers: int = 0, hidden_size: int = 0, num_heads: int = 0,
+    num_kv_heads: int = 0, ffn_hidden_size: int = 0, vocab_size: int = -1,
     batch_size: int = 8,
     seq_length: int = 2048,
     activation_checkpointing: bool = False,
@@ -51,10 +85,9 @@ def sagemaker_training(
     volume_size_gb: int = 500,
     vpc_subnet_ids: Optional[list] = None,
     vpc_security_group_ids: Optional[list] = None,
-    output_kms_key_id: str = "",
-    volume_kms_key_id: str = "",
-    enable_network_isolation: bool = False,
-    enable_inter_container_traffic_encryption: bool = False,
+    # catalog/parameters.py's ENCRYPTION, documented there:
+    output_kms_key_id: str = "", volume_kms_key_id: str = "",
+    enable_network_isolation: bool = False, enable_inter_container_traffic_encryption: bool = False,
     enable_infra_check: bool = False,
     tags: Optional[dict] = None,
     memory_plan: str = "",
@@ -84,43 +117,6 @@ def sagemaker_training(
     task's log. Plain boto3 (CreateTrainingJob / DescribeTrainingJob / StopTrainingJob,
     https://docs.aws.amazon.com/sagemaker/latest/APIReference/API_CreateTrainingJob.html).
 
-    Behaviour that matters when things go wrong:
-
-    - Every parameter is validated before any AWS call; a bad one fails with a message
-      naming the parameter and the fix (a precision the instance's GPU cannot run, spot
-      without ``checkpoint_s3_uri``, ``max_wait_seconds`` < ``max_runtime_seconds``,
-      malformed S3 URIs or ARNs, too many hyperparameters/variables/tags, ...).
-    - The job name is derived from the run id, the task name, the precision and a digest
-      of what the job trains, so a retried or restarted task re-attaches to the job its
-      first attempt created instead of launching a second one; a job of that name that
-      does not carry this run's ``kfp-sagemaker:run-id`` tag is refused, never adopted.
-    - ``aws_resources`` is written as soon as the job exists (for cleanup and humans).
-    - Terminating the run (SIGTERM, or SIGINT) at any instant stops the training job:
-      the handler is installed before the first AWS call, a termination during
-      CreateTrainingJob stops the job as soon as it exists, and the task waits until
-      SageMaker reports it Stopping (at most ``stop_timeout_seconds``, even while
-      SageMaker is unreachable), then exits 143 saying whether the stop was accepted.
-    - Any other error once the job exists (an output that cannot be written...)
-      stops the job the same way before the task fails.
-    - A failed job fails this task with SageMaker's FailureReason (for example the
-      trainer's CUDA out-of-memory message and the fix it suggests).
-
-    Bring your own image (``trainer="custom"``, as the retired AWS TrainingJob
-    component and GCPC's CustomTrainingJobOp): ``image_uri`` is your image,
-    ``entry_point`` its ContainerEntrypoint, ``hyperparameters`` are free (any names,
-    SageMaker's limits only), ``metric_definitions`` go into
-    AlgorithmSpecification.MetricDefinitions (SageMaker's console and CloudWatch show
-    them; parse_logs reads them back from DescribeTrainingJob and fills the step series).
-    Still checked: SageMaker's limits, the precision against the GPU, cost, capacity
-    (plans, spot, fallbacks), tags, re-attach and stop. Skipped, and said in a log line:
-    the in-repo trainer's flag table for the hyperparameters, the memory pre-flight for
-    its model (``model_preset``, dimensions, ``batch_size``, ``seq_length``,
-    ``max_steps``, ``activation_checkpointing``, ``memory_plan`` are then not sent) and
-    the precision recipe confirmation (parse_logs cannot confirm another image's recipe).
-
-    Locally, with ``python -m kfp_sagemaker_blackwell.local_backend serve`` running and ``AWS_ENDPOINT_URL``
-    set to its URL, the same calls run the trainer from this checkout on this machine.
-
     Args:
         image_uri: Trainer image in ECR (the ``image_uri`` output of build_image).
         role_arn: IAM role SageMaker assumes for the job (S3, ECR, CloudWatch access).
@@ -144,14 +140,6 @@ def sagemaker_training(
         instance_count: Instances (8 GPUs each on p6-b200); >1 trains multi-node.
         precision: fp32, bf16, fp16, fp8, fp8-current, fp8-block, mxfp8 or nvfp4
             (mxfp8 and nvfp4 need Blackwell).
-        model_preset: Model preset (tiny, small, 1b, 3b, 8b, 14b, 32b, 64b,
-            te-fsdp-example); the dimensions below override it.
-        num_layers: Transformer blocks (0: the preset's).
-        hidden_size: Model width (0: the preset's).
-        num_heads: Attention heads (0: the preset's).
-        num_kv_heads: Key/value heads for grouped-query attention (0: the preset's).
-        ffn_hidden_size: MLP inner size (0: the preset's).
-        vocab_size: Vocabulary size (-1: the preset's; 0: a bare block stack).
         batch_size: Micro-batch per GPU (a ``memory_plan`` replaces it).
         seq_length: Sequence length in tokens.
         activation_checkpointing: Recompute each block in the backward pass to save
@@ -202,17 +190,6 @@ def sagemaker_training(
         volume_size_gb: EBS volume per instance.
         vpc_subnet_ids: Subnets for VPC mode (with ``vpc_security_group_ids``).
         vpc_security_group_ids: Security groups for VPC mode (with ``vpc_subnet_ids``).
-        output_kms_key_id: KMS key (id, ARN, alias or alias ARN) SageMaker encrypts
-            the model artifacts and output with (OutputDataConfig.KmsKeyId); the
-            execution role needs kms:GenerateDataKey/Decrypt on it (iam).
-        volume_kms_key_id: KMS key for the training instances' EBS volumes
-            (ResourceConfig.VolumeKmsKeyId); the launching role needs kms:CreateGrant.
-        enable_network_isolation: No network access for the training container
-            (EnableNetworkIsolation); SageMaker still moves inputs, checkpoints and
-            the model.
-        enable_inter_container_traffic_encryption: Encrypt traffic between the
-            instances of a multi-node job (EnableInterContainerTrafficEncryption;
-            slower collectives).
         enable_infra_check: Have SageMaker test the instances' hardware and the
             cluster's network connectivity before training (InfraCheckConfig,
             https://docs.aws.amazon.com/sagemaker/latest/APIReference/API_InfraCheckConfig.html).
@@ -274,33 +251,66 @@ def sagemaker_training(
     from kfp_sagemaker_blackwell.components.sagemaker_training.launcher import launch
     from kfp_sagemaker_blackwell.components.sagemaker_training.request import TrainingJobConfig
 
-    # every parameter but the outputs, by its name (tests/test_declarations.py holds the list)
-    config = TrainingJobConfig.from_values(dict(
-        image_uri=image_uri, role_arn=role_arn, output_s3_uri=output_s3_uri, region=region,
-        trainer=trainer, entry_point=entry_point, metric_definitions=metric_definitions,
-        endpoint_url=endpoint_url, instance_type=instance_type, instance_count=instance_count,
-        precision=precision, model_preset=model_preset, num_layers=num_layers,
-        hidden_size=hidden_size, num_heads=num_heads, num_kv_heads=num_kv_heads,
-        ffn_hidden_size=ffn_hidden_size, vocab_size=vocab_size, batch_size=batch_size,
-        seq_length=seq_length, activation_checkpointing=activation_checkpointing,
-        max_steps=max_steps, hyperparameters=hyperparameters,
-        precision_hyperparameters=precision_hyperparameters, environment=environment,
-        checkpoint_s3_uri=checkpoint_s3_uri, checkpoint_s3_prefix=checkpoint_s3_prefix,
-        input_channels=input_channels, training_plan_arn=training_plan_arn, use_spot=use_spot,
-        max_wait_seconds=max_wait_seconds, max_runtime_seconds=max_runtime_seconds,
-        max_retry_attempts=max_retry_attempts, fallback_instances=fallback_instances,
-        max_pending_seconds=max_pending_seconds, keep_alive_seconds=keep_alive_seconds,
-        volume_size_gb=volume_size_gb, vpc_subnet_ids=vpc_subnet_ids,
-        vpc_security_group_ids=vpc_security_group_ids, output_kms_key_id=output_kms_key_id,
-        volume_kms_key_id=volume_kms_key_id, enable_network_isolation=enable_network_isolation,
-        enable_inter_container_traffic_encryption=enable_inter_container_traffic_encryption,
-        enable_infra_check=enable_infra_check, tags=tags, memory_plan=memory_plan,
-        override_memory_check=override_memory_check, instance_hour_prices=instance_hour_prices,
-        max_cost_usd=max_cost_usd, budget_items=budget_items, job_name=job_name,
-        poll_interval_seconds=poll_interval_seconds, max_outage_seconds=max_outage_seconds,
-        stop_timeout_seconds=stop_timeout_seconds, run_id=run_id, task=task, pipeline=pipeline))
-    try:
-        result = launch(config, resources_path=aws_resources)
+    try:  # every parameter but the outputs, by its name (tests/test_declarations.py holds them)
+        result = launch(TrainingJobConfig(
+            image_uri=image_uri,
+            role_arn=role_arn,
+            output_s3_uri=output_s3_uri,
+            region=region,
+            trainer=trainer,
+            entry_point=entry_point,
+            metric_definitions=metric_definitions,
+            endpoint_url=endpoint_url,
+            instance_type=instance_type,
+            instance_count=instance_count,
+            precision=precision,
+            model_preset=model_preset,
+            num_layers=num_layers,
+            hidden_size=hidden_size,
+            num_heads=num_heads,
+            num_kv_heads=num_kv_heads,
+            ffn_hidden_size=ffn_hidden_size,
+            vocab_size=vocab_size,
+            batch_size=batch_size,
+            seq_length=seq_length,
+            activation_checkpointing=activation_checkpointing,
+            max_steps=max_steps,
+            hyperparameters=hyperparameters,
+            precision_hyperparameters=precision_hyperparameters,
+            environment=environment,
+            checkpoint_s3_uri=checkpoint_s3_uri,
+            checkpoint_s3_prefix=checkpoint_s3_prefix,
+            input_channels=input_channels,
+            training_plan_arn=training_plan_arn,
+            use_spot=use_spot,
+            max_wait_seconds=max_wait_seconds,
+            max_runtime_seconds=max_runtime_seconds,
+            max_retry_attempts=max_retry_attempts,
+            fallback_instances=fallback_instances,
+            max_pending_seconds=max_pending_seconds,
+            keep_alive_seconds=keep_alive_seconds,
+            volume_size_gb=volume_size_gb,
+            vpc_subnet_ids=vpc_subnet_ids,
+            vpc_security_group_ids=vpc_security_group_ids,
+            output_kms_key_id=output_kms_key_id,
+            volume_kms_key_id=volume_kms_key_id,
+            enable_network_isolation=enable_network_isolation,
+            enable_inter_container_traffic_encryption=enable_inter_container_traffic_encryption,
+            enable_infra_check=enable_infra_check,
+            tags=tags,
+            memory_plan=memory_plan,
+            override_memory_check=override_memory_check,
+            instance_hour_prices=instance_hour_prices,
+            max_cost_usd=max_cost_usd,
+            budget_items=budget_items,
+            job_name=job_name,
+            poll_interval_seconds=poll_interval_seconds,
+            max_outage_seconds=max_outage_seconds,
+            stop_timeout_seconds=stop_timeout_seconds,
+            run_id=run_id,
+            task=task,
+            pipeline=pipeline,
+        ), resources_path=aws_resources)
     except Terminated as exc:
         print(f"error: {exc}", flush=True)
         raise SystemExit(TERMINATED_EXIT_CODE) from None

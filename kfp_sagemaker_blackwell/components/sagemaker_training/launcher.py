@@ -21,11 +21,15 @@ from kfp_sagemaker_blackwell.common.execution_context import (
     ExecutionContext,
     check_stop_timeout,
 )
-from kfp_sagemaker_blackwell.components.sagemaker_training.request import (
-    ResolvedConfig,
-    TrainingJobConfig,
-    build_request,
+from kfp_sagemaker_blackwell.components.sagemaker_training.request.build import build_request
+from kfp_sagemaker_blackwell.components.sagemaker_training.request.capacity import (
     instance_choices,
+)
+from kfp_sagemaker_blackwell.components.sagemaker_training.request.config import (
+    TrainingJobConfig,
+)
+from kfp_sagemaker_blackwell.components.sagemaker_training.request.resolution import (
+    ResolvedConfig,
     resolve,
 )
 from kfp_sagemaker_blackwell.components.sagemaker_training.runner import (
@@ -107,8 +111,8 @@ def check_training_plan(sagemaker: Any, resolved: ResolvedConfig) -> dict[str, A
                                    "ValidationException"):
             raise UserError("training_plan_arn", f"{c.training_plan_arn} was not found in "
                             f"{resolved.region} ({exc}).",
-                            "check the ARN and region (aws sagemaker list-training-plans).") \
-                from None
+                            "check the ARN and region (aws sagemaker list-training-plans)."
+                            ) from None
         raise
     status = plan.get("Status", "")
     if status not in USABLE_PLAN_STATUSES:
@@ -295,16 +299,17 @@ def cost_preview(resolved: ResolvedConfig, book: pricing.PriceBook, *,
     default the resolved budget's, one per item of ``budget_items``);
     returns the worst case, None without a price. ``plan``: the DescribeTrainingPlan of a
     job on a training plan (None in a dry run: its fee is then not known)."""
-    c, budget = resolved.config, resolved.budget
+    c = resolved.config
+    budget = resolved.budget
     budget_jobs = budget.jobs if budget_jobs is None else budget_jobs
     if isinstance(budget_jobs, bool) or not isinstance(budget_jobs, int) or budget_jobs < 1:
         raise UserError("budget_jobs", f"{budget_jobs!r}: must be an integer >= 1.")
     if c.training_plan_arn and plan is None:
         say("worst case: the training plan's share of its UpfrontFee, looked up at launch "
             "(DescribeTrainingPlan; not in a dry run)")
-        budget.check(None, instance_type=c.instance_type,
-                     missing="a dry run does not look up the training plan's fee",
-                     refuse_unknown=refuse_unknown_price)
+        budget.check_worst_case(None, instance_type=c.instance_type,
+                                missing="a dry run does not look up the training plan's fee",
+                                refuse_unknown=refuse_unknown_price)
         return None
     price = job_price(resolved, book, plan)
     worst, missing = worst_case(resolved, book, plan, say)
@@ -313,9 +318,9 @@ def cost_preview(resolved: ResolvedConfig, book: pricing.PriceBook, *,
     predicted = _predicted(resolved, price)
     if predicted:
         say(predicted)
-    budget.check(worst, instance_type=missing or c.instance_type, jobs=budget_jobs,
-                 missing=book.missing(missing or c.instance_type),
-                 refuse_unknown=refuse_unknown_price)
+    budget.check_worst_case(worst, instance_type=missing or c.instance_type, jobs=budget_jobs,
+                            missing=book.missing(missing or c.instance_type),
+                            refuse_unknown=refuse_unknown_price)
     return worst
 
 

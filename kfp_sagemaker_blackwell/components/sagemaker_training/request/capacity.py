@@ -40,12 +40,12 @@ def check_hardware(cfg: TrainingJobConfig) -> TrainingJobConfig:
         raise UserError("instance_type", f"{cfg.instance_type!r} is not a known GPU instance "
                         "type.", f"choose one of {', '.join(hardware.INSTANCE_TYPES)}.") from None
     limits.check("instance_type", "ResourceConfig.InstanceType", cfg.instance_type)
-    if isinstance(cfg.instance_count, bool) or not isinstance(cfg.instance_count, int) \
-            or cfg.instance_count < 1:
+    if (isinstance(cfg.instance_count, bool) or not isinstance(cfg.instance_count, int)
+            or cfg.instance_count < 1):
         raise UserError("instance_count", f"{cfg.instance_count!r}: must be at least 1.",
                         "pass 1 for one ml.p6-b200.48xlarge (8 GPUs) or more for multi-node.")
-    if isinstance(cfg.volume_size_gb, bool) or not isinstance(cfg.volume_size_gb, int) \
-            or not 1 <= cfg.volume_size_gb <= MAX_VOLUME_SIZE_GB:
+    if (isinstance(cfg.volume_size_gb, bool) or not isinstance(cfg.volume_size_gb, int)
+            or not 1 <= cfg.volume_size_gb <= MAX_VOLUME_SIZE_GB):
         raise UserError("volume_size_gb", f"{cfg.volume_size_gb!r}: must be 1-"
                         f"{MAX_VOLUME_SIZE_GB}.", "pass the EBS volume size in GB.")
     return cfg
@@ -154,8 +154,8 @@ def _capacity_controls(cfg: TrainingJobConfig) -> None:
                             "choose training_plan_arn or fallback_instances.")
         for i, entry in enumerate(fallbacks):
             fld = f"fallback_instances[{i}]"
-            if not isinstance(entry, dict) or set(entry) - {"InstanceType", "InstanceCount"} \
-                    or "InstanceType" not in entry:
+            if (not isinstance(entry, dict) or set(entry) - {"InstanceType", "InstanceCount"}
+                    or "InstanceType" not in entry):
                 raise UserError(fld, f"{entry!r} is not {{InstanceType, InstanceCount}}.",
                                 'pass {"InstanceType": "ml.p5.48xlarge", "InstanceCount": 2} '
                                 "(InstanceCount defaults to instance_count).")

@@ -27,16 +27,32 @@ CUSTOM_SKIPPED = ("custom image: skipped the in-repo trainer's checks (its flag 
 # and the pipeline's names) take these outside a pipeline; run_id is then required.
 OUTSIDE_KFP_DEFAULTS = {"run_id": inspect.Parameter.empty, "task": "sagemaker-training",
                         "pipeline": ""}
+
+
+def _as_given(config: Any) -> None:
+    """The values as every caller hands them over (the component's arguments, the CLI's
+    flags, a pipeline's argument check): a None container emptied, whole numbers inside
+    lists and dicts ints again (``kfp_values.integral``: kfp.local hands them over as
+    floats)."""
+    from kfp_sagemaker_blackwell.common.kfp_values import integral
+
+    for f in dataclasses.fields(config):
+        value = integral(getattr(config, f.name))
+        if value is None and f.default_factory is not dataclasses.MISSING:
+            value = f.default_factory()
+        setattr(config, f.name, value)
+
+
 _Declared: Any = cli.dataclass_of(cli.source_parameters(
     "kfp_sagemaker_blackwell.components.sagemaker_training.component", "sagemaker_training",
-    defaults=OUTSIDE_KFP_DEFAULTS), "TrainingJobConfig")
+    defaults=OUTSIDE_KFP_DEFAULTS), "TrainingJobConfig", namespace={"__post_init__": _as_given})
 
 
 class TrainingJobConfig(_Declared):  # type: ignore[misc]
     """The training component's parameters as values: a keyword-only dataclass derived
     from its signature (the one declaration: names, kinds, defaults; a parameter added
-    there is a field here and a flag of the CLI). Nothing is checked here: ``resolve``
-    parses and checks every field."""
+    there is a field here and a flag of the CLI), made the same by whoever hands them over
+    (``_as_given``). Nothing is checked here: ``resolve`` parses and checks every field."""
 
     @property
     def custom(self) -> bool:
@@ -45,21 +61,10 @@ class TrainingJobConfig(_Declared):  # type: ignore[misc]
 
     @classmethod
     def from_values(cls, values: dict[str, Any]) -> TrainingJobConfig:
-        """From the component's parameter values (its arguments by name, the CLI's
-        flags, a pipeline's argument check): the keys that are fields (not the output
-        artifacts), a None container emptied, whole numbers inside lists and dicts ints
-        again (``kfp_values.integral``: kfp.local hands them over as floats)."""
-        from kfp_sagemaker_blackwell.common.kfp_values import integral
-
-        kw = {}
-        for f in dataclasses.fields(cls):
-            if f.name not in values:
-                continue
-            value = integral(values[f.name])
-            if value is None and f.default_factory is not dataclasses.MISSING:
-                value = f.default_factory()
-            kw[f.name] = value
-        return cls(**kw)
+        """From a dict of parameter values (the CLI's, a pipeline's argument check): the
+        keys that are fields; the others (the output artifacts) left out."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in values.items() if k in names})
 
 
 def as_str(value: Any) -> str:

@@ -70,8 +70,8 @@ def _check_with_trainer(hps: dict[str, str], env: dict[str, str]) -> None:
     try:
         trainer_config.check_hyperparameters(hps, env)
     except trainer_config.ConfigError as exc:  # a flag a parameter owns names that parameter
-        fld = exc.field.replace("-", "_") if exc.field in owned_hyperparameters() \
-            and exc.field != "preset" else "hyperparameters"
+        fld = (exc.field.replace("-", "_") if exc.field in owned_hyperparameters()
+               and exc.field != "preset" else "hyperparameters")
         raise UserError(fld, f"the trainer would refuse it: {exc.problem.rstrip('.')}.",
                         exc.fix or "fix the value, or see python -m kfp_sagemaker_blackwell.trainer --help for its flags."
                         ) from None

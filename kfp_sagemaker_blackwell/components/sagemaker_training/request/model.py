@@ -67,8 +67,8 @@ def _model(cfg: TrainingJobConfig) -> tuple[Any, dict[str, int]]:
     try:
         model = spec.spec_from_values(cfg.model_preset or None, **overrides)
     except FieldError as exc:  # the field it names, when it is one of the parameters
-        fld = exc.field if exc.field in ("model_preset", *MODEL_DIMENSIONS) else \
-            "model dimensions"
+        fld = (exc.field if exc.field in ("model_preset", *MODEL_DIMENSIONS)
+               else "model dimensions")
         raise UserError(fld, str(exc) + ".", "pick a preset "
                         f"({', '.join(spec.PRESETS)}) or consistent dimensions.") from None
     for fld, value, low in (("batch_size", cfg.batch_size, 1), ("seq_length", cfg.seq_length, 2),
@@ -161,5 +161,5 @@ def _fallback_memory(cfg: TrainingJobConfig, model: Any, batch_size: int, checkp
             notes.append(f"fallback {count} x {itype}: " + preflight(other, model))
         except UserError as exc:
             raise UserError(f"fallback_instances[{i}]", f"{count} x {itype}: {exc.problem}",
-                            "drop that fallback, give it more instances, or " + exc.fix) \
-                from None
+                            "drop that fallback, give it more instances, or " + exc.fix
+                            ) from None

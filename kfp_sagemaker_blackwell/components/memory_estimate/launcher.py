@@ -2,7 +2,7 @@
 
 ``params`` are the component's parameters by name: its signature
 (``components/memory_estimate/component.py``) is their one declaration, whose
-defaults the CLI fills in (``kfp_sagemaker_blackwell.components.memory_estimate.cli.with_defaults``). Component semantics:
+defaults the CLI fills in (``kfp_sagemaker_blackwell.components.memory_estimate.__main__.with_defaults``). Component semantics:
 0 / -1 / "" model values keep the preset's.
 """
 

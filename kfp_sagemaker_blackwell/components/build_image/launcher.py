@@ -18,6 +18,7 @@ call. The steps, in order:
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import os
@@ -28,11 +29,11 @@ import tempfile
 import urllib.parse
 import zipfile
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from kfp_sagemaker_blackwell.common import build_marks, resources, shipped, tags
+from kfp_sagemaker_blackwell.common import build_marks, cli, resources, shipped, tags
 from kfp_sagemaker_blackwell.common.aws import client, resolve_region
 from kfp_sagemaker_blackwell.common.ecr_images import ecr_registry_of
 from kfp_sagemaker_blackwell.common.errors import UserError
@@ -54,68 +55,52 @@ LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "::1"}
 SOURCE_DIR_ENV = shipped.SOURCE_DIR_ENV
 
 
-@dataclass(frozen=True)
-class BuildRequest:
-    """The build_image component's parameters, checked: what the build trusts.
+def _as_given(request: Any) -> None:
+    """The parameters as the build reads them, whoever hands them over: the context's
+    paths a tuple, the build arguments and the extra tags str -> str."""
+    for name, value in (
+            ("context_paths", tuple(str(p) for p in request.context_paths or [])),
+            ("build_args", {str(k): str(v) for k, v in (request.build_args or {}).items()}),
+            ("tags", {str(k): str(v) for k, v in (request.tags or {}).items()})):
+        object.__setattr__(request, name, value)  # frozen: set while it is made
 
-    Made by :meth:`from_parameters` from every parameter by name. Their names, defaults
-    and documentation are the component's signature (components/build_image/component.py),
-    the one declaration; no field has a default of its own (elsewhere than the component
-    and its CLI: ``BuildRequest.from_parameters(cli.declared(build_image, ...))``).
+
+_Declared: Any = cli.dataclass_of(cli.source_parameters(
+    "kfp_sagemaker_blackwell.components.build_image.component", "build_image"),
+    "BuildRequest", frozen=True, namespace={"__post_init__": _as_given})
+
+
+class BuildRequest(_Declared):  # type: ignore[misc]
+    """The build_image component's parameters as values: a frozen keyword-only dataclass
+    derived from its signature (components/build_image/component.py, the one declaration:
+    names, kinds, defaults; a parameter added there is a field here and a flag of the
+    CLI), checked by :meth:`validate`: what the build trusts. Elsewhere than the component
+    and its CLI: ``BuildRequest.from_parameters(cli.declared(build_image, ...))``.
     """
-
-    run_id: str
-    s3_uri: str  # s3://bucket/prefix: where build contexts are uploaded (CodeBuild)
-    region: str
-    repository: str
-    dockerfile: str
-    context_dir: str  # "": the package checkout (the components image has it)
-    context_paths: tuple[str, ...]  # (): from COPY/ADD
-    build_args: dict[str, str]
-    base_image: str  # full URI; "": the regional DLC
-    base_image_tag: str  # "" = the SDK's own tag for the DLC
-    instance_type: str  # the DLC lookup is per instance family
-    builder: str  # one of BUILDERS
-    codebuild_project: str
-    codebuild_role_arn: str
-    codebuild_compute_type: str
-    timeout_minutes: int
-    pipeline: str
-    tags: dict[str, str]  # the extra tags
-    poll_interval_seconds: float
-    run_tags: dict[str, str]  # the run's tags merged with ``tags``: what everything gets
 
     @classmethod
     def from_parameters(cls, params: Mapping[str, Any]) -> BuildRequest:
-        """The checked request for the build_image component's parameters, by name (other
-        keys, the outputs, are ignored); a bad value is a UserError naming its parameter."""
-        extra = {str(k): str(v) for k, v in (params["tags"] or {}).items()}
+        """The checked request for the component's parameters by name (other keys, the
+        outputs, are ignored); a bad value is a UserError naming its parameter."""
+        return cls(**{f.name: params[f.name] for f in fields(cls)}).validate()
+
+    @functools.cached_property
+    def run_tags(self) -> dict[str, str]:
+        """The run's tags merged with ``tags``: what everything the build creates gets."""
+        return tags.merge(tags.run_tags(self.run_id, self.pipeline, COMPONENT), self.tags)
+
+    def validate(self) -> BuildRequest:
+        """Every parameter checked before any AWS call (a UserError naming it); itself."""
         try:
-            tags.validate_run_id(params["run_id"])
+            tags.validate_run_id(self.run_id)
         except ValueError as exc:
             raise UserError("run_id", str(exc), "pass the KFP run id.") from exc
         try:
-            run_tags = tags.merge(tags.run_tags(params["run_id"], params["pipeline"], COMPONENT),
-                                  extra)
+            self.run_tags  # noqa: B018 - merged once here, where a bad tag is the user's error
         except ValueError as exc:
             raise UserError("tags", str(exc), "drop or shorten the extra tags.") from exc
-        req = cls(
-            run_id=params["run_id"], s3_uri=params["s3_uri"], region=params["region"],
-            repository=params["repository"], dockerfile=params["dockerfile"],
-            context_dir=params["context_dir"],
-            context_paths=tuple(str(p) for p in params["context_paths"] or []),
-            build_args={str(k): str(v) for k, v in (params["build_args"] or {}).items()},
-            base_image=params["base_image"], base_image_tag=params["base_image_tag"],
-            instance_type=params["instance_type"], builder=params["builder"],
-            codebuild_project=params["codebuild_project"],
-            codebuild_role_arn=params["codebuild_role_arn"],
-            codebuild_compute_type=params["codebuild_compute_type"],
-            timeout_minutes=params["timeout_minutes"], pipeline=params["pipeline"],
-            tags=extra, poll_interval_seconds=params["poll_interval_seconds"],
-            run_tags=run_tags,
-        )
-        _check(req)
-        return req
+        _check(self)
+        return self
 
 
 @dataclass
@@ -170,7 +155,7 @@ def resolve_base_image(req: BuildRequest, region: str,
 
 
 def _check(req: BuildRequest) -> None:
-    """What :meth:`BuildRequest.from_parameters` checks beyond the run id and the tags."""
+    """What :meth:`BuildRequest.validate` checks beyond the run id and the tags."""
     ecr_mod.validate_repository(req.repository)
     if req.builder not in BUILDERS:
         raise UserError("builder", f"{req.builder!r} is not one of {', '.join(BUILDERS)}.",
