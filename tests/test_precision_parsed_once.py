@@ -18,6 +18,10 @@ import pytest
 
 from kfp_sagemaker_blackwell.catalog import hardware, precisions
 
+# The published Blackwell figures' own precisions are parsed when that table is built, at import:
+# imported here, before any count, so that a count is the same alone and after other tests.
+from kfp_sagemaker_blackwell.planning import published  # noqa: F401
+
 IMAGE = "123456789012.dkr.ecr.us-west-2.amazonaws.com/kfp-sagemaker-trainer:test"
 ROLE = "arn:aws:iam::123456789012:role/SageMakerTraining"
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kfp_sagemaker_blackwell.catalog import hardware
+from kfp_sagemaker_blackwell.catalog.precisions import parse_precision
 from kfp_sagemaker_blackwell.catalog.spec import preset
 from kfp_sagemaker_blackwell.planning import throughput
 from kfp_sagemaker_blackwell.planning.training_setup import TrainingSetup
@@ -180,9 +181,12 @@ class Absolute:
 
     label: str
     run: Run
-    precision: str  # this project's name for the published precision
+    precision: str  # this project's name for the published precision (parsed: a Precision)
     shape: Shape
     differences: str
+
+    def __post_init__(self) -> None:  # checked once, when the table is built
+        object.__setattr__(self, "precision", parse_precision(self.precision, "precision"))
 
 
 @dataclass(frozen=True)
@@ -191,11 +195,15 @@ class Relative:
     pairs) against the model's predicted speed-up at the shapes nearest those pairs."""
 
     label: str
-    precision: str  # numerator, this project's name
-    baseline: str  # denominator, this project's name
+    precision: str  # numerator, this project's name (parsed: a Precision)
+    baseline: str  # denominator, this project's name (parsed: a Precision)
     pairs: tuple[tuple[Run, Run], ...]  # (numerator run, baseline run), same model and system
     shapes: tuple[Shape, ...]
     differences: str
+
+    def __post_init__(self) -> None:  # checked once, when the table is built
+        object.__setattr__(self, "precision", parse_precision(self.precision, "precision"))
+        object.__setattr__(self, "baseline", parse_precision(self.baseline, "baseline"))
 
     def published_range(self) -> tuple[float, float]:
         ratios = [a.tokens_per_s_per_gpu / b.tokens_per_s_per_gpu for a, b in self.pairs]
