@@ -23,16 +23,26 @@ install: $(STAMP)
 compile: $(STAMP)
 	$(PY) -m kfp_sagemaker_blackwell.pipelines.compile
 
-lint: $(STAMP)
-	$(VENV)/bin/ruff check .
-	$(VENV)/bin/mypy
-	$(PY) -m kfp_sagemaker_blackwell.iam.lint
+LINT := $(VENV)/bin/ruff check . && $(VENV)/bin/mypy && \
+	$(PY) -m kfp_sagemaker_blackwell.iam.lint && \
 	$(VENV)/bin/hadolint images/trainer/Dockerfile images/components/Dockerfile
 
-# Every core (-n auto); a test file's tests stay in one worker (--dist loadfile), so a module's
-# fixtures (a local backend, a trained run) start once. tests/README.md: how to keep it fast.
-test: lint
-	$(PY) -m pytest -n auto --dist loadfile
+lint: $(STAMP)
+	$(LINT)
+
+# The tests on every core and then some (-n auto: tests/conftest.py's worker count); a test
+# file's tests stay in one worker (--dist loadfile), so a module's fixtures (a local backend, a
+# trained run) start once, and the files start in conftest's order (--no-loadscope-reorder).
+# Lint runs beside the tests (its ~25 s of CPU fill their waits), its output after theirs;
+# make test fails when either fails. tests/README.md: how to keep it fast.
+test: $(STAMP)
+	@lint_log="$$(mktemp)"; \
+	(set -x; $(LINT)) >"$$lint_log" 2>&1 & lint_pid=$$!; \
+	$(PY) -m pytest -n auto --dist loadfile --no-loadscope-reorder; tests=$$?; \
+	wait $$lint_pid; lint=$$?; \
+	echo "---- make lint (run beside the tests): exit $$lint ----"; cat "$$lint_log"; \
+	rm -f "$$lint_log"; \
+	test $$tests -eq 0 && test $$lint -eq 0
 
 # Both HTML reports as a browser renders them: needs Debian's chromium (installed here if
 # missing); `make test` runs the same file and skips it, saying why, where chromium is absent.

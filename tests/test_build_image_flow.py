@@ -27,6 +27,7 @@ from pathlib import Path
 import pytest
 import yaml
 from botocore.exceptions import EndpointConnectionError
+from conftest import wait_for
 
 from kfp_sagemaker_blackwell.common import aws, build_marks, cli, resources, tags
 from kfp_sagemaker_blackwell.common.errors import UserError
@@ -355,8 +356,7 @@ def test_retried_step_reattaches_to_the_running_build(backend, checkout, monkeyp
     req = request(checkout)
     first = threading.Thread(target=lambda: b.build_image(req, log=lambda _: None))
     first.start()
-    while not worker.started:
-        time.sleep(0.02)
+    wait_for(lambda: worker.started, 60, "the first attempt's build to start (held)")
 
     def log(line: str) -> None:  # the build may finish once the retry has attached
         if "re-attaching" in line:

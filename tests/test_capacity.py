@@ -5,13 +5,14 @@ training component's configuration, its cost and the local backend's semantics."
 from __future__ import annotations
 
 import dataclasses
+import sys
 import time
 from dataclasses import replace
 from typing import Any
 
 import pytest
 from botocore.exceptions import ClientError
-from conftest import entrypoint, local_backend_with_bucket
+from conftest import STEP_SCRIPT, entrypoint, local_backend_with_bucket
 
 from kfp_sagemaker_blackwell.common.errors import UserError
 from kfp_sagemaker_blackwell.components.sagemaker_training import launcher
@@ -139,8 +140,11 @@ def test_the_bill_is_the_selected_type_and_count_plus_the_warm_pools_retained_ti
 # ---------------------------------------------------------------- the local backend
 @pytest.fixture(scope="module")
 def backend():
+    # Jobs without their own entry point run conftest's STEP_SCRIPT, not the trainer: these
+    # tests are about capacity and its cost (test_sagemaker_training trains on two hosts).
     yield from local_backend_with_bucket(BUCKET, stop_grace_s=1.0, latency="none",
-                                         quotas={P6: 1, P5: 2}, capacity_time_scale=SCALE)
+                                         quotas={P6: 1, P5: 2}, capacity_time_scale=SCALE,
+                                         command=[sys.executable, "-c", STEP_SCRIPT])
 
 
 def request(name: str, script: str, **changes: Any) -> dict[str, Any]:

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 from botocore.exceptions import ClientError
-from conftest import entrypoint, job_ended, local_backend_with_bucket, serve
+from conftest import entrypoint, job_ended, local_backend_with_bucket, serve, wait_for
 
 from kfp_sagemaker_blackwell.catalog import logformat
 from kfp_sagemaker_blackwell.common import aws
@@ -221,10 +221,8 @@ def test_failure_file_becomes_the_failure_reason(backend):
 def test_stop_sigterms_the_process_group_and_kills_it_after_the_grace_period(backend):
     sm = backend.client("sagemaker")
     sm.create_training_job(**request("stubborn", "trap '' TERM; echo started; sleep 300 & wait"))
-    deadline = time.monotonic() + 30
-    while sm.describe_training_job(TrainingJobName="stubborn")["SecondaryStatus"] != "Training":
-        assert time.monotonic() < deadline
-        time.sleep(0.1)
+    wait_for(lambda: sm.describe_training_job(TrainingJobName="stubborn")["SecondaryStatus"]
+             == "Training", 30, "the stubborn job training")
     start = time.monotonic()
     sm.stop_training_job(TrainingJobName="stubborn")
     assert sm.describe_training_job(TrainingJobName="stubborn")["TrainingJobStatus"] == "Stopping"

@@ -12,7 +12,6 @@ import datetime as dt
 import hashlib
 import http.client
 import json
-import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -87,6 +86,18 @@ def sagemaker_headers(operation: str) -> dict[str, str]:
             "Content-Type": "application/x-amz-json-1.1"}
 
 
+def shared_models_session() -> Any:
+    """A fresh botocore session reading botocore's JSON models through the process's one
+    loader (common.aws's): each test's own client without parsing the models again."""
+    import botocore.session
+
+    from kfp_sagemaker_blackwell.common import aws
+
+    core = botocore.session.get_session()
+    core.register_component("data_loader", aws._shared_loader())
+    return core
+
+
 def job_names(backend: Any) -> list[str]:
     return [j["TrainingJobName"] for j in
             backend.client("sagemaker").list_training_jobs()["TrainingJobSummaries"]]
@@ -138,9 +149,9 @@ def test_unsigned_requests_are_refused_on_every_route(backend, tmp_path):
         status, answer_headers, answer = send(backend, method, path, body, headers)
         assert status == 403 and code in answer, (method, path, status, answer)
         assert no_cors(answer_headers)
-    # nothing happened: no job, no object, the bucket and moto's state are still there
-    time.sleep(0.3)
-    assert not marker.exists() and "drive-by" not in job_names(backend)
+    # nothing happened: no job (CreateTrainingJob is synchronous: a job it made would be listed
+    # now, no need to wait for one to run), no object, the bucket and moto's state are still there
+    assert "drive-by" not in job_names(backend) and not marker.exists()
     s3 = backend.client("s3")
     assert "Contents" not in s3.list_objects_v2(Bucket=BUCKET, Prefix="planted")
     s3.head_bucket(Bucket=BUCKET)
@@ -162,6 +173,7 @@ def test_wrong_credentials_get_the_error_each_client_knows(backend, service, cal
                               ("testing", "testing", wrong_key)]:
         client = boto3.session.Session(
             aws_access_key_id=key, aws_secret_access_key=secret, region_name=backend.region,
+            botocore_session=shared_models_session(),
         ).client(service, endpoint_url=backend.endpoint_url,
                  config=Config(retries={"max_attempts": 1}))
         with pytest.raises(ClientError) as caught:
@@ -273,7 +285,7 @@ def test_create_refuses_values_outside_botocores_model(backend, change, field):
     creds = backend.credentials
     unchecked = boto3.session.Session(
         aws_access_key_id=creds.access_key, aws_secret_access_key=creds.secret_key,
-        region_name=backend.region,
+        region_name=backend.region, botocore_session=shared_models_session(),
     ).client("sagemaker", endpoint_url=backend.endpoint_url,
              config=Config(parameter_validation=False, retries={"max_attempts": 1}))
     name = f"limits-{uuid.uuid4().hex[:8]}"

@@ -183,10 +183,10 @@ def test_quantized_model_init_stores_linear_weights_quantised():
 def test_an_estimate_takes_under_10_ms_and_imports_no_torch():
     s = TrainingSetup(PRESETS["64b"], 4, 8192, precision="mxfp8", world_size=16)
     gpu = hardware.gpu("B200")
-    t0 = time.perf_counter()
+    t0 = time.thread_time()  # CPU time: the estimate's cost, not the machine's load
     for _ in range(100):
         estimate(s, gpu)
-    assert (time.perf_counter() - t0) / 100 < 0.010
+    assert (time.thread_time() - t0) / 100 < 0.010
     code = ("import sys; import kfp_sagemaker_blackwell.components.memory_estimate.launcher; "
             "print([m for m in ('torch', 'kfp', 'transformer_engine') if m in sys.modules]); "
             "import kfp_sagemaker_blackwell.components.memory_estimate.__main__; "

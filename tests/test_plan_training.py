@@ -42,12 +42,12 @@ def plan(**given):
 
 
 def test_the_default_search_takes_seconds_on_a_cpu():
-    start = time.perf_counter()
+    start = time.thread_time()  # CPU time (the search is one thread): not the machine's load
     out = plan(seq_length=8192)
-    wall = time.perf_counter() - start
+    cpu = time.thread_time() - start
     assert out.result.configurations > 500  # 8 priced types x 5 counts x precisions x ...
     assert len({c.config.instance_type for c in out.result.ranked}) >= 5
-    assert wall < 15, f"the default search took {wall:.1f} s"
+    assert cpu < 15, f"the default search took {cpu:.1f} s of CPU"
 
 
 def test_nothing_fits_names_the_instance_types_and_the_fix():

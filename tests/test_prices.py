@@ -121,12 +121,14 @@ def test_a_type_the_api_has_no_price_for_falls_back_to_the_shipped_table_and_say
 
 def test_an_unreachable_api_falls_back_to_the_shipped_table_and_caches_nothing(
         backend, price_list, monkeypatch):
-    with socket.socket() as s:  # a port nothing listens on
+    # A port bound here and never listened on: connections to it are refused, and no other
+    # process (another test worker) can take it before the request (a port closed first could).
+    with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    monkeypatch.setenv("AWS_ENDPOINT_URL_PRICING", f"http://127.0.0.1:{port}")
-    book = pricing.PriceBook("us-west-2")
-    assert book.price(P5) == pricing.shipped_price(P5)
+        monkeypatch.setenv("AWS_ENDPOINT_URL_PRICING", f"http://127.0.0.1:{port}")
+        book = pricing.PriceBook("us-west-2")
+        assert book.price(P5) == pricing.shipped_price(P5)
     [note] = book.notes
     assert note.startswith("AWS Price List API unavailable (EndpointConnectionError") and \
         note.endswith(f"{P5} priced from the shipped table")

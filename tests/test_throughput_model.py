@@ -132,10 +132,10 @@ def test_predictions_say_they_are_predicted_and_blackwell_unmeasured():
 
 def test_prediction_is_fast():
     s = setup()
-    start = time.perf_counter()
+    start = time.thread_time()  # CPU time: the prediction's cost, not the machine's load
     for _ in range(50):
         throughput.predict(s, "B200", instance_type="ml.p6-b200.48xlarge")
-    assert (time.perf_counter() - start) / 50 < 0.005
+    assert (time.thread_time() - start) / 50 < 0.005
 
 
 def test_the_compiled_loss_moves_less_than_the_eager_one():

@@ -423,8 +423,17 @@ def held_out_rows(doc: dict[str, Any], lofo: dict[str, Any], backend: str = "te"
         if fold.get("backend", "te") != backend:
             continue
         fam = tuple(fold["family"])
-        out += [r for r in rows(doc, None, fold_constants(fold)) if family(r.record) == fam]
+        out += rows(_of_family(doc, fam), None, fold_constants(fold))
     return out
+
+
+def _of_family(doc: dict[str, Any], fam: tuple, backend: str | None = None) -> dict[str, Any]:
+    """``doc`` with only the runs rows() predicts that are of family ``fam`` (and of
+    ``backend``): a fold predicts its own family's runs, not every run to keep a few."""
+    return dict(doc, results=[r for r in doc["results"]
+                              if r.get("status") == "ok" and r.get("tokens_per_s_per_gpu")
+                              and family(r) == fam
+                              and (backend is None or backend_of(r) == backend)])
 
 
 def _summary_line(s: dict[str, Any]) -> str:
@@ -570,8 +579,7 @@ def union_held_out_rows(union: dict[str, Any], lofo: dict[str, Any], backend: st
     for fold in lofo["folds"]:
         if fold["backend"] == backend:
             fam = tuple(fold["family"])
-            out += [r for r in rows(union, None, fold_constants(fold))
-                    if family(r.record) == fam and backend_of(r.record) == backend]
+            out += rows(_of_family(union, fam, backend), None, fold_constants(fold))
     return out
 
 

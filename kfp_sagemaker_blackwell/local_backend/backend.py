@@ -30,6 +30,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from kfp_sagemaker_blackwell.common import aws
 from kfp_sagemaker_blackwell.common.shipped import CHECKOUT
 from kfp_sagemaker_blackwell.local_backend import admin, auth, moto_state, pricing_api, validation
 from kfp_sagemaker_blackwell.local_backend.api import ApiError, encode
@@ -472,18 +473,24 @@ class LocalBackend:
     def client(self, service: str, region: str | None = None) -> Any:
         """A boto3 client for ``service`` talking to this backend (explicit endpoint and keys).
 
-        Clients are cached per service and region (boto3 clients are thread-safe).
+        Clients are cached per service and region (boto3 clients are thread-safe); their
+        botocore sessions share ``common.aws``'s loader, so botocore's JSON models are parsed
+        once per process, not again for every backend started in it (about a second each).
         """
         creds = self._require_credentials()
         key = (service, region or self.region, self.endpoint_url, creds.access_key)
         with self._clients_lock:
             if key not in self._clients:
                 import boto3
+                import botocore.session
 
+                core = botocore.session.get_session()
+                core.register_component("data_loader", aws._shared_loader())
                 self._clients[key] = boto3.session.Session(
                     aws_access_key_id=creds.access_key,
                     aws_secret_access_key=creds.secret_key,
                     region_name=key[1],
+                    botocore_session=core,
                 ).client(service, endpoint_url=self.endpoint_url)  # type: ignore[call-overload]
             return self._clients[key]
 
