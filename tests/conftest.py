@@ -160,9 +160,15 @@ def training_cli_args(cfg, *extra):
             "--poll-interval-seconds", "0.1", *extra]
 
 
-def wait_for(predicate, timeout, what, *, interval=0.05, retry_on=()):
+def wait_for(predicate, timeout, what, *, interval=0.05, retry_on=(), max_interval=0.3):
     """``predicate()``'s first true value within ``timeout`` s (an exception of ``retry_on``
-    counts as not yet); AssertionError naming ``what`` when none comes."""
+    counts as not yet); AssertionError naming ``what`` when none comes.
+
+    Polled every ``interval`` s at first, then less often (x1.5 a poll, up to
+    ``max_interval``): a predicate is a request or two to a backend in this process, and at 20
+    a second through a job's start it took a fifth of a core from the job it waits for. So
+    wait for a state that stays (a trainer held at its step, a status, a file), never for
+    one that may pass between two polls."""
     import time
 
     deadline = time.monotonic() + timeout
@@ -174,17 +180,20 @@ def wait_for(predicate, timeout, what, *, interval=0.05, retry_on=()):
         if value:
             return value
         time.sleep(interval)
+        interval = min(interval * 1.5, max(interval, max_interval))
     raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 def job_ended(sm, name, timeout=30):
     """The description of training job ``name`` (``sm``: a SageMaker client) once it is
-    Completed, Failed or Stopped."""
+    Completed, Failed or Stopped. Polled every 0.1 s throughout (one cheap request): the
+    descriptions of every state are what test_local_backend checks against botocore's shapes."""
     def ended():
         job = sm.describe_training_job(TrainingJobName=name)
         return job if job["TrainingJobStatus"] in ("Completed", "Failed", "Stopped") else None
 
-    return wait_for(ended, timeout, f"training job {name} to end", interval=0.1)
+    return wait_for(ended, timeout, f"training job {name} to end", interval=0.1,
+                    max_interval=0.1)
 
 
 def losses(lines):
