@@ -26,8 +26,8 @@ os.environ.setdefault("KFP_SAGEMAKER_PRICE_LIST", "off")
 FILE_SECONDS = {
     "test_pipelines.py": 95, "test_container_contract.py": 91, "test_launch_faults.py": 72,
     "test_terminate_unreachable.py": 66, "test_sagemaker_training.py": 65,
-    "test_readme.py": 45, "test_batch_tuning_probe.py": 50, "test_plan_training.py": 49,
-    "test_trainer_checkpoints.py": 45, "test_cleanup.py": 33, "test_local_backend.py": 27,
+    "test_readme.py": 31, "test_batch_tuning_probe.py": 50, "test_plan_training.py": 49,
+    "test_trainer_checkpoints.py": 45, "test_cleanup.py": 24, "test_local_backend.py": 27,
     "test_trainer_training.py": 24, "test_capacity.py": 20, "test_build_image_flow.py": 20,
     "test_local_backend_clients.py": 19, "test_trainer_launch.py": 18,
     "test_trainer_bad_data.py": 13, "test_perf_bad_inputs.py": 13, "test_local_security.py": 8,
