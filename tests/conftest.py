@@ -26,8 +26,8 @@ os.environ.setdefault("KFP_SAGEMAKER_PRICE_LIST", "off")
 FILE_SECONDS = {
     "test_pipelines.py": 95, "test_container_contract.py": 91, "test_launch_faults.py": 72,
     "test_terminate_unreachable.py": 66, "test_sagemaker_training.py": 65,
-    "test_readme.py": 45, "test_batch_tuning_probe.py": 50, "test_plan_training.py": 49,
-    "test_trainer_checkpoints.py": 45, "test_cleanup.py": 33, "test_local_backend.py": 27,
+    "test_readme.py": 31, "test_batch_tuning_probe.py": 50, "test_plan_training.py": 49,
+    "test_trainer_checkpoints.py": 45, "test_cleanup.py": 24, "test_local_backend.py": 27,
     "test_trainer_training.py": 24, "test_capacity.py": 20, "test_build_image_flow.py": 20,
     "test_local_backend_clients.py": 19, "test_trainer_launch.py": 18,
     "test_trainer_bad_data.py": 13, "test_perf_bad_inputs.py": 13, "test_local_security.py": 8,
@@ -160,9 +160,15 @@ def training_cli_args(cfg, *extra):
             "--poll-interval-seconds", "0.1", *extra]
 
 
-def wait_for(predicate, timeout, what, *, interval=0.05, retry_on=()):
+def wait_for(predicate, timeout, what, *, interval=0.05, retry_on=(), max_interval=0.3):
     """``predicate()``'s first true value within ``timeout`` s (an exception of ``retry_on``
-    counts as not yet); AssertionError naming ``what`` when none comes."""
+    counts as not yet); AssertionError naming ``what`` when none comes.
+
+    Polled every ``interval`` s at first, then less often (x1.5 a poll, up to
+    ``max_interval``): a predicate is a request or two to a backend in this process, and at 20
+    a second through a job's start it took a fifth of a core from the job it waits for. So
+    wait for a state that stays (a trainer held at its step, a status, a file), never for
+    one that may pass between two polls."""
     import time
 
     deadline = time.monotonic() + timeout
@@ -174,17 +180,20 @@ def wait_for(predicate, timeout, what, *, interval=0.05, retry_on=()):
         if value:
             return value
         time.sleep(interval)
+        interval = min(interval * 1.5, max(interval, max_interval))
     raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 def job_ended(sm, name, timeout=30):
     """The description of training job ``name`` (``sm``: a SageMaker client) once it is
-    Completed, Failed or Stopped."""
+    Completed, Failed or Stopped. Polled every 0.1 s throughout (one cheap request): the
+    descriptions of every state are what test_local_backend checks against botocore's shapes."""
     def ended():
         job = sm.describe_training_job(TrainingJobName=name)
         return job if job["TrainingJobStatus"] in ("Completed", "Failed", "Stopped") else None
 
-    return wait_for(ended, timeout, f"training job {name} to end", interval=0.1)
+    return wait_for(ended, timeout, f"training job {name} to end", interval=0.1,
+                    max_interval=0.1)
 
 
 def losses(lines):
