@@ -443,12 +443,16 @@ def check_hyperparameters(hps: Mapping[str, Any],
     job's environment variables.
     """
     parser = build_parser()
-    argv = _hp_argv(normalise_hyperparameters(hps), parser)
+    args = _parse_hyperparameters(parser, _hp_argv(normalise_hyperparameters(hps), parser))
+    return from_namespace(args, dict(env or {}))
+
+
+def _parse_hyperparameters(parser: argparse.ArgumentParser, hp_argv: list[str]) -> argparse.Namespace:
+    """The hyperparameters' flags parsed; an error names them as hyperparameters."""
     try:
-        args = parser.parse_args(argv)
+        return parser.parse_args(hp_argv)
     except ConfigError as exc:
         raise _named(exc, "hyperparameters: ") from None
-    return from_namespace(args, dict(env or {}))
 
 
 def _named(exc: ConfigError, prefix: str = "") -> ConfigError:
@@ -523,11 +527,7 @@ def parse(argv: list[str] | None = None, env: dict[str, str] | None = None) -> T
     """Builds the validated configuration from hyperparameters, env and the command line."""
     env = dict(os.environ if env is None else env)
     parser = build_parser()
-    hp_argv = _hp_argv(hyperparameters(env), parser)
-    try:
-        hp_args = parser.parse_args(hp_argv)
-    except ConfigError as exc:
-        raise _named(exc, "hyperparameters: ") from None
+    hp_args = _parse_hyperparameters(parser, _hp_argv(hyperparameters(env), parser))
     try:
         args = parser.parse_args(normalise_argv(list(argv or []), parser), namespace=hp_args)
     except ConfigError as exc:

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
-from typing import Any
+from typing import Any, TypeVar
 
 from kfp_sagemaker_blackwell.catalog import hardware
 from kfp_sagemaker_blackwell.catalog.precisions import PRECISIONS, Precision, parse_precision
@@ -68,6 +68,17 @@ class Hardware:
         return cls(it.gpu_spec, it.name, it.gpus_per_node, it.gpus_per_node * instance_count)
 
 
+_T = TypeVar("_T")
+
+
+def _catalog_entry(field: str, lookup: Callable[[str], _T], name: str) -> _T:
+    """``lookup(name)`` from the hardware catalog; an unknown name is a UserError on ``field``."""
+    try:
+        return lookup(name)
+    except ValueError as exc:
+        raise unknown_name(field, exc) from None
+
+
 def resolve_hardware(
     *,
     gpu: str | None = None,
@@ -89,18 +100,8 @@ def resolve_hardware(
             f"name a SageMaker instance type ({', '.join(hardware.INSTANCE_TYPES)}) or a GPU "
             f"({', '.join(hardware.GPUS)}).",
         )
-    it = None
-    if instance_type:
-        try:
-            it = hardware.instance_type(instance_type)
-        except ValueError as exc:
-            raise unknown_name("instance_type", exc) from None
-    spec = None
-    if gpu:
-        try:
-            spec = hardware.gpu(gpu)
-        except ValueError as exc:
-            raise unknown_name("gpu", exc) from None
+    it = _catalog_entry("instance_type", hardware.instance_type, instance_type) if instance_type else None
+    spec = _catalog_entry("gpu", hardware.gpu, gpu) if gpu else None
     if it and spec and spec.name != it.gpu:
         raise UserError(
             "gpu",
