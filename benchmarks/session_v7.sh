@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
-# One GPU session for issues 40, 36 (item 5 and a small-step profile) and 41 (2026-12-06, second
-# session): everything in the same lease, resumable across device calls.
+# One GPU session for issues 36 (item 5 and a small-step profile), 41 and 40 (2026-12-06, third
+# session): everything in the same lease, resumable across device calls. The order is the issues'
+# priority for device time: the model's and the allocator's measurements first, issue 40's table last.
 # Run from the repository root:
 #   bash benchmarks/session_v7.sh bg            # torch-backend boundaries (issue 41) in the background,
 #                                               # while TransformerEngine is carried and built (no TE needed)
-#   bash benchmarks/session_v7.sh te SECONDS    # the TE block, resumable: the small-step table and its
-#                                               # levers (issue 40), the profiles (issue 40 item 1, issue 36
-#                                               # item 2), TE's fsdp.py held-out memory (issue 36 item 5),
-#                                               # the TE boundaries (issue 41), the torch boundaries' rest
+#   bash benchmarks/session_v7.sh te SECONDS    # the TE block, resumable: the profiles (issue 40 item 1,
+#                                               # issue 36 item 2), TE's fsdp.py held-out memory (issue 36
+#                                               # item 5), the TE boundaries (issue 41), the torch
+#                                               # boundaries' rest, the small-step table and its levers (40)
 #   bash benchmarks/session_v7.sh dry           # every step's --dry-run on the CPU
 # Every call bundles the state (/root/s7: every JSON, log and gzipped trace) into $OUT/session_v7.tgz.
 set -uo pipefail
@@ -26,8 +27,9 @@ say() { echo "[$(date -u +%H:%M:%S)] $*" | tee -a $LOG; }
 # Issue 41's held-out boundary shapes (none in a fit), both backends, with and without
 # checkpointing, the trainer's default allocator (expandable segments); the planner's answer
 # runs three times in all (--repeat 3).
-TORCH_BOUNDARY="8b:8/4096/ckpt/bf16,3b:8/2048/no-ckpt/bf16,1b/8192/ckpt/bf16,14b:6/4096/no-ckpt/bf16"
-TE_BOUNDARY="8b:6/4096/ckpt/bf16,1b/8192/ckpt/fp8,14b:6/4096/no-ckpt/bf16,3b:8/2048/no-ckpt/fp8"
+# None of them is a shape of session v6's H100 boundaries (the expandable reserve's fit and its check).
+TORCH_BOUNDARY="1b/8192/ckpt/bf16,8b:4/2048/no-ckpt/bf16,3b:6/4096/ckpt/bf16,14b:6/4096/no-ckpt/bf16"
+TE_BOUNDARY="1b/8192/ckpt/fp8,8b:4/2048/no-ckpt/fp8,3b:6/4096/ckpt/bf16,14b:4/8192/ckpt/bf16"
 MEM_MIB=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null | head -1 | tr -d ' ')
 MEM_MIB=${MEM_MIB:-143771}
 MEM_BYTES=$(( MEM_MIB * 1048576 ))
@@ -85,16 +87,8 @@ case $stage in
     [ -f $S/te.machine ] || { machine; touch $S/te.machine; }
     if [ -f $S/bg.started ] && [ ! -f $S/bg.rc ]; then  # one job on the GPU at a time: timings first
       say "stopping the background torch boundaries (resumed at the end)"
-      pkill -f "boundary.py --backend torch"; sleep 5
-    fi
-    if [ ! -f $S/small.done ]; then
-      b=$(left 15); [ "$b" -gt 620 ] && b=620
-      if [ "$b" -ge 40 ]; then
-        say "+ small-step table (budget $b s; $(small_left) runs left)"
-        timeout $(( b + 60 )) $LFL --time-budget $b >> $S/small.log 2>&1
-        n=$(small_left); say "small: $n runs left"; [ "$n" -eq 0 ] && touch $S/small.done
-        $LFL --table $S/lfl_state.json > $S/small_table.md 2>&1
-      fi
+      pkill -f "boundary.py --backend torch"; pkill -f "boundary.py --one"  # the run in flight too
+      for _ in $(seq 20); do pgrep -f "boundary.py" > /dev/null || break; sleep 1; done
     fi
     step profile 200 bash -c "python3 benchmarks/trainer/profile_step.py --shapes 1b:4:4096,8b:1:1024:4 \
       --precisions bf16,fp8 --iters 4 --time-budget \$BUDGET --out-dir $S"
@@ -104,7 +98,16 @@ case $stage in
     step boundary_te 330 bash -c "python3 benchmarks/memory/boundary.py --backend te --configs '$TE_BOUNDARY' \
       --out $S/boundary_te.json --gpu-memory-bytes $MEM_BYTES --time-budget \$BUDGET --run-timeout 150 --repeat 3 \
       $( [ -f $S/boundary_te.json ] && echo --resume)"
-    torch_boundaries 600
+    torch_boundaries 300
+    if [ ! -f $S/small.done ]; then
+      b=$(left 15); [ "$b" -gt 900 ] && b=900
+      if [ "$b" -ge 40 ]; then
+        say "+ small-step table (budget $b s; $(small_left) runs left)"
+        timeout $(( b + 60 )) $LFL --time-budget $b >> $S/small.log 2>&1
+        n=$(small_left); say "small: $n runs left"; [ "$n" -eq 0 ] && touch $S/small.done
+        $LFL --table $S/lfl_state.json > $S/small_table.md 2>&1
+      fi
+    fi
     say "te: call ends; done: $(cd $S && ls *.done 2>/dev/null | tr '\n' ' ')"
     bundle
     ;;
