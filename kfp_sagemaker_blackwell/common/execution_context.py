@@ -178,6 +178,13 @@ class ExecutionContext:
     def __enter__(self) -> ExecutionContext:
         if threading.current_thread() is threading.main_thread():
             for sig in HANDLED_SIGNALS:
+                if sig == signal.SIGINT and signal.getsignal(sig) == signal.SIG_IGN:
+                    # Started to ignore Ctrl-C (a shell script's background job, nohup): it
+                    # stays ignored, as Python itself leaves it. Handling it from here on
+                    # only would make a SIGINT during start-up vanish while one a moment
+                    # later stops the job. SIGTERM (what KFP and Kubernetes send) is always
+                    # handled.
+                    continue
                 self._previous[sig] = signal.signal(sig, self._handle)
         return self
 

@@ -10,7 +10,8 @@ FailureReason is printed); 2 a user error (nothing was created); 69 SageMaker
 was unreachable for longer than ``--max-outage-seconds`` while following the job
 (the job may still be running: the message names it); 143 terminated by SIGTERM
 or SIGINT (the message says whether the stop was accepted within
-``--stop-timeout-seconds`` and, when not, gives the command that stops the job).
+``--stop-timeout-seconds`` and, when not, gives the command that stops the job; a
+SIGINT the process was started to ignore, as a script's background job is, stays ignored).
 An output path that cannot be written is refused before the first AWS call; an
 unexpected error once the job exists stops it and exits 1, naming it.
 """

@@ -15,7 +15,9 @@ Behaviour that matters when things go wrong:
   the handler is installed before the first AWS call, a termination during
   CreateTrainingJob stops the job as soon as it exists, and the task waits until
   SageMaker reports it Stopping (at most ``stop_timeout_seconds``, even while
-  SageMaker is unreachable), then exits 143 saying whether the stop was accepted.
+  SageMaker is unreachable), then exits 143 saying whether the stop was accepted. A process started with SIGINT
+  ignored (`nohup`, a script's `cmd &`) keeps ignoring it, as Python does; SIGTERM is
+  always handled.
 - Any other error once the job exists (an output that cannot be written...)
   stops the job the same way before the task fails.
 - A failed job fails this task with SageMaker's FailureReason (for example the
