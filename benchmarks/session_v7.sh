@@ -5,10 +5,10 @@
 # Run from the repository root:
 #   bash benchmarks/session_v7.sh bg            # torch-backend boundaries (issue 41) in the background,
 #                                               # while TransformerEngine is carried and built (no TE needed)
-#   bash benchmarks/session_v7.sh te SECONDS    # the TE block, resumable: the profiles (issue 40 item 1,
-#                                               # issue 36 item 2), TE's fsdp.py held-out memory (issue 36
-#                                               # item 5), the TE boundaries (issue 41), the torch
-#                                               # boundaries' rest, the small-step table and its levers (40)
+#   bash benchmarks/session_v7.sh te SECONDS    # the TE block, resumable: TE's fsdp.py held-out memory
+#                                               # (issue 36 item 5), the TE boundaries (issue 41), issue 40's
+#                                               # 1b b4 s4096 pair and levers, the torch boundaries' rest,
+#                                               # the profiles (issue 40 item 1, 36 item 2), the table's rest
 #   bash benchmarks/session_v7.sh dry           # every step's --dry-run on the CPU
 # Every call bundles the state (/root/s7: every JSON, log and gzipped trace) into $OUT/session_v7.tgz.
 set -uo pipefail
@@ -70,6 +70,16 @@ torch_boundaries() {
 
 small_left() { $LFL --dry-run 2>/dev/null | grep -c '^S/'; }
 
+small_steps() {  # issue 40's table, resumable; at most $1 seconds of it in this call
+  [ -f $S/small.done ] && return 0
+  local b; b=$(left 15); [ "$b" -gt "$1" ] && b=$1
+  [ "$b" -lt 40 ] && return 1
+  say "+ small-step table (budget $b s; $(small_left) runs left)"
+  timeout $(( b + 60 )) $LFL --time-budget $b >> $S/small.log 2>&1
+  local n; n=$(small_left); say "small: $n runs left"; [ "$n" -eq 0 ] && touch $S/small.done
+  $LFL --table $S/lfl_state.json > $S/small_table.md 2>&1
+}
+
 case $stage in
   bg)
     if [ -f $S/bg.started ]; then say "bg: already started"; bundle; exit 0; fi
@@ -90,24 +100,17 @@ case $stage in
       pkill -f "boundary.py --backend torch"; pkill -f "boundary.py --one"  # the run in flight too
       for _ in $(seq 20); do pgrep -f "boundary.py" > /dev/null || break; sleep 1; done
     fi
-    step profile 200 bash -c "python3 benchmarks/trainer/profile_step.py --shapes 1b:4:4096,8b:1:1024:4 \
-      --precisions bf16,fp8 --iters 4 --time-budget \$BUDGET --out-dir $S"
     step fsdp1 220 bash -c "python3 benchmarks/memory/measure_fsdp1.py --script .baselines/fsdp.py --split heldout \
       --out $S/fsdp1_heldout.json --raw-log $S/fsdp1_raw.log --log-dir $S/fsdp1_logs --gpu-budget-gib $BUDGET_GIB \
       --time-budget \$(( BUDGET - 40 )) --grace 35 $( [ -f $S/fsdp1_heldout.json ] && echo --resume $S/fsdp1_heldout.json)"
     step boundary_te 330 bash -c "python3 benchmarks/memory/boundary.py --backend te --configs '$TE_BOUNDARY' \
       --out $S/boundary_te.json --gpu-memory-bytes $MEM_BYTES --time-budget \$BUDGET --run-timeout 150 --repeat 3 \
       $( [ -f $S/boundary_te.json ] && echo --resume)"
+    small_steps 250   # the first 7 runs: 1b b4 s4096 bf16 and fp8, and each lever on it
     torch_boundaries 300
-    if [ ! -f $S/small.done ]; then
-      b=$(left 15); [ "$b" -gt 900 ] && b=900
-      if [ "$b" -ge 40 ]; then
-        say "+ small-step table (budget $b s; $(small_left) runs left)"
-        timeout $(( b + 60 )) $LFL --time-budget $b >> $S/small.log 2>&1
-        n=$(small_left); say "small: $n runs left"; [ "$n" -eq 0 ] && touch $S/small.done
-        $LFL --table $S/lfl_state.json > $S/small_table.md 2>&1
-      fi
-    fi
+    step profile 200 bash -c "python3 benchmarks/trainer/profile_step.py --shapes 1b:4:4096,8b:1:1024:4 \
+      --precisions bf16,fp8 --iters 4 --time-budget \$BUDGET --out-dir $S"
+    small_steps 900
     say "te: call ends; done: $(cd $S && ls *.done 2>/dev/null | tr '\n' ' ')"
     bundle
     ;;
