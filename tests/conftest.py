@@ -1,5 +1,6 @@
 import itertools
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -18,6 +19,12 @@ os.environ.pop("AWS_PROFILE", None)
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 # Prices come from the shipped table unless a test asks for the (local) Price List API.
 os.environ.setdefault("KFP_SAGEMAKER_PRICE_LIST", "off")
+# Tests send Ctrl-C to themselves and to the command lines they start. A test run started as a
+# script's background job (`make test &`: SIGINT ignored, which children inherit and
+# ExecutionContext keeps, as Python does) would see those signals vanish: Ctrl-C gets Python's
+# default handler here, and the processes tests start get its default action.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 # Seconds each of the longest files takes alone on a quiet 2-core machine (tests/README.md's

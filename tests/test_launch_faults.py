@@ -207,10 +207,7 @@ def test_the_command_line_exits_143_on_sigterm_and_on_ctrl_c_at_random_instants(
         sig = (signal.SIGTERM, signal.SIGINT)[i % 2]
         cfg = config(steps=400)
         name = launcher.prepare(cfg)[0].job_name
-        # Started with Ctrl-C's default action: a test run started with SIGINT ignored (a
-        # background job of a script: `make test &`) would otherwise pass that on, and the
-        # command line keeps an inherited ignore (the next test).
-        proc = start_cli(backend, cfg, signal.default_int_handler)
+        proc = start_cli(backend, cfg, signal.default_int_handler)  # Ctrl-C as from a terminal
         instant = f"{sig.name} {delay} s after the exec"
         try:
             wait_for(lambda p=proc: p.poll() is not None or _execed(p.pid, b"kfp_sagemaker_blackwell.components.sagemaker_training"), 30,
