@@ -9,6 +9,7 @@
 #                                               # (issue 36 item 5), the TE boundaries (issue 41), issue 40's
 #                                               # 1b b4 s4096 pair and levers, the torch boundaries' rest,
 #                                               # the profiles (issue 40 item 1, 36 item 2), the table's rest
+#   bash benchmarks/session_v7.sh torch SECONDS # the torch-backend boundaries alone, in the foreground
 #   bash benchmarks/session_v7.sh dry           # every step's --dry-run on the CPU
 # Every call bundles the state (/root/s7: every JSON, log and gzipped trace) into $OUT/session_v7.tgz.
 set -uo pipefail
@@ -112,6 +113,13 @@ case $stage in
       --precisions bf16,fp8 --iters 4 --time-budget \$BUDGET --out-dir $S"
     small_steps 900
     say "te: call ends; done: $(cd $S && ls *.done 2>/dev/null | tr '\n' ' ')"
+    bundle
+    ;;
+  torch)  # no TransformerEngine (too little device time left to carry and build it): the
+           # torch-backend boundaries in the foreground, then the bundle
+    [ -f $S/torch.machine ] || { machine; touch $S/torch.machine; }
+    torch_boundaries $(( total - 20 ))
+    say "torch: call ends; done: $(cd $S && ls *.done 2>/dev/null | tr '\n' ' ')"
     bundle
     ;;
   dry)
