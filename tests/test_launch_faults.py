@@ -234,34 +234,32 @@ def test_the_command_line_exits_143_on_sigterm_and_on_ctrl_c_at_random_instants(
     assert_nothing_running(backend)
 
 
+def signal_a_running_job(backend: Any, steps: int, sig: int) -> tuple[int | None, str, str | None]:
+    """Starts the command line with SIGINT ignored, sends ``sig`` once its job is InProgress;
+    (exit status, output, the job's status at the end)."""
+    cfg = config(steps=steps)
+    name = launcher.prepare(cfg)[0].job_name
+    proc = start_cli(backend, cfg, signal.SIG_IGN)
+    try:
+        wait_for(lambda: status(backend, name) == "InProgress", 60, "the job to start")
+        proc.send_signal(sig)
+        output, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return proc.returncode, output, status(backend, name)
+
+
 def test_a_command_line_started_to_ignore_ctrl_c_keeps_ignoring_it(backend):
     """Started with SIGINT ignored (`nohup`, a script's `&`), a Ctrl-C neither kills the
     command line during start-up nor stops its job later: one rule for its whole life, as
     Python's own. SIGTERM, what KFP sends, still stops it."""
-    cfg = config(steps=30)
-    proc = start_cli(backend, cfg, signal.SIG_IGN)
-    try:
-        wait_for(lambda: status(backend, launcher.prepare(cfg)[0].job_name) == "InProgress", 60,
-                 "the job to start")
-        proc.send_signal(signal.SIGINT)
-        output, _ = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 0 and "received" not in output, output
-    assert status(backend, launcher.prepare(cfg)[0].job_name) == "Completed"
-    cfg = config(steps=400)
-    proc = start_cli(backend, cfg, signal.SIG_IGN)
-    try:
-        wait_for(lambda: status(backend, launcher.prepare(cfg)[0].job_name) == "InProgress", 60,
-                 "the job to start")
-        proc.send_signal(signal.SIGTERM)
-        output, _ = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == TERMINATED_EXIT_CODE, output
-    assert status(backend, launcher.prepare(cfg)[0].job_name) in ("Stopping", "Stopped"), output
+    code, output, end = signal_a_running_job(backend, 30, signal.SIGINT)
+    assert code == 0 and "received" not in output, output
+    assert end == "Completed", output
+    code, output, end = signal_a_running_job(backend, 400, signal.SIGTERM)
+    assert code == TERMINATED_EXIT_CODE, output
+    assert end in ("Stopping", "Stopped"), output
     assert_nothing_running(backend)
 
 
