@@ -293,8 +293,9 @@ def small(results: dict) -> list[Run]:
     return runs
 
 
-def small_steps_rows(results: dict, session: str = "") -> list[dict]:
-    """``benchmarks/trainer/small_steps.json``'s rows (issue 40): one per ``S/`` run that timed."""
+def small_steps_rows(results: dict, session: str = "", gpu: str = "") -> list[dict]:
+    """``benchmarks/trainer/small_steps.json``'s rows (issue 40): one per ``S/`` run that timed.
+    ``gpu`` names the card every row was timed on (the state file does not record it)."""
     rows = []
     for rid, rec in results.items():
         run = rec.get("run", {})
@@ -303,7 +304,7 @@ def small_steps_rows(results: dict, session: str = "") -> list[dict]:
         tokens = run["batch"] * run["seq"] * run.get("accum", 1)
         p90 = rec.get("p90_s")
         levers = rid.split("/")[2].split("#")[0].split("+")[1:]
-        rows.append({"id": rid, "model_preset": run["preset"], "batch_size": run["batch"],
+        rows.append({"id": rid, "gpu": gpu, "model_preset": run["preset"], "batch_size": run["batch"],
                      "seq_length": run["seq"], "precision": run["precision"], "levers": levers,
                      "trainer_flags": run.get("flags", []), "env": run.get("env", {}),
                      "session_id": rec.get("session_id") or session,
