@@ -147,6 +147,18 @@ def backend():
                                          command=[sys.executable, "-c", STEP_SCRIPT])
 
 
+@pytest.fixture(autouse=True)
+def no_job_left_holding_capacity(request: Any) -> Any:
+    """A test that fails midway leaves its holding jobs running; stop them, so the next test
+    does not fail on quota for this one's reason."""
+    yield
+    if "backend" not in request.fixturenames:
+        return
+    sm = request.getfixturevalue("backend").client("sagemaker")
+    running = sm.list_training_jobs(StatusEquals="InProgress")["TrainingJobSummaries"]
+    stop(sm, *(j["TrainingJobName"] for j in running))
+
+
 def request(name: str, script: str, **changes: Any) -> dict[str, Any]:
     req: dict[str, Any] = {
         "TrainingJobName": name, "RoleArn": ROLE,
@@ -214,9 +226,12 @@ def test_the_backend_refuses_preferences_with_instance_type_or_spot(backend):
 def test_a_pending_job_takes_the_capacity_freed_and_times_out_stopped_otherwise(backend):
     sm = backend.client("sagemaker")
     pending = {"MaxRuntimeInSeconds": 600, "MaxPendingTimeInSeconds": 1800}
+    # The job that takes the freed capacity may wait 8 h (28.8 s here): stopping hold-b takes up
+    # to its 1 s stop grace, and under load more, so 1,800 s (1.8 s here) raced it.
+    patient = {"MaxRuntimeInSeconds": 600, "MaxPendingTimeInSeconds": 8 * 3600}
     sm.create_training_job(**request("hold-a", "sleep 30"))
     sm.create_training_job(**request("hold-b", "sleep 30"))
-    sm.create_training_job(**request("wait-ok", "exit 0", StoppingCondition=pending))
+    sm.create_training_job(**request("wait-ok", "exit 0", StoppingCondition=patient))
     job = wait_for(sm, "wait-ok", lambda j: j["SecondaryStatus"] == "Pending")
     assert "SelectedInstanceType" not in job["ResourceConfig"]
     stop(sm, "hold-b")  # P5 x 2 frees: the pending job takes it
