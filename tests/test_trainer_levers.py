@@ -113,3 +113,44 @@ def test_the_unsharded_path_checkpoints_and_resumes_either_way(tmp_path):
         _run(max_steps=5, checkpoint_dir=ck, stop_after_step=2, single_gpu_fsdp=first)
         resumed, _, _ = _run(max_steps=5, checkpoint_dir=ck, single_gpu_fsdp=second)
         assert resumed["resumed_from_step"] == 2 and resumed["final_loss"] == full["final_loss"], name
+
+
+class _QuantisedByItsOwnInit(torch.nn.Module):
+    """Stands in for a TE module under ``quantized_model_init``: its ``reset_parameters``
+    materialises and sets its own weight (here a constant that ``init_weights`` never draws)."""
+
+    def __init__(self, n: int):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.empty(n, n, device="meta"))
+
+    def reset_parameters(self) -> None:
+        self.weight = torch.nn.Parameter(torch.full(self.weight.shape, 7.0))
+
+
+class _MetaModel(torch.nn.Module):
+    def __init__(self, vocab: int, hidden: int):
+        super().__init__()
+        self.tok_embeddings = torch.nn.Embedding(vocab, hidden, device="meta")
+        self.block = _QuantisedByItsOwnInit(hidden)
+
+
+@pytest.mark.parametrize("quantized", [False, True])
+def test_materialise_initialises_every_parameter_te_does_not(monkeypatch, quantized):
+    # Session v7 (one H100): with --quantized-model-init the token embedding was materialised
+    # empty and never initialised, and the first loss was NaN. TE's own modules keep the values
+    # their reset_parameters drew (and quantised) only under quantized_model_init.
+    monkeypatch.setenv("TRAINER_EXPERIMENTAL_QUANTIZED_INIT", "1")
+    cfg = config.make("tiny", precision="fp8", quantized_model_init=quantized)
+    model = _MetaModel(cfg.model.vocab_size, 64)
+    with torch.no_grad():
+        te_backend.materialise(model, [model.block], cfg, torch.device("cpu"))
+    emb = model.tok_embeddings.weight
+    assert not emb.is_meta and torch.isfinite(emb).all()
+    assert abs(emb.std().item() - 0.02) < 0.002 and abs(emb.mean().item()) < 0.002
+    # the same values a full initialisation gives the embedding, whatever it skipped
+    reference = _MetaModel(cfg.model.vocab_size, 64).to_empty(device="cpu")
+    model_mod = __import__("kfp_sagemaker_blackwell.trainer.model", fromlist=["init_weights"])
+    model_mod.init_weights(reference, cfg.model, cfg.seed)
+    assert torch.equal(emb, reference.tok_embeddings.weight)
+    block = model.block.weight
+    assert torch.equal(block, torch.full_like(block, 7.0)) == quantized

@@ -13,6 +13,7 @@ shape): it takes hidden states and returns hidden states.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 import torch.nn as nn
@@ -205,15 +206,19 @@ def _mix(*values: object) -> int:
 
 
 @torch.no_grad()
-@torch.no_grad()
-def init_weights(model: nn.Module, spec: ModelSpec, seed: int) -> None:
+def init_weights(model: nn.Module, spec: ModelSpec, seed: int,
+                 only: Callable[[nn.Parameter], bool] | None = None) -> None:
     """Deterministic initialisation from the seed alone, identical for every precision and
     independent of sharding: each parameter is drawn in full from its own generator on the
     parameter's device and this rank keeps its FSDP shard (dim-0 chunk). normal(0, 0.02),
     output projections scaled by 1/sqrt(2 * layers) (GPT-2 / Megatron), zero biases, unit norms.
-    Buffers (amax histories) are zeroed, so models built on the meta device can be materialised."""
+    Buffers (amax histories) are zeroed, so models built on the meta device can be materialised.
+    ``only``: initialise just the parameters it accepts (each still drawn from its own index's
+    generator, so it gets the value a full initialisation gives it); the others are left as they are."""
     out_std = 0.02 / math.sqrt(2 * spec.num_layers)
     for index, (name, p) in enumerate(model.named_parameters()):
+        if only is not None and not only(p):
+            continue
         local = p.to_local() if hasattr(p, "to_local") else p
         if p.ndim == 1:
             local.fill_(1.0 if ("norm" in name and name.endswith("weight")) else 0.0)

@@ -135,20 +135,31 @@ def build(cfg: TrainConfig, world: parallel.World, plan: Plan) -> nn.Module:
                                                       cfg.high_precision_layers)))
     param_dtype = None if cfg.quantized_model_init else plan.param_dtype
     parallel.prepare(model, list(model.blocks), world, param_dtype, cfg.single_gpu_fsdp)
-    te_modules = [m for m in model.modules() if isinstance(m, TransformerEngineBaseModule)]
+    materialise(model, [m for m in model.modules() if isinstance(m, TransformerEngineBaseModule)],
+                cfg, world.device)
+    if cfg.cuda_graphs:
+        graph_blocks(model, cfg, world, plan)
+    return model
+
+
+def materialise(model: nn.Module, te_modules: list[Any], cfg: TrainConfig, device: torch.device) -> None:
+    """Give the meta-device model its memory and its initial values. TE's modules materialise
+    their own (local) parameters; every other module gets empty memory, which ``init_weights``
+    then fills. With ``--quantized-model-init`` TE's ``reset_parameters`` has drawn and quantised
+    its weights, so ``init_weights`` fills only the rest (the token embedding): left empty, it was
+    uninitialised memory, and the first loss was NaN (benchmarks/trainer/README.md, session v7)."""
+    te_ids = {id(m) for m in te_modules}
     for m in model.modules():
-        if not isinstance(m, TransformerEngineBaseModule) and any(
-                p.is_meta for p in m.parameters(recurse=False)):
-            m.to_empty(device=world.device, recurse=False)
+        if id(m) not in te_ids and any(p.is_meta for p in m.parameters(recurse=False)):
+            m.to_empty(device=device, recurse=False)
     for m in te_modules:
         m.reset_parameters()  # materialises TE's local shards (and quantises them with quantized_model_init)
     if not cfg.quantized_model_init:
         init_weights(model, cfg.model, cfg.seed)
-    else:
-        torch.manual_seed(cfg.seed)
-    if cfg.cuda_graphs:
-        graph_blocks(model, cfg, world, plan)
-    return model
+        return
+    te_params = {id(p) for m in te_modules for p in m.parameters()}
+    init_weights(model, cfg.model, cfg.seed, only=lambda p: id(p) not in te_params)
+    torch.manual_seed(cfg.seed)
 
 
 def block_kwargs(freqs: torch.Tensor | None, is_first_microbatch: bool | None) -> dict[str, Any]:
