@@ -29,8 +29,8 @@ say() { echo "[$(date -u +%H:%M:%S)] $*" | tee -a $LOG; }
 # checkpointing, the trainer's default allocator (expandable segments); the planner's answer
 # runs three times in all (--repeat 3).
 # None of them is a shape of session v6's H100 boundaries (the expandable reserve's fit and its check).
-TORCH_BOUNDARY="1b/8192/ckpt/bf16,8b:4/2048/no-ckpt/bf16,3b:6/4096/ckpt/bf16,14b:6/4096/no-ckpt/bf16"
-TE_BOUNDARY="1b/8192/ckpt/fp8,8b:4/2048/no-ckpt/fp8,3b:6/4096/ckpt/bf16,14b:4/8192/ckpt/bf16"
+TORCH_BOUNDARY=${TORCH_BOUNDARY:-"1b/8192/ckpt/bf16,8b:4/2048/no-ckpt/bf16,3b:6/4096/ckpt/bf16,14b:6/4096/no-ckpt/bf16"}
+TE_BOUNDARY=${TE_BOUNDARY:-"1b/8192/ckpt/fp8,8b:4/2048/no-ckpt/fp8,3b:6/4096/ckpt/bf16,14b:4/8192/ckpt/bf16"}
 MEM_MIB=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null | head -1 | tr -d ' ')
 MEM_MIB=${MEM_MIB:-143771}
 MEM_BYTES=$(( MEM_MIB * 1048576 ))
