@@ -385,3 +385,18 @@ def test_the_runtime_margins_default_is_each_rows_band_and_no_copy_of_the_consta
     copies = [p for p in (ROOT / "kfp_sagemaker_blackwell").rglob("*.py")
               if str(throughput.RUNTIME_MARGIN) in p.read_text(encoding="utf-8")]
     assert copies == []
+
+
+def test_every_cli_builds_its_parser_without_importing_kfp():
+    # A command line reads its component's signature from source (cli.parameters of a
+    # "module:function" reference): importing component.py imports kfp, 0.4 s of every start.
+    import subprocess
+    import sys
+
+    code = ("import importlib, sys\n"
+            f"for m in {sorted(CLIS)!r}:\n"
+            "    importlib.import_module(m).build_parser()\n"
+            "print(sorted(k for k in sys.modules if k == 'kfp' or k.startswith('kfp.')))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "[]", done.stdout[-2000:]

@@ -139,7 +139,13 @@ def _kind(func: Callable[..., Any], p: inspect.Parameter) -> type | None:
 
 
 def parameters(func: Any, *, exclude: Iterable[str] = ()) -> list[Parameter]:
-    """The command-line parameters of a component, pipeline or function, in signature order."""
+    """The command-line parameters of a component, pipeline or function, in signature order.
+    ``func`` may also be a ``"module:function"`` reference, read from its source without
+    importing the module (:func:`source_parameters`): a command line that only needs the
+    component's signature then starts without importing kfp (0.4 s)."""
+    if isinstance(func, str):
+        module, _, name = func.partition(":")
+        return source_parameters(module, name, exclude=exclude)
     f = _python_func(func)
     signature = inspect.signature(f).parameters
     helps = {k: plain(v, signature) for k, v in doc_args(inspect.getdoc(f) or "").items()}
@@ -160,14 +166,8 @@ def defaults(func: Any, *, exclude: Iterable[str] = ()) -> dict[str, Any]:
     return {p.name: p.default for p in parameters(func, exclude=exclude) if not p.required}
 
 
-def source_parameters(module: str, function: str, *,
-                      defaults: dict[str, Any] | None = None) -> list[Parameter]:
-    """:func:`parameters` of ``module.function`` read from its source (``ast``), without
-    importing the module: a KFP component's module cannot be imported inside the KFP
-    executor (KFP's runtime leaves out the compile-time ``kfp.dsl``), where its body
-    still needs its declaration. ``defaults``: name -> the value outside KFP of a default
-    that is not a literal (a ``dsl.PIPELINE_*_PLACEHOLDER``); ``inspect.Parameter.empty``
-    makes it required."""
+def _source_function(module: str, function: str) -> Any:
+    """``module.function``'s ``ast.FunctionDef``, read from the module's source file."""
     import ast
     import importlib.util
 
@@ -176,8 +176,23 @@ def source_parameters(module: str, function: str, *,
         raise ImportError(f"no module {module}")
     with open(spec.origin, encoding="utf-8") as f:
         tree = ast.parse(f.read(), spec.origin)
-    node = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == function)
+    return next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == function)
+
+
+def source_parameters(module: str, function: str, *,
+                      defaults: dict[str, Any] | None = None,
+                      exclude: Iterable[str] = ()) -> list[Parameter]:
+    """:func:`parameters` of ``module.function`` read from its source (``ast``), without
+    importing the module: a KFP component's module cannot be imported inside the KFP
+    executor (KFP's runtime leaves out the compile-time ``kfp.dsl``), where its body
+    still needs its declaration. ``defaults``: name -> the value outside KFP of a default
+    that is not a literal (a ``dsl.PIPELINE_*_PLACEHOLDER``); ``inspect.Parameter.empty``
+    makes it required. ``exclude``: names left out (their defaults are not read)."""
+    import ast
+
+    node = _source_function(module, function)
     given = defaults or {}
+    skip = set(exclude)
     args = node.args.args + node.args.kwonlyargs
     values = ([None] * (len(node.args.args) - len(node.args.defaults)) + node.args.defaults
               + node.args.kw_defaults)
@@ -186,6 +201,8 @@ def source_parameters(module: str, function: str, *,
     helps = {k: plain(v, names) for k, v in doc_args(doc).items()}
     out = []
     for arg, value in zip(args, values, strict=True):
+        if arg.arg in skip:
+            continue
         text = ast.unparse(arg.annotation) if arg.annotation else ""
         kind = KINDS.get(text.removeprefix("Optional[").removesuffix("]"))
         if kind is None:
@@ -452,6 +469,8 @@ def derived_parser(
     **add: Any,
 ) -> tuple[argparse.ArgumentParser, list[Parameter]]:
     """An ArgumentParser whose flags are ``func``'s parameters (see :func:`add_flags`).
+    ``func``: a component or function, or a ``"module:function"`` reference (read from source,
+    see :func:`parameters`).
 
     ``prog``: default ``python -m <its package>`` for a component (``components/<name>/
     component.py``'s, run as ``python -m kfp_sagemaker_blackwell.components.<name>``).
@@ -459,12 +478,22 @@ def derived_parser(
     its part after ``Examples::`` becomes the epilog. ``title``: a group heading
     for the parameters.
     """
+    if isinstance(func, str):  # "module:function", read from its source (see parameters)
+        import ast
+
+        module, _, name = func.partition(":")
+        node = _source_function(module, name)
+        docstring = ast.get_docstring(node) or ""
+        names: Iterable[str] = [a.arg for a in node.args.args + node.args.kwonlyargs]
+    else:
+        module = _python_func(func).__module__
+        docstring = inspect.getdoc(_python_func(func)) or ""
+        names = inspect.signature(_python_func(func)).parameters
     if prog is None:
-        prog = "python -m " + _python_func(func).__module__.removesuffix(".component")
+        prog = "python -m " + module.removesuffix(".component")
     if doc is None:
-        doc = re.split(r"\n\s*Args:", inspect.getdoc(_python_func(func)) or "")[0]
+        doc = re.split(r"\n\s*Args:", docstring)[0]
     description, _, examples = doc.strip().partition("Examples::")
-    names = inspect.signature(_python_func(func)).parameters
     description, examples = plain(description, names), plain(examples, names)
     parser = ArgumentParser(
         prog=prog,
@@ -490,7 +519,8 @@ def declared(func: Any, given: Mapping[str, Any] | None = None, /, **more: Any) 
     unknown = sorted(set(chosen) - {p.name for p in params})
     missing = [p.name for p in params if p.required and p.name not in chosen]
     if unknown or missing:
-        raise TypeError(f"{_python_func(func).__qualname__}: unknown parameters {unknown}, "
+        where = func if isinstance(func, str) else _python_func(func).__qualname__
+        raise TypeError(f"{where}: unknown parameters {unknown}, "
                         f"missing required {missing}")
     out = {p.name: copy.deepcopy(p.default) for p in params if not p.required}
     out.update(chosen)

@@ -34,7 +34,10 @@ from kfp_sagemaker_blackwell.common.execution_context import (
     AwsUnreachable,
 )
 from kfp_sagemaker_blackwell.components.build_image import launcher as b
-from kfp_sagemaker_blackwell.components.build_image.component import build_image
+
+# The component's signature, read from its source: importing component.py would import kfp
+# (0.4 s at every start) for a parser.
+COMPONENT = "kfp_sagemaker_blackwell.components.build_image.component:build_image"
 
 # Old spellings, still accepted with a deprecation message.
 ALIASES = {"--context-path": "context_paths", "--build-arg": "build_args", "--tag": "tags",
@@ -42,7 +45,7 @@ ALIASES = {"--context-path": "context_paths", "--build-arg": "build_args", "--ta
 
 
 def build_parser() -> tuple[argparse.ArgumentParser, list[cli.Parameter]]:
-    p, params = cli.derived_parser(build_image, doc=__doc__, aliases=ALIASES)
+    p, params = cli.derived_parser(COMPONENT, doc=__doc__, aliases=ALIASES)
     p.add_argument("--print-tag", action="store_true",
                    help="only print the content-addressed tag and the files hashed; no AWS call")
     return p, params

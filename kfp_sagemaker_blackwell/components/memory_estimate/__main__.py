@@ -43,8 +43,11 @@ from kfp_sagemaker_blackwell.common.errors import (
     cli_errors,
 )
 from kfp_sagemaker_blackwell.components.memory_estimate import launcher, report
-from kfp_sagemaker_blackwell.components.memory_estimate.component import memory_estimate
 from kfp_sagemaker_blackwell.planning import estimator, planner, training_setup
+
+# The component's signature, read from its source: importing component.py would import kfp
+# (0.4 s at every start) for a parser.
+COMPONENT = "kfp_sagemaker_blackwell.components.memory_estimate.component:memory_estimate"
 
 # Shapes only an output the pipeline reads (batch_candidates), not what this prints.
 PIPELINE_ONLY = ("max_candidate_batch_size",)
@@ -57,7 +60,7 @@ ALIASES = {"--preset": "model_preset", "--precision": "precisions"}
 
 def build_parser() -> tuple[argparse.ArgumentParser, list[cli.Parameter]]:
     parser, params = cli.derived_parser(
-        memory_estimate, doc=__doc__,
+        COMPONENT, doc=__doc__,
         title="the component's parameters", aliases=ALIASES, exclude=PIPELINE_ONLY,
         notes={"world_size": "here a count >= 1: leave --world-size out for all GPUs"})
     model = parser.add_argument_group("model (not parameters of the component; default: the preset's)")
@@ -101,7 +104,7 @@ def with_defaults(given: dict[str, Any]) -> dict[str, Any]:
         check_count("world_size", given["world_size"], fix="give the GPUs the model is "
                     "sharded over, or leave --world-size out for all GPUs of the instances.")
     alone = {"instance_type": ""} if given.get("gpu") and "instance_type" not in given else {}
-    return cli.declared(memory_estimate, {**given, **alone})
+    return cli.declared(COMPONENT, {**given, **alone})
 
 
 def component_values(args: argparse.Namespace, params: list[cli.Parameter]) -> dict[str, Any]:

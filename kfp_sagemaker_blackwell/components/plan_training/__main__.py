@@ -33,11 +33,14 @@ from pathlib import Path
 
 from kfp_sagemaker_blackwell.common import cli
 from kfp_sagemaker_blackwell.common.errors import USER_ERROR_EXIT_CODE, UserError
-from kfp_sagemaker_blackwell.components.plan_training.component import plan_training
+
+# The component's signature, read from its source: importing component.py would import kfp
+# (0.4 s at every start) for a parser.
+COMPONENT = "kfp_sagemaker_blackwell.components.plan_training.component:plan_training"
 
 
 def build_parser() -> tuple[argparse.ArgumentParser, list[cli.Parameter]]:
-    parser, params = cli.derived_parser(plan_training, doc=__doc__, title="the component's parameters")
+    parser, params = cli.derived_parser(COMPONENT, doc=__doc__, title="the component's parameters")
     out = parser.add_argument_group("inputs and outputs (artifacts of the component)")
     out.add_argument("--convergence-verdicts", metavar="JSON", type=cli.input_file,
                      help="the verdicts file of compare_convergence (python -m "

@@ -26,11 +26,14 @@ from typing import Any
 
 from kfp_sagemaker_blackwell.common import cli
 from kfp_sagemaker_blackwell.common.errors import UserError, cli_errors
-from kfp_sagemaker_blackwell.components.prerank_candidates.component import prerank_candidates
+
+# The component's signature, read from its source: importing component.py would import kfp
+# (0.4 s at every start) for a parser.
+COMPONENT = "kfp_sagemaker_blackwell.components.prerank_candidates.component:prerank_candidates"
 
 
 def build_parser() -> tuple[argparse.ArgumentParser, list[cli.Parameter]]:
-    p, params = cli.derived_parser(prerank_candidates, doc=__doc__)
+    p, params = cli.derived_parser(COMPONENT, doc=__doc__)
     p.add_argument("--json", action="store_true", help="print the trials as JSON, not Markdown")
     return p, params
 
