@@ -653,3 +653,20 @@ def test_serve_answers_training_plans_quotas_and_spot_interruptions(tmp_path, mo
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=30)
+
+
+def test_master_ports_are_free_below_the_ephemeral_range_and_not_handed_out_twice():
+    # A released ephemeral port can become the local end of any outgoing connection before
+    # torchrun binds it (EADDRINUSE, the job exits 1): master ports come from below the range.
+    import socket
+
+    from kfp_sagemaker_blackwell.local_backend import container
+
+    low = container._ephemeral_low()
+    ports = [container.free_port() for _ in range(50)]
+    assert len(set(ports)) == 50
+    assert all(container.MASTER_PORTS[0] <= p < low for p in ports), (low, ports)
+    with socket.socket() as s:  # a port someone holds is never handed out
+        s.bind(("127.0.0.1", ports[0]))
+        container._given.clear()
+        assert ports[0] not in {container.free_port() for _ in range(200)}

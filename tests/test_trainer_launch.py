@@ -4,7 +4,6 @@ train.sh (torchrun, 2 gloo processes, FSDP2) under a fake /opt/ml layout, SIGTER
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -14,15 +13,14 @@ import pytest
 
 from kfp_sagemaker_blackwell.catalog import flags as config
 from kfp_sagemaker_blackwell.catalog import logformat
+from kfp_sagemaker_blackwell.local_backend.container import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 TRAIN_SH = ROOT / "trainer" / "train.sh"
 
 
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_port()  # the local backend's: below the ephemeral range
 
 
 def _layout(tmp: Path, hyperparameters: dict) -> dict[str, str]:

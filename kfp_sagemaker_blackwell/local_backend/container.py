@@ -64,7 +64,41 @@ def env_name(name: str) -> str:
     return name.upper().replace("-", "_").replace(".", "_")
 
 
+# Master ports come from below the kernel's ephemeral range. A port that the kernel picks for a
+# bind to port 0 is ephemeral, and once released, any outgoing connection can take it as its local end
+# before torchrun binds it (the launchers' and tests' HTTP polls make thousands). torchrun then
+# exits 1 with EADDRINUSE. Seen once under load: a two-host job, ExitCode 1. A port below the range
+# is only ever taken by an explicit bind.
+MASTER_PORTS = (20000, 32767)
+_given: list[int] = []  # ports this process handed out lately: never twice in a row of jobs
+
+
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default; macOS's range starts at 49152
+
+
 def free_port() -> int:
+    """A port for a job's MASTER_PORT: free now on 127.0.0.1, below the ephemeral range
+    (``MASTER_PORTS``), not one handed out among this process's last 512; the kernel's
+    choice if none is found in 200 tries."""
+    import random
+
+    low, high = MASTER_PORTS[0], min(MASTER_PORTS[1], _ephemeral_low() - 1)
+    for _ in range(200 if high > low else 0):
+        port = random.randint(low, high)
+        if port in _given:
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _given.append(port)
+        del _given[:-512]
+        return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
