@@ -219,7 +219,11 @@ def test_damaged_token_data_fails_the_job_with_a_failure_reason_naming_the_shard
 
 def test_two_instance_job_trains_across_two_local_hosts(backend):
     cfg = tiny("run-2host", instance_count=2, max_steps=3)
-    result = launcher.launch(cfg, poll_interval_s=0.5, out=lambda line: None)
+    printed: list[str] = []
+    try:
+        result = launcher.launch(cfg, poll_interval_s=0.5, out=printed.append)
+    except TrainingJobFailed as exc:  # say why: the hosts' log lines as the launcher printed them
+        raise AssertionError("\n".join(printed[-60:])) from exc
     assert result.status == "Completed"
     logs = {s.split("/")[1].rsplit("-", 1)[0]: lines
             for s, lines in job_logs(backend, result.job_name).items()}
