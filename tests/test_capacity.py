@@ -227,7 +227,8 @@ def test_a_pending_job_takes_the_capacity_freed_and_times_out_stopped_otherwise(
     sm = backend.client("sagemaker")
     pending = {"MaxRuntimeInSeconds": 600, "MaxPendingTimeInSeconds": 1800}
     # The job that takes the freed capacity may wait 8 h (28.8 s here): stopping hold-b takes up
-    # to its 1 s stop grace, and under load more, so 1,800 s (1.8 s here) raced it.
+    # to its 1 s stop grace, and under load more, so 1,800 s (1.8 s here) raced it. botocore's
+    # model allows 1,800 to 2,419,200 s for MaxPendingTimeInSeconds.
     patient = {"MaxRuntimeInSeconds": 600, "MaxPendingTimeInSeconds": 8 * 3600}
     sm.create_training_job(**request("hold-a", "sleep 30"))
     sm.create_training_job(**request("hold-b", "sleep 30"))

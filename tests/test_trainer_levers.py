@@ -10,6 +10,7 @@ import torch
 from kfp_sagemaker_blackwell.catalog import flags as config
 from kfp_sagemaker_blackwell.catalog import logformat
 from kfp_sagemaker_blackwell.trainer import parallel, te_backend, train
+from kfp_sagemaker_blackwell.trainer.model import init_weights
 
 NO_OUTPUTS = dict(output_data_dir="", model_dir="")
 
@@ -149,8 +150,7 @@ def test_materialise_initialises_every_parameter_te_does_not(monkeypatch, quanti
     assert abs(emb.std().item() - 0.02) < 0.002 and abs(emb.mean().item()) < 0.002
     # the same values a full initialisation gives the embedding, whatever it skipped
     reference = _MetaModel(cfg.model.vocab_size, 64).to_empty(device="cpu")
-    model_mod = __import__("kfp_sagemaker_blackwell.trainer.model", fromlist=["init_weights"])
-    model_mod.init_weights(reference, cfg.model, cfg.seed)
+    init_weights(reference, cfg.model, cfg.seed)
     assert torch.equal(emb, reference.tok_embeddings.weight)
     block = model.block.weight
     assert torch.equal(block, torch.full_like(block, 7.0)) == quantized

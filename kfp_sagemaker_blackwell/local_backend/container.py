@@ -67,8 +67,8 @@ def env_name(name: str) -> str:
 # Master ports come from below the kernel's ephemeral range. A port that the kernel picks for a
 # bind to port 0 is ephemeral, and once released, any outgoing connection can take it as its local end
 # before torchrun binds it (the launchers' and tests' HTTP polls make thousands). torchrun then
-# exits 1 with EADDRINUSE. Seen once under load: a two-host job, ExitCode 1. A port below the range
-# is only ever taken by an explicit bind.
+# exits 1 with EADDRINUSE: the likely cause of one two-host job's ExitCode 1 under load (its log
+# was not kept, so not confirmed). A port below the range is only ever taken by an explicit bind.
 MASTER_PORTS = (20000, 32767)
 _given: list[int] = []  # ports this process handed out lately: never twice in a row of jobs
 

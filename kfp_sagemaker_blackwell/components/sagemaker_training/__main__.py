@@ -37,6 +37,9 @@ from kfp_sagemaker_blackwell.common.execution_context import (
 # Parameters a pipeline fills (KFP placeholders, the loop's items): this command
 # line declares its own run id, task and pipeline below.
 PIPELINE_ONLY = ("run_id", "task", "pipeline", "budget_items")
+# The component's signature, read from its source: importing component.py would import kfp
+# (0.4 s at every start) for a parser.
+COMPONENT = "kfp_sagemaker_blackwell.components.sagemaker_training.component:sagemaker_training"
 CLI_TASK, CLI_PIPELINE = "sagemaker-training", "cli"
 # Spellings of earlier versions, still accepted with a warning.
 ALIASES = {"--poll-interval": "poll_interval_seconds", "--hyperparameter": "hyperparameters",
@@ -60,11 +63,8 @@ DESCRIPTION = (
 
 
 def build_parser() -> tuple[argparse.ArgumentParser, list[cli.Parameter]]:
-    # The component's signature, read from its source: importing component.py would import kfp
-    # (0.4 s at every start) for a parser.
     parser, params = cli.derived_parser(
-        "kfp_sagemaker_blackwell.components.sagemaker_training.component:sagemaker_training",
-        doc=DESCRIPTION, exclude=PIPELINE_ONLY,
+        COMPONENT, doc=DESCRIPTION, exclude=PIPELINE_ONLY,
         title="parameters (the sagemaker_training component's)", aliases=ALIASES,
         notes={"memory_plan": "or @FILE to read it from a file"})
     g = parser.add_argument_group("this command line")
