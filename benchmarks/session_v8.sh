@@ -33,9 +33,10 @@ say() { echo "[$(date -u +%H:%M:%S)] $*" | tee -a $LOG; }
 # segments); the planner's answer runs three times in all (--repeat 3).
 TORCH_BOUNDARY=${TORCH_BOUNDARY:-"8b:4/2048/no-ckpt/bf16,3b:6/4096/ckpt/bf16,14b:6/4096/no-ckpt/bf16"}
 # The profiles: issue 40 item 1 (the 1b step of the bar) and issue 36 item 2 (a 2k-token fp8 step
-# on a 4096-wide model: 8b L4 b1 s2048 is in a grid family, cal-w4096 b4 s2048, so what is read
+# on a 4096-wide model, 8b L4 b1 s2048, in the grid family of cal-w4096 b4 s2048, and a 4k-token
+# step of 14b L3, val-14b-L3-b1-s4096 itself: steps where the parameters' costs dominate), so what is read
 # from it can be checked on the held-out 1-2k-token families, 8b L4 s1024 among them).
-PROFILE_SHAPES=${PROFILE_SHAPES:-"1b:4:4096,8b:1:2048:4"}
+PROFILE_SHAPES=${PROFILE_SHAPES:-"1b:4:4096,8b:1:2048:4,14b:1:4096:3"}
 MEM_MIB=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null | head -1 | tr -d ' ')
 MEM_MIB=${MEM_MIB:-143771}
 MEM_BYTES=$(( MEM_MIB * 1048576 ))
@@ -110,7 +111,7 @@ case $stage in
       else say "background torch boundaries: rc $(cat $S/bg.rc)"; fi
     fi
     small_steps 260   # the first 7 runs: 1b b4 s4096 bf16 and fp8, and each lever on it (qinit again)
-    step profile 220 bash -c "python3 benchmarks/trainer/profile_step.py --shapes $PROFILE_SHAPES \
+    step profile 300 bash -c "python3 benchmarks/trainer/profile_step.py --shapes $PROFILE_SHAPES \
       --precisions bf16,fp8 --iters 4 --time-budget \$BUDGET --out-dir $S"
     torch_boundaries 300
     small_steps 900
