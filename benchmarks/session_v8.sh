@@ -45,7 +45,13 @@ LFL="python3 benchmarks/trainer/like_for_like.py --stages small --state $S/lfl_s
 bundle() {
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,power.draw,temperature.gpu \
     --format=csv >> $S/nvidia_smi.log 2>&1
-  tar -czf "$OUT/session_v8.tgz" -C "$S" --exclude='*.tgz' --exclude=./tree . 2>/dev/null
+  tar -czf "$OUT/session_v8.tgz" -C "$S" --exclude='*.tgz' --exclude='*.json.gz' --exclude=./tree . 2>/dev/null
+  # the profiles' traces apart (a file comes back only under 16 MiB): as many as fit, smallest first
+  rm -f "$OUT"/traces_*.tar; local n=0 size=0 f
+  for f in $(cd $S && ls -Sr *.json.gz 2>/dev/null); do
+    size=$(( size + $(stat -c %s $S/$f) )); [ $size -gt 15000000 ] && { n=$(( n + 1 )); size=$(stat -c %s $S/$f); }
+    tar -rf "$OUT/traces_$n.tar" -C "$S" "$f"
+  done
   cp $LOG "$OUT/session_v8.log"
 }
 
