@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from kfp_sagemaker_blackwell.catalog import hardware  # noqa: E402
-from kfp_sagemaker_blackwell.catalog.spec import ModelSpec  # noqa: E402
+from kfp_sagemaker_blackwell.catalog.spec import ModelSpec, preset  # noqa: E402
 from kfp_sagemaker_blackwell.planning import throughput  # noqa: E402
 from kfp_sagemaker_blackwell.planning.training_setup import TrainingSetup  # noqa: E402
 
@@ -808,6 +808,61 @@ def evaluate_session(directory: Path = SESSION_V6, fitted: dict[str, Any] | None
     }
 
 
+# What a profiled step's kernels measure, by the model's part (profile_step.py --shapes categories).
+PROFILE_PARTS = {
+    "gemm": ("gemm",), "attention": ("attention",), "quantization": ("fp8_cast_transpose_amax",),
+    "elementwise": ("normalization", "elementwise", "memcpy_memset", "other"), "loss": ("loss",),
+    "optimizer": ("optimizer", "grad_clip"), "fsdp_copies": ("fsdp_copies_collectives",),
+}
+
+
+def profile_vs_model(profile: dict[str, Any], gpu: str) -> list[dict[str, Any]]:
+    """Each profiled run of ``profile_step.py --shapes`` (ids ``PRESET-BATCH-SEQ[-LAYERS]/trainer/PREC``)
+    beside the model's parts for the same setup: ms per step of GPU kernels per part, measured
+    (the categories of PROFILE_PARTS) and predicted. The profiler's wall time is not a step time
+    (tracing slows the host); the kernels' times are the GPU's."""
+    out = []
+    for rid, rec in profile.items():
+        if "ms_per_iter" not in rec:
+            continue
+        shape, _, prec = rid.split("/")
+        bits = shape.split("-")
+        n = 0  # the trailing numbers: BATCH, SEQ[, LAYERS]
+        while n < len(bits) and bits[-1 - n].isdigit():
+            n += 1
+        preset_name, nums = "-".join(bits[:-n]), [int(b) for b in bits[-n:]]
+        batch, seq, layers = nums[0], nums[1], (nums[2] if n > 2 else None)
+        spec = preset(preset_name)
+        if layers:
+            spec = dataclasses.replace(spec, num_layers=layers)
+        p = throughput.predict(TrainingSetup(spec, batch, seq, prec, False, 1), gpu)
+        measured = rec["ms_per_iter"]
+        row = {"run": rid, "parts": {}}
+        for part, cats in PROFILE_PARTS.items():
+            pred = (p.parts[part] + (p.parts["lm_head"] if part == "gemm" else 0.0)) * 1e3
+            row["parts"][part] = {"measured_ms": round(sum(measured.get(c, 0.0) for c in cats), 2),
+                                  "predicted_ms": round(pred, 2)}
+        row["gpu_busy_ms"] = rec.get("busy_ms_per_iter")
+        row["predicted_gpu_ms"] = round(sum(v["predicted_ms"] for v in row["parts"].values()), 2)
+        row["predicted_step_ms"] = round(p.step_seconds * 1e3, 2)
+        row["host"] = rec.get("host", {})
+        out.append(row)
+    return out
+
+
+def profile_markdown(rows_: list[dict[str, Any]]) -> str:
+    out = ["| run | " + " | ".join(PROFILE_PARTS) + " | GPU busy | predicted GPU | predicted step |",
+           "|---|" + "---:|" * (len(PROFILE_PARTS) + 3)]
+    for r in rows_:
+        cells = [f"{v['measured_ms']:.1f} / {v['predicted_ms']:.1f}" for v in r["parts"].values()]
+        out.append(f"| {r['run']} | " + " | ".join(cells) + f" | {r['gpu_busy_ms']} | {r['predicted_gpu_ms']} | "
+                   f"{r['predicted_step_ms']} |")
+    out.append("\nEach cell: measured / predicted ms per step (kernels; the model's gemm includes its lm_head; "
+               "the profile's categories per part: "
+               + "; ".join(f"{k} = {' + '.join(v)}" for k, v in PROFILE_PARTS.items()) + ").")
+    return "\n".join(out)
+
+
 def session_markdown(ev: dict[str, Any]) -> str:
     lines = ["| evaluation | runs | families | median | worst | worst too fast | signed median | "
              "speed-up pairs | speed-up median | speed-up worst |",
@@ -857,7 +912,13 @@ def main(argv: list[str] | None = None) -> int:
                     "issue 36's evaluations (a), (b), (c) (refits: a minute); with --session-out "
                     "writes them")
     ap.add_argument("--session-out", type=Path)
+    ap.add_argument("--profile", type=Path, help="profile_step.py --shapes's profile_shapes.json: each run's "
+                    "kernel time per model part, measured beside predicted (with --gpu)")
+    ap.add_argument("--gpu", default="H100", help="with --profile: the GPU the profile ran on")
     args = ap.parse_args(argv)
+    if args.profile:
+        print(profile_markdown(profile_vs_model(json.loads(args.profile.read_text()), args.gpu)))
+        return 0
     if args.session:
         ev = evaluate_session(args.session)
         if args.session_out:
