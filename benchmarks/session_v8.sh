@@ -11,7 +11,9 @@
 #                                               # 40's 1b b4 s4096 pair and levers (qinit again), the
 #                                               # profiles (issue 40 item 1 at 1b b4 s4096; issue 36 item 2
 #                                               # at 8b L4 b1 s2048, a grid family), the table's rest
-#   bash benchmarks/session_v8.sh torch SECONDS # the torch-backend boundaries alone, in the foreground
+#   bash benchmarks/session_v8.sh torch SECONDS # no TE (a lease too short to build it): the torch-backend
+#                                               # boundaries in the foreground, then the torch backend's
+#                                               # profiles of the same steps (resumable)
 #   bash benchmarks/session_v8.sh dry           # every step's --dry-run on the CPU
 # Every call bundles the state (/root/s8: every JSON, log and gzipped trace) into $OUT/session_v8.tgz.
 set -uo pipefail
@@ -37,6 +39,7 @@ TORCH_BOUNDARY=${TORCH_BOUNDARY:-"8b:4/2048/no-ckpt/bf16,3b:6/4096/ckpt/bf16,14b
 # step of 14b L3, val-14b-L3-b1-s4096 itself: steps where the parameters' costs dominate), so what is read
 # from it can be checked on the held-out 1-2k-token families, 8b L4 s1024 among them).
 PROFILE_SHAPES=${PROFILE_SHAPES:-"1b:4:4096,8b:1:2048:4,14b:1:4096:3"}
+PROFILE_TORCH_SHAPES=${PROFILE_TORCH_SHAPES:-"8b:1:2048:4,14b:1:4096:3,1b:4:4096"}
 MEM_MIB=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null | head -1 | tr -d ' ')
 MEM_MIB=${MEM_MIB:-143771}
 MEM_BYTES=$(( MEM_MIB * 1048576 ))
@@ -128,12 +131,17 @@ case $stage in
            # torch-backend boundaries in the foreground, then the bundle
     [ -f $S/torch.machine ] || { machine; touch $S/torch.machine; }
     torch_boundaries $(( total - 20 ))
+    # the same steps' parameter costs (optimizer, FSDP copies, loss) without TE: the torch
+    # backend's profile (issue 36 item 2's torch side; the TE profile needs the te stage)
+    step profile_torch 200 bash -c "python3 benchmarks/trainer/profile_step.py --backend torch \
+      --shapes $PROFILE_TORCH_SHAPES --precisions bf16 --iters 4 --time-budget \$BUDGET --out-dir $S"
     say "torch: call ends; done: $(cd $S && ls *.done 2>/dev/null | tr '\n' ' ')"
     bundle
     ;;
   dry)
     $LFL --dry-run | awk '{print $1, $2, $3}' | tail -3
     python3 benchmarks/trainer/profile_step.py --shapes $PROFILE_SHAPES --precisions bf16,fp8 --dry-run | cut -c1-60
+    python3 benchmarks/trainer/profile_step.py --backend torch --shapes $PROFILE_TORCH_SHAPES --precisions bf16 --dry-run | cut -c1-60
     python3 benchmarks/memory/boundary.py --dry-run --backend torch --configs "$TORCH_BOUNDARY" --gpu-memory-bytes $MEM_BYTES | tail -4
     ;;
   *) echo "unknown stage $stage" >&2; exit 2 ;;

@@ -817,7 +817,7 @@ PROFILE_PARTS = {
 
 
 def profile_vs_model(profile: dict[str, Any], gpu: str) -> list[dict[str, Any]]:
-    """Each profiled run of ``profile_step.py --shapes`` (ids ``PRESET-BATCH-SEQ[-LAYERS]/trainer/PREC``)
+    """Each profiled run of ``profile_step.py --shapes`` (ids ``PRESET-BATCH-SEQ[-LAYERS]/trainer[-BACKEND]/PREC``)
     beside the model's parts for the same setup: ms per step of GPU kernels per part, measured
     (the categories of PROFILE_PARTS) and predicted. The profiler's wall time is not a step time
     (tracing slows the host); the kernels' times are the GPU's."""
@@ -825,7 +825,8 @@ def profile_vs_model(profile: dict[str, Any], gpu: str) -> list[dict[str, Any]]:
     for rid, rec in profile.items():
         if "ms_per_iter" not in rec:
             continue
-        shape, _, prec = rid.split("/")
+        shape, side, prec = rid.split("/")
+        backend = side.split("-", 1)[1] if "-" in side else "te"
         bits = shape.split("-")
         n = 0  # the trailing numbers: BATCH, SEQ[, LAYERS]
         while n < len(bits) and bits[-1 - n].isdigit():
@@ -835,7 +836,7 @@ def profile_vs_model(profile: dict[str, Any], gpu: str) -> list[dict[str, Any]]:
         spec = preset(preset_name)
         if layers:
             spec = dataclasses.replace(spec, num_layers=layers)
-        p = throughput.predict(TrainingSetup(spec, batch, seq, prec, False, 1), gpu)
+        p = throughput.predict(TrainingSetup(spec, batch, seq, prec, False, 1, backend=backend), gpu)
         measured = rec["ms_per_iter"]
         row = {"run": rid, "parts": {}}
         for part, cats in PROFILE_PARTS.items():

@@ -245,9 +245,11 @@ def _fmt(x: float | None) -> str:
 EXPECT_S = {("fsdp", "bf16"): 47, ("fsdp", "fp8"): 37, ("trainer", "bf16"): 53, ("trainer", "fp8"): 46}
 
 
-def shape_runs(shapes: str, iters: int, precisions: list[str], trainer_flags: list[str]) -> list[lfl.Run]:
+def shape_runs(shapes: str, iters: int, precisions: list[str], trainer_flags: list[str],
+               backend: str = "te") -> list[lfl.Run]:
     """``--shapes PRESET:BATCH:SEQ[:LAYERS],...``: the trainer alone at each shape (issue 40's 1b
-    step; issue 36's small fp8 step on a wide model), its trace kept for the host-time table."""
+    step; issue 36's small fp8 step on a wide model), its trace kept for the host-time table.
+    ``backend`` torch: the trainer's torch backend (no TransformerEngine; its run ids say so)."""
     out = []
     for item in filter(None, shapes.split(",")):
         parts = item.split(":")
@@ -257,11 +259,12 @@ def shape_runs(shapes: str, iters: int, precisions: list[str], trainer_flags: li
         layers = ["--num-layers", parts[3]] if len(parts) == 4 else []
         sid = item.replace(":", "-")
         for prec in precisions:
-            run = lfl.Run(f"{sid}/trainer/{prec}", "trainer", batch, False, prec, "te", preset=preset, seq=seq,
+            side = "trainer" if backend == "te" else f"trainer-{backend}"
+            run = lfl.Run(f"{sid}/{side}/{prec}", "trainer", batch, False, prec, backend, preset=preset, seq=seq,
                           iters=lfl.WARMUP + iters + 1, flags=[*layers, *trainer_flags], timeout=150,
                           expect_s=40 + 1.2 * max(0, iters - 4))
             run.profile_window = (lfl.WARMUP + 1, lfl.WARMUP + 1 + iters)
-            run.trace = f"/tmp/profile_step_{sid}_{prec}.json"
+            run.trace = f"/tmp/profile_step_{sid}_{side}_{prec}.json"
             out.append(run)
     return out
 
@@ -288,6 +291,8 @@ def main() -> int:
     p.add_argument("--iters", type=int, default=4, help="steady iterations profiled per run")
     p.add_argument("--precisions", default="bf16,fp8")
     p.add_argument("--trainer-flags", default="", help="extra trainer flags (a lever), one string")
+    p.add_argument("--backend", choices=("te", "torch"), default="te",
+                   help="with --shapes: the trainer's backend (torch: no TransformerEngine needed)")
     p.add_argument("--shapes", default="", help="PRESET:BATCH:SEQ[:LAYERS],...: profile the trainer alone at "
                    "these shapes (instead of fsdp.py and the trainer at b8-noac); each trace is kept gzipped")
     p.add_argument("--out-dir", default=os.environ.get("OUT", "/tmp"))
@@ -298,7 +303,7 @@ def main() -> int:
     if a.analyse:
         print(json.dumps(analyse(json.loads(Path(a.analyse).read_text()), a.wall_s, a.iters), indent=1))
         return 0
-    todo = (shape_runs(a.shapes, a.iters, a.precisions.split(","), shlex.split(a.trainer_flags)) if a.shapes
+    todo = (shape_runs(a.shapes, a.iters, a.precisions.split(","), shlex.split(a.trainer_flags), a.backend) if a.shapes
             else runs(a.iters, a.precisions.split(","), shlex.split(a.trainer_flags)))
     if a.dry_run:
         total = 0.0
@@ -334,7 +339,7 @@ def main() -> int:
         else:
             rec["error_tail"] = [ln[:300] for ln in text.splitlines() if lfl.KEEP.search(ln)][-15:]
         results[run.id] = rec
-        name = "profile_shapes" if a.shapes else "profile_step"
+        name = ("profile_shapes" + ("" if a.backend == "te" else f"_{a.backend}")) if a.shapes else "profile_step"
         (out_dir / f"{name}.json").write_text(json.dumps(results, indent=1))
         (out_dir / f"{name}.md").write_text(shapes_table(results) if a.shapes else table(results))
         print(f"[profile] {run.id}: rc={rc} wall={rec['wall_s']} s idle={rec.get('gpu_idle_fraction')}", flush=True)
