@@ -250,3 +250,40 @@ def test_host_time_sums_the_launching_threads_outermost_ranges_per_iteration(too
     assert host["outer_ranges_ms_per_iter"] == round((100 + 40 + 60) * 1e-3 / 2, 3)
     assert host["top_outer_ranges"][0] == {"name": "te::linear_fwd", "ms_per_iter": 0.08}
     assert ps.host_time([_x("cpu_op", "x", 0, 1)], 1) == {}
+
+
+def test_shape_profiles_run_the_backend_asked_for_and_name_it(tools):
+    # issue 36 item 2's torch side: the same steps without TransformerEngine, their traces and
+    # ids apart from the TE runs' (session_v8.sh's torch stage)
+    _, prof = tools
+    te = prof.shape_runs("8b:1:2048:4", 4, ["bf16"], [])
+    torch_ = prof.shape_runs("8b:1:2048:4,te-fsdp-example:2:2048", 4, ["bf16"], [], backend="torch")
+    assert [r.id for r in te] == ["8b-1-2048-4/trainer/bf16"]
+    assert [r.id for r in torch_] == ["8b-1-2048-4/trainer-torch/bf16", "te-fsdp-example-2-2048/trainer-torch/bf16"]
+    cmd = torch_[0].command()
+    assert cmd[cmd.index("--backend") + 1] == "torch" and cmd[cmd.index("--num-layers") + 1] == "4"
+    assert te[0].trace != torch_[0].trace
+    with pytest.raises(SystemExit, match="PRESET:BATCH:SEQ"):
+        prof.shape_runs("8b:1", 4, ["bf16"], [])
+
+
+def test_a_profile_is_compared_part_by_part_with_the_models_prediction_for_the_same_setup():
+    accuracy = importlib.import_module("benchmarks.throughput.model_accuracy")
+    profile = json.loads((BENCH / "raw" / "issue26_profile_h200.json").read_text())
+    # issue 26's trainer runs (te-fsdp-example, batch 8, seq 8192), named as --shapes names them
+    runs = {f"te-fsdp-example-8-8192/trainer-te/{k.split('/')[1]}": v
+            for k, v in profile.items() if k.startswith("trainer/")}
+    rows = {r["run"]: r for r in accuracy.profile_vs_model(runs, "H200")}
+    fp8 = rows["te-fsdp-example-8-8192/trainer-te/fp8"]
+    # every kernel category lands in exactly one part: the parts add up to the kernel total
+    measured = sum(p["measured_ms"] for p in fp8["parts"].values())
+    assert measured == pytest.approx(profile["trainer/fp8"]["kernel_ms_per_iter"], abs=0.05)
+    assert fp8["parts"]["optimizer"]["measured_ms"] == pytest.approx(8.17 + 3.37, abs=0.01)
+    # the prediction is the model's for that setup on that GPU, part by part
+    from kfp_sagemaker_blackwell.catalog.spec import preset
+    from kfp_sagemaker_blackwell.planning import throughput
+    from kfp_sagemaker_blackwell.planning.training_setup import TrainingSetup
+    p = throughput.predict(TrainingSetup(preset("te-fsdp-example"), 8, 8192, "fp8", False, 1), "H200")
+    assert fp8["predicted_step_ms"] == pytest.approx(p.step_seconds * 1e3, abs=0.01)
+    assert fp8["parts"]["fsdp_copies"]["predicted_ms"] == pytest.approx(p.parts["fsdp_copies"] * 1e3, abs=0.01)
+    assert "| te-fsdp-example-8-8192/trainer-te/bf16 |" in accuracy.profile_markdown(list(rows.values()))
