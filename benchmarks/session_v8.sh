@@ -83,6 +83,12 @@ torch_boundaries() {
     $( [ -f $S/boundary_torch.json ] && echo --resume)"
 }
 
+torch_profiles() {  # the same steps' parameter costs (optimizer, FSDP copies, loss) without TE:
+  # the torch backend's profile (issue 36 item 2's torch side; the TE profile needs the te stage)
+  step profile_torch 200 bash -c "python3 benchmarks/trainer/profile_step.py --backend torch \
+    --shapes $PROFILE_TORCH_SHAPES --precisions bf16 --iters 4 --time-budget \$BUDGET --out-dir $S"
+}
+
 small_left() { $LFL --dry-run 2>/dev/null | grep -c '^S/'; }
 
 small_steps() {  # issue 40's table, resumable; at most $1 seconds of it in this call
@@ -130,11 +136,11 @@ case $stage in
   torch)  # no TransformerEngine (too little device time left to carry and build it): the
            # torch-backend boundaries in the foreground, then the bundle
     [ -f $S/torch.machine ] || { machine; touch $S/torch.machine; }
+    # PROFILE_FIRST=1 (a lease too short for every boundary): the profiles first, then the
+    # boundaries with what is left
+    [ "${PROFILE_FIRST:-0}" = 1 ] && torch_profiles
     torch_boundaries $(( total - 20 ))
-    # the same steps' parameter costs (optimizer, FSDP copies, loss) without TE: the torch
-    # backend's profile (issue 36 item 2's torch side; the TE profile needs the te stage)
-    step profile_torch 200 bash -c "python3 benchmarks/trainer/profile_step.py --backend torch \
-      --shapes $PROFILE_TORCH_SHAPES --precisions bf16 --iters 4 --time-budget \$BUDGET --out-dir $S"
+    torch_profiles
     say "torch: call ends; done: $(cd $S && ls *.done 2>/dev/null | tr '\n' ' ')"
     bundle
     ;;
