@@ -11,6 +11,9 @@
         --session-out benchmarks/throughput/heldout_eval_h100_v6.json
         # one GPU session (issue 36): (a) v4's residuals, (b) refitted on its grid, predicting its
         # held-out families, (c) the same with its measured drift taken out
+    python benchmarks/throughput/model_accuracy.py --profile DIR/profile_shapes_torch.json --gpu H100
+        # a profiled step (benchmarks/trainer/profile_step.py --shapes) part by part: its kernels'
+        # ms per step beside the model's parts for the same setup (issue 36 item 2)
 
 Reads ``h200_grid.json`` beside this file (records with the configuration, ``status``,
 ``tokens_per_s_per_gpu`` and ``split``: ``calibration`` or ``validation``), predicts each
