@@ -309,6 +309,27 @@ def test_the_h100_session_evaluation_is_what_the_model_predicts_now():
     assert torch_b["torch_heldout"]["worst_abs_error"] > torch_b["torch_heldout_v4_torch_residuals"]["worst_abs_error"]
 
 
+def test_holding_the_fsdp_copies_at_their_formula_does_not_fix_the_small_step_misses():
+    """The study in benchmarks/throughput/README.md ("Prepared, not run"): evaluation (b) with
+    one residual held. Held at its own fitted value it is (b); held at the formula's 1.0 (no
+    residual on the FSDP copies) the median and the speed-up's worst get worse, and the worst
+    run is still a parameter-dominated 1k-token step, predicted 30% too fast."""
+    import json
+
+    acc = _accuracy()
+    ev = json.loads(HELD_OUT_H100.read_text())
+    b = ev["b_refit_on_session_grid"]["te_heldout"]
+    same = acc.session_variant(acc.SESSION_V6, {"fsdp_copy_scale": ev["fits"]["b"]["fsdp_copy_scale"]})
+    assert same["te_heldout"]["median_abs_error"] == pytest.approx(b["median_abs_error"], abs=0.002)
+    assert same["te_heldout"]["worst_too_fast"] == pytest.approx(b["worst_too_fast"], abs=0.003)
+    formula = acc.session_variant(acc.SESSION_V6, {"fsdp_copy_scale": 1.0})
+    assert "fsdp_copy_scale" not in formula["fitted"] and "fsdp_copy_scale" in acc.FIT  # restored
+    h = formula["te_heldout"]
+    assert h["median_abs_error"] > b["median_abs_error"] + 0.015  # 7.2% vs 5.1%
+    assert h["worst_speedup_error"] > b["worst_speedup_error"]
+    assert h["worst_too_fast"] > 0.29  # 30.2%: still the 1k-token 8b L4 step
+
+
 def test_session_runs_are_timed_from_the_driver_log():
     """Each run's time (for the drift) comes from driver.log's call windows and the runs' own
     durations: the grid's 51 runs span its two calls, the held-out runs come after them, the

@@ -11,6 +11,9 @@
         --session-out benchmarks/throughput/heldout_eval_h100_v6.json
         # one GPU session (issue 36): (a) v4's residuals, (b) refitted on its grid, predicting its
         # held-out families, (c) the same with its measured drift taken out
+    python benchmarks/throughput/model_accuracy.py --session benchmarks/throughput/raw/session_v6_h100 \
+        --variant fsdp_copy_scale=1.0
+        # (b) with one residual held at a value, the others refitted: a study's held-out figures
     python benchmarks/throughput/model_accuracy.py --profile DIR/profile_shapes_torch.json --gpu H100
         # a profiled step (benchmarks/trainer/profile_step.py --shapes) part by part: its kernels'
         # ms per step beside the model's parts for the same setup (issue 36 item 2)
@@ -811,6 +814,27 @@ def evaluate_session(directory: Path = SESSION_V6, fitted: dict[str, Any] | None
     }
 
 
+def session_variant(directory: Path, held: dict[str, float]) -> dict[str, Any]:
+    """Evaluation (b) of a session with residuals of FIT held at ``held`` (the others refitted
+    on the session's grid): a study of what a value would do, not a shipped fit. Its
+    held-out and in-sample summaries (the runs and pairs left out)."""
+    global FIT
+    saved = FIT
+    try:
+        FIT = tuple(n for n in FIT if n not in held)
+        _BASE.append(with_dict(held, base()))
+        split = session_split(load_session(directory))
+        x = fit_families(split["grid"], lambda r: True)
+        c = with_values(x)
+        brief = lambda e: {k: v for k, v in e.items() if k not in ("speedups", "runs")}  # noqa: E731
+        return {"held": held, "fitted": dict(zip(FIT, x, strict=True)),
+                "te_heldout": brief(_evaluation(rows(split["heldout"], None, c))),
+                "te_grid_in_sample": brief(_evaluation(rows(split["grid"], None, c)))}
+    finally:
+        FIT = saved
+        _BASE.pop()
+
+
 # What a profiled step's kernels measure, by the model's part (profile_step.py --shapes categories).
 PROFILE_PARTS = {
     "gemm": ("gemm",), "attention": ("attention",), "quantization": ("fp8_cast_transpose_amax",),
@@ -907,7 +931,9 @@ def main(argv: list[str] | None = None) -> int:
                     "(raw/lofo_all_h200_v3.json)")
     ap.add_argument("--variant", action="append", default=[], metavar="FIELD=JSON",
                     help="with --union-lofo / --fit-union / --union-table: a Constants field "
-                    "changed for a study (e.g. host_overlap_exponent=20); write with --union-out")
+                    "changed for a study (e.g. host_overlap_exponent=20); write with --union-out. "
+                    "With --session: a residual of the fit held at a value (e.g. fsdp_copy_scale=1.0), "
+                    "the others refitted on the session's grid, its held-out summary printed")
     ap.add_argument("--union-out", type=Path, help="where --union-lofo writes (default: "
                     "lofo_all_h200.json, or raw/lofo_all_h200_v3.json with --v3)")
     ap.add_argument("--blackwell", action="store_true",
@@ -922,6 +948,10 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.profile:
         print(profile_markdown(profile_vs_model(json.loads(args.profile.read_text()), args.gpu)))
+        return 0
+    if args.session and args.variant:  # a study: the named residuals held, the rest refitted
+        held = {k: float(v) for k, v in (a.split("=", 1) for a in args.variant)}
+        print(json.dumps(_finite(session_variant(args.session, held)), indent=1))
         return 0
     if args.session:
         ev = evaluate_session(args.session)
