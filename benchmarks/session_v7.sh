@@ -15,83 +15,19 @@
 set -uo pipefail
 stage=${1:?stage: bg, te or dry}
 total=${2:-540}
-end=$(( $(date +%s) + total ))
-left() { echo $(( end - $(date +%s) - ${1:-0} )); }
-export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-OUT=${OUT:-/tmp/s7_out}
-S=${S7_STATE:-/root/s7}
-mkdir -p "$OUT" "$S"
-[ -f $S/session_id ] || echo "gpu-$(date -u +%Y%m%dT%H%M%SZ)-$RANDOM" > $S/session_id
-export GPU_SESSION_ID=$(cat $S/session_id)
-LOG=$S/driver.log
-say() { echo "[$(date -u +%H:%M:%S)] $*" | tee -a $LOG; }
+SESSION=session_v7 OUT=${OUT:-/tmp/s7_out} S=${S7_STATE:-/root/s7}
 # Issue 41's held-out boundary shapes (none in a fit), both backends, with and without
 # checkpointing, the trainer's default allocator (expandable segments); the planner's answer
 # runs three times in all (--repeat 3).
 # None of them is a shape of session v6's H100 boundaries (the expandable reserve's fit and its check).
 TORCH_BOUNDARY=${TORCH_BOUNDARY:-"1b/8192/ckpt/bf16,8b:4/2048/no-ckpt/bf16,3b:6/4096/ckpt/bf16,14b:6/4096/no-ckpt/bf16"}
 TE_BOUNDARY=${TE_BOUNDARY:-"1b/8192/ckpt/fp8,8b:4/2048/no-ckpt/fp8,3b:6/4096/ckpt/bf16,14b:4/8192/ckpt/bf16"}
-MEM_MIB=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null | head -1 | tr -d ' ')
-MEM_MIB=${MEM_MIB:-143771}
-MEM_BYTES=$(( MEM_MIB * 1048576 ))
+source "$(dirname "$0")/session_common.sh"
 BUDGET_GIB=$(( MEM_MIB * 85 / 102400 ))   # fsdp.py packing: 85% of the GPU
-LFL="python3 benchmarks/trainer/like_for_like.py --stages small --state $S/lfl_state.json --out $S/small_steps_raw.json --raw-log $S/small_steps_raw.log"
-
-bundle() {
-  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,power.draw,temperature.gpu \
-    --format=csv >> $S/nvidia_smi.log 2>&1
-  tar -czf "$OUT/session_v7.tgz" -C "$S" --exclude='*.tgz' --exclude=./tree . 2>/dev/null
-  cp $LOG "$OUT/session_v7.log"
-}
-
-machine() {
-  { date -u; nvidia-smi; python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)";
-    python3 -c "import transformer_engine as t; print('transformer_engine', t.__version__)" 2>&1 | tail -1;
-    echo "session $GPU_SESSION_ID"; } >> $S/machine.txt 2>&1
-}
-
-# step NAME CAP COMMAND...: once (a .done marker), at most CAP seconds or what is left.
-step() {
-  local name=$1 cap=$2; shift 2
-  if [ -f $S/$name.done ]; then say "$name: done earlier"; return 0; fi
-  local b; b=$(left 15); [ "$b" -gt "$cap" ] && b=$cap
-  if [ "$b" -lt 40 ]; then say "$name: not enough time left ($b s)"; return 1; fi
-  say "+ $* (budget $b s)"
-  BUDGET=$b timeout $(( b + 60 )) "$@" >> $S/$name.log 2>&1
-  local rc=$?
-  if [ $rc -eq 0 ] && ! tail -5 $S/$name.log | grep -q "time budget reached"; then touch $S/$name.done; fi
-  say "$name: rc $rc; last: $(tail -c 400 $S/$name.log | tail -2 | tr '\n' ' ')"
-}
-
-torch_boundaries() {
-  step boundary_torch "${1:-600}" bash -c "python3 benchmarks/memory/boundary.py --backend torch --configs '$TORCH_BOUNDARY' \
-    --out $S/boundary_torch.json --gpu-memory-bytes $MEM_BYTES --time-budget \$BUDGET --run-timeout 150 --repeat 3 \
-    $( [ -f $S/boundary_torch.json ] && echo --resume)"
-}
-
-small_left() { $LFL --dry-run 2>/dev/null | grep -c '^S/'; }
-
-small_steps() {  # issue 40's table, resumable; at most $1 seconds of it in this call
-  [ -f $S/small.done ] && return 0
-  local b; b=$(left 15); [ "$b" -gt "$1" ] && b=$1
-  [ "$b" -lt 40 ] && return 1
-  say "+ small-step table (budget $b s; $(small_left) runs left)"
-  timeout $(( b + 60 )) $LFL --time-budget $b >> $S/small.log 2>&1
-  local n; n=$(small_left); say "small: $n runs left"; [ "$n" -eq 0 ] && touch $S/small.done
-  $LFL --table $S/lfl_state.json > $S/small_table.md 2>&1
-}
 
 case $stage in
   bg)
-    if [ -f $S/bg.started ]; then say "bg: already started"; bundle; exit 0; fi
-    machine
-    rm -rf $S/tree && mkdir -p $S/tree
-    tar --exclude=./.git --exclude=./.te -cf - . | (cd $S/tree && tar -xf -)
-    touch $S/bg.started
-    end=$(( $(date +%s) + ${BG_BUDGET:-600} ))
-    export -f step say left torch_boundaries; export S LOG end TORCH_BOUNDARY MEM_BYTES
-    (cd $S/tree && PYTHONPATH=$S/tree setsid bash -c 'torch_boundaries 600; echo $? > $S/bg.rc' < /dev/null > $S/bg.out 2>&1 &)
-    sleep 3; say "bg: started (session $GPU_SESSION_ID, GPU memory $MEM_MIB MiB)"; bundle
+    start_background_boundaries
     ;;
   te)
     python3 -c "import transformer_engine as t; print('transformer_engine', t.__version__)" | tee -a $LOG || exit 3

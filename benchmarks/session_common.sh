@@ -1,0 +1,79 @@
+# The helpers of the one-lease GPU session drivers (benchmarks/session_v7.sh, session_v8.sh):
+# sourced, never run. The driver sets SESSION (its name: the bundle's), S (the state directory),
+# OUT and total (this call's seconds) first, and TORCH_BOUNDARY for torch_boundaries.
+end=$(( $(date +%s) + total ))
+left() { echo $(( end - $(date +%s) - ${1:-0} )); }
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+mkdir -p "$OUT" "$S"
+[ -f $S/session_id ] || echo "gpu-$(date -u +%Y%m%dT%H%M%SZ)-$RANDOM" > $S/session_id
+export GPU_SESSION_ID=$(cat $S/session_id)
+LOG=$S/driver.log
+say() { echo "[$(date -u +%H:%M:%S)] $*" | tee -a $LOG; }
+MEM_MIB=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null | head -1 | tr -d ' ')
+MEM_MIB=${MEM_MIB:-143771}
+MEM_BYTES=$(( MEM_MIB * 1048576 ))
+LFL="python3 benchmarks/trainer/like_for_like.py --stages small --state $S/lfl_state.json --out $S/small_steps_raw.json --raw-log $S/small_steps_raw.log"
+
+bundle() {
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,power.draw,temperature.gpu \
+    --format=csv >> $S/nvidia_smi.log 2>&1
+  tar -czf "$OUT/$SESSION.tgz" -C "$S" --exclude='*.tgz' --exclude='*.json.gz' --exclude=./tree . 2>/dev/null
+  # the profiles' traces apart (a file comes back only under 16 MiB): as many as fit, smallest first
+  rm -f "$OUT"/traces_*.tar; local n=0 size=0 f
+  for f in $(cd $S && ls -Sr *.json.gz 2>/dev/null); do
+    size=$(( size + $(stat -c %s $S/$f) )); [ $size -gt 15000000 ] && { n=$(( n + 1 )); size=$(stat -c %s $S/$f); }
+    tar -rf "$OUT/traces_$n.tar" -C "$S" "$f"
+  done
+  cp $LOG "$OUT/$SESSION.log"
+}
+
+machine() {
+  { date -u; nvidia-smi; python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)";
+    python3 -c "import transformer_engine as t; print('transformer_engine', t.__version__)" 2>&1 | tail -1;
+    echo "session $GPU_SESSION_ID"; } >> $S/machine.txt 2>&1
+}
+
+# step NAME CAP COMMAND...: once (a .done marker), at most CAP seconds or what is left.
+step() {
+  local name=$1 cap=$2; shift 2
+  if [ -f $S/$name.done ]; then say "$name: done earlier"; return 0; fi
+  local b; b=$(left 15); [ "$b" -gt "$cap" ] && b=$cap
+  if [ "$b" -lt 40 ]; then say "$name: not enough time left ($b s)"; return 1; fi
+  say "+ $* (budget $b s)"
+  BUDGET=$b timeout $(( b + 60 )) "$@" >> $S/$name.log 2>&1
+  local rc=$?
+  if [ $rc -eq 0 ] && ! tail -5 $S/$name.log | grep -q "time budget reached"; then touch $S/$name.done; fi
+  say "$name: rc $rc; last: $(tail -c 400 $S/$name.log | tail -2 | tr '\n' ' ')"
+}
+
+torch_boundaries() {
+  step boundary_torch "${1:-600}" bash -c "python3 benchmarks/memory/boundary.py --backend torch --configs '$TORCH_BOUNDARY' \
+    --out $S/boundary_torch.json --gpu-memory-bytes $MEM_BYTES --time-budget \$BUDGET --run-timeout 150 --repeat 3 \
+    $( [ -f $S/boundary_torch.json ] && echo --resume)"
+}
+
+small_left() { $LFL --dry-run 2>/dev/null | grep -c '^S/'; }
+
+small_steps() {  # issue 40's table, resumable; at most $1 seconds of it in this call
+  [ -f $S/small.done ] && return 0
+  local b; b=$(left 15); [ "$b" -gt "$1" ] && b=$1
+  [ "$b" -lt 40 ] && return 1
+  say "+ small-step table (budget $b s; $(small_left) runs left)"
+  timeout $(( b + 60 )) $LFL --time-budget $b >> $S/small.log 2>&1
+  local n; n=$(small_left); say "small: $n runs left"; [ "$n" -eq 0 ] && touch $S/small.done
+  $LFL --table $S/lfl_state.json > $S/small_table.md 2>&1
+}
+
+# The torch-backend boundaries in the background (the bg stage), from a copy of the tree, while
+# TransformerEngine is carried and built: the te stage waits for them or stops them.
+start_background_boundaries() {
+  if [ -f $S/bg.started ]; then say "bg: already started"; bundle; return 0; fi
+  machine
+  rm -rf $S/tree && mkdir -p $S/tree
+  tar --exclude=./.git --exclude=./.te -cf - . | (cd $S/tree && tar -xf -)
+  touch $S/bg.started
+  end=$(( $(date +%s) + ${BG_BUDGET:-600} ))
+  export -f step say left torch_boundaries; export S LOG end TORCH_BOUNDARY MEM_BYTES
+  (cd $S/tree && PYTHONPATH=$S/tree setsid bash -c 'torch_boundaries 600; echo $? > $S/bg.rc' < /dev/null > $S/bg.out 2>&1 &)
+  sleep 3; say "bg: started (session $GPU_SESSION_ID, GPU memory $MEM_MIB MiB)"; bundle
+}
