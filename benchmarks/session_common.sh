@@ -44,6 +44,7 @@ step() {
   local rc=$?
   if [ $rc -eq 0 ] && ! tail -5 $S/$name.log | grep -q "time budget reached"; then touch $S/$name.done; fi
   say "$name: rc $rc; last: $(tail -c 400 $S/$name.log | tail -2 | tr '\n' ' ')"
+  return $rc
 }
 
 torch_boundaries() {
