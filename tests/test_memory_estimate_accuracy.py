@@ -499,31 +499,38 @@ def test_planner_answers_the_h100_expandable_segments_boundaries_within_the_bar(
 
 
 def test_planner_answers_held_out_h100_boundaries_within_the_bar_and_its_answer_runs_three_times():
-    # Issue 41's check on shapes no constant was fitted on (session v7, one H100, 2026-12-07):
+    # Issue 41's check on shapes no constant was fitted on (one H100, 2026-12-07). Session v7:
     # TE 1b s8192 ckpt fp8 14 (15 oom), 8b L4 s2048 fp8 27 (28), 3b L6 s4096 ckpt bf16 30 (31),
-    # 14b L4 s8192 ckpt bf16 8 (9); torch 1b s8192 ckpt 14 (15). The planner answers 13, 26, 29,
-    # 8 and 13, and each answer ran three times in fresh processes. Incomplete: torch 8b L4
-    # s2048, 22 ran and 24 did not (23 not run): the answer 21 ran once.
-    complete = 0
+    # 14b L4 s8192 ckpt bf16 8 (9); torch 1b s8192 ckpt 14 (15). Session v8: torch 8b L4 s2048
+    # no-ckpt 22 (23), torch 3b L6 s4096 ckpt 30 (31). The planner answers 13, 26, 29, 8, 13, 21
+    # and 29, and each answer ran three times in fresh processes. Undecided: v7's torch 8b L4
+    # (23 not run; v8 decided it) and v8's torch 14b L6 s4096 no-ckpt (the answer 5 ran once,
+    # nothing above it was run): each answer that was run ran, and no batch at or below it failed.
+    complete = undecided = 0
     for path in _compare_module().HELD_OUT_BOUNDARIES:
         doc = json.loads(path.read_text())
         for b in doc["boundaries"]:
             keys = ("preset", "num_layers", "seq_length", "activation_checkpointing", "precision")
             runs = [r for r in doc["results"] if all(r[k] == b[k] for k in keys)]
             ran = max(r["batch_size"] for r in runs if r["status"] == "ok")
-            oom = min(r["batch_size"] for r in runs if r["status"] == "oom")
+            oom = min((r["batch_size"] for r in runs if r["status"] == "oom"), default=None)
             got = _h100_answer(doc, b)
             where = (path.name, b["preset"], b["seq_length"], b["activation_checkpointing"], got, ran, oom)
             assert got == b["predicted_largest"], where  # the answer the repeats ran is today's
-            assert ran - 1 <= got <= ran, where
             assert [r["status"] for r in runs if r["batch_size"] == got][:1] == ["ok"], where
             default = boundary_answer_without_expandable_segments(doc, b)
-            assert default <= got < oom, where
+            assert default <= got <= ran, where
+            if oom is None:
+                undecided += 1
+                continue
+            assert ran - 1 <= got < oom, where
             if oom == ran + 1:
                 complete += 1
                 assert b["planner_ran_every_time"] and b["planner_runs"] == ["ok"] * 3, where
                 assert [r["status"] for r in runs if r["batch_size"] == got] == ["ok"] * 3, where
-    assert complete == 5
+            else:
+                undecided += 1
+    assert (complete, undecided) == (7, 2)
 
 
 def boundary_answer_without_expandable_segments(doc: dict, b: dict) -> int:
