@@ -55,7 +55,7 @@ case $stage in
         for _ in $(seq 20); do pgrep -f "boundary.py" > /dev/null || break; sleep 1; done
       else say "background torch boundaries: rc $(cat $S/bg.rc)"; fi
     fi
-    small_steps 260   # the first 7 runs: 1b b4 s4096 bf16 and fp8, and each lever on it (qinit again)
+    small_steps 300   # the first 9 runs: 1b b4 s4096 bf16 and fp8, and each lever on it (prefetch, qinit again)
     step profile 300 bash -c "python3 benchmarks/trainer/profile_step.py --shapes $PROFILE_SHAPES \
       --precisions bf16,fp8 --iters 4 --time-budget \$BUDGET --out-dir $S"
     torch_boundaries 300

@@ -59,6 +59,29 @@ def test_kernels_are_attributed_by_their_launching_ranges_and_idle_time_is_the_g
     assert out["busy_ms_per_iter"] == 0.065 and out["gpu_idle_fraction"] == 0.935
 
 
+def test_the_gpus_waits_are_attributed_to_what_the_host_did_meanwhile(tools):
+    # Session v8's finding in miniature: after a step's last kernel the host makes the next batch
+    # (aten::bucketize, aten::index on the CPU) before it copies it (aten::to) and launches the
+    # forward; the GPU waits 2 ms for it. A 0.1 ms launch gap inside the forward is not a long gap.
+    _, prof = tools
+    events = [
+        _x("cpu_op", "Optimizer.step#AdamW.step", 0, 50), *_kernel("multi_tensor_apply_kernel", 1, 40, 960, 10),
+        _x("cpu_op", "aten::bucketize", 1000, 500), _x("cpu_op", "aten::index", 1500, 1400),
+        _x("cpu_op", "aten::to", 2900, 50), _x("cpu_op", "aten::_to_copy", 2905, 40),
+        *_kernel("Memcpy HtoD (Pageable -> Device)", 2, 3000, 10, 2910),
+        _x("cpu_op", "aten::linear", 3005, 10), *_kernel("nvjet_sm90_gemm", 3, 3010, 100, 3008),
+        _x("cpu_op", "aten::linear", 3200, 10), *_kernel("nvjet_sm90_gemm", 4, 3210, 100, 3202),
+    ]
+    out = prof.analyse({"traceEvents": events}, wall_s=4000e-6, iters=1)
+    idle = out["idle"]
+    assert idle["inside_window_ms_per_iter"] == 2.1 and idle["in_gaps_over_ms_per_iter"] == 2.0
+    assert idle["by_next_launch"][0] == {"name": "aten::to > aten::_to_copy", "ms_per_iter": 2.0}
+    assert idle["host_during_long_gaps"][:2] == [{"name": "aten::index", "ms_per_iter": 1.4},
+                                                 {"name": "aten::bucketize", "ms_per_iter": 0.5}]
+    line = prof.shapes_table({"run": out})
+    assert "GPU idle between kernels 2.10 ms/iter, 2.00 in gaps >= 0.5 ms" in line and "aten::index 1.40" in line
+
+
 def test_the_profile_table_shows_both_sides_and_the_difference(tools):
     _, prof = tools
     ref = {"ms_per_iter": dict.fromkeys(prof.CATEGORIES, 1.0), "kernel_ms_per_iter": 11.0,
@@ -212,6 +235,7 @@ def test_small_step_runs_use_flags_and_shapes_the_trainer_accepts(tools):
         assert f"b{cfg.batch_size}-s{cfg.seq_length}" in sid and cfg.precision == run.precision
         assert cfg.cuda_graphs == ("+graphs" in run.id) and cfg.quantized_model_init == ("+qinit" in run.id)
         assert cfg.single_gpu_fsdp == ("+graphs" not in run.id and "+unsharded" not in run.id)
+        assert cfg.data_prefetch == ("+prefetch" in run.id)
 
 
 def test_small_steps_rows_and_table_compare_each_lever_with_its_own_base(tools):

@@ -44,6 +44,43 @@ def test_late_sync_reads_the_same_losses_and_still_stops():
     assert stopped["status"] == "stopped" and stopped["steps"] == 2
 
 
+@pytest.mark.parametrize("kw", [dict(), dict(grad_accum_steps=2), dict(late_sync=True)])
+def test_data_prefetch_trains_on_the_same_batches_and_uses_each_prefetched_one(kw, monkeypatch):
+    _, plain, _ = _run(**kw)
+    made: list[tuple[int, int, bool]] = []
+    real = train._batch
+
+    def counted(source, cfg, world, step, micro, plan, pin=False):
+        made.append((step, micro, pin))  # pin: made by the prefetch (pinned for the copy)
+        return real(source, cfg, world, step, micro, plan, pin)
+
+    monkeypatch.setattr(train, "_batch", counted)
+    summary, ahead, _ = _run(data_prefetch=True, **kw)
+    assert ahead == plain and summary["status"] == "completed"
+    # each batch made once: step 1's in its step, steps 2 and 3's first micro-batch by the step
+    # before (after its update), none for the step after the last
+    micros = kw.get("grad_accum_steps", 1)
+    assert made == [(1, m, False) for m in range(micros)] + [
+        (s, m, m == 0) for s in (2, 3) for m in range(micros)]
+
+
+def test_a_source_that_fails_while_prefetching_fails_the_step_that_needs_it(monkeypatch):
+    real = train._batch
+
+    def failing(source, cfg, world, step, micro, plan, pin=False):
+        if step == 3:
+            raise ValueError("vocab-size=256: token id 300 in /data; set vocab-size above the largest id")
+        return real(source, cfg, world, step, micro, plan, pin)
+
+    monkeypatch.setattr(train, "_batch", failing)
+    failures = []
+    for prefetch in (False, True):
+        with pytest.raises(train.TrainingFailed) as err:
+            _run(data_prefetch=prefetch)
+        failures.append((err.value.reason, err.value.summary["steps"]))
+    assert failures[0] == failures[1] and "token id 300" in failures[0][0] and failures[0][1] == 2
+
+
 @pytest.mark.parametrize("kw, field", [
     (dict(fp8_weight_cache=True, precision="bf16"), "fp8-weight-cache"),
     (dict(cuda_graphs=True), "cuda-graphs"),  # FSDP2 on one GPU is the default

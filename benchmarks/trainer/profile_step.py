@@ -2,7 +2,7 @@
 
     python3 benchmarks/trainer/profile_step.py --time-budget 200 [--iters 4] [--precisions bf16,fp8]
         [--trainer-flags '--no-single-gpu-fsdp'] [--dry-run]
-    python3 benchmarks/trainer/profile_step.py --analyse TRACE.json --wall-s 3.4 --iters 4
+    python3 benchmarks/trainer/profile_step.py --analyse TRACE.json[.gz] --wall-s 3.4 --iters 4
 
 Each side runs once per precision at te-fsdp-example batch 8, seq 8192, no checkpointing
 (``b8-noac`` of ``like_for_like.py``, whose ``Run`` builds the commands: the same wrapper, the
@@ -134,6 +134,7 @@ def analyse(trace: dict, wall_s: float, iters: int) -> dict:
     ms = 1e-3 / max(1, iters)
     busy = _union_us(spans)
     host = host_time(events, iters)
+    idle = idle_gaps(events, parents, iters)
     top: dict[str, list] = {}
     for (cat, name), t in sorted(per_kernel.items(), key=lambda kv: -kv[1]):
         if len(top.setdefault(cat, [])) < 3:
@@ -146,7 +147,66 @@ def analyse(trace: dict, wall_s: float, iters: int) -> dict:
         "ms_per_iter": {k: round(v * ms, 3) for k, v in per_cat.items()},
         "top_kernels": top,
         **host,
+        **idle,
     }
+
+
+# A gap in the GPU's timeline at least this long (us) is one the host caused, not launch spacing.
+IDLE_GAP_US = 500.0
+
+
+def idle_gaps(events: list[dict], parents: dict[int, list[str]], iters: int, top: int = 6) -> dict:
+    """Where the GPU waits for the host (issue 36's small-step floor, issue 40 item 1): the gaps
+    between kernels inside the window, per iteration, (a) by the CPU ranges that launched the
+    kernel ending each gap (the outermost two: what the GPU was waiting for), and (b) for gaps of
+    at least ``IDLE_GAP_US``, by the outermost CPU ranges on the launching thread that overlap them
+    (what the host was doing meanwhile: data generation, a hook, a sync)."""
+    kernels = sorted((float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0)),
+                      int(e.get("args", {}).get("correlation", -1)))
+                     for e in events if e.get("ph") == "X" and e.get("cat") in KERNEL_CATS)
+    if len(kernels) < 2:
+        return {}
+    by_launch: dict[str, float] = {}
+    big: list[tuple[float, float]] = []
+    end = kernels[0][1]
+    for start, stop, corr in kernels[1:]:
+        if start > end:
+            key = " > ".join(a[:60] for a in parents.get(corr, [])[:2]) or "(no CPU range)"
+            by_launch[key] = by_launch.get(key, 0.0) + (start - end)
+            if start - end >= IDLE_GAP_US:
+                big.append((end, start))
+        end = max(end, stop)
+    launches: dict[Any, int] = {}
+    for e in events:
+        if e.get("ph") == "X" and e.get("cat") == "cuda_runtime" and "Launch" in e.get("name", ""):
+            launches[(e.get("pid"), e.get("tid"))] = launches.get((e.get("pid"), e.get("tid")), 0) + 1
+    main = max(launches, key=lambda k: launches[k]) if launches else None
+    outer: list[tuple[float, float, str]] = []
+    stop_at = -1.0
+    for a, b, name in sorted((float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0)), e.get("name", ""))
+                             for e in events if e.get("ph") == "X" and e.get("cat") in RANGE_CATS
+                             and (e.get("pid"), e.get("tid")) == main):
+        if a >= stop_at:
+            outer.append((a, b, name))
+            stop_at = b
+    during: dict[str, float] = {}
+    for g0, g1 in big:
+        covered = 0.0
+        for a, b, name in outer:
+            o = min(b, g1) - max(a, g0)
+            if o > 0:
+                during[name[:60]] = during.get(name[:60], 0.0) + o
+                covered += o
+        during["(no CPU range: Python, syncs)"] = during.get("(no CPU range: Python, syncs)", 0.0) + (g1 - g0 - covered)
+    ms = 1e-3 / max(1, iters)
+
+    def ranked(d: dict[str, float]) -> list[dict[str, Any]]:
+        return [{"name": n, "ms_per_iter": round(t * ms, 3)}
+                for n, t in sorted(d.items(), key=lambda kv: -kv[1])[:top] if t * ms >= 0.01]
+
+    return {"idle": {"inside_window_ms_per_iter": round(sum(by_launch.values()) * ms, 3),
+                     "in_gaps_over_ms_per_iter": round(sum(b - a for a, b in big) * ms, 3),
+                     "by_next_launch": ranked(by_launch), "host_during_long_gaps": ranked(during)}}
 
 
 HOST_MODULE = re.compile(r"^(?:nn\.Module: )?(\w+)(?:_\d+)?$")
@@ -223,6 +283,12 @@ def shapes_table(results: dict) -> str:
         if top:
             out.append(f"- {i}: host's largest outermost ranges (ms/iter): "
                        + "; ".join(f"{t['name']} {t['ms_per_iter']:.2f}" for t in top))
+        idle = results[i].get("idle")
+        if idle:
+            out.append(f"- {i}: GPU idle between kernels {idle['inside_window_ms_per_iter']:.2f} ms/iter, "
+                       f"{idle['in_gaps_over_ms_per_iter']:.2f} in gaps >= {IDLE_GAP_US / 1e3:g} ms; the host "
+                       "meanwhile (ms/iter): " + "; ".join(f"{t['name']} {t['ms_per_iter']:.2f}"
+                                                          for t in idle["host_during_long_gaps"][:4]))
     return "\n".join(out)
 
 
@@ -301,7 +367,9 @@ def main() -> int:
     p.add_argument("--wall-s", type=float, default=0.0, help="with --analyse: the window's wall time")
     a = p.parse_args()
     if a.analyse:
-        print(json.dumps(analyse(json.loads(Path(a.analyse).read_text()), a.wall_s, a.iters), indent=1))
+        opener = gzip.open if a.analyse.endswith(".gz") else open
+        with opener(a.analyse, "rt") as f:
+            print(json.dumps(analyse(json.load(f), a.wall_s, a.iters), indent=1))
         return 0
     todo = (shape_runs(a.shapes, a.iters, a.precisions.split(","), shlex.split(a.trainer_flags), a.backend) if a.shapes
             else runs(a.iters, a.precisions.split(","), shlex.split(a.trainer_flags)))
