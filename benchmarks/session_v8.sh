@@ -24,7 +24,8 @@ SESSION=session_v8 OUT=${OUT:-/tmp/s8_out} S=${S8_STATE:-/root/s8}
 # complete in benchmarks/memory/boundary_h100_v7_torch.json): none of them is a shape of session
 # v6's boundaries (the expandable reserve's fit). The trainer's default allocator (expandable
 # segments); the planner's answer runs three times in all (--repeat 3).
-TORCH_BOUNDARY=${TORCH_BOUNDARY:-"8b:4/2048/no-ckpt/bf16,3b:6/4096/ckpt/bf16,14b:6/4096/no-ckpt/bf16"}
+# Session v8's first H100 lease (2026-12-07, 06:01) decided 8b L4 and 3b L6; 14b L6 is left.
+TORCH_BOUNDARY=${TORCH_BOUNDARY:-"14b:6/4096/no-ckpt/bf16"}
 # The profiles: issue 40 item 1 (the 1b step of the bar) and issue 36 item 2 (a 2k-token fp8 step
 # on a 4096-wide model, 8b L4 b1 s2048, in the grid family of cal-w4096 b4 s2048, and a 4k-token
 # step of 14b L3, val-14b-L3-b1-s4096 itself: steps where the parameters' costs dominate), so what is read
@@ -37,6 +38,11 @@ torch_profiles() {  # the same steps' parameter costs (optimizer, FSDP copies, l
   # the torch backend's profile (issue 36 item 2's torch side; the TE profile needs the te stage)
   step profile_torch 200 bash -c "python3 benchmarks/trainer/profile_step.py --backend torch \
     --shapes $PROFILE_TORCH_SHAPES --precisions bf16 --iters 4 --time-budget \$BUDGET --out-dir $S"
+  # the same steps with --data-prefetch (the GPU's waits for the host's batch, session v8's first
+  # profiles): in the same lease as the plain ones, so the idle ms compare like for like
+  step profile_torch_prefetch 200 bash -c "python3 benchmarks/trainer/profile_step.py --backend torch \
+    --shapes $PROFILE_TORCH_SHAPES --precisions bf16 --iters 4 --trainer-flags=--data-prefetch \
+    --time-budget \$BUDGET --out-dir $S/prefetch"
 }
 
 case $stage in
@@ -78,6 +84,8 @@ case $stage in
     $LFL --dry-run | awk '{print $1, $2, $3}' | tail -3
     python3 benchmarks/trainer/profile_step.py --shapes $PROFILE_SHAPES --precisions bf16,fp8 --dry-run | cut -c1-60
     python3 benchmarks/trainer/profile_step.py --backend torch --shapes $PROFILE_TORCH_SHAPES --precisions bf16 --dry-run | cut -c1-60
+    python3 benchmarks/trainer/profile_step.py --backend torch --shapes $PROFILE_TORCH_SHAPES --precisions bf16 \
+      --trainer-flags=--data-prefetch --dry-run | cut -c1-70
     python3 benchmarks/memory/boundary.py --dry-run --backend torch --configs "$TORCH_BOUNDARY" --gpu-memory-bytes $MEM_BYTES | tail -4
     ;;
   *) echo "unknown stage $stage" >&2; exit 2 ;;

@@ -287,6 +287,9 @@ def test_shape_profiles_run_the_backend_asked_for_and_name_it(tools):
     cmd = torch_[0].command()
     assert cmd[cmd.index("--backend") + 1] == "torch" and cmd[cmd.index("--num-layers") + 1] == "4"
     assert te[0].trace != torch_[0].trace
+    lever = prof.shape_runs("8b:1:2048:4", 4, ["bf16"], ["--data-prefetch"], backend="torch")[0]
+    assert lever.id == "8b-1-2048-4/trainer-torch/bf16+data-prefetch" and "--data-prefetch" in lever.command()
+    assert lever.trace not in (te[0].trace, torch_[0].trace)
     with pytest.raises(SystemExit, match="PRESET:BATCH:SEQ"):
         prof.shape_runs("8b:1", 4, ["bf16"], [])
 

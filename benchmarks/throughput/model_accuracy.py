@@ -853,6 +853,7 @@ def profile_vs_model(profile: dict[str, Any], gpu: str) -> list[dict[str, Any]]:
         if "ms_per_iter" not in rec:
             continue
         shape, side, prec = rid.split("/")
+        prec = prec.split("+")[0]  # bf16+data-prefetch: a lever's profile of the same setup
         backend = side.split("-", 1)[1] if "-" in side else "te"
         bits = shape.split("-")
         n = 0  # the trailing numbers: BATCH, SEQ[, LAYERS]

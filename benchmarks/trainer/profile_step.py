@@ -324,13 +324,15 @@ def shape_runs(shapes: str, iters: int, precisions: list[str], trainer_flags: li
         preset, batch, seq = parts[0], int(parts[1]), int(parts[2])
         layers = ["--num-layers", parts[3]] if len(parts) == 4 else []
         sid = item.replace(":", "-")
+        # a lever's flags name the run (bf16+data-prefetch), so its profile sits beside the plain one's
+        tag = "".join(f"+{f[2:]}" for f in trainer_flags if f.startswith("--"))
         for prec in precisions:
             side = "trainer" if backend == "te" else f"trainer-{backend}"
-            run = lfl.Run(f"{sid}/{side}/{prec}", "trainer", batch, False, prec, backend, preset=preset, seq=seq,
+            run = lfl.Run(f"{sid}/{side}/{prec}{tag}", "trainer", batch, False, prec, backend, preset=preset, seq=seq,
                           iters=lfl.WARMUP + iters + 1, flags=[*layers, *trainer_flags], timeout=150,
                           expect_s=40 + 1.2 * max(0, iters - 4))
             run.profile_window = (lfl.WARMUP + 1, lfl.WARMUP + 1 + iters)
-            run.trace = f"/tmp/profile_step_{sid}_{side}_{prec}.json"
+            run.trace = f"/tmp/profile_step_{sid}_{side}_{prec}{tag.replace('+', '_')}.json"
             out.append(run)
     return out
 
