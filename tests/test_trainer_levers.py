@@ -120,6 +120,7 @@ def test_the_weight_cache_marks_only_the_first_micro_batch_of_a_step():
 
     trainer = train.Trainer(cfg, types.SimpleNamespace(param_dtype=None), world)
     trainer.model, trainer.source = Recorder(), data.make_source(cfg)
+    trainer.batches = train._Batches(trainer.source, cfg, world, trainer.plan)
     import contextlib
 
     for step in (1, 2):

@@ -229,7 +229,7 @@ class Trainer:
         self.fingerprint = _fingerprint(cfg, world)
         self.outputs = _Outputs(checkpoints="", model="", data="")
         self.source: Any = None  # the data source (its entropy floor goes into the summary)
-        self._prefetched: tuple[int, Any] | None = None  # --data-prefetch: (step, its first micro-batch)
+        self.batches = _Batches(None, cfg, world, plan)  # the source's micro-batches (set by start)
         self.model: Any = None
         self.optimizer: Any = None
         self.amax_states: list[Any] = []  # emulated delayed-scaling histories
@@ -269,6 +269,7 @@ class Trainer:
         log.line(logformat.format_recipe(logformat.RecipeRecord(plan.precision, plan.recipe, plan.backend, plan.emulated)))
         log.json("world", _world_record(cfg, plan, world))
         self.source = data.make_source(cfg)
+        self.batches = _Batches(self.source, cfg, world, plan)
         log.json("data", self.source.describe())
         self.model = build.model(cfg, world, plan)
         self.optimizer = build.optimizer(self.model, cfg, world)
@@ -386,7 +387,7 @@ class Trainer:
         if cfg.late_sync:  # fp16 refused: nothing to skip, one read after the update
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
-            self.prefetch(step + 1)
+            self.batches.prefetch(step + 1)
             loss_total, stop_flag, grad_norm = torch.stack((flag[0], flag[1], gnorm.to(flag.dtype))).tolist()
             emulation.end_step(self.amax_states)
             return _StepResult(lr, loss_total / world.world_size, grad_norm, False, stop_flag > 0)
@@ -403,29 +404,9 @@ class Trainer:
                 if state.good_steps % 1000 == 0:
                     state.loss_scale *= 2
         optimizer.zero_grad(set_to_none=True)
-        self.prefetch(step + 1)
+        self.batches.prefetch(step + 1)
         emulation.end_step(self.amax_states)
         return _StepResult(lr, loss_value, grad_norm, skipped, bool(flag[1] > 0))
-
-    def prefetch(self, step: int) -> None:
-        """``--data-prefetch``: ``step``'s first micro-batch made now, while the GPU still runs the
-        update just launched (pinned and copied without blocking on a GPU), so the next step does
-        not start with the GPU waiting for the host. A source that fails here is asked again when
-        the step needs the batch, and fails there as it would have without the flag."""
-        cfg = self.cfg
-        self._prefetched = None
-        if not cfg.data_prefetch or step > cfg.max_steps or isinstance(self.source, data.RandomHidden):
-            return
-        try:
-            self._prefetched = (step, _batch(self.source, cfg, self.world, step, 0, self.plan, pin=True))
-        except Exception:  # noqa: BLE001 - raised again, in its place, by the step that needs it
-            self._prefetched = None
-
-    def _micro_batch(self, step: int, micro: int):
-        ready, self._prefetched = self._prefetched, None
-        if ready is not None and micro == 0 and ready[0] == step:
-            return ready[1]
-        return _batch(self.source, self.cfg, self.world, step, micro, self.plan)
 
     def forward_backward(self, step: int, autocast) -> torch.Tensor:
         """The micro-batches' forward and backward (gradients accumulated, synchronised on the last);
@@ -437,7 +418,7 @@ class Trainer:
             set_sync: Any = getattr(model, "set_requires_gradient_sync", None)
             if set_sync is not None:
                 set_sync(micro == cfg.grad_accum_steps - 1)
-            inputs, targets = self._micro_batch(step, micro)
+            inputs, targets = self.batches.get(step, micro)
             kwargs = {"is_first_microbatch": micro == 0} if cfg.fp8_weight_cache else {}
             with autocast():
                 out = model(inputs, **kwargs)
@@ -568,6 +549,34 @@ def _autocast_factory(cfg: TrainConfig, plan: precision.Plan, world: parallel.Wo
             yield
 
     return both
+
+
+class _Batches:
+    """A step's micro-batches from the data source; with ``--data-prefetch`` the next step's first
+    one is made while the GPU still runs the update just launched (pinned and copied without
+    blocking the host on a GPU), so the next step does not start with the GPU waiting for the host.
+    A source that fails while prefetching is asked again when the step needs the batch, and fails
+    there as it would have without the flag."""
+
+    def __init__(self, source, cfg: TrainConfig, world: parallel.World, plan) -> None:
+        self.source, self.cfg, self.world, self.plan = source, cfg, world, plan
+        self.ready: tuple[int, Any] | None = None  # (step, its first micro-batch), made early
+
+    def get(self, step: int, micro: int):
+        ready, self.ready = self.ready, None
+        if ready is not None and micro == 0 and ready[0] == step:
+            return ready[1]
+        return _batch(self.source, self.cfg, self.world, step, micro, self.plan)
+
+    def prefetch(self, step: int) -> None:
+        cfg = self.cfg
+        self.ready = None
+        if not cfg.data_prefetch or step > cfg.max_steps or isinstance(self.source, data.RandomHidden):
+            return
+        try:
+            self.ready = (step, _batch(self.source, cfg, self.world, step, 0, self.plan, pin=True))
+        except Exception:  # noqa: BLE001 - raised again, in its place, by the step that needs it
+            self.ready = None
 
 
 def _batch(source, cfg: TrainConfig, world: parallel.World, step: int, micro: int, plan, pin: bool = False):
