@@ -6,6 +6,7 @@ import types
 
 import pytest
 import torch
+from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from kfp_sagemaker_blackwell.catalog import flags as config
 from kfp_sagemaker_blackwell.catalog import logformat
@@ -55,13 +56,21 @@ def test_data_prefetch_trains_on_the_same_batches_and_uses_each_prefetched_one(k
         return real(source, cfg, world, step, micro, plan, pin)
 
     monkeypatch.setattr(train, "_batch", counted)
-    summary, ahead, _ = _run(data_prefetch=True, **kw)
+    # a global optimizer post-hook, as benchmarks/trainer/steady_timer.py's CUDA sync: the next
+    # batch must be made before it runs, or a timed run would prefetch on an idle GPU
+    at_sync: list[tuple[int, int]] = []
+    handle = register_optimizer_step_post_hook(lambda *_: at_sync.append(made[-1][:2]))
+    try:
+        summary, ahead, _ = _run(data_prefetch=True, **kw)
+    finally:
+        handle.remove()
     assert ahead == plain and summary["status"] == "completed"
     # each batch made once: step 1's in its step, steps 2 and 3's first micro-batch by the step
     # before (after its update), none for the step after the last
     micros = kw.get("grad_accum_steps", 1)
     assert made == [(1, m, False) for m in range(micros)] + [
         (s, m, m == 0) for s in (2, 3) for m in range(micros)]
+    assert at_sync == [(2, 0), (3, 0), (3, micros - 1)]
 
 
 def test_a_source_that_fails_while_prefetching_fails_the_step_that_needs_it(monkeypatch):

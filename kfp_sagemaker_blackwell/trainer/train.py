@@ -273,6 +273,8 @@ class Trainer:
         log.json("data", self.source.describe())
         self.model = build.model(cfg, world, plan)
         self.optimizer = build.optimizer(self.model, cfg, world)
+        if cfg.data_prefetch:  # this optimizer's own hooks run before global ones (a timer's sync)
+            self.optimizer.register_step_post_hook(self.batches.after_update)
         get_amax: Any = getattr(self.model, "amax_states", None)
         self.amax_states = get_amax() if get_amax is not None else []
         log.json("model", build.model_record(cfg, plan, world))
@@ -387,7 +389,6 @@ class Trainer:
         if cfg.late_sync:  # fp16 refused: nothing to skip, one read after the update
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
-            self.batches.prefetch(step + 1)
             loss_total, stop_flag, grad_norm = torch.stack((flag[0], flag[1], gnorm.to(flag.dtype))).tolist()
             emulation.end_step(self.amax_states)
             return _StepResult(lr, loss_total / world.world_size, grad_norm, False, stop_flag > 0)
@@ -404,7 +405,6 @@ class Trainer:
                 if state.good_steps % 1000 == 0:
                     state.loss_scale *= 2
         optimizer.zero_grad(set_to_none=True)
-        self.batches.prefetch(step + 1)
         emulation.end_step(self.amax_states)
         return _StepResult(lr, loss_value, grad_norm, skipped, bool(flag[1] > 0))
 
@@ -553,16 +553,22 @@ def _autocast_factory(cfg: TrainConfig, plan: precision.Plan, world: parallel.Wo
 
 class _Batches:
     """A step's micro-batches from the data source; with ``--data-prefetch`` the next step's first
-    one is made while the GPU still runs the update just launched (pinned and copied without
-    blocking the host on a GPU), so the next step does not start with the GPU waiting for the host.
-    A source that fails while prefetching is asked again when the step needs the batch, and fails
-    there as it would have without the flag."""
+    one is made right after the optimizer step is launched (``after_update``, the optimizer's
+    step post-hook), while the GPU still runs the update, pinned and copied without blocking the
+    host on a GPU: the next step does not start with the GPU waiting for the host. A source that
+    fails while prefetching is asked again when the step needs the batch, and fails there as it
+    would have without the flag. A skipped update (fp16) prefetches nothing."""
 
     def __init__(self, source, cfg: TrainConfig, world: parallel.World, plan) -> None:
         self.source, self.cfg, self.world, self.plan = source, cfg, world, plan
         self.ready: tuple[int, Any] | None = None  # (step, its first micro-batch), made early
+        self.step = 0  # the step whose batches were asked for last
+
+    def after_update(self, *_: Any) -> None:
+        self.prefetch(self.step + 1)
 
     def get(self, step: int, micro: int):
+        self.step = step
         ready, self.ready = self.ready, None
         if ready is not None and micro == 0 and ready[0] == step:
             return ready[1]
