@@ -43,6 +43,11 @@ torch_profiles() {  # the same steps' parameter costs (optimizer, FSDP copies, l
   step profile_torch_prefetch 200 bash -c "python3 benchmarks/trainer/profile_step.py --backend torch \
     --shapes $PROFILE_TORCH_SHAPES --precisions bf16 --iters 4 --trainer-flags=--data-prefetch \
     --time-budget \$BUDGET --out-dir $S/prefetch"
+  # and with one intra-op thread, as torchrun gives each process of an 8-GPU job (it leaves
+  # OMP_NUM_THREADS unset for one process): is the host's 4-20 ms batch the thread pool's?
+  step profile_torch_omp1 200 env OMP_NUM_THREADS=1 bash -c "python3 benchmarks/trainer/profile_step.py \
+    --backend torch --shapes $PROFILE_TORCH_SHAPES --precisions bf16 --iters 4 \
+    --time-budget \$BUDGET --out-dir $S/omp1"
 }
 
 case $stage in
