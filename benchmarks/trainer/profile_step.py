@@ -176,19 +176,9 @@ def idle_gaps(events: list[dict], parents: dict[int, list[str]], iters: int, top
             if start - end >= IDLE_GAP_US:
                 big.append((end, start))
         end = max(end, stop)
-    launches: dict[Any, int] = {}
-    for e in events:
-        if e.get("ph") == "X" and e.get("cat") == "cuda_runtime" and "Launch" in e.get("name", ""):
-            launches[(e.get("pid"), e.get("tid"))] = launches.get((e.get("pid"), e.get("tid")), 0) + 1
+    launches, _ = _runtime_by_thread(events)
     main = max(launches, key=lambda k: launches[k]) if launches else None
-    outer: list[tuple[float, float, str]] = []
-    stop_at = -1.0
-    for a, b, name in sorted((float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0)), e.get("name", ""))
-                             for e in events if e.get("ph") == "X" and e.get("cat") in RANGE_CATS
-                             and (e.get("pid"), e.get("tid")) == main):
-        if a >= stop_at:
-            outer.append((a, b, name))
-            stop_at = b
+    outer = _outermost_ranges(events, main)
     during: dict[str, float] = {}
     for g0, g1 in big:
         covered = 0.0
@@ -212,10 +202,8 @@ def idle_gaps(events: list[dict], parents: dict[int, list[str]], iters: int, top
 HOST_MODULE = re.compile(r"^(?:nn\.Module: )?(\w+)(?:_\d+)?$")
 
 
-def host_time(events: list[dict], iters: int) -> dict:
-    """Where the host's time goes (issue 40 item 1): on the thread that launches the most
-    kernels, the outermost CPU ranges (ops and ``record_function`` ranges) summed by name, the
-    time in CUDA runtime calls, and the kernel launches, all per iteration."""
+def _runtime_by_thread(events: list[dict]) -> tuple[dict[Any, int], dict[Any, float]]:
+    """Per (pid, tid): the kernel launches and the microseconds in CUDA runtime calls."""
     launches: dict[Any, int] = {}
     runtime_us: dict[Any, float] = {}
     for e in events:
@@ -224,18 +212,34 @@ def host_time(events: list[dict], iters: int) -> dict:
             runtime_us[key] = runtime_us.get(key, 0.0) + float(e.get("dur", 0))
             if "Launch" in e.get("name", ""):
                 launches[key] = launches.get(key, 0) + 1
+    return launches, runtime_us
+
+
+def _outermost_ranges(events: list[dict], thread: Any) -> list[tuple[float, float, str]]:
+    """The CPU ranges (ops, ``record_function`` ranges) on ``thread`` that no other range there
+    contains, in time order: (start, stop, name), microseconds."""
+    out: list[tuple[float, float, str]] = []
+    end = -1.0
+    for start, stop, name in sorted((float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0)), e.get("name", ""))
+                                    for e in events if e.get("ph") == "X" and e.get("cat") in RANGE_CATS
+                                    and (e.get("pid"), e.get("tid")) == thread):
+        if start >= end:
+            out.append((start, stop, name))
+            end = stop
+    return out
+
+
+def host_time(events: list[dict], iters: int) -> dict:
+    """Where the host's time goes (issue 40 item 1): on the thread that launches the most
+    kernels, the outermost CPU ranges (ops and ``record_function`` ranges) summed by name, the
+    time in CUDA runtime calls, and the kernel launches, all per iteration."""
+    launches, runtime_us = _runtime_by_thread(events)
     if not launches:
         return {}
     main = max(launches, key=lambda k: launches[k])
-    ranges = sorted((float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0)), e.get("name", ""))
-                    for e in events if e.get("ph") == "X" and e.get("cat") in RANGE_CATS
-                    and (e.get("pid"), e.get("tid")) == main)
     outer: dict[str, float] = {}
-    end = -1.0
-    for start, stop, name in ranges:
-        if start >= end:  # an outermost range (nothing open contains it)
-            outer[name] = outer.get(name, 0.0) + (stop - start)
-            end = stop
+    for start, stop, name in _outermost_ranges(events, main):
+        outer[name] = outer.get(name, 0.0) + (stop - start)
     ms = 1e-3 / max(1, iters)
     top = sorted(outer.items(), key=lambda kv: -kv[1])[:25]
     return {"host": {"launches_per_iter": round(launches[main] / max(1, iters), 1),
