@@ -1,4 +1,4 @@
-# The helpers of the one-lease GPU session drivers (benchmarks/session_v7.sh, session_v8.sh):
+# The helpers of the one-lease GPU session drivers (benchmarks/session_v7.sh, session_v8.sh, session_v9.sh):
 # sourced, never run. The driver sets SESSION (its name: the bundle's), S (the state directory),
 # OUT and total (this call's seconds) first, and TORCH_BOUNDARY for torch_boundaries.
 end=$(( $(date +%s) + total ))
@@ -65,6 +65,31 @@ small_steps() {  # issue 40's table, resumable; at most $1 seconds of it in this
   $LFL --table $S/lfl_state.json > $S/small_table.md 2>&1
 }
 
+# The torch backend's profiles (PROFILE_TORCH_SHAPES) plain, with --data-prefetch and with one
+# intra-op thread, in one lease so that their idle ms compare like for like.
+torch_profiles() {  # the steps' parameter costs (optimizer, FSDP copies, loss) without TE
+  step profile_torch 200 bash -c "python3 benchmarks/trainer/profile_step.py --backend torch \
+    --shapes $PROFILE_TORCH_SHAPES --precisions bf16 --iters 4 --time-budget \$BUDGET --out-dir $S"
+  # the same steps with --data-prefetch (the GPU's waits for the host's batch, session v8's first
+  # profiles): in the same lease as the plain ones, so the idle ms compare like for like
+  step profile_torch_prefetch 200 bash -c "python3 benchmarks/trainer/profile_step.py --backend torch \
+    --shapes $PROFILE_TORCH_SHAPES --precisions bf16 --iters 4 --trainer-flags=--data-prefetch \
+    --time-budget \$BUDGET --out-dir $S/prefetch"
+  # and with one intra-op thread, as torchrun gives each process of an 8-GPU job (it leaves
+  # OMP_NUM_THREADS unset for one process): is the host's 4-20 ms batch the thread pool's?
+  step profile_torch_omp1 200 env OMP_NUM_THREADS=1 bash -c "python3 benchmarks/trainer/profile_step.py \
+    --backend torch --shapes $PROFILE_TORCH_SHAPES --precisions bf16 --iters 4 \
+    --time-budget \$BUDGET --out-dir $S/omp1"
+}
+
+# a measure.py split (benchmarks/throughput/measure.py), resumed from its own earlier partial file
+MT="python3 benchmarks/throughput/measure.py --max-predicted-gib $(( MEM_MIB * 9 / 10240 ))"
+mstep() {
+  local name=$1 split=$2 cap=$3 prev=""
+  [ -f $S/$name.json ] && cp $S/$name.json $S/$name.prev.json && prev="--resume $S/$name.prev.json"
+  step "$name" "$cap" bash -c "$MT --split $split --out $S/$name.json --raw-log $S/${name}_raw.log --time-budget \$BUDGET $prev"
+}
+
 # The torch-backend boundaries in the background (the bg stage), from a copy of the tree, while
 # TransformerEngine is carried and built: the te stage waits for them or stops them.
 start_background_boundaries() {
@@ -77,4 +102,17 @@ start_background_boundaries() {
   export -f step say left torch_boundaries; export S LOG end TORCH_BOUNDARY MEM_BYTES
   (cd $S/tree && PYTHONPATH=$S/tree setsid bash -c 'torch_boundaries 600; echo $? > $S/bg.rc' < /dev/null > $S/bg.out 2>&1 &)
   sleep 3; say "bg: started (session $GPU_SESSION_ID, GPU memory $MEM_MIB MiB)"; bundle
+}
+
+# one job on the GPU while timing: let the background boundaries end (at most BG_WAIT s), or stop them
+wait_background() {
+  if [ -f $S/bg.started ] && [ ! -f $S/bg.rc ]; then  # one job on the GPU while timing: let it end
+    say "waiting for the background torch boundaries (at most ${BG_WAIT:-300} s)"
+    for _ in $(seq $(( ${BG_WAIT:-300} / 5 ))); do [ -f $S/bg.rc ] && break; sleep 5; done
+    if [ ! -f $S/bg.rc ]; then
+      say "stopping the background torch boundaries (resumed at the end)"
+      pkill -f "boundary.py --backend torch"; pkill -f "boundary.py --one"  # the run in flight too
+      for _ in $(seq 20); do pgrep -f "boundary.py" > /dev/null || break; sleep 1; done
+    else say "background torch boundaries: rc $(cat $S/bg.rc)"; fi
+  fi
 }

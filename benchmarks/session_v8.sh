@@ -34,22 +34,6 @@ PROFILE_SHAPES=${PROFILE_SHAPES:-"1b:4:4096,8b:1:2048:4,14b:1:4096:3"}
 PROFILE_TORCH_SHAPES=${PROFILE_TORCH_SHAPES:-"8b:1:2048:4,14b:1:4096:3,1b:4:4096"}
 source "$(dirname "$0")/session_common.sh"
 
-torch_profiles() {  # the same steps' parameter costs (optimizer, FSDP copies, loss) without TE:
-  # the torch backend's profile (issue 36 item 2's torch side; the TE profile needs the te stage)
-  step profile_torch 200 bash -c "python3 benchmarks/trainer/profile_step.py --backend torch \
-    --shapes $PROFILE_TORCH_SHAPES --precisions bf16 --iters 4 --time-budget \$BUDGET --out-dir $S"
-  # the same steps with --data-prefetch (the GPU's waits for the host's batch, session v8's first
-  # profiles): in the same lease as the plain ones, so the idle ms compare like for like
-  step profile_torch_prefetch 200 bash -c "python3 benchmarks/trainer/profile_step.py --backend torch \
-    --shapes $PROFILE_TORCH_SHAPES --precisions bf16 --iters 4 --trainer-flags=--data-prefetch \
-    --time-budget \$BUDGET --out-dir $S/prefetch"
-  # and with one intra-op thread, as torchrun gives each process of an 8-GPU job (it leaves
-  # OMP_NUM_THREADS unset for one process): is the host's 4-20 ms batch the thread pool's?
-  step profile_torch_omp1 200 env OMP_NUM_THREADS=1 bash -c "python3 benchmarks/trainer/profile_step.py \
-    --backend torch --shapes $PROFILE_TORCH_SHAPES --precisions bf16 --iters 4 \
-    --time-budget \$BUDGET --out-dir $S/omp1"
-}
-
 case $stage in
   bg)
     start_background_boundaries
@@ -57,15 +41,7 @@ case $stage in
   te)
     python3 -c "import transformer_engine as t; print('transformer_engine', t.__version__)" | tee -a $LOG || exit 3
     [ -f $S/te.machine ] || { machine; touch $S/te.machine; }
-    if [ -f $S/bg.started ] && [ ! -f $S/bg.rc ]; then  # one job on the GPU while timing: let it end
-      say "waiting for the background torch boundaries (at most ${BG_WAIT:-300} s)"
-      for _ in $(seq $(( ${BG_WAIT:-300} / 5 ))); do [ -f $S/bg.rc ] && break; sleep 5; done
-      if [ ! -f $S/bg.rc ]; then
-        say "stopping the background torch boundaries (resumed at the end)"
-        pkill -f "boundary.py --backend torch"; pkill -f "boundary.py --one"  # the run in flight too
-        for _ in $(seq 20); do pgrep -f "boundary.py" > /dev/null || break; sleep 1; done
-      else say "background torch boundaries: rc $(cat $S/bg.rc)"; fi
-    fi
+    wait_background
     small_steps 300   # the first 9 runs: 1b b4 s4096 bf16 and fp8, and each lever on it (prefetch, qinit again)
     step profile 300 bash -c "python3 benchmarks/trainer/profile_step.py --shapes $PROFILE_SHAPES \
       --precisions bf16,fp8 --iters 4 --time-budget \$BUDGET --out-dir $S"

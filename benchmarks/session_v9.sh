@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# One GPU session for issue 36 (the parts, the calibration grid and the held-out families in one
+# H200 session) and issue 40 (the 1b b4 s4096 fp8/bf16 pair and its levers), 2026-12-07 (fourth
+# session of the day): resumable across device calls. Session v8 (benchmarks/session_v8.sh) ran
+# the torch profiles and boundaries on an H100; this one puts the calibration first when the lent
+# GPU is an H200 (the issue's bar is an H200 session) and v8's TE plan first when it is an H100.
+# Run from the repository root:
+#   bash benchmarks/session_v9.sh bg            # the last torch boundary in the background while
+#                                               # TransformerEngine is carried and built
+#   bash benchmarks/session_v9.sh te SECONDS    # the TE block, resumable (see the te stage)
+#   bash benchmarks/session_v9.sh torch SECONDS # no TE: the torch set, the torch profiles, the boundary
+#   bash benchmarks/session_v9.sh dry           # every step's --dry-run on the CPU
+# Every call bundles the state (/root/s9: every JSON, log and gzipped trace) into $OUT/session_v9.tgz.
+set -uo pipefail
+stage=${1:?stage: bg, te, torch or dry}
+total=${2:-540}
+SESSION=session_v9 OUT=${OUT:-/tmp/s9_out} S=${S9_STATE:-/root/s9}
+TORCH_BOUNDARY=${TORCH_BOUNDARY:-"14b:6/4096/no-ckpt/bf16"}
+PROFILE_SHAPES=${PROFILE_SHAPES:-"1b:4:4096,8b:1:2048:4,14b:1:4096:3"}
+PROFILE_TORCH_SHAPES=${PROFILE_TORCH_SHAPES:-"8b:1:2048:4,14b:1:4096:3,1b:4:4096"}
+source "$(dirname "$0")/session_common.sh"
+GPU_NAME=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
+
+calibration() {  # issue 36 item 1: the reference at both ends, parts, grid, held-out, the torch set
+  mstep ref_start reference-start 60
+  step parts 130 bash -c "python3 benchmarks/throughput/parts.py --out $S/parts.json --time-budget \$BUDGET"
+  mstep grid all 330
+  mstep heldout heldout 220
+  mstep heldout2 heldout2 130
+  mstep ref_end reference-end 60
+  mstep torch torch 150
+}
+
+case $stage in
+  bg)
+    start_background_boundaries
+    ;;
+  te)
+    python3 -c "import transformer_engine as t; print('transformer_engine', t.__version__)" | tee -a $LOG || exit 3
+    [ -f $S/te.machine ] || { machine; touch $S/te.machine; }
+    BG_WAIT=${BG_WAIT:-60} wait_background
+    say "te: GPU $GPU_NAME"
+    if [[ "$GPU_NAME" == *H200* || "${CALIBRATE:-0}" = 1 ]]; then
+      calibration
+      small_steps 300   # the bar's pair and its levers (prefetch, qinit again)
+      torch_profiles
+      step profile 300 bash -c "python3 benchmarks/trainer/profile_step.py --shapes $PROFILE_SHAPES \
+        --precisions bf16,fp8 --iters 4 --time-budget \$BUDGET --out-dir $S"
+    else  # an H100 (v6 calibrated one on 2026-12-06): v8's TE plan
+      small_steps 300
+      step profile 300 bash -c "python3 benchmarks/trainer/profile_step.py --shapes $PROFILE_SHAPES \
+        --precisions bf16,fp8 --iters 4 --time-budget \$BUDGET --out-dir $S"
+      torch_profiles
+    fi
+    torch_boundaries 300
+    small_steps 900
+    say "te: call ends; done: $(cd $S && ls *.done 2>/dev/null | tr '\n' ' ')"
+    bundle
+    ;;
+  torch)
+    [ -f $S/torch.machine ] || { machine; touch $S/torch.machine; }
+    wait_background
+    torch_profiles
+    [[ "$GPU_NAME" == *H200* ]] && mstep torch torch 150
+    torch_boundaries $(( total - 20 ))
+    say "torch: call ends; done: $(cd $S && ls *.done 2>/dev/null | tr '\n' ' ')"
+    bundle
+    ;;
+  dry)
+    for s in reference-start all heldout heldout2 reference-end torch; do $MT --split $s --out /dev/null --dry-run | tail -1; done
+    python3 benchmarks/throughput/parts.py --out /dev/null --dry-run | tail -2
+    $LFL --dry-run | awk '{print $1, $2, $3}' | tail -3
+    python3 benchmarks/trainer/profile_step.py --shapes $PROFILE_SHAPES --precisions bf16,fp8 --dry-run | cut -c1-60
+    python3 benchmarks/trainer/profile_step.py --backend torch --shapes $PROFILE_TORCH_SHAPES --precisions bf16 \
+      --trainer-flags=--data-prefetch --dry-run | cut -c1-70
+    python3 benchmarks/memory/boundary.py --dry-run --backend torch --configs "$TORCH_BOUNDARY" --gpu-memory-bytes $MEM_BYTES | tail -4
+    ;;
+  *) echo "unknown stage $stage" >&2; exit 2 ;;
+esac
