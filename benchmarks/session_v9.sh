@@ -40,13 +40,16 @@ case $stage in
     [ -f $S/te.machine ] || { machine; touch $S/te.machine; }
     BG_WAIT=${BG_WAIT:-60} wait_background
     say "te: GPU $GPU_NAME"
-    if [[ "$GPU_NAME" == *H200* || "${CALIBRATE:-0}" = 1 ]]; then
+    # CALIBRATE=auto (default): the calibration first on an H200; 1: always; 0: never (a lease too
+    # short for the whole of it: about 930 s of TE time, and a part of it is no calibration)
+    CALIBRATE=${CALIBRATE:-auto}
+    if [[ "$CALIBRATE" = 1 || ( "$CALIBRATE" = auto && "$GPU_NAME" == *H200* ) ]]; then
       calibration
       small_steps 300   # the bar's pair and its levers (prefetch, qinit again)
       torch_profiles
       step profile 300 bash -c "python3 benchmarks/trainer/profile_step.py --shapes $PROFILE_SHAPES \
         --precisions bf16,fp8 --iters 4 --time-budget \$BUDGET --out-dir $S"
-    else  # an H100 (v6 calibrated one on 2026-12-06): v8's TE plan
+    else  # an H100 (v6 calibrated one on 2026-12-06), or CALIBRATE=0: v8's TE plan
       small_steps 300
       step profile 300 bash -c "python3 benchmarks/trainer/profile_step.py --shapes $PROFILE_SHAPES \
         --precisions bf16,fp8 --iters 4 --time-budget \$BUDGET --out-dir $S"
