@@ -30,6 +30,11 @@ bundle() {
 machine() {
   { date -u; nvidia-smi; python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)";
     python3 -c "import transformer_engine as t; print('transformer_engine', t.__version__)" 2>&1 | tail -1;
+    # the host's CPUs as the trainer sees them: a CFS quota below the cores torch's pool uses
+    # stalls the host's small parallel ops (the slow synthetic batch of session v8's profiles?)
+    echo "nproc $(nproc); cpu.max $(cat /sys/fs/cgroup/cpu.max 2>/dev/null || cat /sys/fs/cgroup/cpu/cpu.cfs_quota_us 2>/dev/null)";
+    python3 -c "import torch; print('torch threads', torch.get_num_threads(), torch.__config__.parallel_info().splitlines()[:8])";
+    grep -E "nr_throttled|throttled_usec" /sys/fs/cgroup/cpu.stat 2>/dev/null;
     echo "session $GPU_SESSION_ID"; } >> $S/machine.txt 2>&1
 }
 
@@ -67,7 +72,9 @@ small_steps() {  # issue 40's table, resumable; at most $1 seconds of it in this
 
 # The torch backend's profiles (PROFILE_TORCH_SHAPES) plain, with --data-prefetch and with one
 # intra-op thread, in one lease so that their idle ms compare like for like.
+cpu_stat() { say "cpu.stat $1: $(grep -E 'nr_throttled|throttled_usec' /sys/fs/cgroup/cpu.stat 2>/dev/null | tr '\n' ' ')"; }
 torch_profiles() {  # the steps' parameter costs (optimizer, FSDP copies, loss) without TE
+  cpu_stat "before the torch profiles"
   step profile_torch 200 bash -c "python3 benchmarks/trainer/profile_step.py --backend torch \
     --shapes $PROFILE_TORCH_SHAPES --precisions bf16 --iters 4 --time-budget \$BUDGET --out-dir $S"
   # the same steps with --data-prefetch (the GPU's waits for the host's batch, session v8's first
@@ -80,6 +87,7 @@ torch_profiles() {  # the steps' parameter costs (optimizer, FSDP copies, loss) 
   step profile_torch_omp1 200 env OMP_NUM_THREADS=1 bash -c "python3 benchmarks/trainer/profile_step.py \
     --backend torch --shapes $PROFILE_TORCH_SHAPES --precisions bf16 --iters 4 \
     --time-budget \$BUDGET --out-dir $S/omp1"
+  cpu_stat "after the torch profiles"
 }
 
 # a measure.py split (benchmarks/throughput/measure.py), resumed from its own earlier partial file
