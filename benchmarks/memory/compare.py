@@ -454,7 +454,7 @@ EXPANDABLE_BOUNDARIES = (EXPANDABLE_BOUNDARY_TE, EXPANDABLE_BOUNDARY_TORCH)
 # Held out (issue 41's check; no constant was fitted on them): four shapes per backend searched in
 # session v7 on one H100 (2026-12-07), each planner answer then run twice more in fresh processes.
 HELD_OUT_BOUNDARIES = (HERE / "boundary_h100_v7_te.json", HERE / "boundary_h100_v7_torch.json",
-                       HERE / "boundary_h100_v8_torch.json")
+                       HERE / "boundary_h100_v8_torch.json", HERE / "boundary_h100_v9_torch.json")
 _H100_SESSION = ROOT / "benchmarks" / "throughput" / "raw" / "session_v6_h100"
 EXPANDABLE_GRIDS = tuple(_H100_SESSION / f"{n}.json" for n in ("grid", "heldout", "heldout2", "torch"))
 # A run whose allocated peak the estimate misses by more than this is not the step it models
