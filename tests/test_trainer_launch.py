@@ -84,6 +84,7 @@ def two_process_run(tmp_path_factory):
     env = _layout(tmp, {"model-preset": "tiny", "seq-length": "64", "max-steps": "60", "log-every": "10",
                         "checkpoint-every": "30"})
     env["TRAINER_NPROC_PER_NODE"] = "2"
+    env.pop("OMP_NUM_THREADS", None)  # torchrun's own choice for a multi-process job, checked below
     proc = subprocess.run(["bash", str(TRAIN_SH)], env=env, capture_output=True, text=True, timeout=240, cwd=tmp)
     return tmp, proc
 
@@ -102,6 +103,8 @@ def test_two_gloo_processes_under_fsdp2_lower_the_loss_toward_the_entropy_floor(
     assert steps[0].loss > 5.0 and summary["final_loss"] < floor + 0.6, (steps[0].loss, summary)
     assert summary["final_loss"] > floor - 0.05
     assert summary["world_size"] == 2 and summary["tokens"] == 60 * 2 * 8 * 64
+    # torchrun gives each process of a multi-process job one host thread; the summary says so
+    assert (summary["host_threads"], summary["host_threads_source"]) == (1, "OMP_NUM_THREADS")
 
 
 def test_train_sh_writes_model_metrics_and_checkpoints_in_the_sagemaker_layout(two_process_run):

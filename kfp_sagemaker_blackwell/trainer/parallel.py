@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import torch
@@ -22,6 +23,8 @@ class World:
     world_size: int
     local_world_size: int
     device: torch.device
+    host_threads: int = 0  # the intra-op threads of this process's host work (0: not set up by init)
+    host_threads_source: str = ""  # why: configure_host_threads
 
     @property
     def nodes(self) -> int:
@@ -42,6 +45,28 @@ def resolve_device(choice: str) -> str:
     return choice
 
 
+def configure_host_threads(device_type: str, environ: Mapping[str, str] = os.environ) -> tuple[int, str]:
+    """Gives a GPU process one intra-op thread for its host work unless ``OMP_NUM_THREADS`` is set;
+    returns the thread count in effect and where it came from.
+
+    A GPU process's own tensor work on the host is small: the data's next batch, a few scalars.
+    torchrun gives every process of a multi-GPU job one thread (it sets ``OMP_NUM_THREADS=1``
+    when ``nproc_per_node`` > 1: every P6 job) but leaves a one-GPU job PyTorch's pool of one
+    thread per core. On the lent 16-core GPU hosts that pool made the synthetic batch's small
+    ops (bucketize, index) take 4-20 ms a step where one thread takes 0.1-0.4 ms, and the GPU
+    waited for them: in one H100 lease (2026-12-07) the torch backend's profiled steps idled
+    8.8-29.3 ms with the pool and 4.3-8.3 ms with one thread, and took 4.5-12.7% less time
+    (benchmarks/throughput/README.md, "Session v9"). So a one-GPU run, each measurement the
+    planner is calibrated on among them, runs its host work as an 8-GPU job does. CPU training
+    keeps PyTorch's pool (its compute is on the host)."""
+    if "OMP_NUM_THREADS" in environ:
+        return torch.get_num_threads(), "OMP_NUM_THREADS"
+    if device_type == "cuda":
+        torch.set_num_threads(1)
+        return 1, "trainer: one per GPU process, as torchrun gives a multi-GPU job"
+    return torch.get_num_threads(), "PyTorch default (CPU training)"
+
+
 def init(device_type: str) -> World:
     """Joins the torchrun process group (env://), or makes a one-process group when run in-process.
 
@@ -59,7 +84,8 @@ def init(device_type: str) -> World:
             dist.init_process_group(backend)
         else:
             dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
-    return World(dist.get_rank(), local_rank, dist.get_world_size(), local_world, device)
+    threads, source = configure_host_threads(device_type)
+    return World(dist.get_rank(), local_rank, dist.get_world_size(), local_world, device, threads, source)
 
 
 def mesh(world: World):

@@ -486,6 +486,7 @@ class Trainer:
             "params": cfg.model.total_params(),
             "resumed_from_step": state.resumed_from,
             "checkpoint": state.last_checkpoint,
+            "host_threads": world.host_threads, "host_threads_source": world.host_threads_source,
             **(self.allocator.to_dict() if self.allocator is not None else {}),
         }
         if self.collector is not None:
