@@ -53,6 +53,7 @@ step() {
 }
 
 torch_boundaries() {
+  [ -n "$TORCH_BOUNDARY" ] || return 0  # none asked for
   step boundary_torch "${1:-600}" bash -c "python3 benchmarks/memory/boundary.py --backend torch --configs '$TORCH_BOUNDARY' \
     --out $S/boundary_torch.json --gpu-memory-bytes $MEM_BYTES --time-budget \$BUDGET --run-timeout 150 --repeat 3 \
     $( [ -f $S/boundary_torch.json ] && echo --resume)"
@@ -103,6 +104,7 @@ mstep() {
 start_background_boundaries() {
   if [ -f $S/bg.started ]; then say "bg: already started"; bundle; return 0; fi
   machine
+  if [ -z "$TORCH_BOUNDARY" ]; then say "bg: no torch boundaries asked for"; bundle; return 0; fi
   rm -rf $S/tree && mkdir -p $S/tree
   tar --exclude=./.git --exclude=./.te -cf - . | (cd $S/tree && tar -xf -)
   touch $S/bg.started
