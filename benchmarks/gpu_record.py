@@ -37,6 +37,9 @@ def machine() -> dict[str, Any]:
         "session": os.environ.get("GPU_SESSION_ID"),
         "nvidia_smi": nvidia_smi(),
         "cuda_alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF"),
+        # None: the trainer's one host thread per GPU process (since 2026-12-07; files before
+        # that ran PyTorch's pool of one thread per core, benchmarks/throughput/README.md "Session v9")
+        "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
     }
 
 
