@@ -236,6 +236,7 @@ def test_small_step_runs_use_flags_and_shapes_the_trainer_accepts(tools):
         assert cfg.cuda_graphs == ("+graphs" in run.id) and cfg.quantized_model_init == ("+qinit" in run.id)
         assert cfg.single_gpu_fsdp == ("+graphs" not in run.id and "+unsharded" not in run.id)
         assert cfg.data_prefetch == ("+prefetch" in run.id)
+        assert ("OMP_NUM_THREADS" in run.env) == ("+pool" in run.id)  # the host pool, by environment
 
 
 def test_small_steps_rows_and_table_compare_each_lever_with_its_own_base(tools):
