@@ -73,7 +73,9 @@ small_steps() {  # issue 40's table, resumable; at most $1 seconds of it in this
 
 # The torch backend's profiles (PROFILE_TORCH_SHAPES) plain, with --data-prefetch and with one
 # intra-op thread, in one lease so that their idle ms compare like for like.
-cpu_stat() { say "cpu.stat $1: $(grep -E 'nr_throttled|throttled_usec' /sys/fs/cgroup/cpu.stat 2>/dev/null | tr '\n' ' ')"; }
+# the cgroup's throttling and the VM's steal time (/proc/stat's 8th cpu field, in USER_HZ ticks:
+# a Firecracker guest's vCPUs may wait for the host's cores while the pool's threads spin)
+cpu_stat() { say "cpu.stat $1: $(grep -E 'nr_throttled|throttled_usec' /sys/fs/cgroup/cpu.stat 2>/dev/null | tr '\n' ' ')steal $(awk '/^cpu /{print $9}' /proc/stat)"; }
 torch_profiles() {  # the steps' parameter costs (optimizer, FSDP copies, loss) without TE
   cpu_stat "before the torch profiles"
   step profile_torch 200 bash -c "python3 benchmarks/trainer/profile_step.py --backend torch \
