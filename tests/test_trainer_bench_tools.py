@@ -315,3 +315,18 @@ def test_a_profile_is_compared_part_by_part_with_the_models_prediction_for_the_s
     assert fp8["predicted_step_ms"] == pytest.approx(p.step_seconds * 1e3, abs=0.01)
     assert fp8["parts"]["fsdp_copies"]["predicted_ms"] == pytest.approx(p.parts["fsdp_copies"] * 1e3, abs=0.01)
     assert "| te-fsdp-example-8-8192/trainer-te/bf16 |" in accuracy.profile_markdown(list(rows.values()))
+
+
+def test_host_batch_times_the_synthetic_batch_per_thread_count_and_refuses_bad_shapes(capsys):
+    """benchmarks/trainer/host_batch.py (session v9's CPU reproduction of the pool's stall): one
+    row per thread count and shape, each count in its own process; bad input names the flag."""
+    hb = importlib.import_module("benchmarks.trainer.host_batch")
+    assert hb.main(["--threads", "1,2", "--shapes", "1x64,2x32", "--iters", "3", "--gap-ms", "0", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [(r["threads"], r["batch_size"], r["seq_length"]) for r in rows] == [
+        (1, 1, 64), (1, 2, 32), (2, 1, 64), (2, 2, 32)]
+    assert all(0 < r["median_ms"] <= r["p90_ms"] <= r["max_ms"] and r["iters"] == 3 for r in rows)
+    for bad in (["--shapes", "4by4096"], ["--threads", "0"], ["--iters", "0"]):
+        with pytest.raises(SystemExit):
+            hb.main(bad)
+        assert re.search(r"--(shapes|threads|iters)", capsys.readouterr().err)

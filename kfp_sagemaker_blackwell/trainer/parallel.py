@@ -56,7 +56,8 @@ def configure_host_threads(device_type: str, environ: Mapping[str, str] = os.env
     ops (bucketize, index) take 4-20 ms a step where one thread takes 0.1-0.4 ms, and the GPU
     waited for them: in one H100 lease (2026-12-07) the torch backend's profiled steps idled
     8.8-29.3 ms with the pool and 4.3-8.3 ms with one thread, and took 4.5-12.7% less time
-    (benchmarks/throughput/README.md, "Session v9"). So a one-GPU run, each measurement the
+    (benchmarks/throughput/README.md, "Session v9"; the pool's wake-up after an idle GPU step
+    reproduces on a CPU: benchmarks/trainer/host_batch.py). So a one-GPU run, each measurement the
     planner is calibrated on among them, runs its host work as an 8-GPU job does. CPU training
     keeps PyTorch's pool (its compute is on the host)."""
     if "OMP_NUM_THREADS" in environ:
