@@ -48,7 +48,9 @@ step() {
   BUDGET=$b timeout $(( b + 60 )) "$@" >> $S/$name.log 2>&1
   local rc=$?
   if [ $rc -eq 0 ] && ! tail -5 $S/$name.log | grep -q "time budget reached"; then touch $S/$name.done; fi
-  say "$name: rc $rc; last: $(tail -c 400 $S/$name.log | tail -2 | tr '\n' ' ')"
+  # "K ok lines" (the measure.py runs of the log so far): model_accuracy.run_times times each
+  # run of a calibration file from these lines (the drift between the references)
+  say "$name: rc $rc; $(grep -c '"status": "ok"' $S/$name.log) ok lines; last: $(tail -c 400 $S/$name.log | tail -2 | tr '\n' ' ')"
   return $rc
 }
 
