@@ -30,8 +30,8 @@ bundle() {
 machine() {
   { date -u; nvidia-smi; python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)";
     python3 -c "import transformer_engine as t; print('transformer_engine', t.__version__)" 2>&1 | tail -1;
-    # the host's CPUs as the trainer sees them: a CFS quota below the cores torch's pool uses
-    # stalls the host's small parallel ops (the slow synthetic batch of session v8's profiles?)
+    # the host's CPUs as the trainer sees them (session v9: no CFS quota, no throttling on the
+    # lent hosts; the slow synthetic batch was PyTorch's pool after an idle GPU step)
     echo "nproc $(nproc); cpu.max $(cat /sys/fs/cgroup/cpu.max 2>/dev/null || cat /sys/fs/cgroup/cpu/cpu.cfs_quota_us 2>/dev/null)";
     python3 -c "import torch; print('torch threads', torch.get_num_threads(), torch.__config__.parallel_info().splitlines()[:8])";
     grep -E "nr_throttled|throttled_usec" /sys/fs/cgroup/cpu.stat 2>/dev/null;
@@ -73,11 +73,13 @@ small_steps() {  # issue 40's table, resumable; at most $1 seconds of it in this
   $LFL --table $S/lfl_state.json > $S/small_table.md 2>&1
 }
 
-# The torch backend's profiles (PROFILE_TORCH_SHAPES) plain, with --data-prefetch and with one
-# intra-op thread, in one lease so that their idle ms compare like for like.
 # the cgroup's throttling and the VM's steal time (/proc/stat's 8th cpu field, in USER_HZ ticks:
 # a Firecracker guest's vCPUs may wait for the host's cores while the pool's threads spin)
 cpu_stat() { say "cpu.stat $1: $(grep -E 'nr_throttled|throttled_usec' /sys/fs/cgroup/cpu.stat 2>/dev/null | tr '\n' ' ')steal $(awk '/^cpu /{print $9}' /proc/stat)"; }
+# The torch backend's profiles (PROFILE_TORCH_SHAPES) plain, with --data-prefetch and with
+# PyTorch's pool of one host thread per core, in one lease so that their idle ms compare like for
+# like. Since session v9 "plain" is the trainer's one host thread per GPU process (session v8 and
+# v9 ran plain with the pool, and v9 a third set with OMP_NUM_THREADS=1 in $S/omp1).
 torch_profiles() {  # the steps' parameter costs (optimizer, FSDP copies, loss) without TE
   cpu_stat "before the torch profiles"
   step profile_torch 200 bash -c "python3 benchmarks/trainer/profile_step.py --backend torch \
@@ -87,11 +89,11 @@ torch_profiles() {  # the steps' parameter costs (optimizer, FSDP copies, loss) 
   step profile_torch_prefetch 200 bash -c "python3 benchmarks/trainer/profile_step.py --backend torch \
     --shapes $PROFILE_TORCH_SHAPES --precisions bf16 --iters 4 --trainer-flags=--data-prefetch \
     --time-budget \$BUDGET --out-dir $S/prefetch"
-  # and with one intra-op thread, as torchrun gives each process of an 8-GPU job (it leaves
-  # OMP_NUM_THREADS unset for one process): is the host's 4-20 ms batch the thread pool's?
-  step profile_torch_omp1 200 env OMP_NUM_THREADS=1 bash -c "python3 benchmarks/trainer/profile_step.py \
+  # and with the pool (what a one-GPU run had before session v9): the host's 4-20 ms batch on
+  # this GPU's host, against the plain runs' one thread
+  step profile_torch_pool 200 env OMP_NUM_THREADS=$(nproc) bash -c "python3 benchmarks/trainer/profile_step.py \
     --backend torch --shapes $PROFILE_TORCH_SHAPES --precisions bf16 --iters 4 \
-    --time-budget \$BUDGET --out-dir $S/omp1"
+    --time-budget \$BUDGET --out-dir $S/pool"
   cpu_stat "after the torch profiles"
 }
 
