@@ -47,7 +47,7 @@ case $stage in
     CALIBRATE=${CALIBRATE:-auto}
     if [[ "$CALIBRATE" = 1 || ( "$CALIBRATE" = auto && "$GPU_NAME" == *H200* ) ]]; then
       calibration
-      small_steps 300   # the bar's pair, qinit, the pool pair (one thread against the pool on this GPU), graphs
+      small_steps 300   # the bar's pair, qinit (does it learn?), the pool pair (one thread against the pool), graphs
       torch_profiles
       step profile 300 bash -c "python3 benchmarks/trainer/profile_step.py --shapes $PROFILE_SHAPES \
         --precisions bf16,fp8 --iters 4 --time-budget \$BUDGET --out-dir $S"
