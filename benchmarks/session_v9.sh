@@ -33,6 +33,15 @@ calibration() {  # issue 36 item 1: the reference at both ends, parts, grid, hel
   mstep torch torch 150
 }
 
+update_checks() {  # issue 40: does --quantized-model-init's step move the FP8 weights? (with a control)
+  local run="python3 -m torch.distributed.run --standalone --nproc-per-node 1 benchmarks/trainer/update_check.py \
+    --steps 2 -m kfp_sagemaker_blackwell.trainer -- --model-preset 1b --seq-length 1024 --batch-size 1 \
+    --precision fp8 --backend te --max-steps 3 --log-every 1 --checkpoint-dir '' --model-dir '' \
+    --output-data-dir '' --output-dir /tmp/uc_out"
+  step update_check_qinit 90 env TRAINER_EXPERIMENTAL_QUANTIZED_INIT=1 bash -c "$run --quantized-model-init"
+  step update_check_fp8 90 bash -c "$run"
+}
+
 case $stage in
   bg)
     start_background_boundaries
@@ -47,11 +56,13 @@ case $stage in
     CALIBRATE=${CALIBRATE:-auto}
     if [[ "$CALIBRATE" = 1 || ( "$CALIBRATE" = auto && "$GPU_NAME" == *H200* ) ]]; then
       calibration
+      update_checks
       small_steps 300   # the bar's pair, qinit (does it learn?), the pool pair (one thread against the pool), graphs
       torch_profiles
       step profile 300 bash -c "python3 benchmarks/trainer/profile_step.py --shapes $PROFILE_SHAPES \
         --precisions bf16,fp8 --iters 4 --time-budget \$BUDGET --out-dir $S"
     else  # an H100 (v6 calibrated one on 2026-12-06), or CALIBRATE=0: v8's TE plan
+      update_checks
       small_steps 300
       step profile 300 bash -c "python3 benchmarks/trainer/profile_step.py --shapes $PROFILE_SHAPES \
         --precisions bf16,fp8 --iters 4 --time-budget \$BUDGET --out-dir $S"
@@ -75,6 +86,7 @@ case $stage in
     for s in reference-start all heldout heldout2 reference-end torch; do $MT --split $s --out /dev/null --dry-run | tail -1; done
     python3 benchmarks/throughput/parts.py --out /dev/null --dry-run | tail -2
     $LFL --dry-run | awk '{print $1, $2, $3}' | tail -3
+    python3 benchmarks/trainer/update_check.py --help | head -1
     python3 benchmarks/trainer/profile_step.py --shapes $PROFILE_SHAPES --precisions bf16,fp8 --dry-run | cut -c1-60
     python3 benchmarks/trainer/profile_step.py --backend torch --shapes $PROFILE_TORCH_SHAPES --precisions bf16 \
       --trainer-flags=--data-prefetch --dry-run | cut -c1-70

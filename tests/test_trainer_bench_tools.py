@@ -330,3 +330,30 @@ def test_host_batch_times_the_synthetic_batch_per_thread_count_and_refuses_bad_s
         with pytest.raises(SystemExit):
             hb.main(bad)
         assert re.search(r"--(shapes|threads|iters)", capsys.readouterr().err)
+
+
+def test_update_check_names_the_parameter_kinds_a_step_leaves_unchanged():
+    """benchmarks/trainer/update_check.py (session v9: --quantized-model-init did not learn):
+    global optimizer-step hooks tell, by parameter kind, which weights a step moved."""
+    import io
+
+    import torch
+
+    uc = importlib.import_module("benchmarks.trainer.update_check")
+    moved = torch.nn.Parameter(torch.ones(4, 4))
+    frozen = torch.nn.Parameter(torch.ones(3, dtype=torch.bfloat16))  # a zero gradient: Adam leaves it
+    opt = torch.optim.AdamW([moved, frozen], lr=0.1, weight_decay=0.0)
+    out = io.StringIO()
+    check = uc.UpdateCheck(steps=1, out=out).install()
+    try:
+        moved.grad, frozen.grad = torch.ones(4, 4), torch.zeros(3, dtype=torch.bfloat16)
+        opt.step()
+        opt.step()  # after the checked step the hooks are gone
+    finally:
+        for h in check.handles:
+            h.remove()
+    assert len(check.results) == 1 and out.getvalue().startswith("update_check step=1 ")
+    summary = check.results[0]
+    assert summary["Parameter/float32"]["changed"] == 1 and summary["Parameter/float32"]["median_rel_change"] > 0.05
+    assert summary["Parameter/bfloat16"] == {"params": 1, "changed": 0, "median_rel_change": 0.0,
+                                             "max_rel_change": 0.0}
