@@ -38,6 +38,13 @@ machine() {
     echo "session $GPU_SESSION_ID"; } >> $S/machine.txt 2>&1
 }
 
+# the te stage's start: TransformerEngine importable (the script exits 3 if not), the machine
+# recorded once
+te_ready() {
+  python3 -c "import transformer_engine as t; print('transformer_engine', t.__version__)" | tee -a $LOG || exit 3
+  [ -f $S/te.machine ] || { machine; touch $S/te.machine; }
+}
+
 # step NAME CAP COMMAND...: once (a .done marker), at most CAP seconds or what is left.
 step() {
   local name=$1 cap=$2; shift 2

@@ -30,8 +30,7 @@ case $stage in
     start_background_boundaries
     ;;
   te)
-    python3 -c "import transformer_engine as t; print('transformer_engine', t.__version__)" | tee -a $LOG || exit 3
-    [ -f $S/te.machine ] || { machine; touch $S/te.machine; }
+    te_ready
     if [ -f $S/bg.started ] && [ ! -f $S/bg.rc ]; then  # one job on the GPU at a time: timings first
       say "stopping the background torch boundaries (resumed at the end)"
       pkill -f "boundary.py --backend torch"; pkill -f "boundary.py --one"  # the run in flight too

@@ -39,8 +39,7 @@ case $stage in
     start_background_boundaries
     ;;
   te)
-    python3 -c "import transformer_engine as t; print('transformer_engine', t.__version__)" | tee -a $LOG || exit 3
-    [ -f $S/te.machine ] || { machine; touch $S/te.machine; }
+    te_ready
     wait_background
     small_steps 300   # the first 9 runs: 1b b4 s4096 bf16 and fp8, and each lever on it (prefetch, qinit again)
     step profile 300 bash -c "python3 benchmarks/trainer/profile_step.py --shapes $PROFILE_SHAPES \

@@ -47,8 +47,7 @@ case $stage in
     start_background_boundaries
     ;;
   te)
-    python3 -c "import transformer_engine as t; print('transformer_engine', t.__version__)" | tee -a $LOG || exit 3
-    [ -f $S/te.machine ] || { machine; touch $S/te.machine; }
+    te_ready
     BG_WAIT=${BG_WAIT:-60} wait_background
     say "te: GPU $GPU_NAME"
     # CALIBRATE=auto (default): the calibration first on an H200; 1: always; 0: never (a lease too
