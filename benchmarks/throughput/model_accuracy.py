@@ -41,7 +41,7 @@ sys.path.insert(0, str(ROOT))
 
 from kfp_sagemaker_blackwell.catalog import hardware  # noqa: E402
 from kfp_sagemaker_blackwell.catalog.spec import ModelSpec, preset  # noqa: E402
-from kfp_sagemaker_blackwell.planning import throughput  # noqa: E402
+from kfp_sagemaker_blackwell.planning import measured_parts, throughput  # noqa: E402
 from kfp_sagemaker_blackwell.planning.training_setup import TrainingSetup  # noqa: E402
 
 GRID = Path(__file__).with_name("h200_grid.json")
@@ -764,35 +764,58 @@ def fit_session(split: dict[str, dict[str, Any]]) -> dict[str, float]:
     return dict(zip(FIT, x, strict=True)) | dict(zip(FIT_TORCH, t, strict=True))
 
 
+def session_constants(directory: Path) -> throughput.Constants:
+    """The model (base()) with the session's own measured parts for its GPU (the directory's
+    ``parts.json``, benchmarks/throughput/parts.py): issue 36 asks for the parts, the grid and
+    the held-out families of one session, so a session is evaluated with its parts, not with
+    those shipped from another day. Without a parts.json: base() as it is."""
+    parts = directory / "parts.json"
+    c = base()
+    if not parts.exists():
+        return c
+    gpu = hardware.gpu(json.loads(parts.read_text())["gpu"]).name
+    return dataclasses.replace(c, parts_tables={**c.parts_tables, gpu: measured_parts.load([parts], gpu)})
+
+
 def evaluate_session(directory: Path = SESSION_V6, fitted: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Issue 36 on the H100 session: (a) the shipped v4 residuals (fitted on H200 runs) with
-    the H100's parts, on every run of the session; (b) the residuals refitted on the session's
-    grid, on the held-out families (TE) and the held-out torch runs, and torch with v4's torch
-    residuals beside the refitted TE ones; (c) the drift: the same refit and check with every
-    run taken back to the start reference's speed (a diagnostic: no user has it).
-    ``fitted``: the recorded fits ({"b": ..., "c": ...}) instead of refitting."""
+    """Issue 36 on a one-GPU session, with the session's own parts (session_constants): (a)
+    the shipped v4 residuals (fitted on H200 runs), on every run of the session; (b) the
+    residuals refitted on the session's grid, on the held-out families (TE) and the held-out
+    torch runs, and torch with v4's torch residuals beside the refitted TE ones; (c) the
+    drift: the same refit and check with every run taken back to the start reference's speed
+    (a diagnostic: no user has it). ``fitted``: the recorded fits ({"b": ..., "c": ...})
+    instead of refitting."""
+    _BASE.append(session_constants(directory))
+    try:
+        return _evaluate_session(directory, fitted)
+    finally:
+        _BASE.pop()
+
+
+def _evaluate_session(directory: Path, fitted: dict[str, Any] | None) -> dict[str, Any]:
     docs = load_session(directory)
     d = drift(docs)
     split = session_split(docs)
     grid_fams = {family(r) for r in split["grid"]["results"] if r.get("status") == "ok"}
     held_fams = {family(r) for r in split["heldout"]["results"] if r.get("status") == "ok"}
-    v4 = throughput.DEFAULT
+    v4 = base()
     fits = fitted or {"b": fit_session(split),
                       "c": fit_session({k: corrected(v, d) for k, v in split.items()})}
     b, c = with_dict(fits["b"], v4), with_dict(fits["c"], v4)
     b_te_v4_torch = with_dict({k: fits["b"][k] for k in FIT}, v4)
+    shipped = throughput.constants_for(docs["grid"]["gpu"])
     every_te = dict(docs["grid"], results=docs["grid"]["results"] + split["heldout"]["results"])
     cal = {k: corrected(v, d) for k, v in split.items()}
+    session = {k: docs["grid"].get(k) for k in ("machine", "gpu", "date", "torch", "transformer_engine", "session")}
+    rel = directory.resolve().relative_to(ROOT) if directory.resolve().is_relative_to(ROOT) else directory
     return {
-        "what": "issue 36 on one H100 session (2026-12-06, benchmarks/throughput/session_v6.sh): "
-                "(a) v4's residuals fitted on H200 runs, with the H100's measured parts; (b) the "
+        "what": f"issue 36 on one {session['gpu']} session ({session['date']}, {rel}): (a) v4's "
+                "residuals fitted on H200 runs, with the session's measured parts; (b) the "
                 "residuals refitted on this session's grid, predicting the held-out families; "
                 "(c) (b) with every run taken back to the start reference's speed (the measured "
                 "drift interpolated linearly in time): a diagnostic",
-        "command": "python benchmarks/throughput/model_accuracy.py --session "
-                   "benchmarks/throughput/raw/session_v6_h100 --session-out "
-                   "benchmarks/throughput/heldout_eval_h100_v6.json",
-        "session": {k: docs["grid"].get(k) for k in ("machine", "gpu", "date", "torch", "transformer_engine", "session")},
+        "command": f"python benchmarks/throughput/model_accuracy.py --session {rel} --session-out FILE",
+        "session": session,
         "held_out_families_in_grid": sorted(map(list, held_fams & grid_fams)),
         "held_out_families": len(held_fams),
         "drift": d,
@@ -811,6 +834,15 @@ def evaluate_session(directory: Path = SESSION_V6, fitted: dict[str, Any] | None
         "c_drift_corrected": {
             "te_heldout": _evaluation(rows(cal["heldout"], None, c), d),
             "torch_heldout": _evaluation(rows(cal["torch_heldout"], None, c))},
+        # what users are predicted with: the shipped calibration of the session's GPU (its
+        # parts and residuals, from the session it was fitted on), on every run of this one;
+        # a check across days when that session is another one (in sample when it is this one)
+        "s_shipped_calibration": {
+            "fitted_on": throughput.accuracy_for(session["gpu"]).record
+            if throughput.accuracy_for(session["gpu"]) else "v4 (H200)",
+            "te_all": _evaluation(rows(every_te, None, shipped), d),
+            "te_heldout": _evaluation(rows(split["heldout"], None, shipped), d),
+            "torch_all": _evaluation(rows(docs["torch"], None, shipped))},
     }
 
 
@@ -822,7 +854,7 @@ def session_variant(directory: Path, held: dict[str, float]) -> dict[str, Any]:
     saved = FIT
     try:
         FIT = tuple(n for n in FIT if n not in held)
-        _BASE.append(with_dict(held, base()))
+        _BASE.append(with_dict(held, session_constants(directory)))
         split = session_split(load_session(directory))
         x = fit_families(split["grid"], lambda r: True)
         c = with_values(x)
@@ -896,8 +928,11 @@ def session_markdown(ev: dict[str, Any]) -> str:
     lines = ["| evaluation | runs | families | median | worst | worst too fast | signed median | "
              "speed-up pairs | speed-up median | speed-up worst |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    for part in ("a_v4_h200_residuals", "b_refit_on_session_grid", "c_drift_corrected"):
-        for name, s in ev[part].items():
+    for part in ("a_v4_h200_residuals", "b_refit_on_session_grid", "c_drift_corrected",
+                 "s_shipped_calibration"):
+        for name, s in ev.get(part, {}).items():
+            if not isinstance(s, dict):
+                continue
             sp = (f"{s['speedup_pairs']} | {s['median_speedup_error']:.3f} | {s['worst_speedup_error']:.3f}"
                   if s["speedup_pairs"] else "0 | - | -")
             lines.append(f"| {part[0]}: {name} | {s['rows']} | {s['families']} | {s['median_abs_error']:.1%} | "
@@ -957,6 +992,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.session:
         ev = evaluate_session(args.session)
         if args.session_out:
+            ev["command"] = ev["command"].replace("FILE", str(args.session_out))
             args.session_out.write_text(json.dumps(ev, indent=1) + "\n")
         print(session_markdown(ev))
         return 0
