@@ -273,3 +273,22 @@ def test_gemms_repetitions_cap_long_timings():
     assert gemms.repetitions(0.5, 5, 20, 20) == (1, 3)  # long: 3 timed, 1 warm-up
     assert gemms.repetitions(1e-4, 5, 20, 20) == (5, 20)
     assert gemms.repetitions(0.5, 5, 20, 0) == (5, 20)  # no cap: as before
+
+
+def test_the_grid_separates_width_from_depth_at_a_small_step():
+    """Session v10: the fit traded a per-parameter cost against the host's per-layer one at
+    1-2k tokens. The calibration split now holds the tokens of a step fixed (1 x 1536) and
+    varies the width (2048, 4096, 8192) at two depths each, bf16 and fp8, in families that no
+    held-out set has, and each fits an 80 GB GPU under the session's 71 GiB cap."""
+    m = _load("benchmarks/throughput/measure.py")
+    small = [c for c in m.configurations("calibration") if c["batch_size"] * c["seq_length"] == 1536]
+    assert {c["split"] for c in small} == {"calibration"}
+    by_width: dict[int, set] = {}
+    for c in small:
+        by_width.setdefault(m.spec_of(c).hidden_size, set()).add((c["num_layers"], c["precision"]))
+    assert set(by_width) == {2048, 4096, 8192}
+    for width, runs in by_width.items():
+        assert len({n for n, _ in runs}) == 2 and {p for _, p in runs} == {"bf16", "fp8"}, width
+    held = {m.family(c) for split in ("heldout", "heldout2") for c in m.configurations(split)}
+    assert not {m.family(c) for c in small} & held
+    assert all(m.predicted_peak_bytes(c) < 71 * 2**30 for c in small)

@@ -121,6 +121,28 @@ def calibration() -> list[dict]:
     for prec in ("bf16", "fp8"):
         out.append(_cfg(f"cal-w2048-L16-b2-s4096-noac-{prec}", "calibration", "1b", 16, 2, 4096, False, prec))
         out.append(_cfg(f"cal-w2048-L8-b8-s4096-ac-{prec}", "calibration", "1b", 8, 8, 4096, True, prec))
+    out += small_step_calibration()
+    return out
+
+
+# Session v10 (benchmarks/throughput/README.md): at 1-2k tokens per step the fit cannot tell a
+# per-parameter cost (optimizer, FSDP copies) from the host's per-layer and per-step costs,
+# because the grid moves width, depth and tokens together; wide models with few layers are
+# then predicted too fast and narrow ones with more layers too slow. These families hold the
+# tokens (1 x 1536) and vary the width at two depths each, so the fit sees the two apart.
+# Sequence 1536 without checkpointing: a family no held-out set has (heldout2's 1536 is
+# checkpointed). (shape, depths)
+SMALL_STEP_SHAPES = (("w2048", (2, 6)), ("w4096", (2, 6)), ("w8192", (1, 2)))
+
+
+def small_step_calibration() -> list[dict]:
+    out = []
+    for shape, depths in SMALL_STEP_SHAPES:
+        preset = SHAPES[shape][0]
+        for layers in depths:
+            for prec in ("bf16", "fp8"):
+                out.append(_cfg(f"cal-{shape}-L{layers}-b1-s1536-noac-{prec}", "calibration", preset,
+                                layers, 1, 1536, False, prec))
     return out
 
 
