@@ -356,4 +356,46 @@ def test_update_check_names_the_parameter_kinds_a_step_leaves_unchanged():
     summary = check.results[0]
     assert summary["Parameter/float32"]["changed"] == 1 and summary["Parameter/float32"]["median_rel_change"] > 0.05
     assert summary["Parameter/bfloat16"] == {"params": 1, "changed": 0, "median_rel_change": 0.0,
-                                             "max_rel_change": 0.0}
+                                             "max_rel_change": 0.0, "grad_norm": 0.0}
+    assert summary["Parameter/float32"]["grad_norm"] == pytest.approx(4.0)  # ||ones(4, 4)||
+
+
+def test_update_check_follows_master_copies_where_the_optimizer_keeps_them():
+    """An optimizer with master copies (TE's FusedAdam API: get_unscaled_state(p,
+    "master_param")) whose weights do not show its step: the masters' change is reported per
+    kind, so a step that moves the masters but not the weights (or neither) is told apart."""
+    import io
+
+    import torch
+
+    uc = importlib.import_module("benchmarks.trainer.update_check")
+
+    class MasterSGD(torch.optim.Optimizer):
+        def __init__(self, params, lr):
+            super().__init__(params, {"lr": lr})
+            for g in self.param_groups:
+                for p in g["params"]:
+                    self.state[p]["master_param"] = p.detach().float().clone()
+
+        def get_unscaled_state(self, p, name):
+            return self.state[p][name]
+
+        def step(self, closure=None):
+            for g in self.param_groups:
+                for p in g["params"]:
+                    m = self.state[p]["master_param"]
+                    m -= g["lr"] * p.grad.float()
+                    p.data.copy_(m.to(p.dtype))  # bf16: a small step is under its spacing
+
+    w = torch.nn.Parameter(torch.ones(8, dtype=torch.bfloat16))
+    opt = MasterSGD([w], lr=1e-4)
+    check = uc.UpdateCheck(steps=1, out=io.StringIO()).install()
+    try:
+        w.grad = torch.ones(8, dtype=torch.bfloat16)
+        opt.step()
+    finally:
+        for h in check.handles:
+            h.remove()
+    s = check.results[0]["Parameter/bfloat16"]
+    assert s["changed"] == 0 and s["master_changed"] == 1
+    assert s["master_median_rel_change"] == pytest.approx(1e-4, rel=0.01)

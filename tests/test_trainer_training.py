@@ -232,3 +232,32 @@ def test_checkpointed_blocks_see_fp32_rotary_tables_in_forward_and_recomputation
         assert seen == [(torch.bfloat16, torch.float32, True)] * calls
         grads[ckpt] = [p.grad.full_tensor().clone() for p in m.parameters()]
     assert all(torch.equal(a, b) for a, b in zip(grads[False], grads[True], strict=True))
+
+
+def test_fsdp_keeps_only_the_last_block_gathered_and_none_with_fp8_primary_weights():
+    """FSDP2's blocks are resharded after their forward except the last, whose parameters the
+    backward needs at once; with FP8 primary weights (te_backend: keep_last_block off) every
+    block is resharded, as TE's quantized_model_init example shards them, and the gradients
+    are the same either way (on the CPU, bf16 compute)."""
+    import dataclasses
+
+    from kfp_sagemaker_blackwell.catalog import spec
+    from kfp_sagemaker_blackwell.trainer import emulation, parallel
+    from kfp_sagemaker_blackwell.trainer import model as tm
+
+    world = parallel.init("cpu")
+    s = dataclasses.replace(spec.preset("tiny"), num_layers=3)
+    tokens = torch.randint(0, s.vocab_size, (2, 16), generator=torch.Generator().manual_seed(0))
+    kept, grads = {}, {}
+    for keep in (True, False):
+        n = emulation.numerics_for("fp32")
+        with torch.device("meta"):
+            m = tm.CausalLM(s, [n] * s.num_layers, n)
+        parallel.apply_fsdp(m, list(m.blocks), world, torch.bfloat16, keep_last_block=keep)
+        kept[keep] = [b._get_fsdp_state()._fsdp_param_group.post_forward_mesh_info is None for b in m.blocks]
+        m.to_empty(device="cpu")
+        tm.init_weights(m, s, seed=0)
+        m(tokens).float().logsumexp(-1).mean().backward()
+        grads[keep] = [p.grad.full_tensor().clone() for p in m.parameters()]
+    assert kept == {True: [False, False, True], False: [False, False, False]}
+    assert all(torch.equal(a, b) for a, b in zip(grads[True], grads[False], strict=True))

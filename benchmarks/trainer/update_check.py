@@ -16,7 +16,12 @@ e.g. ``Float8Tensor/float8_e4m3fn``, ``Parameter/float32``):
         --steps 2 -m kfp_sagemaker_blackwell.trainer -- --model-preset 1b --precision fp8 ...
 
 A kind whose ``changed`` is 0 (or whose median relative change is orders below the others') does
-not take the updates. The copies cost one fp32 copy of the model's local parameters on its device
+not take the updates. Each kind also gets its gradients' norm before the step (``grad_norm``,
+the local shards'), and, for an optimizer that keeps master copies (TE's FusedAdam with
+``master_weights``: ``get_unscaled_state(p, "master_param")``), how the masters moved
+(``master_changed``, ``master_median_rel_change``): session v10 saw FP8 primary weights move by
+about one E4M3 step while the loss stayed flat, which the weights alone cannot tell from a
+working optimizer. The copies cost one fp32 copy of the model's local parameters on its device
 during a checked step. ``--steps N`` checks the first N steps, then removes the hooks.
 """
 
@@ -46,12 +51,38 @@ def kind(p: Any) -> str:
     return f"{type(t).__name__}/{str(dtype).replace('torch.', '').replace('DType.', '')}"
 
 
+def local_grad_norm(p: Any) -> float:
+    """The norm of a parameter's local gradient (0.0 without one)."""
+    import torch
+
+    g = p.grad
+    if g is None:
+        return 0.0
+    g = g._local_tensor if hasattr(g, "_local_tensor") else g
+    return float(torch.linalg.vector_norm(g.detach().float()))
+
+
+def master(optimizer: Any, p: Any):
+    """A parameter's master copy (fp32) where the optimizer keeps one, else None."""
+    get = getattr(optimizer, "get_unscaled_state", None)
+    if get is None or "master_param" not in optimizer.state.get(p, {}):
+        return None
+    return get(p, "master_param").detach().float().clone()
+
+
+def _rel_change(old: Any, new: Any) -> float:
+    import torch
+
+    denom = float(torch.linalg.vector_norm(old)) or 1.0
+    return float(torch.linalg.vector_norm(new - old)) / denom
+
+
 class UpdateCheck:
     """The pre/post step hooks: ``before`` copies, ``after`` compares and summarises by kind."""
 
     def __init__(self, steps: int, out=None) -> None:
         self.steps, self.step, self.out = steps, 0, out or sys.stdout
-        self.saved: list[tuple[Any, Any]] = []
+        self.saved: list[tuple[Any, Any, float, Any]] = []
         self.handles: list[Any] = []
         self.results: list[dict[str, dict[str, float]]] = []
 
@@ -66,21 +97,30 @@ class UpdateCheck:
         return self
 
     def before(self, optimizer, args, kwargs) -> None:
-        self.saved = [(p, local_values(p)) for g in optimizer.param_groups for p in g["params"]]
+        self.saved = [(p, local_values(p), local_grad_norm(p), master(optimizer, p))
+                      for g in optimizer.param_groups for p in g["params"]]
 
     def after(self, optimizer, args, kwargs) -> None:
-        import torch
-
         self.step += 1
         by: dict[str, list[float]] = {}
-        for p, old in self.saved:
-            new = local_values(p)
-            denom = float(torch.linalg.vector_norm(old)) or 1.0
-            by.setdefault(kind(p), []).append(float(torch.linalg.vector_norm(new - old)) / denom)
+        grads: dict[str, float] = {}
+        masters: dict[str, list[float]] = {}
+        for p, old, grad, old_master in self.saved:
+            k = kind(p)
+            by.setdefault(k, []).append(_rel_change(old, local_values(p)))
+            grads[k] = grads.get(k, 0.0) + grad ** 2
+            new_master = master(optimizer, p) if old_master is not None else None
+            if new_master is not None:
+                masters.setdefault(k, []).append(_rel_change(old_master, new_master))
         self.saved = []
-        summary = {k: {"params": len(v), "changed": sum(x > 0 for x in v),
-                       "median_rel_change": statistics.median(v), "max_rel_change": max(v)}
-                   for k, v in sorted(by.items())}
+        summary: dict[str, dict[str, float]] = {}
+        for k, v in sorted(by.items()):
+            summary[k] = {"params": len(v), "changed": sum(x > 0 for x in v),
+                          "median_rel_change": statistics.median(v), "max_rel_change": max(v),
+                          "grad_norm": grads[k] ** 0.5}
+            if k in masters:
+                summary[k] |= {"master_changed": sum(x > 0 for x in masters[k]),
+                               "master_median_rel_change": statistics.median(masters[k])}
         self.results.append(summary)
         if os.environ.get("RANK", "0") == "0":
             print(f"update_check step={self.step} {json.dumps(summary)}", file=self.out, flush=True)
