@@ -95,9 +95,13 @@ def mesh(world: World):
     return init_device_mesh(world.device.type, (world.world_size,))
 
 
-def apply_fsdp(model, blocks, world: World, param_dtype: torch.dtype | None, reshard_after_forward: bool = True):
+def apply_fsdp(model, blocks, world: World, param_dtype: torch.dtype | None, reshard_after_forward: bool = True,
+               keep_last_block: bool = True):
     """FSDP2: one unit per block and one at the root; fp32 master weights, ``param_dtype``
-    compute copies (None = compute in fp32), gradients reduced in fp32."""
+    compute copies (None = compute in fp32), gradients reduced in fp32. ``keep_last_block``:
+    the last block stays gathered from its forward to its backward (it is needed again at
+    once); off, every block is resharded after its forward, as TE's FP8-primary-weight
+    example shards them (``prepare``)."""
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     m = mesh(world)
@@ -112,7 +116,8 @@ def apply_fsdp(model, blocks, world: World, param_dtype: torch.dtype | None, res
     n = len(blocks)
     for i, block in enumerate(blocks):
         # The last block's parameters are needed again at once by backward: keep them.
-        fully_shard(block, mesh=m, mp_policy=block_mp, reshard_after_forward=reshard_after_forward and i < n - 1)
+        keep = keep_last_block and i == n - 1
+        fully_shard(block, mesh=m, mp_policy=block_mp, reshard_after_forward=reshard_after_forward and not keep)
     fully_shard(model, mesh=m, mp_policy=mp, reshard_after_forward=reshard_after_forward)
     return model
 
@@ -123,11 +128,12 @@ def shards(world: World, single_gpu_fsdp: bool) -> bool:
     return world.world_size > 1 or single_gpu_fsdp
 
 
-def prepare(model, blocks, world: World, param_dtype: torch.dtype | None, single_gpu_fsdp: bool):
+def prepare(model, blocks, world: World, param_dtype: torch.dtype | None, single_gpu_fsdp: bool,
+            keep_last_block: bool = True):
     """FSDP2 (``apply_fsdp``) where ``shards`` says so; else the plain module, whose numerics
     ``compute_autocast`` keeps: fp32 weights and gradients, ``param_dtype`` compute."""
     if shards(world, single_gpu_fsdp):
-        return apply_fsdp(model, blocks, world, param_dtype)
+        return apply_fsdp(model, blocks, world, param_dtype, keep_last_block=keep_last_block)
     return model
 
 

@@ -50,17 +50,22 @@ class TECausalLM(nn.Module):
         self.checkpoint_blocks = cfg.activation_checkpointing
         norm = "RMSNorm" if spec.norm == "rmsnorm" else "LayerNorm"
         recipe = te_recipe(cfg.precision, cfg.fp8_amax_history_len)
-        init_ctx: Any = contextlib.nullcontext()
         # With FP8 primary weights FSDP2 casts nothing (no param_dtype), so every other parameter
         # (norms, biases, embeddings) is kept in the compute dtype, bf16, as TE's FusedAdam keeps
         # the fp32 masters of all of them: an fp32 LayerNorm weight meeting a bf16 input is
         # what failed ("Data types for parameters must match", benchmarks/trainer/README.md).
         pdtype = torch.bfloat16 if cfg.quantized_model_init else MASTER_DTYPE
-        if cfg.quantized_model_init:
-            init_ctx = te.quantized_model_init(enabled=True, recipe=recipe, preserve_high_precision_init_val=True)
-        with init_ctx:
-            self.blocks = nn.ModuleList(
-                te.TransformerLayer(
+
+        def init_ctx(i: int) -> Any:
+            # FP8 primary weights only for the blocks that compute in FP8: a high-precision
+            # block never runs an FP8 forward, so its weights' scale would stay TE's initial 1.0.
+            if cfg.quantized_model_init and i not in hp_blocks:
+                return te.quantized_model_init(enabled=True, recipe=recipe, preserve_high_precision_init_val=True)
+            return contextlib.nullcontext()
+
+        def block(i: int) -> Any:
+            with init_ctx(i):
+                return te.TransformerLayer(
                     spec.hidden_size, spec.ffn_hidden_size, spec.num_heads,
                     num_gqa_groups=spec.num_kv_heads, layernorm_epsilon=spec.norm_eps,
                     hidden_dropout=0.0, attention_dropout=0.0, layer_number=i + 1,
@@ -70,8 +75,8 @@ class TECausalLM(nn.Module):
                     activation="swiglu" if spec.mlp == "swiglu" else "gelu",
                     normalization=norm, device=device, attn_input_format=INPUT_FORMAT,
                 )
-                for i in range(spec.num_layers)
-            )
+
+        self.blocks = nn.ModuleList(block(i) for i in range(spec.num_layers))
         if spec.vocab_size:
             self.tok_embeddings = nn.Embedding(spec.vocab_size, spec.hidden_size, device=device, dtype=pdtype)
             norm_cls = te.RMSNorm if spec.norm == "rmsnorm" else te.LayerNorm
@@ -134,7 +139,13 @@ def build(cfg: TrainConfig, world: parallel.World, plan: Plan) -> nn.Module:
     model = TECausalLM(cfg, set(high_precision_blocks(cfg.model.num_layers,
                                                       cfg.high_precision_layers)))
     param_dtype = None if cfg.quantized_model_init else plan.param_dtype
-    parallel.prepare(model, list(model.blocks), world, param_dtype, cfg.single_gpu_fsdp)
+    # FP8 primary weights: every block resharded after its forward, as TE's own example
+    # (examples/pytorch/quantized_model_init/fully_shard.py) shards them. A block kept gathered
+    # asks Float8Tensor's all-gather for its transpose too, and TE 2.20's fsdp_post_all_gather
+    # refreshes only the data of a reused buffer, so the backward could read a transpose from
+    # an earlier step (read in TE's code, not measured: benchmarks/trainer/README.md, session v10).
+    parallel.prepare(model, list(model.blocks), world, param_dtype, cfg.single_gpu_fsdp,
+                     keep_last_block=not cfg.quantized_model_init)
     materialise(model, [m for m in model.modules() if isinstance(m, TransformerEngineBaseModule)],
                 cfg, world.device)
     if cfg.cuda_graphs:
