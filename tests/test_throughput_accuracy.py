@@ -442,3 +442,24 @@ def test_the_h100_is_predicted_with_its_own_fit_and_declares_its_own_accuracy():
     assert throughput.accuracy_for("B200") is None
     assert "measured H100 parts" in throughput.predict(s, "H100").source
     assert f"median error {a.median_error:.1%}, worst 31%" in throughput.H100_SOURCE
+
+
+def test_held_out_misses_read_in_milliseconds():
+    """model_accuracy.py --misses-in-ms (session v10): the held-out runs binned by measured step
+    time, the worst too-fast miss and the most ms past the prediction per bin, and the relative
+    margin a fixed per-step allowance would need to cover every run."""
+    acc = _accuracy()
+    runs = [{"source": "a", "name": "x", "measured_ms": 100.0, "predicted_ms": 80.0},   # +25%, 20 ms
+            {"source": "a", "name": "y", "measured_ms": 120.0, "predicted_ms": 125.0},  # too slow
+            {"source": "b", "name": "z", "measured_ms": 1000.0, "predicted_ms": 900.0}]  # +11.1%, 100 ms
+    m = acc.misses_in_ms(runs, bins=(150.0,), allowances_ms=(0.0, 20.0))
+    small, large = m["bins"]
+    assert (small["runs"], large["runs"]) == (2, 1)
+    assert small["worst_too_fast"] == pytest.approx(0.25) and small["most_ms_past"] == pytest.approx(20.0)
+    assert small["worst_run"] == "a: x" and large["most_ms_past"] == pytest.approx(100.0)
+    # c = 0: the worst ratio (100/80); c = 20 ms: the large step decides ((1000 - 20) / 900)
+    assert m["relative_margin_for_allowance_ms"] == pytest.approx({0.0: 0.25, 20.0: 980 / 900 - 1})
+    real = acc.misses_in_ms(acc.held_out_steps())
+    assert real["runs"] == 111 + 51 + 53  # H200 LOFO, H100 v6 (b), H100 v10 (b)
+    # the README's reading: every held-out run within 30 ms per step plus under 10%
+    assert real["relative_margin_for_allowance_ms"][30.0] < 0.10

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import itertools
 import json
 import math
 import statistics
@@ -867,6 +868,72 @@ def session_variant(directory: Path, held: dict[str, float]) -> dict[str, Any]:
         _BASE.pop()
 
 
+# The held-out predictions read in milliseconds (session v10): the H200's leave-one-family-out
+# folds and each H100 session's (b) refit on its own grid, every run predicted by a fit that
+# never saw its family.
+MS_SOURCES = (LOFO_ALL, Path(__file__).with_name("heldout_eval_h100_v6.json"),
+              Path(__file__).with_name("heldout_eval_h100_v10.json"))
+STEP_BINS_MS = (150.0, 300.0, 600.0)
+
+
+def held_out_steps(paths: tuple[Path, ...] = MS_SOURCES) -> list[dict[str, Any]]:
+    """Every held-out TE run of ``paths`` as (source, name, measured and predicted step ms):
+    a union-LOFO file's folds (lofo_all_h200.json) or a session evaluation's (b) held-out runs
+    (heldout_eval_*.json). Tokens per step from the run's name (-bB-sS-)."""
+    import re
+
+    out = []
+    for path in paths:
+        doc = json.loads(path.read_text())
+        if "folds" in doc:
+            runs = [r for f in doc["folds"] if f["backend"] == "te" for r in f["runs"]]
+        else:
+            runs = doc["b_refit_on_session_grid"]["te_heldout"]["runs"]
+        for r in runs:
+            m = re.search(r"-b(\d+)-s(\d+)-", r["name"])
+            if not m:
+                raise ValueError(f"{path.name}: run {r['name']!r} does not name its batch and sequence")
+            tokens = int(m[1]) * int(m[2])
+            out.append({"source": path.name, "name": r["name"],
+                        "measured_ms": tokens / r["measured"] * 1e3,
+                        "predicted_ms": tokens / r["predicted"] * 1e3})
+    return out
+
+
+def misses_in_ms(runs: list[dict[str, Any]], bins: tuple[float, ...] = STEP_BINS_MS,
+                 allowances_ms: tuple[float, ...] = (0.0, 10.0, 20.0, 30.0, 40.0)) -> dict[str, Any]:
+    """The held-out misses by measured step time: per bin, the runs, the worst too-fast miss
+    (predicted tokens/s / measured - 1) and the most milliseconds a step ran past its
+    prediction; and, for each fixed allowance c (ms per step), the smallest relative margin r
+    with measured <= predicted x (1 + r) + c for every run (what a margin of that form needs)."""
+    edges = (0.0, *bins, math.inf)
+    table = []
+    for lo, hi in itertools.pairwise(edges):
+        sel = [r for r in runs if lo <= r["measured_ms"] < hi]
+        if not sel:
+            continue
+        worst = max(sel, key=lambda r: r["measured_ms"] / r["predicted_ms"])
+        table.append({"from_ms": lo, "to_ms": hi, "runs": len(sel),
+                      "worst_too_fast": worst["measured_ms"] / worst["predicted_ms"] - 1,
+                      "worst_run": f"{worst['source']}: {worst['name']}",
+                      "most_ms_past": max(r["measured_ms"] - r["predicted_ms"] for r in sel)})
+    cover = {c: max((r["measured_ms"] - c) / r["predicted_ms"] - 1 for r in runs) for c in allowances_ms}
+    return {"runs": len(runs), "bins": table, "relative_margin_for_allowance_ms": cover}
+
+
+def misses_markdown(m: dict[str, Any]) -> str:
+    lines = [f"{m['runs']} held-out TE runs", "",
+             "| measured step (ms) | runs | worst too fast | most ms past the prediction | worst run |",
+             "|---|---:|---:|---:|---|"]
+    for b in m["bins"]:
+        hi = "" if math.isinf(b["to_ms"]) else f"{b['to_ms']:.0f}"
+        lines.append(f"| {b['from_ms']:.0f}-{hi} | {b['runs']} | {b['worst_too_fast']:+.1%} | "
+                     f"{b['most_ms_past']:.1f} | {b['worst_run']} |")
+    lines += ["", "| allowance (ms per step) | relative margin that covers every run |", "|---:|---:|"]
+    lines += [f"| {c:.0f} | {r:.1%} |" for c, r in m["relative_margin_for_allowance_ms"].items()]
+    return "\n".join(lines) + "\n"
+
+
 # What a profiled step's kernels measure, by the model's part (profile_step.py --shapes categories).
 PROFILE_PARTS = {
     "gemm": ("gemm",), "attention": ("attention",), "quantization": ("fp8_cast_transpose_amax",),
@@ -981,7 +1048,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--profile", type=Path, help="profile_step.py --shapes's profile_shapes.json: each run's "
                     "kernel time per model part, measured beside predicted (with --gpu)")
     ap.add_argument("--gpu", default="H100", help="with --profile: the GPU the profile ran on")
+    ap.add_argument("--misses-in-ms", action="store_true",
+                    help="the held-out misses by measured step time, in ms (the H200's LOFO and "
+                    "the H100 sessions' evaluations; session v10 in the README)")
     args = ap.parse_args(argv)
+    if args.misses_in_ms:
+        print(misses_markdown(misses_in_ms(held_out_steps())))
+        return 0
     if args.profile:
         print(profile_markdown(profile_vs_model(json.loads(args.profile.read_text()), args.gpu)))
         return 0
