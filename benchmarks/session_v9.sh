@@ -18,7 +18,9 @@ SESSION=session_v9 OUT=${OUT:-/tmp/s9_out} S=${S9_STATE:-/root/s9}
 # Issue 41's held-out torch boundaries are complete (session v9 decided 14b L6 s4096): none by
 # default; TORCH_BOUNDARY="PRESET:LAYERS/SEQ/ckpt|no-ckpt/PRECISION,..." asks for more.
 TORCH_BOUNDARY=${TORCH_BOUNDARY-}
-PROFILE_SHAPES=${PROFILE_SHAPES:-"1b:4:4096,8b:1:2048:4,14b:1:4096:3"}
+# TE profiles: the two worst held-out steps of both H100 sessions first (64b L2 b2 s1024 and 8b L4
+# b1 s1024: never profiled; session v10, benchmarks/throughput/README.md), then the bar's shape
+PROFILE_SHAPES=${PROFILE_SHAPES:-"64b:2:1024:2,8b:1:1024:4,1b:4:4096"}
 PROFILE_TORCH_SHAPES=${PROFILE_TORCH_SHAPES:-"8b:1:2048:4,14b:1:4096:3,1b:4:4096"}
 source "$(dirname "$0")/session_common.sh"
 GPU_NAME=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
@@ -60,11 +62,12 @@ case $stage in
       torch_profiles
       step profile 300 bash -c "python3 benchmarks/trainer/profile_step.py --shapes $PROFILE_SHAPES \
         --precisions bf16,fp8 --iters 4 --time-budget \$BUDGET --out-dir $S"
-    else  # an H100 (v6 calibrated one on 2026-12-06), or CALIBRATE=0: v8's TE plan
+    else  # an H100 (calibrated twice: v6 and v10), or CALIBRATE=0: the qinit check, then the
+      # profiles of the worst held-out steps (issue 36), then the small-step table (issue 40)
       update_checks
-      small_steps 300
       step profile 300 bash -c "python3 benchmarks/trainer/profile_step.py --shapes $PROFILE_SHAPES \
         --precisions bf16,fp8 --iters 4 --time-budget \$BUDGET --out-dir $S"
+      small_steps 300
       torch_profiles
     fi
     torch_boundaries 300
