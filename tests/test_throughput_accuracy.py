@@ -463,3 +463,17 @@ def test_held_out_misses_read_in_milliseconds():
     assert real["runs"] == 111 + 51 + 53  # H200 LOFO, H100 v6 (b), H100 v10 (b)
     # the README's reading: every held-out run within 30 ms per step plus under 10%
     assert real["relative_margin_for_allowance_ms"][30.0] < 0.10
+
+
+def test_two_h100_sessions_measured_the_same_configurations_alike():
+    """model_accuracy.py --reproducibility (session v10 against v6, a day apart, the pool and
+    one host thread): most runs both sessions measured agree within 5%, the median ratio is
+    within 1%; the runs furthest apart are named."""
+    acc = _accuracy()
+    raw = ROOT / "benchmarks" / "throughput" / "raw"
+    r = acc.session_reproducibility(raw / "session_v6_h100", raw / "session_v10_h100")
+    assert r["runs"] == 129 and abs(r["median_ratio"] - 1) < 0.01
+    assert r["within"]["5%"] >= 0.7 * r["runs"] and r["within"]["1%"] <= r["within"]["2%"] <= r["within"]["5%"]
+    assert r["furthest"][0]["name"].startswith("torch-") and r["furthest"][0]["ratio"] > 2
+    with pytest.raises(ValueError, match="no run in common"):
+        acc.session_reproducibility(raw / "session_v6_h100", raw / "session_v8_h100")

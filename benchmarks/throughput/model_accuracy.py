@@ -934,6 +934,30 @@ def misses_markdown(m: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def session_reproducibility(first: Path, second: Path) -> dict[str, Any]:
+    """The runs two sessions both measured (same name: same configuration), second / first
+    tokens/s: the median ratio, how many are within 1, 2 and 5%, and the runs furthest apart
+    (session v10 against v6: the same H100 configurations a day apart)."""
+    def ok(directory: Path) -> dict[str, float]:
+        out = {}
+        for name in SESSION_FILES.values():
+            path = directory / name
+            if path.exists():
+                for r in json.loads(path.read_text())["results"]:
+                    if r.get("status") == "ok" and r.get("tokens_per_s_per_gpu"):
+                        out[r["name"]] = float(r["tokens_per_s_per_gpu"])
+        return out
+
+    a, b = ok(first), ok(second)
+    ratios = sorted((b[n] / a[n], n) for n in set(a) & set(b))
+    if not ratios:
+        raise ValueError(f"{first} and {second} measured no run in common")
+    rs = [r for r, _ in ratios]
+    return {"runs": len(rs), "median_ratio": statistics.median(rs),
+            "within": {f"{k}%": sum(abs(r - 1) <= k / 100 for r in rs) for k in (1, 2, 5)},
+            "furthest": [{"name": n, "ratio": r} for r, n in sorted(ratios, key=lambda x: -abs(x[0] - 1))[:10]]}
+
+
 # What a profiled step's kernels measure, by the model's part (profile_step.py --shapes categories).
 PROFILE_PARTS = {
     "gemm": ("gemm",), "attention": ("attention",), "quantization": ("fp8_cast_transpose_amax",),
@@ -1051,7 +1075,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--misses-in-ms", action="store_true",
                     help="the held-out misses by measured step time, in ms (the H200's LOFO and "
                     "the H100 sessions' evaluations; session v10 in the README)")
+    ap.add_argument("--reproducibility", type=Path, nargs=2, metavar=("FIRST", "SECOND"),
+                    help="two session directories: the runs both measured, SECOND / FIRST tokens/s")
     args = ap.parse_args(argv)
+    if args.reproducibility:
+        print(json.dumps(session_reproducibility(*args.reproducibility), indent=1))
+        return 0
     if args.misses_in_ms:
         print(misses_markdown(misses_in_ms(held_out_steps())))
         return 0
