@@ -805,6 +805,7 @@ def _evaluate_session(directory: Path, fitted: dict[str, Any] | None) -> dict[st
     b, c = with_dict(fits["b"], v4), with_dict(fits["c"], v4)
     b_te_v4_torch = with_dict({k: fits["b"][k] for k in FIT}, v4)
     shipped = throughput.constants_for(docs["grid"]["gpu"])
+    shipped_accuracy = throughput.accuracy_for(docs["grid"]["gpu"])
     every_te = dict(docs["grid"], results=docs["grid"]["results"] + split["heldout"]["results"])
     cal = {k: corrected(v, d) for k, v in split.items()}
     session = {k: docs["grid"].get(k) for k in ("machine", "gpu", "date", "torch", "transformer_engine", "session")}
@@ -839,8 +840,7 @@ def _evaluate_session(directory: Path, fitted: dict[str, Any] | None) -> dict[st
         # parts and residuals, from the session it was fitted on), on every run of this one;
         # a check across days when that session is another one (in sample when it is this one)
         "s_shipped_calibration": {
-            "fitted_on": throughput.accuracy_for(session["gpu"]).record
-            if throughput.accuracy_for(session["gpu"]) else "v4 (H200)",
+            "fitted_on": shipped_accuracy.record if shipped_accuracy else "v4 (H200)",
             "te_all": _evaluation(rows(every_te, None, shipped), d),
             "te_heldout": _evaluation(rows(split["heldout"], None, shipped), d),
             "torch_all": _evaluation(rows(docs["torch"], None, shipped))},
