@@ -63,12 +63,18 @@ case $stage in
       step profile 300 bash -c "python3 benchmarks/trainer/profile_step.py --shapes $PROFILE_SHAPES \
         --precisions bf16,fp8 --iters 4 --time-budget \$BUDGET --out-dir $S"
     else  # an H100 (calibrated twice: v6 and v10), or CALIBRATE=0: the qinit check, then the
-      # profiles of the worst held-out steps (issue 36), then the small-step table (issue 40)
+      # profiles of the worst held-out steps (issue 36), the grid's 12 small-step runs between the
+      # two references (added to session v10's grid: the references say whether the days agree),
+      # then the small-step table (issue 40); the torch profiles only with TORCH_PROFILES=1 (v9
+      # and v10 agree)
       update_checks
       step profile 300 bash -c "python3 benchmarks/trainer/profile_step.py --shapes $PROFILE_SHAPES \
         --precisions bf16,fp8 --iters 4 --time-budget \$BUDGET --out-dir $S"
+      mstep ref_start reference-start 60
+      mstep smallcal small-steps 90
+      mstep ref_end reference-end 60
       small_steps 300
-      torch_profiles
+      [ "${TORCH_PROFILES:-0}" = 1 ] && torch_profiles
     fi
     torch_boundaries 300
     small_steps 900
@@ -85,7 +91,7 @@ case $stage in
     bundle
     ;;
   dry)
-    for s in reference-start all heldout heldout2 reference-end torch; do $MT --split $s --out /dev/null --dry-run | tail -1; done
+    for s in reference-start all small-steps heldout heldout2 reference-end torch; do $MT --split $s --out /dev/null --dry-run | tail -1; done
     python3 benchmarks/throughput/parts.py --out /dev/null --dry-run | tail -2
     $LFL --dry-run | awk '{print $1, $2, $3}' | tail -3
     python3 benchmarks/trainer/update_check.py --help | head -1

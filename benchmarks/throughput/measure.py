@@ -254,7 +254,7 @@ def torch_sets() -> list[dict]:
 
 
 SPLITS = ("calibration", "validation", "all", "heldout", "heldout2", "reference-start", "reference-end",
-          "torch", "smoke")
+          "small-steps", "torch", "smoke")
 
 
 def configurations(split: str) -> list[dict]:
@@ -263,7 +263,8 @@ def configurations(split: str) -> list[dict]:
     cal, val = calibration(), validation()
     combos = {"calibration": cal, "validation": val, "all": cal + val, "heldout": heldout(),
               "heldout2": heldout2(), "reference-start": reference("start"),
-              "reference-end": reference("end"), "torch": torch_sets()}[split]
+              "reference-end": reference("end"), "small-steps": small_step_calibration(),
+              "torch": torch_sets()}[split]
     names = [c["name"] for c in combos]
     if len(names) != len(set(names)):
         raise SystemExit("measure.py: duplicate configuration names")
@@ -438,7 +439,9 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", required=True, action="append", help="results file (repeat to write copies)")
     ap.add_argument("--split", choices=SPLITS, default="all",
-                    help="calibration, validation, all (both), heldout (issue 25, TE backend), torch "
+                    help="calibration, validation, all (both), heldout (issue 25, TE backend), "
+                         "small-steps (the calibration's 12 small-step runs alone: a session that adds "
+                         "them to an earlier grid), torch "
                          "(the torch backend's calibration-torch + heldout-torch; never imports "
                          "transformer_engine), smoke (tiny, for --device cpu)")
     ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
