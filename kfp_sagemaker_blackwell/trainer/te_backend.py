@@ -25,7 +25,7 @@ import torch.nn.functional as F
 
 from kfp_sagemaker_blackwell.catalog.flags import TrainConfig
 from kfp_sagemaker_blackwell.trainer import parallel
-from kfp_sagemaker_blackwell.trainer.model import init_weights, root_output
+from kfp_sagemaker_blackwell.trainer.model import init_weights, root_output, te_init_methods
 from kfp_sagemaker_blackwell.trainer.precision import Plan, high_precision_blocks, te_recipe
 
 # The residual stream's layout through the TE blocks: "bshd" (batch first, as the rest of the
@@ -74,6 +74,7 @@ class TECausalLM(nn.Module):
                     fuse_qkv_params=True, bias=spec.bias,
                     activation="swiglu" if spec.mlp == "swiglu" else "gelu",
                     normalization=norm, device=device, attn_input_format=INPUT_FORMAT,
+                    **te_init_methods(spec),
                 )
 
         self.blocks = nn.ModuleList(block(i) for i in range(spec.num_layers))
@@ -83,7 +84,8 @@ class TECausalLM(nn.Module):
             self.norm = norm_cls(spec.hidden_size, eps=spec.norm_eps, params_dtype=pdtype, device=device)
             if not spec.tie_embeddings:
                 self.lm_head = te.Linear(spec.hidden_size, spec.vocab_size, bias=False,
-                                         params_dtype=pdtype, device=device)
+                                         params_dtype=pdtype, device=device,
+                                         init_method=te_init_methods(spec)["init_method"])
         self.sequence_first = INPUT_FORMAT == "sbhd"
         self.rope = (te.RotaryPositionEmbedding(spec.head_dim, rotary_base=spec.rope_theta)
                      if spec.rotary else None)
