@@ -1060,7 +1060,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="with --union-lofo / --fit-union / --union-table: a Constants field "
                     "changed for a study (e.g. host_overlap_exponent=20); write with --union-out. "
                     "With --session: a residual of the fit held at a value (e.g. fsdp_copy_scale=1.0), "
-                    "the others refitted on the session's grid, its held-out summary printed")
+                    "the others refitted on the session's grid, its held-out summary printed; "
+                    "any other field changes the model the session's evaluation starts from")
     ap.add_argument("--union-out", type=Path, help="where --union-lofo writes (default: "
                     "lofo_all_h200.json, or raw/lofo_all_h200_v3.json with --v3)")
     ap.add_argument("--blackwell", action="store_true",
@@ -1087,10 +1088,18 @@ def main(argv: list[str] | None = None) -> int:
     if args.profile:
         print(profile_markdown(profile_vs_model(json.loads(args.profile.read_text()), args.gpu)))
         return 0
-    if args.session and args.variant:  # a study: the named residuals held, the rest refitted
-        held = {k: float(v) for k, v in (a.split("=", 1) for a in args.variant)}
-        print(json.dumps(_finite(session_variant(args.session, held)), indent=1))
-        return 0
+    variants = dict(a.split("=", 1) for a in args.variant)
+    if args.session and variants:
+        # a study: the named residuals of FIT held, the rest refitted; any other Constants
+        # field (a structural variant, e.g. cpu_reduce_copy_s_per_param={"block":5.7e-12,...})
+        # changed in the model the fit starts from
+        structural = {k: json.loads(v) for k, v in variants.items() if k not in GET}
+        if structural:
+            use_variant(structural)
+        held = {k: float(v) for k, v in variants.items() if k in GET}
+        if held:
+            print(json.dumps(_finite(session_variant(args.session, held)), indent=1))
+            return 0
     if args.session:
         ev = evaluate_session(args.session)
         if args.session_out:
