@@ -399,3 +399,24 @@ def test_update_check_follows_master_copies_where_the_optimizer_keeps_them():
     s = check.results[0]["Parameter/bfloat16"]
     assert s["changed"] == 0 and s["master_changed"] == 1
     assert s["master_median_rel_change"] == pytest.approx(1e-4, rel=0.01)
+
+
+def test_fsdp_copy_in_host_time_is_split_between_the_root_and_the_blocks(tools):
+    # Session v11: the root unit's copy-in (embedding, LM head) held the host 15 ms a step at
+    # 8b L4 b1 s1024 while the GPU idled; the profile reports it per iteration, root apart.
+    _, prof = tools
+    events = []
+    for it in range(2):
+        t = it * 100_000
+        events += [_x("user_annotation", "FSDP::post_backward_reduce (blocks.1)", t, 2_000),
+                   _x("cpu_op", "aten::_chunk_cat", t + 100, 1_000),
+                   _x("user_annotation", "FSDP::post_backward_reduce (blocks.0)", t + 3_000, 2_000),
+                   _x("cpu_op", "aten::_chunk_cat", t + 3_100, 1_500),
+                   _x("user_annotation", "FSDP::post_backward_reduce", t + 6_000, 20_000),
+                   _x("cpu_op", "aten::_chunk_cat", t + 6_100, 15_000),
+                   # another thread's chunk_cat, and one outside any reduce: neither counts
+                   _x("cpu_op", "aten::_chunk_cat", t + 6_200, 9_000, tid=2),
+                   _x("cpu_op", "aten::_chunk_cat", t + 50_000, 9_000)]
+    out = prof.fsdp_copy_in_host(events, iters=2)["fsdp_copy_in_host"]
+    assert out == {"root_ms_per_iter": 15.0, "blocks_ms_per_iter": 2.5}
+    assert prof.fsdp_copy_in_host([_x("cpu_op", "aten::_chunk_cat", 0, 5)], iters=1) == {}

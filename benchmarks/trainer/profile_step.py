@@ -148,6 +148,7 @@ def analyse(trace: dict, wall_s: float, iters: int) -> dict:
         "top_kernels": top,
         **host,
         **idle,
+        **fsdp_copy_in_host(events, iters),
     }
 
 
@@ -248,6 +249,34 @@ def host_time(events: list[dict], iters: int) -> dict:
                      "top_outer_ranges": [{"name": n[:120], "ms_per_iter": round(t * ms, 3)} for n, t in top]}}
 
 
+def fsdp_copy_in_host(events: list[dict], iters: int) -> dict:
+    """FSDP2's reduce-scatter copy-in on the host (session v11, issue 36): ``aten::_chunk_cat``
+    builds its kernel's metadata on the CPU (an int64 per 2 KiB of the unsharded gradients)
+    before its one launch. Per iteration: the ms inside each ``FSDP::post_backward_reduce``
+    range, the blocks' ("FSDP::post_backward_reduce (blocks.N)") apart from the root's (the
+    range without a module name: embedding, LM head, final norm), the backward's last host work."""
+    reduces = [e for e in events if e.get("ph") == "X" and e.get("cat") == "user_annotation"
+               and str(e.get("name", "")).startswith("FSDP::post_backward_reduce")]
+    if not reduces:
+        return {}
+    blocks = root = 0.0
+    for e in events:
+        if e.get("ph") != "X" or e.get("name") != "aten::_chunk_cat":
+            continue
+        ts = float(e["ts"])
+        inside = [r for r in reduces if r.get("tid") == e.get("tid")
+                  and float(r["ts"]) <= ts <= float(r["ts"]) + float(r.get("dur", 0))]
+        if not inside:
+            continue
+        if "(" in min(inside, key=lambda r: float(r.get("dur", 0)))["name"]:
+            blocks += float(e.get("dur", 0))
+        else:
+            root += float(e.get("dur", 0))
+    ms = 1e-3 / max(1, iters)
+    return {"fsdp_copy_in_host": {"root_ms_per_iter": round(root * ms, 3),
+                                  "blocks_ms_per_iter": round(blocks * ms, 3)}}
+
+
 def table(results: dict) -> str:
     """Markdown: per precision, each category's ms per iteration for fsdp.py and the trainer,
     and the trainer's excess."""
@@ -287,6 +316,10 @@ def shapes_table(results: dict) -> str:
         if top:
             out.append(f"- {i}: host's largest outermost ranges (ms/iter): "
                        + "; ".join(f"{t['name']} {t['ms_per_iter']:.2f}" for t in top))
+        copy_in = results[i].get("fsdp_copy_in_host")
+        if copy_in:
+            out.append(f"- {i}: FSDP2 reduce-scatter copy-in on the host (aten::_chunk_cat, ms/iter): "
+                       f"root {copy_in['root_ms_per_iter']:.2f}, blocks {copy_in['blocks_ms_per_iter']:.2f}")
         idle = results[i].get("idle")
         if idle:
             out.append(f"- {i}: GPU idle between kernels {idle['inside_window_ms_per_iter']:.2f} ms/iter, "
