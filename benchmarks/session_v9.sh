@@ -18,9 +18,10 @@ SESSION=session_v9 OUT=${OUT:-/tmp/s9_out} S=${S9_STATE:-/root/s9}
 # Issue 41's held-out torch boundaries are complete (session v9 decided 14b L6 s4096): none by
 # default; TORCH_BOUNDARY="PRESET:LAYERS/SEQ/ckpt|no-ckpt/PRECISION,..." asks for more.
 TORCH_BOUNDARY=${TORCH_BOUNDARY-}
-# TE profiles: the two worst held-out steps of both H100 sessions first (64b L2 b2 s1024 and 8b L4
-# b1 s1024: never profiled; session v10, benchmarks/throughput/README.md), then the bar's shape
-PROFILE_SHAPES=${PROFILE_SHAPES:-"64b:2:1024:2,8b:1:1024:4,1b:4:4096"}
+# TE profiles: the small-step shapes the shipped calibration misses most (1b L2/L6 and 8b L2 at
+# b1 s1536: -60% to +30%; session v11, benchmarks/throughput/README.md; the two worst held-out
+# steps were profiled there), then the bar's shape
+PROFILE_SHAPES=${PROFILE_SHAPES:-"1b:1:1536:2,1b:1:1536:6,8b:1:1536:2,1b:4:4096"}
 PROFILE_TORCH_SHAPES=${PROFILE_TORCH_SHAPES:-"8b:1:2048:4,14b:1:4096:3,1b:4:4096"}
 source "$(dirname "$0")/session_common.sh"
 GPU_NAME=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
