@@ -419,28 +419,3 @@ def test_moving_the_constants_into_data_leaves_v4_s_predictions_unchanged():
     s = TrainingSetup(PRESETS["1b"], 4, 4096, "fp8", False, 1)
     assert throughput.predict(s, "H200", constants=changed).step_seconds > \
         throughput.predict(s, "H200").step_seconds
-
-
-def test_fsdp_copy_in_host_time_is_a_study_variant_that_grows_with_the_parameters():
-    # Session v11's H100 profiles: FSDP2's reduce-scatter copy-in costs the host about 16 ps
-    # per root parameter (embedding, LM head) and 5.7 ps per block parameter, once a step. The
-    # shipped model leaves it out (0): a study's variant (model_accuracy.py --variant).
-    from kfp_sagemaker_blackwell.planning.throughput_constants import Constants
-    assert Constants().cpu_reduce_copy_s_per_param == {"block": 0.0, "root": 0.0}
-    s = setup("8b", "fp8", batch=1, seq=1024, ac=False, world=1)
-    s = replace(s, model=replace(s.model, num_layers=4))
-    shipped = throughput.constants_for("H100")
-    k = {"block": 5.7e-12, "root": 1.6e-11}
-    base = throughput.predict(s, "H100", constants=shipped)
-    serial = throughput.predict(s, "H100", constants=replace(
-        shipped, cpu_reduce_copy_s_per_param=k, reduce_copy_root_serial=True))
-    m = s.model
-    blocks = m.num_layers * m.block_params()
-    root_s = k["root"] * (m.total_params() - blocks)
-    assert root_s == pytest.approx(0.0168, rel=0.01)  # 1.05 B root parameters (untied 8b)
-    # the root's copy-in is serial (the GPU idles), the blocks' joins the host time
-    assert serial.parts["step_fixed"] == pytest.approx(base.parts["step_fixed"] + root_s)
-    assert serial.step_seconds > base.step_seconds + root_s
-    overlapped = throughput.predict(s, "H100", constants=replace(shipped, cpu_reduce_copy_s_per_param=k))
-    assert overlapped.parts["step_fixed"] == pytest.approx(base.parts["step_fixed"])
-    assert base.step_seconds < overlapped.step_seconds < serial.step_seconds

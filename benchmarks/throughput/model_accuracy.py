@@ -1091,8 +1091,8 @@ def main(argv: list[str] | None = None) -> int:
     variants = dict(a.split("=", 1) for a in args.variant)
     if args.session and variants:
         # a study: the named residuals of FIT held, the rest refitted; any other Constants
-        # field (a structural variant, e.g. cpu_reduce_copy_s_per_param={"block":5.7e-12,...})
-        # changed in the model the fit starts from
+        # field (a structural variant: session v11's copy-in study ran this way from commit
+        # 4979d6c's two fields) changed in the model the session's evaluation starts from
         structural = {k: json.loads(v) for k, v in variants.items() if k not in GET}
         if structural:
             use_variant(structural)

@@ -406,15 +406,6 @@ def _measured_host(s: TrainingSetup, gpu: hardware.GPU, c: Constants) -> tuple[f
     return s.model.num_layers * per_block, layer[1]
 
 
-def _reduce_copy_host(s: TrainingSetup, c: Constants) -> tuple[float, float]:
-    """(blocks, root) host seconds of FSDP2's reduce-scatter copy-in per optimizer step (the
-    unsharded gradients of every unit, whatever the world size)."""
-    m = s.model
-    blocks = m.num_layers * m.block_params()
-    k = c.cpu_reduce_copy_s_per_param
-    return k.get("block", 0.0) * blocks, k.get("root", 0.0) * (m.total_params() - blocks)
-
-
 def _cpu_seconds(s: TrainingSetup, c: Constants) -> float:
     """Host time to issue one micro-batch (formula: GPUs without a measured table)."""
     rec = 1.0 if s.activation_checkpointing else 0.0
@@ -475,13 +466,11 @@ def predict_checked(s: TrainingSetup, g: hardware.GPU, *, instance_type: str = "
     host = _measured_host(s, g, c)
     cpu_time = (host[0] * accum + host[1] + c.cpu_step_measured_s if host
                 else _cpu_seconds(s, c) * accum + c.cpu_step_s)
-    copy_blocks, copy_root = _reduce_copy_host(s, c)
-    cpu_time += copy_blocks + (0.0 if c.reduce_copy_root_serial else copy_root)
     k = c.host_overlap_exponent
     top = max(gpu_time, cpu_time)  # scaled: the powers of seconds underflow at large k
     parts["cpu_bound_wait"] = top * ((gpu_time / top) ** k + (cpu_time / top) ** k) ** (1.0 / k) \
         - gpu_time
-    parts["step_fixed"] = c.step_fixed_s + (copy_root if c.reduce_copy_root_serial else 0.0)
+    parts["step_fixed"] = c.step_fixed_s
     step = sum(parts.values())
     if cpu_time > gpu_time:
         bound = "host (CPU launch)"

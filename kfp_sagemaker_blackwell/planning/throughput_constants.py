@@ -333,19 +333,6 @@ class Constants:
     # past 300 (a hard maximum); 40 is shipped (at most 1.7% above the maximum, where host
     # and GPU balance; the grid's in-sample median moves 1.1% -> 1.2%).
     host_overlap_exponent: float = _v4("host_overlap_exponent")
-    # FSDP2's reduce-scatter copy-in on the host (torch._chunk_cat builds one int64 of
-    # metadata per 2 KiB of the unsharded gradients on the CPU before its one kernel), seconds
-    # per parameter, once per optimizer step (the trainer syncs gradients on the last
-    # micro-batch): "block" per parameter of the blocks, "root" per parameter of the root unit
-    # (embedding, LM head, final norm), whose copy-in is the backward's last host work. Session
-    # v11's H100 profiles (benchmarks/throughput/README.md): 5.5-7 ps per block parameter,
-    # 15-21 ps per root parameter (8b: 15.5 ms a step, 64b: 32-44 ms). A study's variant
-    # (model_accuracy.py --variant); 0 (not modelled) in the shipped model v4.
-    cpu_reduce_copy_s_per_param: dict[str, float] = field(
-        default_factory=lambda: {"block": 0.0, "root": 0.0})
-    # With True the root's copy-in is serial (GPU idle: the step's other work is queued
-    # before it) instead of part of the host time that overlaps the GPU's.
-    reduce_copy_root_serial: bool = False
     # Considered for v5, not shipped: two overlaps per step instead of one, split where the
     # trainer's host reads the loss and gradient norm before optimizer.step() (a device sync,
     # trainer/train.py Trainer.step; so the optimizer's GPU time cannot hide the forward/backward's
