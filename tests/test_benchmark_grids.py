@@ -248,12 +248,31 @@ def test_parts_plan_covers_issue_25_item_1():
         assert (m.ffn_hidden_size, m.hidden_size) in kn
     plan = parts.plan(list(parts.SECTIONS))
     secs = {s for s, _, _ in plan}
-    assert secs == {"layer", "quantisation", "optimizer", "attention"}
+    assert secs == {"layer", "quantisation", "optimizer", "attention", "copy_in"}
     att = parts.attention_shapes()
     assert {(a["heads"], a["kv_heads"], a["head_dim"]) for a in att} >= {(32, 8, 64), (32, 8, 128), (64, 8, 128)}
     assert sum(s == "attention" for s, _, _ in plan) == len(att) * 5
     # the whole plan is expected inside the session's 150 s for parts
     assert 0.4 * len(plan) + gemms.planned_seconds(items, lin) < 150
+
+
+def test_parts_copy_in_units_are_the_presets_fsdp_units():
+    """The copy-in timings (session v11: FSDP2's reduce-scatter copy-in held the host 15 ms a
+    step at 8b L4) cover one block and the root of small, mid and wide presets, with exactly
+    their units' gradient elements."""
+    import math
+
+    parts = _load("benchmarks/throughput/parts.py")
+    from kfp_sagemaker_blackwell.catalog import spec as spec_mod
+
+    for p in parts.COPY_IN_PRESETS:
+        m = spec_mod.preset(p)
+        units = parts.copy_in_shapes(p)
+        assert sum(math.prod(s) for s in units["block"]) == m.block_params()
+        assert sum(math.prod(s) for s in units["root"]) == m.embedding_params() + m.norm_params()
+    assert len(parts.copy_in_shapes("8b")["root"]) == 3 and len(parts.copy_in_shapes("1b")["root"]) == 2
+    labels = [label for sec, label, _ in parts.plan(["copy_in"])]
+    assert labels == [f"{u} {p}" for p in ("1b", "8b", "64b") for u in ("block", "root")]
 
 
 def test_parts_fits_recover_slope_and_intercept():

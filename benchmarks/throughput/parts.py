@@ -41,7 +41,7 @@ sys.path.insert(0, str(ROOT))
 from benchmarks import gpu_record  # noqa: E402
 from benchmarks.throughput import gemms  # noqa: E402
 
-SECTIONS = ("linear", "attention", "layer", "quantisation", "optimizer")
+SECTIONS = ("linear", "attention", "layer", "quantisation", "optimizer", "copy_in")
 PRESETS = ("small", "1b", "3b", "8b", "14b", "32b", "64b", "te-fsdp-example")
 LINEAR_TOKENS = "8192,32768,2048,65536,4096,16384"  # the in-between M last: a short budget cuts those
 ATTENTION_SEQS = (1024, 2048, 4096, 8192, 16384)
@@ -52,6 +52,9 @@ QUANT_WEIGHTS = ((2048, 2048), (4096, 4096), (8192, 8192), (8192, 24576))
 QUANT_TOKENS = 128
 OPT_ELEMENTS = 2**27
 OPT_TENSORS = (16, 256, 4096)
+# FSDP2's reduce-scatter copy-in (session v11): the root unit (embedding, LM head when untied,
+# final norm) and one block of these presets, bf16 gradients into the fp32 reduce input
+COPY_IN_PRESETS = ("1b", "8b", "64b")
 
 SCHEMA = {
     "linear": "gemms.py records: width, preset, layer (qkv|proj|fc1|fc2|lm_head), in_features K, "
@@ -68,6 +71,9 @@ SCHEMA = {
                     "fwd_bwd_s(bf16) over elements), intercept_s",
     "optimizer": "op (adamw_fused_step | clip_grad_norm | cast_fp32_to_bf16), tensors, elements "
                  "(total), seconds (median), per_element_s",
+    "copy_in": "unit (root | block), preset, tensors, elements, host_s (median wall seconds the "
+               "host spends in torch._chunk_cat(bf16 gradients, out=fp32), FSDP2's reduce-scatter "
+               "copy-in at world size 1, GPU idle before each call), host_s_per_element",
     "seconds": "wall seconds of each section (sections_s)",
 }
 
@@ -188,6 +194,42 @@ def time_optimizer(tensors: int) -> list[dict]:
     return out
 
 
+def copy_in_shapes(preset: str) -> dict[str, list[tuple[int, ...]]]:
+    """The gradient shapes of one FSDP2 unit of ``preset``: the root (embedding, the LM head when
+    untied, the final norm) and one block (fused QKV, output projection, MLP, norms)."""
+    from kfp_sagemaker_blackwell.catalog import spec as spec_mod
+
+    m = spec_mod.preset(preset)
+    h, kv, f = m.hidden_size, m.kv_dim, m.ffn_hidden_size
+    root: list[tuple[int, ...]] = [(m.vocab_size, h)] * (1 if m.tie_embeddings else 2) + [(h,)]
+    fc1 = 2 * f if m.mlp == "swiglu" else f
+    block: list[tuple[int, ...]] = [(h + 2 * kv, h), (h, h), (fc1, h), (h, f)]
+    block += [(h,)] * (2 * (2 if m.norm == "layernorm" else 1))
+    return {"root": root, "block": block}
+
+
+def time_copy_in(preset: str, unit: str, reps: int = 7) -> dict:
+    """The host's seconds in FSDP2's reduce-scatter copy-in of one unit: torch._chunk_cat builds
+    its kernel's metadata on the CPU before its one launch (the GPU idles meanwhile when it is
+    the backward's last host work)."""
+    import torch
+
+    shapes = copy_in_shapes(preset)[unit]
+    grads = [torch.randn(sh, device="cuda", dtype=torch.bfloat16) for sh in shapes]
+    elements = sum(g.numel() for g in grads)
+    out = torch.empty(elements, device="cuda", dtype=torch.float32).view(1, -1)
+    times = []
+    for _ in range(reps):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        torch._chunk_cat(grads, 0, 1, out=out)
+        times.append(time.perf_counter() - t0)
+    torch.cuda.synchronize()
+    host = statistics.median(times[2:])
+    return {"unit": unit, "preset": preset, "tensors": len(grads), "elements": elements,
+            "host_s": host, "host_s_per_element": host / elements}
+
+
 def line_fit(xs: list[float], ys: list[float]) -> tuple[float, float]:
     """Least-squares (slope, intercept) of ys over xs."""
     mx, my = statistics.fmean(xs), statistics.fmean(ys)
@@ -231,6 +273,9 @@ def plan(sections: list[str]) -> list[tuple[str, str, object]]:
                   for k, n in QUANT_WEIGHTS for r in recipes]
     if "optimizer" in sections:
         items += [("optimizer", f"{t} tensors", lambda t=t: time_optimizer(t)) for t in OPT_TENSORS]
+    if "copy_in" in sections:
+        items += [("copy_in", f"{unit} {p}", lambda p=p, unit=unit: [time_copy_in(p, unit)])
+                  for p in COPY_IN_PRESETS for unit in ("block", "root")]
     if "attention" in sections:
         items += [("attention", f"h{a['heads']} kv{a['kv_heads']} d{a['head_dim']} s{s}",
                    lambda a=a, s=s: [time_attention(a, s, 20)])
