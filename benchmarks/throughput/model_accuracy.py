@@ -1112,8 +1112,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.fit_union or args.union_lofo or args.union_table:
         union = load_union()
-        if args.variant:
-            use_variant({k: json.loads(v) for k, v in (a.split("=", 1) for a in args.variant)})
+        if variants:
+            use_variant({k: json.loads(v) for k, v in variants.items()})
         if args.fit_union:
             print(json.dumps(fit_union(union), indent=1))
             return 0
