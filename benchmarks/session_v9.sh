@@ -63,17 +63,17 @@ case $stage in
       torch_profiles
       step profile 300 bash -c "python3 benchmarks/trainer/profile_step.py --shapes $PROFILE_SHAPES \
         --precisions bf16,fp8 --iters 4 --time-budget \$BUDGET --out-dir $S"
-    else  # an H100 (calibrated twice: v6 and v10), or CALIBRATE=0: the qinit check, then the
-      # profiles of the worst held-out steps (issue 36), the grid's 12 small-step runs between the
-      # two references (added to session v10's grid: the references say whether the days agree),
-      # then the small-step table (issue 40); the torch profiles only with TORCH_PROFILES=1 (v9
-      # and v10 agree)
+    else  # an H100 (calibrated twice: v6 and v10; v11 measured the grid's 12 small-step runs), or
+      # CALIBRATE=0: the qinit check (its initialisation fixed after v11), the bar's pair with
+      # qinit and FP8 attention (issue 40), the copy-in part (issue 36: FSDP2's reduce-scatter
+      # copy-in, found in v11's profiles), the profiles of the small-step shapes, then the rest
+      # of the small-step table; the torch profiles only with TORCH_PROFILES=1 (v9 and v10 agree)
       update_checks
+      small_steps 190
+      step parts_copy_in 60 bash -c "python3 benchmarks/throughput/parts.py --sections copy_in \
+        --out $S/parts_copy_in.json --time-budget \$BUDGET"
       step profile 300 bash -c "python3 benchmarks/trainer/profile_step.py --shapes $PROFILE_SHAPES \
         --precisions bf16,fp8 --iters 4 --time-budget \$BUDGET --out-dir $S"
-      mstep ref_start reference-start 60
-      mstep smallcal small-steps 90
-      mstep ref_end reference-end 60
       small_steps 300
       [ "${TORCH_PROFILES:-0}" = 1 ] && torch_profiles
     fi
