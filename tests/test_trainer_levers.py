@@ -97,8 +97,6 @@ def test_a_source_that_fails_while_prefetching_fails_the_step_that_needs_it(monk
     (dict(cuda_graphs=True), "cuda-graphs"),  # FSDP2 on one GPU is the default
     (dict(cuda_graphs=True, single_gpu_fsdp=False, activation_checkpointing=True), "cuda-graphs"),
     (dict(late_sync=True, precision="fp16"), "late-sync"),
-    (dict(fp8_attention=True, precision="bf16"), "fp8-attention"),
-    (dict(fp8_attention=True, precision="mxfp8"), "fp8-attention"),
 ])
 def test_unsupported_lever_combinations_are_refused_with_the_fix(kw, field):
     with pytest.raises(config.ConfigError) as err:
@@ -107,8 +105,7 @@ def test_unsupported_lever_combinations_are_refused_with_the_fix(kw, field):
 
 
 @pytest.mark.parametrize("kw", [dict(fp8_weight_cache=True, precision="fp8"),
-                                dict(cuda_graphs=True, single_gpu_fsdp=False),
-                                dict(fp8_attention=True, precision="fp8")])
+                                dict(cuda_graphs=True, single_gpu_fsdp=False)])
 def test_te_only_levers_are_refused_on_the_torch_backend_before_any_work(kw):
     with pytest.raises(config.ConfigError) as err:
         train.run(config.make("tiny", backend="torch", device="cpu", checkpoint_dir="", **NO_OUTPUTS, **kw))
@@ -247,26 +244,3 @@ def test_te_blocks_draw_the_trainers_initialisation(monkeypatch, quantized):
             torch.manual_seed(int(torch.randint(0, 2**31, (1,), generator=g)))
             block.kwargs[key](w)
             assert abs(w.std().item() / std - 1.0) < 0.02 and abs(w.mean().item()) < 0.05 * std, key
-
-
-@pytest.mark.parametrize("precision, cls", [("fp8", "DelayedScaling"), ("fp8-current", "Float8CurrentScaling")])
-@pytest.mark.parametrize("on", [False, True])
-def test_fp8_attention_sets_the_recipes_fp8_dpa_and_nothing_else(monkeypatch, precision, cls, on):
-    from kfp_sagemaker_blackwell.trainer import precision as prec
-
-    made = []
-    recipe = types.ModuleType("transformer_engine.common.recipe")
-    recipe.Format = types.SimpleNamespace(HYBRID="HYBRID")
-    for name in ("DelayedScaling", "Float8CurrentScaling"):
-        setattr(recipe, name, lambda _n=name, **k: made.append((_n, k)) or (_n, k))
-    common = types.ModuleType("transformer_engine.common")
-    common.recipe = recipe
-    monkeypatch.setitem(sys.modules, "transformer_engine", types.ModuleType("transformer_engine"))
-    monkeypatch.setitem(sys.modules, "transformer_engine.common", common)
-    monkeypatch.setitem(sys.modules, "transformer_engine.common.recipe", recipe)
-    cfg = config.make("tiny", precision=precision, fp8_attention=on).validate(env={})
-    prec.te_recipe(cfg.precision, cfg.fp8_amax_history_len, cfg.fp8_attention)
-    (name, kwargs), = made
-    assert name == cls and kwargs["fp8_dpa"] is on
-    if precision == "fp8":  # the delayed-scaling settings are untouched by the flag
-        assert (kwargs["amax_history_len"], kwargs["amax_compute_algo"]) == (cfg.fp8_amax_history_len, "max")

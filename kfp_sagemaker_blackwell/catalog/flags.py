@@ -28,7 +28,6 @@ from kfp_sagemaker_blackwell.catalog import spec
 from kfp_sagemaker_blackwell.catalog.bounds import Bounds, unknown, within
 from kfp_sagemaker_blackwell.catalog.errors import FieldError
 from kfp_sagemaker_blackwell.catalog.precisions import (
-    FP8_ATTENTION_PRECISIONS,
     LOW_PRECISIONS,
     PRECISIONS,
     as_precision,
@@ -180,11 +179,6 @@ class TrainConfig:
         "(sessions v7 and v9) 0.97x there, and at batch 1, seq 2048, where the host's launches bound "
         "the step, 2.0-2.2x fp8 and 1.6-1.8x bf16. Its peak memory was 11 GiB lower at 1b b4 s4096; "
         "the memory estimate does not model the mode (it over-predicts it)")
-    fp8_attention: bool = option(
-        False, "TE backend, fp8 or fp8-current: attention in FP8 too (the recipe's fp8_dpa: cuDNN's "
-        "fused attention casts Q, K and V to FP8 and back; a TE beta feature). Not measured yet: "
-        "its speed and its loss against plain fp8 are the next GPU session's (issue 40); the memory "
-        "estimate does not model it (it over-predicts, as the saved attention inputs shrink)")
     late_sync: bool = option(
         False, "read the step's loss and gradient norm on the host after the optimizer step, not "
         "before it (the GPU does not wait for the host between backward and the update; a "
@@ -284,10 +278,6 @@ class TrainConfig:
             raise ConfigError("cuda-graphs: not with activation checkpointing (the graphs capture "
                               "each block's forward and backward as they are)", "cuda-graphs",
                               "add --no-activation-checkpointing, or leave cuda-graphs off")
-        if self.fp8_attention and self.precision not in FP8_ATTENTION_PRECISIONS:
-            raise ConfigError(f"fp8-attention: TE's FP8 attention runs with {' or '.join(FP8_ATTENTION_PRECISIONS)}, "
-                              f"not precision={self.precision}", "fp8-attention",
-                              "use --precision fp8, or leave it off")
         if self.late_sync and self.precision == "fp16":
             raise ConfigError("late-sync: fp16 must read the gradient norm before the update (it "
                               "skips the update on non-finite gradients)", "late-sync",

@@ -25,10 +25,6 @@ TE_RECIPES = {
 # The quantised formats (GEMM operands below 16 bits); the others are high precision.
 LOW_PRECISIONS = tuple(TE_RECIPES)
 HIGH_PRECISIONS = tuple(p for p in PRECISIONS if p not in TE_RECIPES)
-# The recipes whose FP8 attention (the recipe's fp8_dpa) the trainer offers: the per-tensor FP8
-# scalings, the ones whose attention is to be measured on Hopper; the block and micro-scaled
-# recipes are not offered (unmeasured).
-FP8_ATTENTION_PRECISIONS = ("fp8", "fp8-current")
 # The dtype of what a precision does not quantise: the gathered weights, the activations,
 # the GEMM outputs and the blocks kept in high precision (FSDP's MixedPrecision param
 # dtype). fp32 and fp16 keep their own; bf16 and every low precision use bf16.

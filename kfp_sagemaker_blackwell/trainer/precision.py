@@ -105,17 +105,14 @@ def plan(precision: str, backend: str, device_type: str) -> Plan:
                 param_dtype, gpu_name, gpu_spec)
 
 
-def te_recipe(precision: str, amax_history_len: int, fp8_attention: bool = False):
-    """TE's recipe for a precision (None: bf16/fp16/fp32). ``fp8_attention`` sets the recipe's
-    ``fp8_dpa`` (FP8 dot-product attention in cuDNN's fused attention; fp8 and fp8-current only,
-    ``TrainConfig.validate`` refuses the rest)."""
+def te_recipe(precision: str, amax_history_len: int):
     from transformer_engine.common import recipe as r
 
     if precision == "fp8":
         return r.DelayedScaling(fp8_format=r.Format.HYBRID, amax_history_len=amax_history_len,
-                                amax_compute_algo="max", fp8_dpa=fp8_attention)
+                                amax_compute_algo="max")
     if precision == "fp8-current":
-        return r.Float8CurrentScaling(fp8_dpa=fp8_attention)
+        return r.Float8CurrentScaling()
     if precision == "fp8-block":
         return r.Float8BlockScaling()
     if precision == "mxfp8":
@@ -131,9 +128,6 @@ def check_levers(cfg, backend: str, world_size: int) -> None:
     if cfg.fp8_weight_cache and backend != "te":
         raise ConfigError("fp8-weight-cache: TE's FP8 weight cache needs backend=te, not "
                           f"{backend}", "fp8-weight-cache", "use backend=te on a GPU, or leave it off")
-    if cfg.fp8_attention and backend != "te":
-        raise ConfigError(f"fp8-attention: TE's FP8 attention needs backend=te, not {backend}",
-                          "fp8-attention", "use backend=te on a GPU, or leave it off")
     if cfg.cuda_graphs and backend != "te":
         raise ConfigError(f"cuda-graphs: te.make_graphed_callables needs backend=te, not {backend}",
                           "cuda-graphs", "use backend=te on a GPU, or leave it off")
