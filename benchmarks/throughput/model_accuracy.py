@@ -575,7 +575,7 @@ def union_lofo(union: dict[str, Any], workers: int = 2) -> dict[str, Any]:
             print(f"{backend} {fam}: " + ", ".join(f"{r.error:+.1%}" for r in held), file=sys.stderr)
     return {"what": "leave-one-family-out over every measured H200 trainer run "
                     "(model_accuracy.py --union-lofo): each fold never saw a run of its family",
-            "model": ("v4 with " + json.dumps(VARIANT)) if VARIANT else ("v3" if _BASE else "v4"),
+            "model": ("v5 with " + json.dumps(VARIANT)) if VARIANT else ("v3" if _BASE else "v5"),
             "files": [p.name for p in UNION_FILES],
             "fit": list(FIT), "fit_torch": list(FIT_TORCH), "folds": folds}
 

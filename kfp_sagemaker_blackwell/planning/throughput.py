@@ -406,6 +406,47 @@ def _measured_host(s: TrainingSetup, gpu: hardware.GPU, c: Constants) -> tuple[f
     return s.model.num_layers * per_block, layer[1]
 
 
+def _smax(a: float, b: float, k: float) -> float:
+    """The soft maximum of two overlapping times, (a^k + b^k)^(1/k)."""
+    top = max(a, b)  # scaled: the powers of seconds underflow at large k
+    return top * ((a / top) ** k + (b / top) ** k) ** (1.0 / k) if top > 0 else 0.0
+
+
+def _reduce_copy_host(s: TrainingSetup, c: Constants) -> tuple[float, float]:
+    """(blocks, root) host seconds of FSDP2's reduce-scatter copy-in per optimizer step: the
+    unsharded gradients of every block, and of the root unit (embedding, LM head, final norm)."""
+    m = s.model
+    blocks = m.num_layers * m.block_params()
+    rate = c.cpu_reduce_copy_s_per_param
+    return rate["block"] * blocks, rate["root"] * (m.total_params() - blocks)
+
+
+def _phases(s: TrainingSetup, c: Constants, host: tuple[float, float], blocks: dict[str, float],
+            fsdp_copies: float, gpu_time: float, optimizer: float) -> tuple[float, float]:
+    """(host seconds, wall seconds) of one optimizer step on a GPU with measured host time.
+
+    The trainer's step in the order it runs: each block's forward and backward, the host
+    issuing one block while the GPU runs the one before (one smooth maximum per block of its
+    GPU time, FSDP copies included, and its host time, its gradients' copy-in included);
+    the root unit's work (LM head, loss, embedding, their FSDP copies, communication left
+    exposed) against the per-step host time and the root's copy-in; then, after the
+    trainer's sync (the loss and gradient norm read before ``optimizer.step()``), the
+    optimizer on the GPU. Session v12 (benchmarks/throughput/README.md): one maximum over
+    the whole step let a step's fixed host time hide behind GPU work the sync keeps apart."""
+    k = c.host_overlap_exponent
+    accum = s.gradient_accumulation_steps
+    m = s.model
+    layers = m.num_layers
+    copy_blocks, copy_root = _reduce_copy_host(s, c)
+    block_share = layers * m.block_params() / m.total_params()
+    gpu_layer = (sum(blocks.values()) + fsdp_copies * block_share) * accum / layers
+    host_layer = (host[0] * accum + copy_blocks) / layers
+    gpu_root = gpu_time - optimizer - gpu_layer * layers
+    host_root = host[1] + c.cpu_step_measured_s + copy_root
+    wall = layers * _smax(gpu_layer, host_layer, k) + _smax(gpu_root, host_root, k) + optimizer
+    return host_layer * layers + host_root, wall
+
+
 def _cpu_seconds(s: TrainingSetup, c: Constants) -> float:
     """Host time to issue one micro-batch (formula: GPUs without a measured table)."""
     rec = 1.0 if s.activation_checkpointing else 0.0
@@ -464,12 +505,14 @@ def predict_checked(s: TrainingSetup, g: hardware.GPU, *, instance_type: str = "
     parts["multi_gpu"] = c.multi_gpu_fraction * compute if s.world_size > 1 else 0.0
     gpu_time = sum(parts.values())
     host = _measured_host(s, g, c)
-    cpu_time = (host[0] * accum + host[1] + c.cpu_step_measured_s if host
-                else _cpu_seconds(s, c) * accum + c.cpu_step_s)
     k = c.host_overlap_exponent
-    top = max(gpu_time, cpu_time)  # scaled: the powers of seconds underflow at large k
-    parts["cpu_bound_wait"] = top * ((gpu_time / top) ** k + (cpu_time / top) ** k) ** (1.0 / k) \
-        - gpu_time
+    if host is not None:
+        cpu_time, wall = _phases(s, c, host, blocks, micro["fsdp_copies"], gpu_time,
+                                 parts["optimizer"])
+    else:  # formula GPUs (no measured host time): one overlap of the whole step
+        cpu_time = _cpu_seconds(s, c) * accum + c.cpu_step_s
+        wall = _smax(gpu_time, cpu_time, k)
+    parts["cpu_bound_wait"] = wall - gpu_time
     parts["step_fixed"] = c.step_fixed_s
     step = sum(parts.values())
     if cpu_time > gpu_time:

@@ -17,15 +17,15 @@ from typing import Any
 from kfp_sagemaker_blackwell.catalog import hardware
 from kfp_sagemaker_blackwell.planning import measured_parts
 
-MODEL_NAME = "throughput model v4 (planning/throughput.py)"
+MODEL_NAME = "throughput model v5 (planning/throughput.py)"
 # The fitted, published and datasheet constants live in versioned calibration data, one file per
 # model version and GPU, each value with its kind and source (issue 36 item 3): a refit is a
-# data change. throughput_v4_h200.json holds every value of Constants (the H200's, and every
+# data change. throughput_v5_h200.json holds every value of Constants (the H200's, and every
 # GPU's without a file of its own); a GPU's own file ("base": the file it amends) holds the
 # values fitted on it and its held-out accuracy.
 CALIBRATION = Path(__file__).with_name("calibration")
-CALIBRATION_FILES = {"H200": "throughput_v4_h200.json", "H100": "throughput_v4_h100.json"}
-CALIBRATION_KINDS = ("fitted", "published", "datasheet", "derived", "assumed")
+CALIBRATION_FILES = {"H200": "throughput_v5_h200.json", "H100": "throughput_v5_h100.json"}
+CALIBRATION_KINDS = ("fitted", "measured", "published", "datasheet", "derived", "assumed")
 
 
 def load_calibration(name: str) -> dict[str, Any]:
@@ -43,16 +43,16 @@ def calibration_values(doc: dict[str, Any]) -> dict[str, Any]:
     return {k: value(v["value"]) for k, v in doc["values"].items()}
 
 
-_V4 = calibration_values(load_calibration(CALIBRATION_FILES["H200"]))
+_BASE = calibration_values(load_calibration(CALIBRATION_FILES["H200"]))
 
 
-def _v4(name: str) -> Any:
-    """v4's value of a Constants field (a fresh copy: dataclass defaults must not share)."""
-    return copy.deepcopy(_V4[name])
+def _cal(name: str) -> Any:
+    """The base calibration's value of a Constants field (a fresh copy: dataclass defaults must not share)."""
+    return copy.deepcopy(_BASE[name])
 
 
-def _v4f(name: str) -> Callable[[], Any]:
-    return lambda: _v4(name)
+def _calf(name: str) -> Callable[[], Any]:
+    return lambda: _cal(name)
 
 
 # The model's accuracy on configuration families left out of its fit, per GPU with measured
@@ -123,7 +123,7 @@ OTHER_SOURCE = f"predicted by the {MODEL_NAME} from datasheet figures (not calib
 @dataclass(frozen=True)
 class Constants:
     """The model's constants. The values are read from planning/calibration/
-    throughput_v4_h200.json (each with its kind and source there); the comments below say
+    throughput_v5_h200.json (each with its kind and source there); the comments below say
     what each one means and how it was chosen."""
 
     # ---- GEMMs ----
@@ -141,7 +141,7 @@ class Constants:
     # cuBLAS GEMMs somewhat below tensorwise fp8), fp8-block runs as MXFP8-class block
     # GEMMs, NVFP4 at 0.50 of the 9 PFLOP/s peak (1.6x fp8 at the GEMM: an assumption
     # checked against NVIDIA's end-to-end Llama-3-8B figures, see benchmarks/throughput).
-    gemm_efficiency: dict[str, dict[str, float]] = field(default_factory=_v4f("gemm_efficiency"))
+    gemm_efficiency: dict[str, dict[str, float]] = field(default_factory=_calf("gemm_efficiency"))
     # Measured parts per GPU type (planning/measured/<gpu>_parts.json, read by
     # planning/measured_parts.py) replace the formulas wherever they have the part (v3):
     # H200: benchmarks/throughput/h200_parts.json (benchmarks/throughput/parts.py, one H200,
@@ -178,7 +178,7 @@ class Constants:
     # trainer's linear layers 4% slower than the table's on average), and the families left
     # out were predicted worse with it than without (TE worst 26.4% -> 32.6%,
     # raw/lofo_all_h200_v4c.json): the session drift is not one table-wide factor.
-    parts_linear_scale: float = _v4("parts_linear_scale")
+    parts_linear_scale: float = _cal("parts_linear_scale")
     # The residuals of the measured model (GPUs with a table), by backend, v4: fitted on every
     # measured H200 trainer run (TE: h200_grid.json 2026-12-01 + h200_heldout.json 2026-12-02,
     # 111 runs; torch: h200_torch_grid.json's 16 runs, 2026-12-02) by
@@ -186,17 +186,17 @@ class Constants:
     # leave-one-family-out over that union (lofo_all_h200.json):
     # - the trainer's host time per block over the tiny stack's ("layer": same TE modules
     #   without FSDP2's per-block hooks, the trainer's autocast and loss plumbing);
-    cpu_layer_scale: dict[str, float] = field(default_factory=_v4f("cpu_layer_scale"))
+    cpu_layer_scale: dict[str, float] = field(default_factory=_calf("cpu_layer_scale"))
     # - the share of a block's host time that its forward takes (paid again when
     #   checkpointing recomputes it): v1's fitted 0.968 / (0.968 + 1.28) ms.
-    cpu_forward_share: float = _v4("cpu_forward_share")
+    cpu_forward_share: float = _cal("cpu_forward_share")
     # - the share of the itemised FSDP2 copy bytes a step really moves at the measured copy
     #   rate (at world size 1 some of the all-gather / reduce-scatter copies are views);
-    fsdp_copy_scale: float = _v4("fsdp_copy_scale")
+    fsdp_copy_scale: float = _cal("fsdp_copy_scale")
     # A GEMM dimension d reaches d / (d + gemm_half_dim) of the large-shape rate (tile and
     # wave quantisation; XLA's table: 1024 x 2048 x 2048 bf16 on sm_90 runs at 0.53 of
     # peak, 4096^3 at 0.79).
-    gemm_half_dim: float = _v4("gemm_half_dim")
+    gemm_half_dim: float = _cal("gemm_half_dim")
     # Fraction of HBM bandwidth the blocks' elementwise kernels and the loss reach on a GPU
     # with a measured table (v4 residual, fitted on the union of the H200 trainer runs: it runs
     # into its bound 0.95, as in 43 of v3's 44 union folds: the itemised elementwise bytes are
@@ -205,13 +205,13 @@ class Constants:
     # (2.89 TB/s = 0.601) the leave-one-family-out error over the union grew (TE median 4.2%
     # -> 4.9%, worst 26% -> 34%: raw/lofo_all_h200_v4a.json), so v4 keeps it fitted. The
     # optimizer and FSDP2's copies are timed from their measurements directly.
-    hbm_efficiency: float = _v4("hbm_efficiency")
+    hbm_efficiency: float = _cal("hbm_efficiency")
     # GPUs without a measured table (Blackwell, others): the v1 fit's H200 value
     # (0.635), from before the linear layers were measured: it covered TE's small
     # quantisation kernels, which a GPU timed by the formulas still pays.
-    hbm_efficiency_other: float = _v4("hbm_efficiency_other")
+    hbm_efficiency_other: float = _cal("hbm_efficiency_other")
     # GPU time per kernel that cannot be shorter (launch, ramp-up, tail): ~4 us.
-    kernel_floor_s: float = _v4("kernel_floor_s")
+    kernel_floor_s: float = _cal("kernel_floor_s")
 
     # ---- attention (flash / cuDNN fused, causal) ----
     # Fraction of the bf16 peak the forward and backward kernels reach at long sequences
@@ -222,14 +222,14 @@ class Constants:
     # al. 2026) reaches up to 1613 TFLOP/s (0.71 of 2250) and is "up to 1.3x faster than
     # cuDNN 9.13": cuDNN forward ~0.55; the backward, bound by shared-memory traffic on
     # Blackwell, taken at the Hopper backward/forward ratio: 0.40.
-    attention_efficiency: dict[str, tuple[float, float]] = field(default_factory=_v4f("attention_efficiency"))
+    attention_efficiency: dict[str, tuple[float, float]] = field(default_factory=_calf("attention_efficiency"))
     # Sequence length and head dim at which half the rate is reached (v1 fit on the H200
     # grid; the attention of GPUs with a measured table comes from the table).
-    attention_half_seq_other: float = _v4("attention_half_seq_other")
-    attention_half_head_dim_other: float = _v4("attention_half_head_dim_other")
+    attention_half_seq_other: float = _cal("attention_half_seq_other")
+    attention_half_head_dim_other: float = _cal("attention_half_head_dim_other")
     # The backward does 2.5x the forward's FLOPs (5 GEMMs of the 2 forward's size;
     # Dao 2023, FlashAttention-2, arXiv 2307.08691).
-    attention_bwd_flops_ratio: float = _v4("attention_bwd_flops_ratio")
+    attention_bwd_flops_ratio: float = _cal("attention_bwd_flops_ratio")
 
     # ---- quantisation: HBM bytes moved per element quantised (read + writes) ----
     # From the kernels TE 2.x runs (transformer_engine/common/...):
@@ -244,10 +244,10 @@ class Constants:
     #   plus the random Hadamard transform of the weight-gradient GEMM's inputs (a
     #   second read of those: +2) and stochastic rounding of gradients (NVIDIA, "Pretraining
     #   LLMs with NVFP4", arXiv 2509.25149) = ~5.1.
-    quant_bytes_per_element: dict[str, dict[str, float]] = field(default_factory=_v4f("quant_bytes_per_element"))
+    quant_bytes_per_element: dict[str, dict[str, float]] = field(default_factory=_calf("quant_bytes_per_element"))
     # Kernels per quantised tensor (each pays kernel_floor_s): amax + cast for current
     # scaling, one fused kernel otherwise (NVFP4: cast + Hadamard).
-    quant_kernels: dict[str, float] = field(default_factory=_v4f("quant_kernels"))
+    quant_kernels: dict[str, float] = field(default_factory=_calf("quant_kernels"))
 
     # ---- loss: bytes per logit element (forward + backward) ----
     # The trainer upcasts the bf16 logits to fp32 and runs F.cross_entropy over the whole
@@ -255,11 +255,11 @@ class Constants:
     # writes 4; backward writes nll's gradient (4), log_softmax's backward reads 8 and
     # writes 4, the cast back reads 4 and writes 2: 36 B (the same tensors the memory
     # estimator's probe measured, benchmarks/memory/probe_h200.json "loss").
-    loss_bytes_per_logit: float = _v4("loss_bytes_per_logit")
+    loss_bytes_per_logit: float = _cal("loss_bytes_per_logit")
     # The compiled cross-entropy (trainer/loss.py, the default on a GPU): forward reads the
     # 16-bit logits for the max and the sum of exponentials (2 + 2), backward reads them once
     # more and writes the 16-bit gradient (2 + 2): 8 B.
-    loss_bytes_per_logit_compiled: float = _v4("loss_bytes_per_logit_compiled")
+    loss_bytes_per_logit_compiled: float = _cal("loss_bytes_per_logit_compiled")
 
     # ---- optimizer and FSDP copies ----
     # Fused AdamW reads parameter, gradient and both moments and writes parameter and
@@ -267,22 +267,22 @@ class Constants:
     # (Bytes per sharded parameter follow from the setup's dtypes.)
     # Kernels the optimizer step and clipping launch per parameter tensor (foreach /
     # fused kernels batch tensors; ~1 launch per 8 tensors each).
-    optimizer_kernels_per_tensor: float = _v4("optimizer_kernels_per_tensor")
+    optimizer_kernels_per_tensor: float = _cal("optimizer_kernels_per_tensor")
 
     # ---- communication ----
     # NCCL all-gather / reduce-scatter bus bandwidth as a fraction of NVLink's per-direction
     # bandwidth: nccl-tests on 8x H100 SXM reach ~360-380 GB/s of 450 (0.8).
-    nvlink_efficiency: float = _v4("nvlink_efficiency")
+    nvlink_efficiency: float = _cal("nvlink_efficiency")
     # Between instances: EFA reaches ~75% of the line rate in nccl-tests on p5 (AWS).
-    network_efficiency: float = _v4("network_efficiency")
+    network_efficiency: float = _cal("network_efficiency")
     # GPUs without NVLink exchange over PCIe 4 x16 / the host: ~20 GB/s per direction.
-    pcie_gb_s: float = _v4("pcie_gb_s")
+    pcie_gb_s: float = _cal("pcie_gb_s")
     # Extra step time when more than one GPU trains, as a fraction of the compute:
     # measured with the trainer on 2 H200s (benchmarks/trainer/README.md, FSDP scaling:
     # 95.8% bf16 and 95.6% fp8 of the 1-GPU per-GPU tokens/s) while the bytes moved take
     # under 1% of the step at NVLink bandwidth: NCCL kernels sharing SMs and HBM with the
     # compute, stream synchronisation. Taken to hold for larger groups (unmeasured).
-    multi_gpu_fraction: float = _v4("multi_gpu_fraction")
+    multi_gpu_fraction: float = _cal("multi_gpu_fraction")
 
     # ---- the host (CPU floor) ----
     # Host time to issue one transformer block's forward and backward in eager mode
@@ -291,21 +291,21 @@ class Constants:
     # 2048 and 8192 tokens per step was no faster than bf16). Calibrated on the H200 grid
     # (the lent machine's host; a faster host lowers the floor). MXFP8 / NVFP4 factors:
     # fp8-block's and a little more (unmeasured).
-    cpu_block_forward_s: float = _v4("cpu_block_forward_s")
-    cpu_block_backward_s: float = _v4("cpu_block_backward_s")
+    cpu_block_forward_s: float = _cal("cpu_block_forward_s")
+    cpu_block_backward_s: float = _cal("cpu_block_backward_s")
     # The torch backend (plain torch.nn blocks, F.scaled_dot_product_attention) issues its
     # block from the host at this factor of TE's time (calibrated on the torch-backend runs
     # of benchmarks/trainer/raw/like_for_like_h200.json and benchmarks/memory/
     # boundary_h200_torch.json by benchmarks/throughput/model_accuracy.py; TE's modules
     # are heavier Python: one te.TransformerLayer call vs a few torch modules).
     # (No committed torch run is host-bound, so the factor is 1.0, TE's, until one is.)
-    cpu_backend_factor: dict[str, float] = field(default_factory=_v4f("cpu_backend_factor"))
+    cpu_backend_factor: dict[str, float] = field(default_factory=_calf("cpu_backend_factor"))
     # Attention time multiplier by backend: the torch backend's
     # F.scaled_dot_product_attention(enable_gqa=True) with grouped K/V heads runs slower than
     # cuDNN's fused attention (its runs with GQA at sequence 8192, 1b and 3b, measured
     # TE's measured fused attention); v4 residual, fitted on every torch run of
     # benchmarks/throughput/h200_torch_grid.json (v3: 2.55 on its 6 calibration-torch runs).
-    attention_backend_factor: dict[str, float] = field(default_factory=_v4f("attention_backend_factor"))
+    attention_backend_factor: dict[str, float] = field(default_factory=_calf("attention_backend_factor"))
     # (v4: refitted on every torch run, sequence 16k included, it went from 2.55 to 1.475:
     # diagnosis (c). A cost per token and query head beside it was tried, code at commit
     # 6493196, and predicted the families left out worse: torch median 5.7% -> 6.9%,
@@ -314,31 +314,37 @@ class Constants:
     # the measured linear layers: TE's layer plumbing, FSDP2's per-block hooks), per pass
     # (forward, recomputed forward, backward), by backend; v4 residuals fitted on the union of the H200
     # trainer runs (v3: 0.40 ms TE, 0.61 ms torch, on the grid and the calibration-torch rows).
-    block_fixed_s: dict[str, float] = field(default_factory=_v4f("block_fixed_s"))
-    cpu_recipe_factor: dict[str, float] = field(default_factory=_v4f("cpu_recipe_factor"))
+    block_fixed_s: dict[str, float] = field(default_factory=_calf("block_fixed_s"))
+    cpu_recipe_factor: dict[str, float] = field(default_factory=_calf("cpu_recipe_factor"))
     # Host time per optimizer step outside the blocks: optimizer and clipping launches,
     # the timer's synchronisation, the batch's host-to-device copy, logging (v1 fit; GPUs
     # without a measured table).
-    cpu_step_s: float = _v4("cpu_step_s")
+    cpu_step_s: float = _cal("cpu_step_s")
     # The same where the block's host time is measured (v4 residual, fitted on the union of the
     # H200 trainer runs; v3 55.6 ms on the grid: what a step costs beyond its measured parts and does not grow with
     # tokens or depth: the optimizer's and FSDP2's per-tensor host work, the loss's
     # compiled-graph dispatch, the timer).
-    cpu_step_measured_s: float = _v4("cpu_step_measured_s")
+    cpu_step_measured_s: float = _cal("cpu_step_measured_s")
     # A synchronisation per step (the trainer's timer) exposes the launch latency of the
     # step's first kernels.
-    step_fixed_s: float = _v4("step_fixed_s")
+    step_fixed_s: float = _cal("step_fixed_s")
     # Host and GPU overlap (kernels are queued asynchronously) but not perfectly: the step
     # takes (gpu^k + host^k)^(1/k), a smooth maximum. The v2 fit on the H200 grid drives k
     # past 300 (a hard maximum); 40 is shipped (at most 1.7% above the maximum, where host
     # and GPU balance; the grid's in-sample median moves 1.1% -> 1.2%).
-    host_overlap_exponent: float = _v4("host_overlap_exponent")
-    # Considered for v5, not shipped: two overlaps per step instead of one, split where the
-    # trainer's host reads the loss and gradient norm before optimizer.step() (a device sync,
-    # trainer/train.py Trainer.step; so the optimizer's GPU time cannot hide the forward/backward's
-    # host time). Measured by the union's leave-one-family-out (code at commit 23d51f4,
-    # raw/lofo_all_h200_v5a.json, the per-step host time before the sync): TE median 4.2% ->
-    # 4.0% but worst 26.4% -> 27.1% (3b L6 s1024 better, 64b L2 s1024 worse), torch 5.7% -> 5.9%.
+    host_overlap_exponent: float = _cal("host_overlap_exponent")
+    # FSDP2's reduce-scatter copy-in on the host (torch._chunk_cat builds one int64 of
+    # metadata per 2 KiB of the unsharded gradients on the CPU before its one kernel), seconds
+    # per parameter, once per optimizer step (the trainer syncs gradients on the last
+    # micro-batch): "block" per parameter of the blocks (host time of each block's backward),
+    # "root" per parameter of the root unit (embedding, LM head, final norm: the backward's
+    # last host work). Measured by benchmarks/throughput/parts.py --sections copy_in.
+    cpu_reduce_copy_s_per_param: dict[str, float] = field(
+        default_factory=_calf("cpu_reduce_copy_s_per_param"))
+    # The step's structure (throughput._phases, model v5): the split at the trainer's sync
+    # before optimizer.step() alone was the 2026-12-02 v5a study (code at commit 23d51f4,
+    # raw/lofo_all_h200_v5a.json: TE median 4.2% -> 4.0%, worst 26.4% -> 27.1%); with one
+    # overlap per block and the copy-in on the host (session v12) the worst fell (README).
 
     def efficiency(self, arch: str, kind: str) -> float:
         table = self.gemm_efficiency[arch]
@@ -356,7 +362,7 @@ def _calibrated(gpu: str) -> Constants:
 
 
 # Per-GPU calibrations: a GPU named here is predicted with its own values. The H100's:
-# throughput_v4_h100.json, v4's residuals refitted on the H100 session of 2026-12-06 (its TE
+# throughput_v5_h100.json, v4's residuals refitted on the H100 session of 2026-12-06 (its TE
 # residuals; the torch backend keeps v4's, refitted on 6 runs they predicted worse).
 CALIBRATIONS: dict[str, Constants] = {g: _calibrated(g) for g in CALIBRATION_FILES if g != "H200"}
 
