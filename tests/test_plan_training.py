@@ -158,8 +158,8 @@ def test_a_budget_below_everything_names_max_cost_usd():
 
 
 def test_max_runtime_lets_a_run_the_model_predicts_as_too_fast_as_its_worst_miss_finish():
-    # The throughput model's worst held-out miss predicted a run 26.4% too fast on the H200
-    # and 31.2% on the H100 (each GPU's own parts and residuals); with the default margin the
+    # The throughput model's worst held-out miss predicted a run 27.7% too fast on the H200
+    # and 15.0% on the H100 (model v5; each GPU's own parts and residuals); with the default margin the
     # chosen run's max_runtime_seconds (SageMaker stops the job there) still covers its steps
     # at that speed, with room to spare; each GPU's rows get its own margin.
     from kfp_sagemaker_blackwell.planning import throughput
@@ -174,7 +174,7 @@ def test_max_runtime_lets_a_run_the_model_predicts_as_too_fast_as_its_worst_miss
         assert out.parameters["max_runtime_seconds"] == chosen.max_runtime_seconds
         assert chosen.max_runtime_seconds - startup >= worst * 1.05
         assert chosen.max_runtime_seconds == pytest.approx(startup + steps_s * (1 + margin), abs=1)
-    assert throughput.ACCURACY["H100"].runtime_margin == 0.412 and throughput.RUNTIME_MARGIN == 0.364
+    assert throughput.ACCURACY["H100"].runtime_margin == 0.25 and throughput.RUNTIME_MARGIN == 0.377
 
 
 def test_spot_shows_its_expected_cost_with_its_source_and_its_worst_case_is_max_wait():
@@ -333,8 +333,10 @@ def test_a_plan_with_blackwell_rows_prints_the_model_against_published_figures()
 
 
 def test_rows_within_the_band_of_the_cheapest_tie_and_go_to_lower_risk_then_fewer_instances():
+    # a deadline the one-instance rows miss: the two- and four-instance rows are within a few
+    # tenths of a percent of each other, so some tie
     out = plan(instance_types=[P5, "ml.p5en.48xlarge"], max_instance_count=4, seq_length=8192,
-               capacity_modes=["on-demand"], precisions=["fp8", "fp8-current"])
+               capacity_modes=["on-demand"], precisions=["fp8", "fp8-current"], deadline_hours=150)
     ranked = out.result.ranked
     best = min(ranked, key=lambda c: c.cost)
     # rows on the best row's GPU share its miss, so only the model's error of one precision

@@ -57,15 +57,16 @@ def _calf(name: str) -> Callable[[], Any]:
 
 # The model's accuracy on configuration families left out of its fit, per GPU with measured
 # parts (each GPU's prediction uses its own parts and residuals, constants_for):
-# - H200 (v4): every measured H200 trainer run predicted by a fit that never saw its family
+# - H200 (v5): every measured H200 trainer run predicted by a fit that never saw its family
 #   (benchmarks/throughput/model_accuracy.py --union-lofo -> lofo_all_h200.json; its README).
-#   Median |error| 4.2% (TE, 111 runs / 44 families); worst too fast +26.4% (64b L2 fp8 b2
-#   s1024: predicted 16,152 tokens/s, measured 12,782), i.e. that run took 1.264x its
-#   predicted time (torch backend: worst 16.4%).
+#   Median |error| 3.9% (TE, 111 runs / 44 families); worst too fast +27.7% (64b L2 fp8 b2
+#   s1024: predicted 16,325 tokens/s, measured 12,782), i.e. that run took 1.277x its
+#   predicted time (torch backend: worst 18.1%). v4: 4.2%, +26.4%.
 # - H100 (session v6, 2026-12-06): the residuals fitted on the session's grid (51 runs, 19
 #   families) predicting its held-out runs (51 runs in 24 families none of which is in the
-#   grid: model_accuracy.py --session -> heldout_eval_h100_v6.json). Median |error| 5.1%;
-#   worst too fast +31.2% (8b L4 fp8 b1 s1024: predicted 13,460 tokens/s, measured 10,261).
+#   grid: model_accuracy.py --session -> heldout_eval_h100_v6.json). Median |error| 4.2%;
+#   worst too fast +15.0% (3b L4 bf16 b1 s8192: predicted 78,605 tokens/s, measured 68,349).
+#   v4: 5.1%, +31.2%.
 # tests/test_throughput_accuracy.py checks each against its file.
 RUNTIME_SAFETY_ALLOWANCE = 0.10
 
@@ -179,7 +180,7 @@ class Constants:
     # out were predicted worse with it than without (TE worst 26.4% -> 32.6%,
     # raw/lofo_all_h200_v4c.json): the session drift is not one table-wide factor.
     parts_linear_scale: float = _cal("parts_linear_scale")
-    # The residuals of the measured model (GPUs with a table), by backend, v4: fitted on every
+    # The residuals of the measured model (GPUs with a table), by backend, v5: fitted on every
     # measured H200 trainer run (TE: h200_grid.json 2026-12-01 + h200_heldout.json 2026-12-02,
     # 111 runs; torch: h200_torch_grid.json's 16 runs, 2026-12-02) by
     # benchmarks/throughput/model_accuracy.py --fit-union; their accuracy is measured by
@@ -312,7 +313,7 @@ class Constants:
     # benchmarks/throughput/raw/lofo_all_h200_v4b.json.)
     # GPU time per block and micro-batch that no itemised part covers (the kernels between
     # the measured linear layers: TE's layer plumbing, FSDP2's per-block hooks), per pass
-    # (forward, recomputed forward, backward), by backend; v4 residuals fitted on the union of the H200
+    # (forward, recomputed forward, backward), by backend; v5 residuals fitted on the union of the H200
     # trainer runs (v3: 0.40 ms TE, 0.61 ms torch, on the grid and the calibration-torch rows).
     block_fixed_s: dict[str, float] = field(default_factory=_calf("block_fixed_s"))
     cpu_recipe_factor: dict[str, float] = field(default_factory=_calf("cpu_recipe_factor"))
@@ -320,10 +321,11 @@ class Constants:
     # the timer's synchronisation, the batch's host-to-device copy, logging (v1 fit; GPUs
     # without a measured table).
     cpu_step_s: float = _cal("cpu_step_s")
-    # The same where the block's host time is measured (v4 residual, fitted on the union of the
-    # H200 trainer runs; v3 55.6 ms on the grid: what a step costs beyond its measured parts and does not grow with
-    # tokens or depth: the optimizer's and FSDP2's per-tensor host work, the loss's
-    # compiled-graph dispatch, the timer).
+    # The same where the block's host time is measured (v5 residual, fitted on the union of the
+    # H200 trainer runs: 13.5 ms; v4 44.7 ms, when one overlap over the whole step made it stand
+    # in for per-parameter costs; v3 55.6 ms on the grid): the host time of the root unit's
+    # work beside the root's copy-in (v5: throughput._phases), the loss's compiled-graph
+    # dispatch, the step's Python.
     cpu_step_measured_s: float = _cal("cpu_step_measured_s")
     # A synchronisation per step (the trainer's timer) exposes the launch latency of the
     # step's first kernels.
@@ -351,24 +353,24 @@ class Constants:
         return table.get(kind, table.get("fp8", table["bf16"]))
 
 
-DEFAULT = Constants()  # v4: the H200's calibration, and every GPU's without its own
+DEFAULT = Constants()  # v5: the H200's calibration, and every GPU's without its own
 
 
 def _calibrated(gpu: str) -> Constants:
-    """DEFAULT amended by ``gpu``'s own calibration file (its values; the rest v4's)."""
+    """DEFAULT amended by ``gpu``'s own calibration file (its values; the rest the base file's)."""
     doc = load_calibration(CALIBRATION_FILES[gpu])
     assert doc.get("base") == CALIBRATION_FILES["H200"], (gpu, doc.get("base"))
     return replace(DEFAULT, **calibration_values(doc))
 
 
 # Per-GPU calibrations: a GPU named here is predicted with its own values. The H100's:
-# throughput_v5_h100.json, v4's residuals refitted on the H100 session of 2026-12-06 (its TE
-# residuals; the torch backend keeps v4's, refitted on 6 runs they predicted worse).
+# throughput_v5_h100.json, v5's residuals refitted on the H100 session of 2026-12-06 (its TE
+# residuals; the torch backend keeps the base file's, refitted on 6 runs they predicted worse).
 CALIBRATIONS: dict[str, Constants] = {g: _calibrated(g) for g in CALIBRATION_FILES if g != "H200"}
 
 
 def constants_for(gpu: hardware.GPU | str) -> Constants:
-    """The constants that predict ``gpu``: its own calibration, else v4's (DEFAULT)."""
+    """The constants that predict ``gpu``: its own calibration, else the base file's (DEFAULT)."""
     g = hardware.gpu(gpu) if isinstance(gpu, str) else gpu
     return CALIBRATIONS.get(g.name, DEFAULT)
 
