@@ -178,12 +178,23 @@ def test_checkpoints_reach_s3_while_the_job_runs_and_a_host_lost_mid_save_resume
              "a complete checkpoint in S3 while the job runs (the trainer holds after step 5)")
     assert sm.describe_training_job(TrainingJobName=name)["TrainingJobStatus"] == "InProgress"
     hold.unlink()  # on with the training: the next saves are the ones to kill in the middle of
-    # The instance is lost in the middle of the next save: every process SIGKILLed.
+    # The instance is lost in the middle of the next save: every process SIGKILLed. The hosts
+    # are frozen (SIGSTOP) the moment a save is seen in progress, and killed only if it still
+    # is: a save that ended between the look and the signal (a loaded machine) is let go and
+    # the next one caught, so the kill lands in a save whatever the timing.
     local = backend.host_dir(name) / "checkpoints"
+    hosts = list(backend.executor.state.jobs[(backend.region, name)].hosts)
     deadline = time.monotonic() + 120
-    while not any(local.glob("*.tmp/*")) and time.monotonic() < deadline:
+    while time.monotonic() < deadline:
+        if any(local.glob("*.tmp/*")):
+            for host in hosts:
+                host.signal(signal.SIGSTOP)
+            if any(local.glob("*.tmp/*")):
+                break
+            for host in hosts:
+                host.signal(signal.SIGCONT)
         time.sleep(0.005)
-    for host in list(backend.executor.state.jobs[(backend.region, name)].hosts):
+    for host in hosts:
         host.signal(signal.SIGKILL)
     assert finished(backend, name)["TrainingJobStatus"] == "Failed"
     synced = checkpoint_keys(backend, name)
