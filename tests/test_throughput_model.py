@@ -446,3 +446,31 @@ def test_the_root_units_gradient_copy_in_is_host_time_of_a_small_step():
     large = TrainingSetup(PRESETS["8b"].replace(num_layers=2), 8, 8192, "bf16", False, 1)
     assert throughput.predict(large, "H100", constants=c).step_seconds == pytest.approx(
         throughput.predict(large, "H100", constants=none).step_seconds, rel=1e-3)
+
+
+def test_the_copy_in_rates_are_the_measured_parts_and_a_session_reads_its_own(tmp_path):
+    """cpu_reduce_copy_s_per_param is the median over the presets of parts.py's copy_in
+    records (session v12, one H100), rounded; a session evaluated with its own
+    parts.json takes its own copy-in rates where it measured them, and keeps the shipped ones
+    where it did not."""
+    import importlib
+
+    from kfp_sagemaker_blackwell.planning import measured_parts
+
+    root = Path(__file__).resolve().parents[1]
+    v12 = root / "benchmarks" / "throughput" / "raw" / "session_v12_h100" / "parts_copy_in.json"
+    rates = measured_parts.copy_in_rates([v12])
+    shipped = throughput.DEFAULT.cpu_reduce_copy_s_per_param
+    assert shipped == pytest.approx(rates, rel=2e-3)
+    assert throughput.load_calibration("throughput_v5_h200.json")["values"][
+        "cpu_reduce_copy_s_per_param"]["kind"] == "measured"
+    doc = json.loads(v12.read_text())
+    doc["copy_in"] = [dict(r, host_s_per_element=r["host_s_per_element"] * 2) for r in doc["copy_in"]]
+    session = tmp_path / "session"
+    session.mkdir()
+    (session / "parts.json").write_text(json.dumps(doc))
+    acc = importlib.import_module("benchmarks.throughput.model_accuracy")
+    own = acc.session_constants(session).cpu_reduce_copy_s_per_param
+    assert own == pytest.approx({k: 2 * v for k, v in rates.items()})
+    assert acc.session_constants(acc.SESSION_V6).cpu_reduce_copy_s_per_param == shipped
+    assert measured_parts.copy_in_rates([root / "planning" / "measured" / "h100_parts.json"]) is None

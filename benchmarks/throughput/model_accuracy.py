@@ -767,15 +767,18 @@ def fit_session(split: dict[str, dict[str, Any]]) -> dict[str, float]:
 
 def session_constants(directory: Path) -> throughput.Constants:
     """The model (base()) with the session's own measured parts for its GPU (the directory's
-    ``parts.json``, benchmarks/throughput/parts.py): issue 36 asks for the parts, the grid and
-    the held-out families of one session, so a session is evaluated with its parts, not with
-    those shipped from another day. Without a parts.json: base() as it is."""
+    ``parts.json``, benchmarks/throughput/parts.py), the copy-in's host time included where the
+    file has it: issue 36 asks for the parts, the grid and the held-out families of one
+    session, so a session is evaluated with its parts, not with those shipped from another
+    day. Without a parts.json: base() as it is."""
     parts = directory / "parts.json"
     c = base()
     if not parts.exists():
         return c
     gpu = hardware.gpu(json.loads(parts.read_text())["gpu"]).name
-    return dataclasses.replace(c, parts_tables={**c.parts_tables, gpu: measured_parts.load([parts], gpu)})
+    c = dataclasses.replace(c, parts_tables={**c.parts_tables, gpu: measured_parts.load([parts], gpu)})
+    rates = measured_parts.copy_in_rates([parts])  # sessions from v12 on time the copy-in
+    return dataclasses.replace(c, cpu_reduce_copy_s_per_param=rates) if rates else c
 
 
 def evaluate_session(directory: Path = SESSION_V6, fitted: dict[str, Any] | None = None) -> dict[str, Any]:

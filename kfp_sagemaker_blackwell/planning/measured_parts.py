@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -304,6 +305,21 @@ def load(paths: list[Path], gpu: str) -> PartsTable:
                       if r.get("seconds")]
     return PartsTable(gpu, "; ".join(sources), tuple(linears), tuple(attention), tuple(layers),
                       tuple(optimizer))
+
+
+def copy_in_rates(paths: list[Path]) -> dict[str, float] | None:
+    """FSDP2's reduce-scatter copy-in on the host, seconds per parameter by unit ("block",
+    "root"): the median over the presets of the files' ``copy_in`` records
+    (``benchmarks/throughput/parts.py --sections copy_in``); None where a unit has none. The
+    throughput model's ``cpu_reduce_copy_s_per_param`` is this of session v12's file."""
+    per: dict[str, list[float]] = {"block": [], "root": []}
+    for path in paths:
+        for r in json.loads(Path(path).read_text()).get("copy_in", []):
+            if r.get("unit") in per and r.get("host_s_per_element"):
+                per[r["unit"]].append(float(r["host_s_per_element"]))
+    if not all(per.values()):
+        return None
+    return {unit: statistics.median(v) for unit, v in per.items()}
 
 
 def shipped(gpu: str) -> PartsTable | None:
