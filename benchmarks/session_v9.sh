@@ -65,7 +65,7 @@ case $stage in
         --precisions bf16,fp8 --iters 4 --time-budget \$BUDGET --out-dir $S"
     else  # an H100 (calibrated twice: v6 and v10; v11 measured the grid's 12 small-step runs), or
       # CALIBRATE=0: the qinit check (its initialisation fixed after v11), the bar's pair with
-      # qinit and FP8 attention (issue 40), the copy-in part (issue 36: FSDP2's reduce-scatter
+      # qinit (issue 40; FP8 attention was tried in v12: no backend at head size 64), the copy-in part (issue 36: FSDP2's reduce-scatter
       # copy-in, found in v11's profiles), the profiles of the small-step shapes, then the rest
       # of the small-step table; the torch profiles only with TORCH_PROFILES=1 (v9 and v10 agree)
       update_checks

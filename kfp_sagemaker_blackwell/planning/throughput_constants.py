@@ -199,12 +199,13 @@ class Constants:
     # peak, 4096^3 at 0.79).
     gemm_half_dim: float = _cal("gemm_half_dim")
     # Fraction of HBM bandwidth the blocks' elementwise kernels and the loss reach on a GPU
-    # with a measured table (v4 residual, fitted on the union of the H200 trainer runs: it runs
-    # into its bound 0.95, as in 43 of v3's 44 union folds: the itemised elementwise bytes are
-    # more than the blocks move (TE fuses norms and casts into its layers), so read it as a
-    # scale on those bytes, not a bandwidth). Taken instead from the measured fp32 -> bf16 copy
-    # (2.89 TB/s = 0.601) the leave-one-family-out error over the union grew (TE median 4.2%
-    # -> 4.9%, worst 26% -> 34%: raw/lofo_all_h200_v4a.json), so v4 keeps it fitted. The
+    # with a measured table (a residual fitted on the union of the H200 trainer runs: v5 0.71;
+    # v4 ran into its bound 0.95, as in 43 of v3's 44 union folds, while one overlap over the
+    # whole step hid the blocks' GPU time behind the host's; read it as a scale on the
+    # itemised elementwise bytes, not a bandwidth: TE fuses norms and casts into its layers).
+    # Taken instead from the measured fp32 -> bf16 copy (2.89 TB/s = 0.601) the v4
+    # leave-one-family-out error over the union grew (TE median 4.2% -> 4.9%, worst 26% ->
+    # 34%: raw/lofo_all_h200_v4a.json), so it stays fitted. The
     # optimizer and FSDP2's copies are timed from their measurements directly.
     hbm_efficiency: float = _cal("hbm_efficiency")
     # GPUs without a measured table (Blackwell, others): the v1 fit's H200 value
@@ -330,7 +331,8 @@ class Constants:
     # A synchronisation per step (the trainer's timer) exposes the launch latency of the
     # step's first kernels.
     step_fixed_s: float = _cal("step_fixed_s")
-    # Host and GPU overlap (kernels are queued asynchronously) but not perfectly: the step
+    # Host and GPU overlap (kernels are queued asynchronously) but not perfectly: each
+    # overlapped span (v5: every block, the root unit's work; formula GPUs: the whole step)
     # takes (gpu^k + host^k)^(1/k), a smooth maximum. The v2 fit on the H200 grid drives k
     # past 300 (a hard maximum); 40 is shipped (at most 1.7% above the maximum, where host
     # and GPU balance; the grid's in-sample median moves 1.1% -> 1.2%).
