@@ -200,8 +200,7 @@ class Constants:
     gemm_half_dim: float = _cal("gemm_half_dim")
     # Fraction of HBM bandwidth the blocks' elementwise kernels and the loss reach on a GPU
     # with a measured table (a residual fitted on the union of the H200 trainer runs: v5 0.71;
-    # v4 ran into its bound 0.95, as in 43 of v3's 44 union folds, while one overlap over the
-    # whole step hid the blocks' GPU time behind the host's; read it as a scale on the
+    # v4's ran into its bound 0.95, as in 43 of v3's 44 union folds; read it as a scale on the
     # itemised elementwise bytes, not a bandwidth: TE fuses norms and casts into its layers).
     # Taken instead from the measured fp32 -> bf16 copy (2.89 TB/s = 0.601) the v4
     # leave-one-family-out error over the union grew (TE median 4.2% -> 4.9%, worst 26% ->
