@@ -45,6 +45,19 @@ update_checks() {  # issue 40: does --quantized-model-init's step move the FP8 w
   step update_check_fp8 90 bash -c "$run"
 }
 
+# issue 40: does --quantized-model-init train like fp8 over 300 steps? (the gate: 12 steps in v12
+# were no convergence check). The same seed and synthetic data (the known entropy floor, 1.213 nats)
+# for bf16, fp8 and fp8 + qinit; the step lines go to conv_*.log and the trainer's metrics to $S/conv_*
+convergence() {
+  local run="python3 -m torch.distributed.run --standalone --nproc-per-node 1 -m kfp_sagemaker_blackwell.trainer \
+    --model-preset 1b --seq-length 1024 --batch-size 8 --backend te --max-steps ${CONV_STEPS:-300} --log-every 10 \
+    --checkpoint-dir '' --model-dir ''"
+  step conv_fp8_qinit 170 env TRAINER_EXPERIMENTAL_QUANTIZED_INIT=1 bash -c "$run --precision fp8 --quantized-model-init \
+    --output-data-dir $S/conv_fp8_qinit --output-dir /tmp/conv_out"
+  step conv_fp8 170 bash -c "$run --precision fp8 --output-data-dir $S/conv_fp8 --output-dir /tmp/conv_out"
+  step conv_bf16 170 bash -c "$run --precision bf16 --output-data-dir $S/conv_bf16 --output-dir /tmp/conv_out"
+}
+
 case $stage in
   bg)
     start_background_boundaries
@@ -58,23 +71,20 @@ case $stage in
     CALIBRATE=${CALIBRATE:-auto}
     if [[ "$CALIBRATE" = 1 || ( "$CALIBRATE" = auto && "$GPU_NAME" == *H200* ) ]]; then
       calibration
-      update_checks
-      small_steps 300   # the bar's pair, qinit (does it learn?), the pool pair (one thread against the pool), graphs
-      torch_profiles
+      small_steps 300   # the bar's pair, qinit, qinit with the unsharded model and the graphs, the levers
+      convergence       # qinit over 300 steps against fp8 and bf16 (the gate)
       step profile 300 bash -c "python3 benchmarks/trainer/profile_step.py --shapes $PROFILE_SHAPES \
         --precisions bf16,fp8 --iters 4 --time-budget \$BUDGET --out-dir $S"
-    else  # an H100 (calibrated twice: v6 and v10; v11 measured the grid's 12 small-step runs), or
-      # CALIBRATE=0: the qinit check (its initialisation fixed after v11), the bar's pair with
-      # qinit (issue 40; FP8 attention was tried in v12: no backend at head size 64), the copy-in part (issue 36: FSDP2's reduce-scatter
-      # copy-in, found in v11's profiles), the profiles of the small-step shapes, then the rest
-      # of the small-step table; the torch profiles only with TORCH_PROFILES=1 (v9 and v10 agree)
       update_checks
-      small_steps 190
-      step parts_copy_in 60 bash -c "python3 benchmarks/throughput/parts.py --sections copy_in \
-        --out $S/parts_copy_in.json --time-budget \$BUDGET"
-      step profile 300 bash -c "python3 benchmarks/trainer/profile_step.py --shapes $PROFILE_SHAPES \
-        --precisions bf16,fp8 --iters 4 --time-budget \$BUDGET --out-dir $S"
+    else  # an H100 (calibrated twice: v6 and v10; v11 measured the grid's 12 small-step runs; v12
+      # the copy-in part, the profiles of the small-step shapes and qinit's update check) or
+      # CALIBRATE=0: the small-step table (the bar's pair, qinit with the unsharded model and the
+      # graphs: issue 40), qinit's 300-step convergence check, then the held-out families with
+      # today's trainer (issue 36: v5's H100 calibration is fitted on v6, the thread-pool era)
       small_steps 300
+      convergence
+      mstep heldout heldout 220
+      mstep heldout2 heldout2 130
       [ "${TORCH_PROFILES:-0}" = 1 ] && torch_profiles
     fi
     torch_boundaries 300
