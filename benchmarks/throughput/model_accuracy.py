@@ -629,12 +629,17 @@ SESSION_V6 = Path(__file__).parent / "raw" / "session_v6_h100"
 HELD_OUT_H100 = Path(__file__).with_name("heldout_eval_h100_v6.json")
 SESSION_FILES = {"grid": "grid.json", "heldout": "heldout.json", "heldout2": "heldout2.json",
                  "torch": "torch.json", "ref_start": "ref_start.json", "ref_end": "ref_end.json"}
+# a session whose device time ended before these ran (session v13: the end reference and the
+# torch set) is evaluated without them: no drift correction, no torch rows
+SESSION_OPTIONAL = ("torch", "ref_end")
 LOW_PRECISION_DRIFT = "fp8"  # every low-precision recipe drifts as the fp8 reference did
 
 
 def load_session(directory: Path = SESSION_V6) -> dict[str, dict[str, Any]]:
-    """The session's result files by name (SESSION_FILES), each run tagged with its time."""
-    docs = {k: load(directory / f) for k, f in SESSION_FILES.items()}
+    """The session's result files by name (SESSION_FILES), each run tagged with its time; an
+    optional file (SESSION_OPTIONAL) the session lacks reads as no runs."""
+    docs = {k: load(directory / f) if k not in SESSION_OPTIONAL or (directory / f).exists()
+            else {"results": [], "missing": f} for k, f in SESSION_FILES.items()}
     times = run_times(directory, docs)
     for name, d in docs.items():
         for r in d["results"]:
@@ -684,8 +689,11 @@ def run_times(directory: Path, docs: dict[str, dict[str, Any]]) -> dict[tuple[st
 
 def drift(docs: dict[str, dict[str, Any]]) -> dict[str, dict[str, float]]:
     """The reference configuration at the start and the end of the TE block, per precision:
-    step seconds, times, and the step's growth (end / start - 1)."""
-    out = {}
+    step seconds, times, and the step's growth (end / start - 1). Empty without an end
+    reference (a session whose device time ended first)."""
+    out: dict[str, dict[str, float]] = {}
+    if not docs["ref_end"]["results"]:
+        return out
     for a, b in zip(docs["ref_start"]["results"], docs["ref_end"]["results"], strict=True):
         assert a["precision"] == b["precision"], (a["name"], b["name"])
         out[a["precision"]] = {"start_step_s": a["step_s"], "end_step_s": b["step_s"],
@@ -698,7 +706,9 @@ def drift_factor(r: dict[str, Any], d: dict[str, dict[str, float]]) -> float:
     """How much longer the run's step took than at the start reference, by the reference's
     drift interpolated linearly in time (its precision's, fp8's for every low precision);
     1.0 before the start reference (the torch runs: no drift is measured there), the end's
-    growth after the end reference."""
+    growth after the end reference; 1.0 without a measured drift (``d`` empty)."""
+    if not d:
+        return 1.0
     ref = d["bf16" if r["precision"] == "bf16" else LOW_PRECISION_DRIFT]
     t = r.get("clock_s")
     if t is None:
@@ -732,7 +742,10 @@ def drift_slope(rs: list[Row], d: dict[str, dict[str, float]]) -> float:
     return sum((a - mx) * (b - my) for a, b in zip(x, y, strict=True)) / var if var else math.nan
 
 
-def _evaluation(rs: list[Row], d: dict[str, dict[str, float]] | None = None) -> dict[str, Any]:
+def _evaluation(rs: list[Row], d: dict[str, dict[str, float]] | None = None) -> dict[str, Any] | None:
+    """The rows' errors, speed-ups and runs; None for no rows (a set the session did not measure)."""
+    if not rs:
+        return None
     sp = speedups(rs)
     extra = {"mean_drift": statistics.fmean(drift_factor(r.record, d) - 1.0 for r in rs),
              "drift_slope": drift_slope(rs, d)} if d else {}
@@ -761,6 +774,8 @@ def fit_session(split: dict[str, dict[str, Any]]) -> dict[str, float]:
     """The residuals refitted on the session's grid (TE) and calibration-torch runs (torch,
     the TE ones held), from v4's values."""
     x = fit_families(split["grid"], lambda r: True)
+    if not split["torch_calibration"]["results"]:  # no torch set measured: the base's torch values
+        return dict(zip(FIT, x, strict=True)) | dict(zip(FIT_TORCH, torch_values(), strict=True))
     t = fit_torch(split["torch_calibration"], x)
     return dict(zip(FIT, x, strict=True)) | dict(zip(FIT_TORCH, t, strict=True))
 
