@@ -114,8 +114,10 @@ class Row:
     @property
     def key(self) -> tuple:
         r = self.record
+        # the session too: a low-precision run's bf16 twin is the one measured the same day (the
+        # union holds the same configuration from several sessions)
         return (json.dumps(r["model"], sort_keys=True), r["batch_size"], r["seq_length"],
-                bool(r["activation_checkpointing"]), r.get("world_size", 1))
+                bool(r["activation_checkpointing"]), r.get("world_size", 1), r.get("session"))
 
     @property
     def label(self) -> str:
@@ -503,7 +505,11 @@ def evaluate_held_out(path: Path, constants: throughput.Constants = throughput.D
 
 # ---- v4: every measured trainer run, leave-one-family-out over their union ----------------
 HELD_OUT_FILE = Path(__file__).with_name("h200_heldout.json")
-UNION_FILES = (GRID, HELD_OUT_FILE, TORCH_RUNS)
+# Session v13 (2026-12-07, one H200, today's trainer: one host thread per GPU process): its grid
+# and held-out families join the union (its parts are the shipped H200 table since then)
+SESSION_V13 = Path(__file__).parent / "raw" / "session_v13_h200"
+UNION_FILES = (GRID, HELD_OUT_FILE, TORCH_RUNS,
+               SESSION_V13 / "grid.json", SESSION_V13 / "heldout.json", SESSION_V13 / "heldout2.json")
 LOFO_ALL = Path(__file__).with_name("lofo_all_h200.json")
 # The same folds with v3's residuals refitted (model_accuracy.py --union-lofo --v3): v3 -> v4
 LOFO_ALL_V3 = Path(__file__).parent / "raw" / "lofo_all_h200_v3.json"
@@ -522,7 +528,9 @@ def load_union(paths: tuple[Path, ...] = UNION_FILES) -> dict[str, Any]:
     out = []
     for path in paths:
         d = load(path)
-        out += [dict(r, file=path.name, session=d.get("date", "")) for r in d["results"]]
+        here = Path(__file__).parent  # a file of a session folder is named with its folder
+        name = str(path.relative_to(here)) if path.is_relative_to(here) else path.name
+        out += [dict(r, file=name, session=d.get("date", "")) for r in d["results"]]
     return {"gpu": "H200", "results": out}
 
 
@@ -576,7 +584,7 @@ def union_lofo(union: dict[str, Any], workers: int = 2) -> dict[str, Any]:
     return {"what": "leave-one-family-out over every measured H200 trainer run "
                     "(model_accuracy.py --union-lofo): each fold never saw a run of its family",
             "model": ("v5 with " + json.dumps(VARIANT)) if VARIANT else ("v3" if _BASE else "v5"),
-            "files": [p.name for p in UNION_FILES],
+            "files": [str(p.relative_to(Path(__file__).parent)) for p in UNION_FILES],
             "fit": list(FIT), "fit_torch": list(FIT_TORCH), "folds": folds}
 
 
@@ -783,17 +791,19 @@ def fit_session(split: dict[str, dict[str, Any]]) -> dict[str, float]:
 def session_constants(directory: Path) -> throughput.Constants:
     """The model (base()) with the session's own measured parts for its GPU (the directory's
     ``parts.json``, benchmarks/throughput/parts.py), the copy-in's host time included where the
-    file has it: issue 36 asks for the parts, the grid and the held-out families of one
-    session, so a session is evaluated with its parts, not with those shipped from another
-    day. Without a parts.json: base() as it is."""
+    file has it (else the copy-in rates shipped for its GPU): issue 36 asks for the parts, the
+    grid and the held-out families of one session, so a session is evaluated with its parts,
+    not with those shipped from another day. Without a parts.json: base() as it is."""
     parts = directory / "parts.json"
     c = base()
     if not parts.exists():
         return c
     gpu = hardware.gpu(json.loads(parts.read_text())["gpu"]).name
     c = dataclasses.replace(c, parts_tables={**c.parts_tables, gpu: measured_parts.load([parts], gpu)})
-    rates = measured_parts.copy_in_rates([parts])  # sessions from v12 on time the copy-in
-    return dataclasses.replace(c, cpu_reduce_copy_s_per_param=rates) if rates else c
+    # sessions from v12 on time the copy-in; an earlier one takes its GPU's shipped rates (the
+    # H100's: session v12's), not the base file's (the H200's since session v13)
+    rates = measured_parts.copy_in_rates([parts]) or throughput.constants_for(gpu).cpu_reduce_copy_s_per_param
+    return dataclasses.replace(c, cpu_reduce_copy_s_per_param=rates)
 
 
 def evaluate_session(directory: Path = SESSION_V6, fitted: dict[str, Any] | None = None) -> dict[str, Any]:

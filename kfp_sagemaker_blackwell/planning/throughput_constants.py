@@ -102,8 +102,9 @@ HELD_OUT_WORST_TOO_FAST = ACCURACY["H200"].worst_too_fast
 # plan_training's runtime_margin default for H200 rows (H100 rows: ACCURACY["H100"]'s).
 RUNTIME_MARGIN = ACCURACY["H200"].runtime_margin
 HOPPER_SOURCE = (f"predicted by the {MODEL_NAME}: built from measured H200 parts (linear "
-                 "layers, attention, per-layer host time, optimizer), residuals calibrated on "
-                 "H200 trainer runs of 2026-12-01/02; on configuration families left out of the "
+                 "layers, attention, per-layer host time, optimizer, the gradients' copy-in; one "
+                 "H200, 2026-12-07), residuals calibrated on H200 trainer runs of 2026-12-01, "
+                 "12-02 and 12-07; on configuration families left out of the "
                  f"fit, median error {HELD_OUT_MEDIAN_ERROR:.1%}, worst "
                  f"{HELD_OUT_WORST_TOO_FAST:.0%} (benchmarks/throughput/lofo_all_h200.json)")
 H100_SOURCE = (f"predicted by the {MODEL_NAME}: built from measured H100 parts (linear layers, "
@@ -146,7 +147,9 @@ class Constants:
     # Measured parts per GPU type (planning/measured/<gpu>_parts.json, read by
     # planning/measured_parts.py) replace the formulas wherever they have the part (v3):
     # H200: benchmarks/throughput/h200_parts.json (benchmarks/throughput/parts.py, one H200,
-    # TE 2.20.2, 2026-12-02; copied to planning/measured/):
+    # TE 2.20.2, 2026-12-07: session v13, measured in the same session as its grid and held-out
+    # runs, raw/session_v13_h200/; the 2026-12-02 table before it is in git history; copied to
+    # planning/measured/):
     # - GEMMs: "linear" (te.Linear forward + backward at every (K, N) of the presets, M = 2k..64k
     #   tokens, per recipe), interpolated at the step's (M, N, K) from the GPU-bound
     #   measurements (PartsTable.linear_seconds); the LM head from its bf16 shapes;
