@@ -525,3 +525,50 @@ def test_the_small_step_families_no_fit_saw_are_not_priced_too_fast_on_the_h100(
     wide = [r for r in rows if r.record["model"]["hidden_size"] >= 4096]
     assert len(wide) == 8 and min(r.error for r in wide) >= -0.17  # within 17%, too slow
     assert min(r.error for r in rows) >= -0.58  # 1b L2 bf16: 23.1 ms measured, 53.9 predicted
+
+
+HELD_OUT_H200_V13 = ROOT / "benchmarks" / "throughput" / "heldout_eval_h200_v13.json"
+
+
+def test_the_h200_session_of_todays_trainer_checked_the_shipped_model_and_joined_the_union():
+    """Issue 36, session v13 (2026-12-07, raw/session_v13_h200, one H200, today's trainer):
+    parts, grid (82 runs) and held-out families (59 runs, 28 families, none in the grid) in one
+    lease; the device time ended before the end reference and the torch set, so the session is
+    evaluated without drift correction or torch rows (model_accuracy.SESSION_OPTIONAL).
+    - Before the refit (raw/heldout_eval_h200_v13_before_refit.json, a record): session v12's
+      shipped H200 calibration, which never saw a run of this session, predicted all 141 TE
+      runs at median 7.6%, worst too fast +26.1%, inside its 37.7% margin.
+    - The session's own refit on its grid predicts its held-out families at median 3.4% but
+      worst too fast +38.3% (te-fsdp-example L12 bf16 b2 s2048): worse than the union's, so
+      the shipped refit is the union's (lofo_all_h200.json, 252 runs), with this session's parts.
+    heldout_eval_h200_v13.json is re-predicted here from its recorded fits."""
+    import json
+
+    from kfp_sagemaker_blackwell.planning import throughput
+
+    acc = _accuracy()
+    ev = json.loads(HELD_OUT_H200_V13.read_text())
+    now = acc.evaluate_session(acc.SESSION_V13, fitted=ev["fits"])
+    for part in ("a_v4_h200_residuals", "b_refit_on_session_grid", "s_shipped_calibration"):
+        for name, was in ev[part].items():
+            if not isinstance(was, dict):
+                continue
+            got = now[part][name]
+            assert [r["predicted"] for r in got["runs"]] == pytest.approx(
+                [r["predicted"] for r in was["runs"]], rel=1e-9), (part, name)
+    assert ev["session"]["gpu"] == "NVIDIA H200" and ev["session"]["date"] == "2026-12-07"
+    assert ev["held_out_families_in_grid"] == [] and ev["held_out_families"] == 28
+    assert ev["drift"] == {} and ev["b_refit_on_session_grid"]["torch_heldout"] is None
+    own = ev["b_refit_on_session_grid"]["te_heldout"]
+    assert own["rows"] == 59 and own["median_abs_error"] <= 0.035 and own["worst_too_fast"] > 0.38
+    union = json.loads(LOFO_ALL.read_text())["summaries"]["te"]
+    assert own["worst_too_fast"] > union["2026-12-07"]["worst_abs_error"]
+    # the shipped calibration is the union's, which holds this session's runs and parts
+    assert ev["s_shipped_calibration"]["fitted_on"] == throughput.ACCURACY["H200"].record
+    assert throughput.DEFAULT.parts_tables["H200"].source.startswith("h200_parts.json")
+    shipped_parts = json.loads((ROOT / "planning" / "measured" / "h200_parts.json").read_text())
+    assert shipped_parts["session"] == ev["session"]["session"]
+    before = json.loads((ROOT / "benchmarks" / "throughput" / "raw" /
+                         "heldout_eval_h200_v13_before_refit.json").read_text())["s_shipped_calibration"]
+    assert before["fitted_on"] == "lofo_all_h200.json" and before["te_all"]["rows"] == 141
+    assert before["te_all"]["median_abs_error"] <= 0.077 and 0.26 < before["te_all"]["worst_too_fast"] < 0.377

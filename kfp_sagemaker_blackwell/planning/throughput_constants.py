@@ -57,11 +57,13 @@ def _calf(name: str) -> Callable[[], Any]:
 
 # The model's accuracy on configuration families left out of its fit, per GPU with measured
 # parts (each GPU's prediction uses its own parts and residuals, constants_for):
-# - H200 (v5): every measured H200 trainer run predicted by a fit that never saw its family
-#   (benchmarks/throughput/model_accuracy.py --union-lofo -> lofo_all_h200.json; its README).
-#   Median |error| 3.9% (TE, 111 runs / 44 families); worst too fast +27.7% (64b L2 fp8 b2
-#   s1024: predicted 16,325 tokens/s, measured 12,782), i.e. that run took 1.277x its
-#   predicted time (torch backend: worst 18.1%). v4: 4.2%, +26.4%.
+# - H200 (v5, refitted in session v13): every measured H200 trainer run predicted by a fit that
+#   never saw its family (benchmarks/throughput/model_accuracy.py --union-lofo ->
+#   lofo_all_h200.json; its README). Median |error| 4.7% (TE, 252 runs / 56 families, three
+#   sessions: 2026-12-01, 12-02 and 12-07, the last one today's trainer); worst too fast +24.9%
+#   (3b L4 bf16 b1 s8192, 2026-12-02: predicted 86,869 tokens/s, measured 69,568), i.e. that
+#   run took 1.249x its predicted time (torch backend: worst 18.4%). Session v12's fit, over
+#   the 111 runs of 12-01/02: 3.9%, +27.7%; v4: 4.2%, +26.4%.
 # - H100 (session v6, 2026-12-06): the residuals fitted on the session's grid (51 runs, 19
 #   families) predicting its held-out runs (51 runs in 24 families none of which is in the
 #   grid: model_accuracy.py --session -> heldout_eval_h100_v6.json). Median |error| 4.2%;
