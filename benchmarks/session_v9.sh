@@ -2,8 +2,10 @@
 # One GPU session for issue 36 (the parts, the calibration grid and the held-out families in one
 # H200 session) and issue 40 (the 1b b4 s4096 fp8/bf16 pair and its levers), 2026-12-07 (fourth
 # session of the day): resumable across device calls. Session v8 (benchmarks/session_v8.sh) ran
-# the torch profiles and boundaries on an H100; this one puts the calibration first when the lent
-# GPU is an H200 (the issue's bar is an H200 session) and v8's TE plan first when it is an H100.
+# the torch profiles and boundaries on an H100. This one ran issue 36's calibration on an H200 in
+# session v13 (CALIBRATE=1 runs it again); an H200 now gets issue 40's table, qinit's convergence
+# check, the profiles of v13's worst misses and the torch set, an H100 the table, the check and
+# the held-out families with today's trainer.
 # Run from the repository root:
 #   bash benchmarks/session_v9.sh bg            # the machine's record; torch boundaries (TORCH_BOUNDARY) in
 #                                               # the background while TransformerEngine is carried and built
@@ -18,10 +20,11 @@ SESSION=session_v9 OUT=${OUT:-/tmp/s9_out} S=${S9_STATE:-/root/s9}
 # Issue 41's held-out torch boundaries are complete (session v9 decided 14b L6 s4096): none by
 # default; TORCH_BOUNDARY="PRESET:LAYERS/SEQ/ckpt|no-ckpt/PRECISION,..." asks for more.
 TORCH_BOUNDARY=${TORCH_BOUNDARY-}
-# TE profiles: the small-step shapes the shipped calibration misses most (1b L2/L6 and 8b L2 at
-# b1 s1536: -60% to +30%; session v11, benchmarks/throughput/README.md; the two worst held-out
-# steps were profiled there), then the bar's shape
-PROFILE_SHAPES=${PROFILE_SHAPES:-"1b:1:1536:2,1b:1:1536:6,8b:1:1536:2,1b:4:4096"}
+# TE profiles (the H200 branch): session v13's worst held-out misses on the H200 (te-fsdp-example
+# L12 b2 s2048: host-bound, 110 ms in bf16 and fp8 alike, predicted +25% too fast; 8b L4 b1 s1024:
+# +15%; 1b L6 b1 s1536: -25%, too slow; benchmarks/throughput/README.md "Session v13"), then the
+# bar's shape. Session v12 profiled 1b L2/L6 and 8b L2 at b1 s1536 on an H100.
+PROFILE_SHAPES=${PROFILE_SHAPES:-"te-fsdp-example:2:2048:12,8b:1:1024:4,1b:1:1536:6,1b:4:4096"}
 PROFILE_TORCH_SHAPES=${PROFILE_TORCH_SHAPES:-"8b:1:2048:4,14b:1:4096:3,1b:4:4096"}
 source "$(dirname "$0")/session_common.sh"
 GPU_NAME=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
@@ -66,21 +69,30 @@ case $stage in
     te_ready
     BG_WAIT=${BG_WAIT:-60} wait_background
     say "te: GPU $GPU_NAME"
-    # CALIBRATE=auto (default): the calibration first on an H200; 1: always; 0: never (a lease too
-    # short for the whole of it: about 930 s of TE time, and a part of it is no calibration)
-    CALIBRATE=${CALIBRATE:-auto}
-    if [[ "$CALIBRATE" = 1 || ( "$CALIBRATE" = auto && "$GPU_NAME" == *H200* ) ]]; then
+    # CALIBRATE=1: the calibration first (about 930 s of TE time: the reference, parts, grid,
+    # held-out families, the end reference, the torch set). Session v13 calibrated the H200 in
+    # one lease (all but the end reference and the torch set), so by default an H200 now gets
+    # what that lease left: issue 40's table (the bar's pair and qinit's rows on an H200),
+    # qinit's convergence check, the profiles of v13's worst misses and the torch set.
+    CALIBRATE=${CALIBRATE:-0}
+    if [ "$CALIBRATE" = 1 ]; then
       calibration
       small_steps 300   # the bar's pair, qinit, qinit with the unsharded model and the graphs, the levers
       convergence       # qinit over 300 steps against fp8 and bf16 (the gate)
       step profile 300 bash -c "python3 benchmarks/trainer/profile_step.py --shapes $PROFILE_SHAPES \
         --precisions bf16,fp8 --iters 4 --time-budget \$BUDGET --out-dir $S"
       update_checks
+    elif [[ "$GPU_NAME" == *H200* ]]; then
+      small_steps 300   # issue 40's bar is an H200's: the pair, qinit, qinit + unsharded / graphs
+      convergence       # qinit over 300 steps against fp8 and bf16 (the gate)
+      step profile 300 bash -c "python3 benchmarks/trainer/profile_step.py --shapes $PROFILE_SHAPES \
+        --precisions bf16,fp8 --iters 4 --time-budget \$BUDGET --out-dir $S"
+      mstep torch torch 150   # issue 36's torch bar: the torch set v13 did not reach
     else  # an H100 (calibrated twice: v6 and v10; v11 measured the grid's 12 small-step runs; v12
-      # the copy-in part, the profiles of the small-step shapes and qinit's update check) or
-      # CALIBRATE=0: the small-step table (the bar's pair, qinit with the unsharded model and the
-      # graphs: issue 40), qinit's 300-step convergence check, then the held-out families with
-      # today's trainer (issue 36: v5's H100 calibration is fitted on v6, the thread-pool era)
+      # the copy-in part, the profiles of the small-step shapes and qinit's update check): the
+      # small-step table (the bar's pair, qinit with the unsharded model and the graphs: issue
+      # 40), qinit's 300-step convergence check, then the held-out families with today's
+      # trainer (issue 36: v5's H100 calibration is fitted on v6, the thread-pool era)
       small_steps 300
       convergence
       mstep heldout heldout 220
