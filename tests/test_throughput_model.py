@@ -481,3 +481,44 @@ def test_the_copy_in_rates_are_the_measured_parts_and_a_session_reads_its_own(tm
     assert own == pytest.approx({k: 2 * v for k, v in rates.items()})
     assert acc.session_constants(acc.SESSION_V6).cpu_reduce_copy_s_per_param == h100
     assert measured_parts.copy_in_rates([root / "planning" / "measured" / "h100_parts.json"]) is None
+
+
+def test_the_host_time_per_block_is_read_for_the_setups_block_kind(tmp_path):
+    """Session v13: te-fsdp-example (LayerNorm, GELU, biases, no RoPE) ran host-bound at about
+    1.5x the Llama blocks' host time per block, and the tiny-block stacks timed only the Llama
+    blocks. parts.py now times every kind the presets use (LAYER_BLOCKS, keyed by
+    ModelSpec.block_kind); the model reads the setup's kind where the table has it and the
+    Llama blocks' where it does not (a table from before session v13: the shipped one)."""
+    import importlib
+
+    from kfp_sagemaker_blackwell.catalog.spec import PRESETS
+    from kfp_sagemaker_blackwell.planning import measured_parts
+
+    parts = importlib.import_module("benchmarks.throughput.parts")
+    kinds = {p.block_kind for p in PRESETS.values()}
+    assert kinds <= set(parts.LAYER_BLOCKS)  # every preset's blocks can be timed
+    assert PRESETS["1b"].block_kind == measured_parts.DEFAULT_BLOCK == "rmsnorm-swiglu"
+    assert PRESETS["te-fsdp-example"].block_kind == "layernorm-gelu-bias-norope"
+    for kind in parts.LAYER_BLOCKS:  # the stack's spec is of the kind it is recorded as
+        assert parts.layer_spec(4, kind).validate().block_kind == kind
+    # a table that timed te-fsdp-example's blocks at 1.5x the Llama blocks' per-layer time
+    shipped = measured_parts.MEASURED / "h200_parts.json"
+    doc = json.loads(shipped.read_text())
+    assert {r.get("block", measured_parts.DEFAULT_BLOCK) for r in doc["layer"]} == {"rmsnorm-swiglu"}
+    doc["layer"] += [dict(r, block="layernorm-gelu-bias-norope", fwd_bwd_s=r["fwd_bwd_s"] * 1.5)
+                     for r in doc["layer"]]
+    path = tmp_path / "h200_parts.json"
+    path.write_text(json.dumps(doc))
+    table = measured_parts.load([path], "H200")
+    llama, example = table.layer_host_s("bf16"), table.layer_host_s("bf16", "layernorm-gelu-bias-norope")
+    assert example[0] == pytest.approx(1.5 * llama[0]) and example[1] == pytest.approx(1.5 * llama[1])
+    assert table.layer_host_s("bf16", "layernorm-swiglu") == llama  # a kind not timed: the Llama blocks'
+    assert parts.layer_fit(doc["layer"])["bf16/layernorm-gelu-bias-norope"]["per_layer_s"] == \
+        pytest.approx(1.5 * parts.layer_fit(doc["layer"])["bf16"]["per_layer_s"])
+    timed = replace(throughput.DEFAULT, parts_tables={**throughput.DEFAULT.parts_tables, "H200": table})
+    host_bound = TrainingSetup(replace(PRESETS["te-fsdp-example"], num_layers=12), 2, 2048, "bf16", False, 1)
+    llama_step = TrainingSetup(replace(PRESETS["1b"], num_layers=6), 1, 1536, "bf16", False, 1)
+    assert throughput.predict(host_bound, "H200", constants=timed).step_seconds > \
+        1.1 * throughput.predict(host_bound, "H200").step_seconds
+    assert throughput.predict(llama_step, "H200", constants=timed).step_seconds == \
+        throughput.predict(llama_step, "H200").step_seconds

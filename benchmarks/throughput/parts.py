@@ -9,8 +9,9 @@ effective constants fitted to whole steps:
 - ``attention``: TE ``DotProductAttention`` (fused, causal, bf16, ``bshd`` as the trainer)
   forward + backward by sequence, heads, KV heads (GQA) and head size of the presets;
 - ``layer``: a stack of 1, 4 and 16 tiny blocks of the trainer's own ``TECausalLM`` (hidden 256)
-  forward + backward per recipe: the slope over depth is the per-layer fixed cost (kernel
-  launches, host work), the intercept the per-step one (for delayed scaling, the amax update);
+  forward + backward per recipe and block kind (``LAYER_BLOCKS``: the Llama presets' blocks and
+  te-fsdp-example's): the slope over depth is the per-layer fixed cost (kernel launches, host
+  work), the intercept the per-step one (for delayed scaling, the amax update);
 - ``quantisation``: a te.Linear at M=128 tokens per recipe minus the same in bf16, over
   weights of 4M..201M elements: what a recipe adds per weight element and step (the weight's
   casts and transposes; the GEMMs at M=128 are negligible);
@@ -47,6 +48,12 @@ LINEAR_TOKENS = "8192,32768,2048,65536,4096,16384"  # the in-between M last: a s
 ATTENTION_SEQS = (1024, 2048, 4096, 8192, 16384)
 ATTENTION_TOKENS = 16384  # batch = max(1, this // seq): the same tokens at every sequence
 LAYER_DEPTHS = (1, 4, 16)
+# The block kinds the presets use (ModelSpec.block_kind -> the ModelSpec fields that make it): the
+# Llama presets' and te-fsdp-example's (LayerNorm, GELU, biases, no RoPE). Session v13 found
+# te-fsdp-example L12 b2 s2048 host-bound at about 1.5x the Llama blocks' host time per block
+# (predicted +25% too fast from the Llama stacks); since then the layer section times both.
+LAYER_BLOCKS = {"rmsnorm-swiglu": {},
+                "layernorm-gelu-bias-norope": {"norm": "layernorm", "mlp": "gelu", "bias": True, "rotary": False}}
 LAYER_TOKENS = 256  # batch 1 x sequence 256
 QUANT_WEIGHTS = ((2048, 2048), (4096, 4096), (8192, 8192), (8192, 24576))
 QUANT_TOKENS = 128
@@ -64,8 +71,10 @@ SCHEMA = {
     "attention": "heads, kv_heads, head_dim, seq_length, batch_size, presets (which have the shape), "
                  "fwd_bwd_s (median seconds of forward + backward), flops (attention_flops: "
                  "7 b s^2 H d, causal), fwd_bwd_tflops (flops / fwd_bwd_s), reps",
-    "layer": "recipe, layers (depth of the tiny block stack), tokens, fwd_bwd_s; and per recipe in "
-             "layer_fit: per_layer_s (least-squares slope over depth), per_step_s (intercept)",
+    "layer": "recipe, layers (depth of the tiny block stack), block (ModelSpec.block_kind; absent "
+             "before session v13: rmsnorm-swiglu), tokens, fwd_bwd_s; and per recipe (per "
+             "recipe/block for the other kinds) in layer_fit: per_layer_s (least-squares slope over "
+             "depth), per_step_s (intercept)",
     "quantisation": "recipe, in_features, out_features, elements (K N), tokens, fwd_bwd_s; and per "
                     "recipe in quantisation_fit: per_element_s (slope of fwd_bwd_s(recipe) - "
                     "fwd_bwd_s(bf16) over elements), intercept_s",
@@ -139,16 +148,24 @@ def _autocast_factory(recipe_name: str):
     return lambda: te.autocast(enabled=True, recipe=recipe)
 
 
-def time_layers(recipe_name: str, layers: int) -> dict:
+def layer_spec(layers: int, block: str):
+    """The tiny block stack's ModelSpec (hidden 256, no vocabulary) of one LAYER_BLOCKS kind."""
+    from kfp_sagemaker_blackwell.catalog.spec import ModelSpec
+
+    spec = ModelSpec(layers, 256, 4, 2, 1024, 0, **LAYER_BLOCKS[block])
+    assert spec.block_kind == block, (spec.block_kind, block)
+    return spec
+
+
+def time_layers(recipe_name: str, layers: int, block: str = "rmsnorm-swiglu") -> dict:
     """A stack of ``layers`` tiny blocks of the trainer's TECausalLM (bf16 block weights, no
-    vocabulary), forward + backward under the recipe."""
+    vocabulary) of one block kind (LAYER_BLOCKS), forward + backward under the recipe."""
     import torch
 
     from kfp_sagemaker_blackwell.catalog import flags as config
-    from kfp_sagemaker_blackwell.catalog.spec import ModelSpec
     from kfp_sagemaker_blackwell.trainer import te_backend
 
-    spec = ModelSpec(layers, 256, 4, 2, 1024, 0)
+    spec = layer_spec(layers, block)
     cfg = config.make(model=spec, precision=recipe_name, backend="te", batch_size=1,
                       seq_length=LAYER_TOKENS, max_steps=1)
     model = te_backend.TECausalLM(cfg, set(), device="cuda")
@@ -166,8 +183,8 @@ def time_layers(recipe_name: str, layers: int) -> dict:
             p.grad = None
 
     t = statistics.median(gemms.cuda_time(once, 5, 20))
-    return {"recipe": recipe_name, "layers": layers, "tokens": LAYER_TOKENS, "hidden_size": 256,
-            "fwd_bwd_s": t}
+    return {"recipe": recipe_name, "layers": layers, "block": block, "tokens": LAYER_TOKENS,
+            "hidden_size": 256, "fwd_bwd_s": t}
 
 
 def time_quantisation(recipe_name: str, k: int, n: int) -> dict:
@@ -239,12 +256,16 @@ def line_fit(xs: list[float], ys: list[float]) -> tuple[float, float]:
 
 
 def layer_fit(records: list[dict]) -> dict:
+    """Per recipe (the Llama blocks) and per "recipe/block kind" (the others): the slope and
+    intercept over depth."""
     out = {}
-    for r in {x["recipe"] for x in records if "fwd_bwd_s" in x}:
-        pts = [(x["layers"], x["fwd_bwd_s"]) for x in records if x["recipe"] == r and "fwd_bwd_s" in x]
+    default = next(iter(LAYER_BLOCKS))
+    for r, k in {(x["recipe"], x.get("block", default)) for x in records if "fwd_bwd_s" in x}:
+        pts = [(x["layers"], x["fwd_bwd_s"]) for x in records
+               if x["recipe"] == r and x.get("block", default) == k and "fwd_bwd_s" in x]
         if len(pts) >= 2:
             slope, icpt = line_fit([p[0] for p in pts], [p[1] for p in pts])
-            out[r] = {"per_layer_s": slope, "per_step_s": icpt}
+            out[r if k == default else f"{r}/{k}"] = {"per_layer_s": slope, "per_step_s": icpt}
     return out
 
 
@@ -266,8 +287,8 @@ def plan(sections: list[str]) -> list[tuple[str, str, object]]:
     items: list[tuple[str, str, object]] = []
     recipes = gemms.RECIPES
     if "layer" in sections:
-        items += [("layer", f"{r} L{n}", lambda r=r, n=n: [time_layers(r, n)])
-                  for r in recipes for n in LAYER_DEPTHS]
+        items += [("layer", f"{r} L{n} {k}", lambda r=r, n=n, k=k: [time_layers(r, n, k)])
+                  for k in LAYER_BLOCKS for r in recipes for n in LAYER_DEPTHS]
     if "quantisation" in sections:
         items += [("quantisation", f"{r} {k}x{n}", lambda r=r, k=k, n=n: [time_quantisation(r, k, n)])
                   for k, n in QUANT_WEIGHTS for r in recipes]

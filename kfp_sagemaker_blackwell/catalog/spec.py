@@ -125,6 +125,15 @@ class ModelSpec:
     def block_params(self) -> int:
         return self.attention_params() + self.mlp_params() + 2 * self.norm_params()
 
+    @property
+    def block_kind(self) -> str:
+        """The block's module structure, as far as the host's work per block depends on it (the
+        norm, the MLP, biases, rotary embedding; not the sizes): "rmsnorm-swiglu" for the Llama
+        presets, "layernorm-gelu-bias-norope" for te-fsdp-example. The throughput model times
+        the host per block by kind (benchmarks/throughput/parts.py, its ``layer`` section)."""
+        return (f"{self.norm}-{self.mlp}{'-bias' if self.bias else ''}"
+                f"{'' if self.rotary else '-norope'}")
+
     def embedding_params(self) -> int:
         """Token embedding plus LM head (counted once when tied)."""
         if self.vocab_size == 0:

@@ -88,6 +88,11 @@ class AttentionTiming:
         return flops / self.fwd_s, flops / self.bwd_s
 
 
+# The block kind of the Llama-style presets (ModelSpec's defaults): what parts.py's tiny-block
+# stacks were before they were timed per kind (session v13), and the fallback for a kind not timed
+DEFAULT_BLOCK = "rmsnorm-swiglu"
+
+
 @dataclass(frozen=True)
 class LayerTiming:
     """A stack of ``layers`` tiny blocks of the trainer's model, forward + backward: so
@@ -96,6 +101,7 @@ class LayerTiming:
     recipe: str
     layers: int
     fwd_bwd_s: float
+    block: str = DEFAULT_BLOCK  # ModelSpec.block_kind of the stack's blocks (records before it: the default)
 
 
 @dataclass(frozen=True)
@@ -186,10 +192,14 @@ class PartsTable:
                        if t.recipe == recipe and t.n * t.k <= HOST_BOUND_ELEMENTS)
         return times[len(times) // 2] * self.time_scale if times else 0.0
 
-    def layer_host_s(self, recipe: str) -> tuple[float, float] | None:
+    def layer_host_s(self, recipe: str, block: str = DEFAULT_BLOCK) -> tuple[float, float] | None:
         """(per layer, per step) seconds of the tiny-block stacks in ``recipe``: the slope
-        and intercept over depth (the host's work per block and per step), None without."""
-        pts = [(float(t.layers), t.fwd_bwd_s) for t in self.layers if t.recipe == recipe]
+        and intercept over depth (the host's work per block and per step), None without. The
+        stacks of ``block`` (ModelSpec.block_kind) where the table timed that kind, else the
+        default kind's (a table from before session v13 timed only those)."""
+        pts = [(float(t.layers), t.fwd_bwd_s) for t in self.layers if t.recipe == recipe and t.block == block]
+        if block != DEFAULT_BLOCK and len({x for x, _ in pts}) < 2:
+            return self.layer_host_s(recipe)
         if len({x for x, _ in pts}) < 2:
             return None
         slope, intercept = line_fit([x for x, _ in pts], [y for _, y in pts])
@@ -298,7 +308,8 @@ def load(paths: list[Path], gpu: str) -> PartsTable:
             att = _attention(r)
             if att:
                 attention.append(att)
-        layers += [LayerTiming(str(r["recipe"]), int(r["layers"]), float(r["fwd_bwd_s"]))
+        layers += [LayerTiming(str(r["recipe"]), int(r["layers"]), float(r["fwd_bwd_s"]),
+                               str(r.get("block", DEFAULT_BLOCK)))
                    for r in doc.get("layer", []) if r.get("fwd_bwd_s")]
         optimizer += [OptimizerTiming(str(r["op"]), int(r["tensors"]), int(r["elements"]),
                                       float(r["seconds"])) for r in doc.get("optimizer", [])

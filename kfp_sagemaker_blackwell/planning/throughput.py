@@ -393,12 +393,14 @@ def _communication(s: TrainingSetup, gpu: hardware.GPU,
 
 def _measured_host(s: TrainingSetup, gpu: hardware.GPU, c: Constants) -> tuple[float, float] | None:
     """(per micro-batch, per step) host seconds from the table's tiny-block stacks: the
-    per-block time of the setup's recipe (the torch backend: bf16's) scaled by the backend's
+    per-block time of the setup's recipe (the torch backend: bf16's) and block kind (where the
+    table timed it: ModelSpec.block_kind; else the Llama blocks') scaled by the backend's
     residual, the forward's share again under checkpointing; the stack's per-step intercept
     (delayed scaling's amax bookkeeping). None without a measurement."""
     table = _table(gpu, c)
     recipe = "bf16" if s.backend == "torch" or not s.low_precision else s.precision
-    layer = table.layer_host_s(recipe) if table is not None and s.precision != "fp32" else None
+    layer = (table.layer_host_s(recipe, s.model.block_kind)
+             if table is not None and s.precision != "fp32" else None)
     if layer is None:
         return None
     rec = c.cpu_forward_share if s.activation_checkpointing else 0.0
