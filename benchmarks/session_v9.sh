@@ -83,6 +83,10 @@ case $stage in
         --precisions bf16,fp8 --iters 4 --time-budget \$BUDGET --out-dir $S"
       update_checks
     elif [[ "$GPU_NAME" == *H200* ]]; then
+      # issue 36: the host per block of every block kind (te-fsdp-example's too: session v13's
+      # worst miss), about 10 s of timings
+      step parts_layer 60 bash -c "python3 benchmarks/throughput/parts.py --sections layer \
+        --out $S/parts_layer.json --time-budget \$BUDGET"
       small_steps 300   # issue 40's bar is an H200's: the pair, qinit, qinit + unsharded / graphs
       convergence       # qinit over 300 steps against fp8 and bf16 (the gate)
       step profile 300 bash -c "python3 benchmarks/trainer/profile_step.py --shapes $PROFILE_SHAPES \
@@ -95,6 +99,8 @@ case $stage in
       # trainer (issue 36: v5's H100 calibration is fitted on v6, the thread-pool era)
       small_steps 300
       convergence
+      step parts_layer 60 bash -c "python3 benchmarks/throughput/parts.py --sections layer \
+        --out $S/parts_layer.json --time-budget \$BUDGET"
       mstep heldout heldout 220
       mstep heldout2 heldout2 130
       [ "${TORCH_PROFILES:-0}" = 1 ] && torch_profiles
