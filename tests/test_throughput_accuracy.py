@@ -329,6 +329,19 @@ def test_the_h100_session_evaluation_is_what_the_model_predicts_now():
 HELD_OUT_H100_V10 = ROOT / "benchmarks" / "throughput" / "heldout_eval_h100_v10.json"
 
 
+def _assert_the_record_is_predicted_now(acc, directory, ev) -> None:
+    """A session evaluation's recorded predictions ((a), (b), (s)) re-predicted from its
+    recorded fits, without refitting: the committed file still describes the model."""
+    now = acc.evaluate_session(directory, fitted=ev["fits"])
+    for part in ("a_v4_h200_residuals", "b_refit_on_session_grid", "s_shipped_calibration"):
+        for name, was in ev[part].items():
+            if not isinstance(was, dict):
+                continue
+            got = now[part][name]
+            assert [r["predicted"] for r in got["runs"]] == pytest.approx(
+                [r["predicted"] for r in was["runs"]], rel=1e-9), (part, name)
+
+
 def test_the_second_h100_session_checks_the_shipped_calibration_across_days():
     """Issue 36, session v10 (2026-12-07, raw/session_v10_h100, one host thread): parts, grid
     (68 runs), held-out families (53 runs, 25 families, none in the grid) and the reference at
@@ -344,14 +357,7 @@ def test_the_second_h100_session_checks_the_shipped_calibration_across_days():
 
     acc = _accuracy()
     ev = json.loads(HELD_OUT_H100_V10.read_text())
-    now = acc.evaluate_session(acc.SESSION_V6.with_name("session_v10_h100"), fitted=ev["fits"])
-    for part in ("a_v4_h200_residuals", "b_refit_on_session_grid", "s_shipped_calibration"):
-        for name, was in ev[part].items():
-            if not isinstance(was, dict):
-                continue
-            got = now[part][name]
-            assert [r["predicted"] for r in got["runs"]] == pytest.approx(
-                [r["predicted"] for r in was["runs"]], rel=1e-9), (part, name)
+    _assert_the_record_is_predicted_now(acc, acc.SESSION_V6.with_name("session_v10_h100"), ev)
     assert ev["session"]["date"] == "2026-12-07" and ev["held_out_families_in_grid"] == []
     assert ev["held_out_families"] == 25 and abs(ev["drift"]["fp8"]["growth"]) < 0.01
     shipped, own = ev["s_shipped_calibration"], ev["b_refit_on_session_grid"]["te_heldout"]
@@ -548,14 +554,7 @@ def test_the_h200_session_of_todays_trainer_checked_the_shipped_model_and_joined
 
     acc = _accuracy()
     ev = json.loads(HELD_OUT_H200_V13.read_text())
-    now = acc.evaluate_session(acc.SESSION_V13, fitted=ev["fits"])
-    for part in ("a_v4_h200_residuals", "b_refit_on_session_grid", "s_shipped_calibration"):
-        for name, was in ev[part].items():
-            if not isinstance(was, dict):
-                continue
-            got = now[part][name]
-            assert [r["predicted"] for r in got["runs"]] == pytest.approx(
-                [r["predicted"] for r in was["runs"]], rel=1e-9), (part, name)
+    _assert_the_record_is_predicted_now(acc, acc.SESSION_V13, ev)
     assert ev["session"]["gpu"] == "NVIDIA H200" and ev["session"]["date"] == "2026-12-07"
     assert ev["held_out_families_in_grid"] == [] and ev["held_out_families"] == 28
     assert ev["drift"] == {} and ev["b_refit_on_session_grid"]["torch_heldout"] is None
