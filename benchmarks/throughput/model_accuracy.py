@@ -522,15 +522,20 @@ def _finite(x: Any) -> Any:
     return None if isinstance(x, float) and math.isnan(x) else x
 
 
+def union_name(path: Path) -> str:
+    """A union file's name in records: relative to this folder (a session folder's file is
+    named with its folder: raw/session_v13_h200/grid.json), else its own name."""
+    here = Path(__file__).parent
+    return str(path.relative_to(here)) if path.is_relative_to(here) else path.name
+
+
 def load_union(paths: tuple[Path, ...] = UNION_FILES) -> dict[str, Any]:
     """Every run of ``paths`` (the grid, the held-out file, the torch runs: all splits), each
     tagged with its ``file`` and its ``session`` (the file's measurement date)."""
     out = []
     for path in paths:
         d = load(path)
-        here = Path(__file__).parent  # a file of a session folder is named with its folder
-        name = str(path.relative_to(here)) if path.is_relative_to(here) else path.name
-        out += [dict(r, file=name, session=d.get("date", "")) for r in d["results"]]
+        out += [dict(r, file=union_name(path), session=d.get("date", "")) for r in d["results"]]
     return {"gpu": "H200", "results": out}
 
 
@@ -584,7 +589,7 @@ def union_lofo(union: dict[str, Any], workers: int = 2) -> dict[str, Any]:
     return {"what": "leave-one-family-out over every measured H200 trainer run "
                     "(model_accuracy.py --union-lofo): each fold never saw a run of its family",
             "model": ("v5 with " + json.dumps(VARIANT)) if VARIANT else ("v3" if _BASE else "v5"),
-            "files": [str(p.relative_to(Path(__file__).parent)) for p in UNION_FILES],
+            "files": [union_name(p) for p in UNION_FILES],
             "fit": list(FIT), "fit_torch": list(FIT_TORCH), "folds": folds}
 
 

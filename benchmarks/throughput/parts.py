@@ -41,6 +41,7 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks import gpu_record  # noqa: E402
 from benchmarks.throughput import gemms  # noqa: E402
+from kfp_sagemaker_blackwell.planning.measured_parts import DEFAULT_BLOCK  # noqa: E402
 
 SECTIONS = ("linear", "attention", "layer", "quantisation", "optimizer", "copy_in")
 PRESETS = ("small", "1b", "3b", "8b", "14b", "32b", "64b", "te-fsdp-example")
@@ -52,7 +53,7 @@ LAYER_DEPTHS = (1, 4, 16)
 # Llama presets' and te-fsdp-example's (LayerNorm, GELU, biases, no RoPE). Session v13 found
 # te-fsdp-example L12 b2 s2048 host-bound at about 1.5x the Llama blocks' host time per block
 # (predicted +25% too fast from the Llama stacks); since then the layer section times both.
-LAYER_BLOCKS = {"rmsnorm-swiglu": {},
+LAYER_BLOCKS = {DEFAULT_BLOCK: {},
                 "layernorm-gelu-bias-norope": {"norm": "layernorm", "mlp": "gelu", "bias": True, "rotary": False}}
 LAYER_TOKENS = 256  # batch 1 x sequence 256
 QUANT_WEIGHTS = ((2048, 2048), (4096, 4096), (8192, 8192), (8192, 24576))
@@ -157,7 +158,7 @@ def layer_spec(layers: int, block: str):
     return spec
 
 
-def time_layers(recipe_name: str, layers: int, block: str = "rmsnorm-swiglu") -> dict:
+def time_layers(recipe_name: str, layers: int, block: str = DEFAULT_BLOCK) -> dict:
     """A stack of ``layers`` tiny blocks of the trainer's TECausalLM (bf16 block weights, no
     vocabulary) of one block kind (LAYER_BLOCKS), forward + backward under the recipe."""
     import torch
@@ -259,13 +260,12 @@ def layer_fit(records: list[dict]) -> dict:
     """Per recipe (the Llama blocks) and per "recipe/block kind" (the others): the slope and
     intercept over depth."""
     out = {}
-    default = next(iter(LAYER_BLOCKS))
-    for r, k in {(x["recipe"], x.get("block", default)) for x in records if "fwd_bwd_s" in x}:
+    for r, k in {(x["recipe"], x.get("block", DEFAULT_BLOCK)) for x in records if "fwd_bwd_s" in x}:
         pts = [(x["layers"], x["fwd_bwd_s"]) for x in records
-               if x["recipe"] == r and x.get("block", default) == k and "fwd_bwd_s" in x]
+               if x["recipe"] == r and x.get("block", DEFAULT_BLOCK) == k and "fwd_bwd_s" in x]
         if len(pts) >= 2:
             slope, icpt = line_fit([p[0] for p in pts], [p[1] for p in pts])
-            out[r if k == default else f"{r}/{k}"] = {"per_layer_s": slope, "per_step_s": icpt}
+            out[r if k == DEFAULT_BLOCK else f"{r}/{k}"] = {"per_layer_s": slope, "per_step_s": icpt}
     return out
 
 
