@@ -347,13 +347,16 @@ def test_rows_within_the_band_of_the_cheapest_tie_and_go_to_lower_risk_then_fewe
     keys = [(c.risk, c.config.instance_count) for c in ranked[:len(tied)]]
     assert keys == sorted(keys)
     assert ranked[len(tied):] == sorted(ranked[len(tied):], key=lambda c: c.cost)
-    # made-up costs on one GPU: a riskier row 2% cheaper ties and goes second; 3% cheaper wins
+    # made-up costs on one GPU: a riskier row cheaper by less than the shared band (about 2%)
+    # ties and goes second; cheaper by more than the band wins
+    edge = 100.0 * (1 + ranked[0].band.same_gpu)
+    assert 0.01 < ranked[0].band.same_gpu < 0.03
     a = dataclasses.replace(ranked[0], cost=100.0, risk=2)
-    b = dataclasses.replace(ranked[0], cost=102.0, risk=1)
-    c = dataclasses.replace(ranked[0], cost=102.2, risk=1,
+    b = dataclasses.replace(ranked[0], cost=edge - 0.3, risk=1)
+    c = dataclasses.replace(ranked[0], cost=edge - 0.1, risk=1,
                             config=dataclasses.replace(ranked[0].config, instance_count=8))
     assert search.break_ties([a, c, b], "cost") == ([b, c, a], 3)
-    far = dataclasses.replace(b, cost=103.0)
+    far = dataclasses.replace(b, cost=edge + 0.8)
     assert search.break_ties([a, far], "cost") == ([a, far], 1)
     # on another GPU the best row's whole band applies (its miss is not shared): 4% ties
     other = dataclasses.replace(b, cost=a.cost * (1 + a.band.typical) - 0.1,

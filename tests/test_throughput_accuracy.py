@@ -9,6 +9,7 @@ other family, issue 25 item 5), checked below and stated in benchmarks/throughpu
 """
 
 import importlib
+import json
 from pathlib import Path
 
 import pytest
@@ -468,6 +469,9 @@ def test_the_h100_is_predicted_with_its_own_fit_and_declares_its_own_accuracy():
     a = throughput.ACCURACY["H100"]
     assert a.median_error == round(b["median_abs_error"], 3)
     assert a.worst_too_fast == round(b["worst_too_fast"], 3)
+    assert a.speedup_median_error == round(b["median_speedup_error"], 3)
+    union = json.loads(acc.LOFO_ALL.read_text())["summaries"]["te"]["all"]
+    assert throughput.ACCURACY["H200"].speedup_median_error == round(union["median_speedup_error"], 3)
     assert a.runtime_margin == round(a.worst_too_fast + throughput.RUNTIME_SAFETY_ALLOWANCE, 3)
     assert throughput.accuracy_for("H200") == throughput.ACCURACY["H200"]
     assert (throughput.HELD_OUT_MEDIAN_ERROR, throughput.HELD_OUT_WORST_TOO_FAST,

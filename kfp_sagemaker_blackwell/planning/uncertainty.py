@@ -36,18 +36,17 @@ UNCALIBRATED_SOURCE = ("the model's uncalibrated torch backend on H200: median 1
 
 # Two rows on the same GPU share the model's GPU-level miss (the same parts, the same residuals):
 # it cancels in their ratio, so what can reorder them is the model's error on one precision
-# against another, not its absolute error. Measured: the fp8/bf16 speed-up error on held-out
-# families, median 0.024 (benchmarks/throughput/lofo_all_h200.json, union LOFO, 64 pairs).
-# Datasheet only: no such measurement exists; the published spread of one low-precision
-# format's end-to-end speed relative to another on B200 stands in: MXFP8 runs 4-12% below FP8
-# current scaling (Megatron-Bridge's B200 performance tables, /work/shared/REFERENCE.md), an
-# 8-point spread.
-SAME_GPU_RELATIVE_MEASURED = 0.024
+# against another, not its absolute error. Measured-parts GPUs: their held-out fp8/bf16
+# speed-up error (median), read from their calibration file (``HeldOutAccuracy.
+# speedup_median_error``). Datasheet only: no such measurement exists; the published spread of
+# one low-precision format's end-to-end speed relative to another on B200 stands in: MXFP8 runs
+# 4-12% below FP8 current scaling (Megatron-Bridge's B200 performance tables,
+# /work/shared/REFERENCE.md), an 8-point spread.
 SAME_GPU_RELATIVE_DATASHEET = 0.08
 SAME_GPU_RELATIVE_SOURCE = ("rows on one GPU share its miss, which cancels in their ratio: the "
-                            "model's held-out fp8/bf16 speed-up error (median 0.024, "
-                            "lofo_all_h200.json); datasheet-only GPUs: the published 4-12% spread "
-                            "of MXFP8 against FP8 current scaling on B200")
+                            "model's held-out fp8/bf16 speed-up error on measured-parts GPUs "
+                            "(their calibration files); datasheet-only GPUs: the published 4-12% "
+                            "spread of MXFP8 against FP8 current scaling on B200")
 
 MEASURED = "measured H200 parts"
 DATASHEET = "datasheet only"
@@ -92,7 +91,7 @@ def bands() -> dict[str, Band]:
                f"{acc.runtime_margin:.1%}")
         label = measured_label(gpu)
         out[label] = Band(label, acc.median_error, acc.worst_too_fast, acc.runtime_margin, why,
-                          SAME_GPU_RELATIVE_MEASURED)
+                          acc.speedup_median_error)
     worst = _compound(t.HELD_OUT_WORST_TOO_FAST, UNCALIBRATED_WORST_TOO_FAST)
     typical = _compound(t.HELD_OUT_MEDIAN_ERROR, UNCALIBRATED_MEDIAN_ERROR)
     margin = round(worst + t.RUNTIME_SAFETY_ALLOWANCE, 3)
