@@ -396,13 +396,20 @@ def _measured_host(s: TrainingSetup, gpu: hardware.GPU, c: Constants) -> tuple[f
     per-block time of the setup's recipe (the torch backend: bf16's) and block kind (where the
     table timed it: ModelSpec.block_kind; else the Llama blocks') scaled by the backend's
     residual, the forward's share again under checkpointing; the stack's per-step intercept
-    (delayed scaling's amax bookkeeping). None without a measurement."""
-    table = _table(gpu, c)
+    (delayed scaling's amax bookkeeping). A GPU without a table takes the host reference
+    GPU's (Constants.host_reference_gpu; a recipe it cannot run, its alias's). None without
+    a measurement."""
+    table = _table(gpu, c) or c.parts_tables.get(c.host_reference_gpu)
     recipe = "bf16" if s.backend == "torch" or not s.low_precision else s.precision
+    recipe = c.host_recipe_alias.get(recipe, recipe) if table is not None and \
+        recipe not in table.recipes() else recipe
     layer = (table.layer_host_s(recipe, s.model.block_kind)
              if table is not None and s.precision != "fp32" else None)
     if layer is None:
         return None
+    if c.host_block_recipe and s.low_precision and s.backend != "torch":
+        per_block = table.layer_host_s(c.host_block_recipe, s.model.block_kind)  # type: ignore[union-attr]
+        layer = (per_block[0], layer[1]) if per_block else layer
     rec = c.cpu_forward_share if s.activation_checkpointing else 0.0
     per_block = layer[0] * c.cpu_layer_scale.get(s.backend, 1.0) * (1.0 + rec)
     return s.model.num_layers * per_block, layer[1]

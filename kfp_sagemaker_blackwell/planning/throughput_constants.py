@@ -353,6 +353,16 @@ class Constants:
     # last host work). Measured by benchmarks/throughput/parts.py --sections copy_in.
     cpu_reduce_copy_s_per_param: dict[str, float] = field(
         default_factory=_calf("cpu_reduce_copy_s_per_param"))
+    # A GPU without measured parts takes the host time of this GPU's (its tiny-block stacks,
+    # through the residuals above, and the copy-in) instead of the v1 formula (cpu_block_*_s
+    # x cpu_recipe_factor): the host's work per block is the CPU's and the software's, not the
+    # GPU's. "" restores the formula. Recipes that GPU cannot run take an alias's host time.
+    # (Session v14: the formula priced the 1b preset's fp8 step on B200 at 0.52x bf16's.)
+    host_reference_gpu: str = _cal("host_reference_gpu")
+    host_recipe_alias: dict[str, str] = field(default_factory=_calf("host_recipe_alias"))
+    # The recipe whose tiny-block stack times every recipe's host work per block ("": each
+    # its own stack's); each recipe keeps its own per-step intercept.
+    host_block_recipe: str = _cal("host_block_recipe")
     # The step's structure (throughput._phases, model v5): the split at the trainer's sync
     # before optimizer.step() alone was the 2026-12-02 v5a study (code at commit 23d51f4,
     # raw/lofo_all_h200_v5a.json: TE median 4.2% -> 4.0%, worst 26.4% -> 27.1%); with one
