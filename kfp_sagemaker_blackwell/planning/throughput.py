@@ -407,9 +407,6 @@ def _measured_host(s: TrainingSetup, gpu: hardware.GPU, c: Constants) -> tuple[f
              if table is not None and s.precision != "fp32" else None)
     if layer is None:
         return None
-    if c.host_block_recipe and s.low_precision and s.backend != "torch":
-        per_block = table.layer_host_s(c.host_block_recipe, s.model.block_kind)  # type: ignore[union-attr]
-        layer = (per_block[0], layer[1]) if per_block else layer
     rec = c.cpu_forward_share if s.activation_checkpointing else 0.0
     per_block = layer[0] * c.cpu_layer_scale.get(s.backend, 1.0) * (1.0 + rec)
     return s.model.num_layers * per_block, layer[1]

@@ -360,9 +360,9 @@ class Constants:
     # (Session v14: the formula priced the 1b preset's fp8 step on B200 at 0.52x bf16's.)
     host_reference_gpu: str = _cal("host_reference_gpu")
     host_recipe_alias: dict[str, str] = field(default_factory=_calf("host_recipe_alias"))
-    # The recipe whose tiny-block stack times every recipe's host work per block ("": each
-    # its own stack's); each recipe keeps its own per-step intercept.
-    host_block_recipe: str = _cal("host_block_recipe")
+    # (Session v14's study, not shipped: every recipe's host per block from bf16's stack, the
+    # per-step intercept each recipe's own: union leave-one-family-out TE worst +24.9% -> +27.0%,
+    # speed-up worst 0.195 -> 0.228; raw/lofo_all_h200_v14_bf16host.json, code at commit 6674402.)
     # The step's structure (throughput._phases, model v5): the split at the trainer's sync
     # before optimizer.step() alone was the 2026-12-02 v5a study (code at commit 23d51f4,
     # raw/lofo_all_h200_v5a.json: TE median 4.2% -> 4.0%, worst 26.4% -> 27.1%); with one
