@@ -991,76 +991,6 @@ def session_reproducibility(first: Path, second: Path) -> dict[str, Any]:
             "furthest": [{"name": n, "ratio": r} for r, n in sorted(ratios, key=lambda x: -abs(x[0] - 1))[:10]]}
 
 
-# Session v14's study: a GPU without measured parts (Blackwell) priced its host time by the v1
-# formula (cpu_block_*_s x cpu_recipe_factor: fp8 4.28x bf16) until the reference GPU's measured
-# host (Constants.host_reference_gpu). Each Hopper GPU is predicted here as if it had no parts of
-# its own (the datasheet path: GEMMs, attention and elementwise from datasheet figures), its host
-# from the formula or from the other Hopper GPU's measured stacks, beside its own parts.
-H100_SESSIONS = ("session_v6_h100", "session_v10_h100", "session_v14_h100")
-HOST_REFERENCE = Path(__file__).with_name("host_reference_study.json")
-
-
-def _te_runs(docs: list[dict[str, Any]], c: throughput.Constants) -> tuple[list[Row], list[tuple]]:
-    rs, sp = [], []
-    for d in docs:
-        own = [r for r in rows(d, None, c) if backend_of(r.record) == "te"]
-        rs += own
-        sp += speedups(own)  # pairs within one file: one session
-    return rs, sp
-
-
-def host_reference_study() -> dict[str, Any]:
-    """Every TE run of the H100 sessions and of the H200 union, predicted by the datasheet path
-    with (a) the v1 formula's host, (b) the other Hopper GPU's measured host, and by (s) the
-    GPU's own parts (shipped): median |error|, worst too fast / too slow, fp8/bf16 speed-up error."""
-    h100 = []
-    for s in H100_SESSIONS:
-        for f in ("grid.json", "heldout.json", "heldout2.json"):
-            path = Path(__file__).parent / "raw" / s / f
-            if path.exists():
-                h100.append(dict(load(path), gpu="H100"))
-    h200 = [dict(load_union(), gpu="H200")]
-    out: dict[str, Any] = {"what": ("each Hopper GPU's TE runs predicted as if it had no measured parts "
-                                    "(the path of Blackwell and other datasheet GPUs), the host from the "
-                                    "v1 formula or from the other GPU's measured stacks; and by its own "
-                                    "parts (shipped)"),
-                           "command": "python benchmarks/throughput/model_accuracy.py --host-reference",
-                           "h100_sessions": list(H100_SESSIONS), "h200_files": [union_name(p) for p in UNION_FILES]}
-    for gpu, docs, other in (("H100", h100, "H200"), ("H200", h200, "H100")):
-        own = throughput.constants_for(gpu)
-        tables = {other: own.parts_tables.get(other)}
-        for key, ref in (("a_formula_host", ""), ("b_other_gpus_host", other)):
-            c = dataclasses.replace(own, parts_tables=tables, host_reference_gpu=ref)
-            out[f"{gpu}_{key}"] = _host_summary(*_te_runs(docs, c))
-        out[f"{gpu}_s_own_parts"] = _host_summary(*_te_runs(docs, own))
-    return out
-
-
-def _host_summary(rs: list[Row], sp: list[tuple]) -> dict[str, Any]:
-    errs = sorted(rs, key=lambda r: r.error)
-    spe = [abs(p - m) for _, m, p in sp]
-    return {"runs": len(rs), "median_abs_error": statistics.median(abs(r.error) for r in rs),
-            "worst_too_fast": errs[-1].error, "worst_too_fast_run": errs[-1].label,
-            "worst_too_slow": errs[0].error, "worst_too_slow_run": errs[0].label,
-            "speedup_pairs": len(sp), "median_speedup_error": statistics.median(spe),
-            "worst_speedup_error": max(spe)}
-
-
-def host_reference_markdown(d: dict[str, Any]) -> str:
-    lines = ["| runs of | predicted with | runs | median | worst too fast | worst too slow | "
-             "speed-up median / worst |", "|---|---|---:|---:|---:|---:|---:|"]
-    names = {"a_formula_host": "no parts of its own, the v1 formula's host",
-             "b_other_gpus_host": "no parts of its own, the other GPU's measured host",
-             "s_own_parts": "its own parts (shipped)"}
-    for k, v in d.items():
-        if isinstance(v, dict):
-            gpu, part = k.split("_", 1)
-            lines.append(f"| {gpu} | {names[part]} | {v['runs']} | {v['median_abs_error']:.1%} | "
-                         f"{v['worst_too_fast']:+.1%} | {v['worst_too_slow']:+.1%} | "
-                         f"{v['median_speedup_error']:.3f} / {v['worst_speedup_error']:.3f} |")
-    return "\n".join(lines) + "\n"
-
-
 # What a profiled step's kernels measure, by the model's part (profile_step.py --shapes categories).
 PROFILE_PARTS = {
     "gemm": ("gemm",), "attention": ("attention",), "quantization": ("fp8_cast_transpose_amax",),
@@ -1179,17 +1109,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--misses-in-ms", action="store_true",
                     help="the held-out misses by measured step time, in ms (the H200's LOFO and "
                     "the H100 sessions' evaluations; session v10 in the README)")
-    ap.add_argument("--host-reference", action="store_true",
-                    help="session v14's study: each Hopper GPU predicted without its own parts, the "
-                    "host from the v1 formula or the other GPU's stacks; writes host_reference_study.json")
     ap.add_argument("--reproducibility", type=Path, nargs=2, metavar=("FIRST", "SECOND"),
                     help="two session directories: the runs both measured, SECOND / FIRST tokens/s")
     args = ap.parse_args(argv)
-    if args.host_reference:
-        study = host_reference_study()
-        HOST_REFERENCE.write_text(json.dumps(_finite(study), indent=1) + "\n")
-        print(host_reference_markdown(study))
-        return 0
     if args.reproducibility:
         print(json.dumps(session_reproducibility(*args.reproducibility), indent=1))
         return 0

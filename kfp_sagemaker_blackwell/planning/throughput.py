@@ -391,22 +391,25 @@ def _communication(s: TrainingSetup, gpu: hardware.GPU,
     return moved / _comm_bandwidth(gpu, w, instance, c)
 
 
-def _measured_host(s: TrainingSetup, gpu: hardware.GPU, c: Constants) -> tuple[float, float] | None:
+def _measured_host(s: TrainingSetup, gpu: hardware.GPU, c: Constants) -> tuple[float, float]:
     """(per micro-batch, per step) host seconds from the table's tiny-block stacks: the
-    per-block time of the setup's recipe (the torch backend: bf16's) and block kind (where the
-    table timed it: ModelSpec.block_kind; else the Llama blocks') scaled by the backend's
-    residual, the forward's share again under checkpointing; the stack's per-step intercept
-    (delayed scaling's amax bookkeeping). A GPU without a table takes the host reference
-    GPU's (Constants.host_reference_gpu; a recipe it cannot run, its alias's). None without
-    a measurement."""
+    per-block time of the setup's recipe (the torch backend and the unquantised precisions:
+    bf16's) and block kind (where the table timed it: ModelSpec.block_kind; else the Llama
+    blocks') scaled by the backend's residual, the forward's share again under checkpointing;
+    the stack's per-step intercept (delayed scaling's amax bookkeeping). A GPU without a table
+    takes the host reference GPU's (Constants.host_reference_gpu; a recipe that GPU cannot
+    run, its alias's)."""
     table = _table(gpu, c) or c.parts_tables.get(c.host_reference_gpu)
     recipe = "bf16" if s.backend == "torch" or not s.low_precision else s.precision
-    recipe = c.host_recipe_alias.get(recipe, recipe) if table is not None and \
-        recipe not in table.recipes() else recipe
-    layer = (table.layer_host_s(recipe, s.model.block_kind)
-             if table is not None and s.precision != "fp32" else None)
+    layer = None
+    if table is not None:
+        if recipe not in table.recipes():
+            recipe = c.host_recipe_alias.get(recipe, recipe)
+        layer = table.layer_host_s(recipe, s.model.block_kind)
     if layer is None:
-        return None
+        raise ValueError(f"no measured host time for {recipe} on {gpu.name} nor on the host "
+                         f"reference {c.host_reference_gpu!r}: its parts table lacks the "
+                         "'layer' stacks (benchmarks/throughput/parts.py --sections layer)")
     rec = c.cpu_forward_share if s.activation_checkpointing else 0.0
     per_block = layer[0] * c.cpu_layer_scale.get(s.backend, 1.0) * (1.0 + rec)
     return s.model.num_layers * per_block, layer[1]
@@ -451,15 +454,6 @@ def _phases(s: TrainingSetup, c: Constants, host: tuple[float, float], blocks: d
     host_root = host[1] + c.cpu_step_measured_s + copy_root
     wall = layers * _smax(gpu_layer, host_layer, k) + _smax(gpu_root, host_root, k) + optimizer
     return host_layer * layers + host_root, wall
-
-
-def _cpu_seconds(s: TrainingSetup, c: Constants) -> float:
-    """Host time to issue one micro-batch (formula: GPUs without a measured table)."""
-    rec = 1.0 if s.activation_checkpointing else 0.0
-    factor = c.cpu_recipe_factor.get(s.precision, 1.0) if s.low_precision else 1.0
-    per_block = (c.cpu_block_forward_s * (1 + rec) + c.cpu_block_backward_s) * factor
-    per_block *= c.cpu_backend_factor.get(s.backend, 1.0)
-    return s.model.num_layers * per_block
 
 
 # ---------------------------------------------------------------------------
@@ -510,14 +504,8 @@ def predict_checked(s: TrainingSetup, g: hardware.GPU, *, instance_type: str = "
     parts["communication_exposed"] = exposed
     parts["multi_gpu"] = c.multi_gpu_fraction * compute if s.world_size > 1 else 0.0
     gpu_time = sum(parts.values())
-    host = _measured_host(s, g, c)
-    k = c.host_overlap_exponent
-    if host is not None:
-        cpu_time, wall = _phases(s, c, host, blocks, micro["fsdp_copies"], gpu_time,
-                                 parts["optimizer"])
-    else:  # formula GPUs (no measured host time): one overlap of the whole step
-        cpu_time = _cpu_seconds(s, c) * accum + c.cpu_step_s
-        wall = _smax(gpu_time, cpu_time, k)
+    cpu_time, wall = _phases(s, c, _measured_host(s, g, c), blocks, micro["fsdp_copies"],
+                             gpu_time, parts["optimizer"])
     parts["cpu_bound_wait"] = wall - gpu_time
     parts["step_fixed"] = c.step_fixed_s
     step = sum(parts.values())

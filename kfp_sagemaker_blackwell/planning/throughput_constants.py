@@ -294,22 +294,7 @@ class Constants:
     # compute, stream synchronisation. Taken to hold for larger groups (unmeasured).
     multi_gpu_fraction: float = _cal("multi_gpu_fraction")
 
-    # ---- the host (CPU floor) ----
-    # Host time to issue one transformer block's forward and backward in eager mode
-    # (TE module calls, FSDP2 hooks, autograd), per micro-batch; low-precision recipes add
-    # their quantiser and scaling bookkeeping (x1.8-2.0: on the H200 grid fp8 at hidden
-    # 2048 and 8192 tokens per step was no faster than bf16). Calibrated on the H200 grid
-    # (the lent machine's host; a faster host lowers the floor). MXFP8 / NVFP4 factors:
-    # fp8-block's and a little more (unmeasured).
-    cpu_block_forward_s: float = _cal("cpu_block_forward_s")
-    cpu_block_backward_s: float = _cal("cpu_block_backward_s")
-    # The torch backend (plain torch.nn blocks, F.scaled_dot_product_attention) issues its
-    # block from the host at this factor of TE's time (calibrated on the torch-backend runs
-    # of benchmarks/trainer/raw/like_for_like_h200.json and benchmarks/memory/
-    # boundary_h200_torch.json by benchmarks/throughput/model_accuracy.py; TE's modules
-    # are heavier Python: one te.TransformerLayer call vs a few torch modules).
-    # (No committed torch run is host-bound, so the factor is 1.0, TE's, until one is.)
-    cpu_backend_factor: dict[str, float] = field(default_factory=_calf("cpu_backend_factor"))
+    # ---- the host (CPU floor): see host_reference_gpu and the residuals below ----
     # Attention time multiplier by backend: the torch backend's
     # F.scaled_dot_product_attention(enable_gqa=True) with grouped K/V heads runs slower than
     # cuDNN's fused attention (its runs with GQA at sequence 8192, 1b and 3b, measured
@@ -325,12 +310,7 @@ class Constants:
     # (forward, recomputed forward, backward), by backend; v5 residuals fitted on the union of the H200
     # trainer runs (v3: 0.40 ms TE, 0.61 ms torch, on the grid and the calibration-torch rows).
     block_fixed_s: dict[str, float] = field(default_factory=_calf("block_fixed_s"))
-    cpu_recipe_factor: dict[str, float] = field(default_factory=_calf("cpu_recipe_factor"))
-    # Host time per optimizer step outside the blocks: optimizer and clipping launches,
-    # the timer's synchronisation, the batch's host-to-device copy, logging (v1 fit; GPUs
-    # without a measured table).
-    cpu_step_s: float = _cal("cpu_step_s")
-    # The same where the block's host time is measured (v5 residual, fitted on the union of the
+    # Host time per optimizer step outside the blocks (v5 residual, fitted on the union of the
     # H200 trainer runs: 13.5 ms; v4 44.7 ms, when one overlap over the whole step made it stand
     # in for per-parameter costs; v3 55.6 ms on the grid): the host time of the root unit's
     # work beside the root's copy-in (v5: throughput._phases), the loss's compiled-graph
@@ -340,7 +320,7 @@ class Constants:
     # step's first kernels.
     step_fixed_s: float = _cal("step_fixed_s")
     # Host and GPU overlap (kernels are queued asynchronously) but not perfectly: each
-    # overlapped span (v5: every block, the root unit's work; formula GPUs: the whole step)
+    # overlapped span (v5: every block, the root unit's work)
     # takes (gpu^k + host^k)^(1/k), a smooth maximum. The v2 fit on the H200 grid drives k
     # past 300 (a hard maximum); 40 is shipped (at most 1.7% above the maximum, where host
     # and GPU balance; the grid's in-sample median moves 1.1% -> 1.2%).
@@ -354,10 +334,12 @@ class Constants:
     cpu_reduce_copy_s_per_param: dict[str, float] = field(
         default_factory=_calf("cpu_reduce_copy_s_per_param"))
     # A GPU without measured parts takes the host time of this GPU's (its tiny-block stacks,
-    # through the residuals above, and the copy-in) instead of the v1 formula (cpu_block_*_s
-    # x cpu_recipe_factor): the host's work per block is the CPU's and the software's, not the
-    # GPU's. "" restores the formula. Recipes that GPU cannot run take an alias's host time.
-    # (Session v14: the formula priced the 1b preset's fp8 step on B200 at 0.52x bf16's.)
+    # through the residuals above, and the copy-in): the host's work per block is the CPU's
+    # and the software's, not the GPU's. Recipes that GPU cannot run take an alias's host time.
+    # Until session v14 such a GPU had the v1 formula (a fitted host time per block, x4.28 for
+    # fp8): it priced the 1b preset's fp8 step on B200 at 0.52x bf16's, and predicted as if
+    # without parts of their own, Hopper runs came out up to 2.6x too fast (the study:
+    # benchmarks/throughput/host_reference_study.json, code at commit 9ea1cc2).
     host_reference_gpu: str = _cal("host_reference_gpu")
     host_recipe_alias: dict[str, str] = field(default_factory=_calf("host_recipe_alias"))
     # (Session v14's study, not shipped: every recipe's host per block from bf16's stack, the
