@@ -9,7 +9,6 @@ other family, issue 25 item 5), checked below and stated in benchmarks/throughpu
 """
 
 import importlib
-import json
 from pathlib import Path
 
 import pytest
