@@ -341,6 +341,7 @@ class Constants:
     # without parts of their own, Hopper runs came out up to 2.6x too fast (the study:
     # benchmarks/throughput/host_reference_study.json, code at commit 9ea1cc2).
     host_reference_gpu: str = _cal("host_reference_gpu")
+    study_layer_extra_from_bf16: bool = False
     host_recipe_alias: dict[str, str] = field(default_factory=_calf("host_recipe_alias"))
     # (Session v14's study, not shipped: every recipe's host per block from bf16's stack, the
     # per-step intercept each recipe's own: union leave-one-family-out TE worst +24.9% -> +27.0%,
