@@ -411,12 +411,7 @@ def _measured_host(s: TrainingSetup, gpu: hardware.GPU, c: Constants) -> tuple[f
                          f"reference {c.host_reference_gpu!r}: its parts table lacks the "
                          "'layer' stacks (benchmarks/throughput/parts.py --sections layer)")
     rec = c.cpu_forward_share if s.activation_checkpointing else 0.0
-    scale = c.cpu_layer_scale.get(s.backend, 1.0)
-    if getattr(c, "study_layer_extra_from_bf16", False) and recipe != "bf16":
-        bf16 = table.layer_host_s("bf16", s.model.block_kind)  # type: ignore[union-attr]
-        per_block = (layer[0] + (scale - 1.0) * bf16[0]) * (1.0 + rec)  # type: ignore[index]
-        return s.model.num_layers * per_block, layer[1]
-    per_block = layer[0] * scale * (1.0 + rec)
+    per_block = layer[0] * c.cpu_layer_scale.get(s.backend, 1.0) * (1.0 + rec)
     return s.model.num_layers * per_block, layer[1]
 
 

@@ -341,11 +341,13 @@ class Constants:
     # without parts of their own, Hopper runs came out up to 2.6x too fast (the study:
     # benchmarks/throughput/host_reference_study.json, code at commit 9ea1cc2).
     host_reference_gpu: str = _cal("host_reference_gpu")
-    study_layer_extra_from_bf16: bool = False
     host_recipe_alias: dict[str, str] = field(default_factory=_calf("host_recipe_alias"))
     # (Session v14's study, not shipped: every recipe's host per block from bf16's stack, the
     # per-step intercept each recipe's own: union leave-one-family-out TE worst +24.9% -> +27.0%,
-    # speed-up worst 0.195 -> 0.228; raw/lofo_all_h200_v14_bf16host.json, code at commit 6674402.)
+    # speed-up worst 0.195 -> 0.228; raw/lofo_all_h200_v14_bf16host.json, code at commit 6674402.
+    # Nor the trainer's extra host per block added from bf16's stack, not scaling each recipe's:
+    # median 4.7% -> 4.6%, worst +24.9% -> +26.1%, speed-up worst 0.195 -> 0.209;
+    # raw/lofo_all_h200_v14_addhost.json, code at commit 4ecf7e3.)
     # The step's structure (throughput._phases, model v5): the split at the trainer's sync
     # before optimizer.step() alone was the 2026-12-02 v5a study (code at commit 23d51f4,
     # raw/lofo_all_h200_v5a.json: TE median 4.2% -> 4.0%, worst 26.4% -> 27.1%); with one
