@@ -1076,7 +1076,7 @@ def main(argv: list[str] | None = None) -> int:
                     "committed folds are read and their held-out table printed")
     ap.add_argument("--held-out", type=Path, action="append", default=[],
                     help="a results file (shaped like h200_grid.json) the fit never saw: "
-                    "predicted with the shipped constants, summarised per backend (JSON)")
+                    "predicted with its GPU's shipped constants, summarised per backend (JSON)")
     ap.add_argument("--out", type=Path, default=LOFO)
     ap.add_argument("--fit-union", action="store_true",
                     help="refit the v4 residuals on every measured run (grid, held-out, torch)")
@@ -1162,9 +1162,16 @@ def main(argv: list[str] | None = None) -> int:
     doc = load(args.grid)
     torch_doc = load_torch(args.torch_runs) if args.torch_runs.exists() else None
     if args.held_out:
-        fitted = [doc] + ([torch_doc] if torch_doc else [])
-        c = v3_constants() if args.v3 else throughput.DEFAULT
-        print(json.dumps([evaluate_held_out(p, c, fitted_on=fitted) for p in args.held_out], indent=1))
+        out = []
+        for p in args.held_out:
+            # each file with its GPU's calibration, its families checked against that fit's grid
+            # (the H100's: session v6's grid; the H200's: h200_grid.json and the torch runs)
+            gpu = hardware.gpu(load(p).get("gpu", "H200")).name
+            fitted = ([load(SESSION_V6 / "grid.json")] if gpu == "H100"
+                      else [doc] + ([torch_doc] if torch_doc else []))
+            c = v3_constants() if args.v3 else throughput.constants_for(gpu)
+            out.append(evaluate_held_out(p, c, fitted_on=fitted))
+        print(json.dumps(out, indent=1))
         return 0
     if args.leave_one_family_out:
         lofo = leave_one_family_out(doc, torch_doc)
