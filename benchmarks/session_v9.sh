@@ -3,9 +3,9 @@
 # H200 session) and issue 40 (the 1b b4 s4096 fp8/bf16 pair and its levers), 2026-12-07 (fourth
 # session of the day): resumable across device calls. Session v8 (benchmarks/session_v8.sh) ran
 # the torch profiles and boundaries on an H100. This one ran issue 36's calibration on an H200 in
-# session v13 (CALIBRATE=1 runs it again); an H200 now gets issue 40's table, qinit's convergence
-# check, the profiles of v13's worst misses and the torch set, an H100 the table, the check and
-# the held-out families with today's trainer.
+# session v13 (CALIBRATE=1 runs it again); an H200 now gets issue 40's bar (the pair and qinit's
+# rows), qinit's convergence check, the torch set, the rest of the table and the profiles of
+# v13's worst misses; an H100 (session v14 ran its held-out families) the check and the table.
 # Run from the repository root:
 #   bash benchmarks/session_v9.sh bg            # the machine's record; torch boundaries (TORCH_BOUNDARY) in
 #                                               # the background while TransformerEngine is carried and built
@@ -80,8 +80,8 @@ case $stage in
     # CALIBRATE=1: the calibration first (about 930 s of TE time: the reference, parts, grid,
     # held-out families, the end reference, the torch set). Session v13 calibrated the H200 in
     # one lease (all but the end reference and the torch set), so by default an H200 now gets
-    # what that lease left: issue 40's table (the bar's pair and qinit's rows on an H200),
-    # qinit's convergence check, the profiles of v13's worst misses and the torch set.
+    # what that lease left: issue 40's bar (the pair and qinit's rows), qinit's convergence
+    # check, the torch set, the rest of the table, the profiles of v13's worst misses.
     CALIBRATE=${CALIBRATE:-0}
     if [ "$CALIBRATE" = 1 ]; then
       calibration
@@ -91,26 +91,23 @@ case $stage in
         --precisions bf16,fp8 --iters 4 --time-budget \$BUDGET --out-dir $S"
       update_checks
     elif [[ "$GPU_NAME" == *H200* ]]; then
-      # issue 36: the host per block of every block kind (te-fsdp-example's too: session v13's
-      # worst miss), about 10 s of timings
-      step parts_layer 60 bash -c "python3 benchmarks/throughput/parts.py --sections layer \
-        --out $S/parts_layer.json --time-budget \$BUDGET"
-      small_steps 300   # issue 40's bar is an H200's: the pair, qinit, qinit + unsharded / graphs
-      convergence       # qinit over 300 steps against fp8 and bf16 (the gate)
+      # issue 40's bar is an H200's: the pair and qinit's rows first (the table's first five
+      # runs, about 165 s), then the gate, then issue 36's torch set, then the rest
+      small_steps 170
+      convergence       # qinit against fp8 and bf16 near the floor, two seeds (the gate)
+      mstep torch torch 150   # issue 36's torch bar: the torch set v13 did not reach
+      small_steps 300
       step profile 300 bash -c "python3 benchmarks/trainer/profile_step.py --shapes $PROFILE_SHAPES \
         --precisions bf16,fp8 --iters 4 --time-budget \$BUDGET --out-dir $S"
-      mstep torch torch 150   # issue 36's torch bar: the torch set v13 did not reach
-    else  # an H100 (calibrated twice: v6 and v10; v11 measured the grid's 12 small-step runs; v12
-      # the copy-in part, the profiles of the small-step shapes and qinit's update check): the
-      # small-step table (the bar's pair, qinit with the unsharded model and the graphs: issue
-      # 40), qinit's 300-step convergence check, then the held-out families with today's
-      # trainer (issue 36: v5's H100 calibration is fitted on v6, the thread-pool era)
-      small_steps 300
-      convergence
+      # the host per block of every block kind (session v14's H100 sample was too noisy to ship)
       step parts_layer 60 bash -c "python3 benchmarks/throughput/parts.py --sections layer \
         --out $S/parts_layer.json --time-budget \$BUDGET"
-      mstep heldout heldout 220
-      mstep heldout2 heldout2 130
+    else  # an H100 (calibrated twice: v6 and v10; v11 measured the grid's 12 small-step runs; v12
+      # the copy-in part, the profiles of the small-step shapes and qinit's update check; v14 the
+      # held-out families with today's trainer, the layer part and the table's qinit rows): the
+      # redesigned convergence check (hardware-independent numerics), then the rest of the table
+      convergence
+      small_steps 300
       [ "${TORCH_PROFILES:-0}" = 1 ] && torch_profiles
     fi
     torch_boundaries 300
