@@ -10,8 +10,11 @@ Two sources of a prediction (``throughput.source_for``):
   (the H200's: ``throughput.RUNTIME_MARGIN``). A refit changes those constants, and these bands
   with them: nothing here is a copy of them.
 - **datasheet only** (Blackwell, and any GPU without measured parts): the same model with
-  constants never fitted to the GPU. Its band is the held-out one compounded with the miss of
-  uncalibrated constants, ``UNCALIBRATED_*`` below (declared here, with their source).
+  constants never fitted to the GPU (its host time: the H200's measured one,
+  ``Constants.host_reference_gpu``). Its band is the held-out one compounded with the miss of
+  uncalibrated constants, ``UNCALIBRATED_*`` below (declared here, with their source). Hopper
+  runs predicted this way, as if without parts of their own, missed by at most 43% too fast
+  (benchmarks/throughput/host_reference_study.json): inside that band's worst.
 
 A probed or measured speed (``planning/probe.py``) is at least as good as the calibrated
 model's extrapolation: such rows take the measured-parts band.
