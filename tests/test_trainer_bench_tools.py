@@ -262,6 +262,20 @@ def test_small_steps_rows_and_table_compare_each_lever_with_its_own_base(tools):
     assert "S/1b-b4-s4096/fp8+qinit (rc=1)" in table
 
 
+def test_a_graphed_runs_row_carries_the_reserved_peak_and_the_graph_pools_free_part(tools):
+    """The allocated peak of a --cuda-graphs run leaves out the activations its replays write
+    into the graphs' pools: the row keeps the reserved peak and the pools' free part beside it."""
+    lfl, _ = tools
+    run = {r.id: r for r in lfl.small({})}["S/1b-b4-s4096/fp8+graphs"]
+    summary = {"peak_allocated_bytes": 30 * 2**30, "peak_reserved_bytes": 45 * 2**30,
+               "graph_pool_bytes": 14 * 2**30, "graph_pool_free_bytes": 12 * 2**30}
+    rec = lfl.parse("[trainer] summary " + json.dumps(summary), run)
+    assert (rec["peak_gib"], rec["peak_reserved_gib"], rec["graph_pool_free_gib"]) == (30.0, 45.0, 12.0)
+    rec.update(run=asdict(run), median_s=0.2, rc=0)
+    row = lfl.small_steps_rows({run.id: rec})[0]
+    assert (row["peak_allocated_gib"], row["peak_reserved_gib"], row["graph_pool_free_gib"]) == (30.0, 45.0, 12.0)
+
+
 def test_host_time_sums_the_launching_threads_outermost_ranges_per_iteration(tools):
     """Issue 40 item 1: where the host's time goes. Nested ranges count once (the outermost),
     another thread's ranges not at all; launches and runtime time are the busiest thread's."""

@@ -325,7 +325,9 @@ def small_steps_rows(results: dict, session: str = "", gpu: str = "") -> list[di
                      "tokens_per_s_per_gpu_p90": round(tokens / p90, 1) if p90 else None,
                      "spread": rec.get("spread"), "mfu_bf16_peak": rec.get("mfu_bf16_peak"),
                      "mfu_precision_peak": (rec.get("trainer") or {}).get("mfu"),
-                     "peak_allocated_gib": rec.get("peak_gib"), "rc": rec.get("rc")})
+                     "peak_allocated_gib": rec.get("peak_gib"),
+                     **{k: rec[k] for k in ("peak_reserved_gib", "graph_pool_free_gib") if k in rec},
+                     "rc": rec.get("rc")})
     return rows
 
 
@@ -527,6 +529,11 @@ def parse(out: str, run: Run) -> dict:
             rec["trainer"] = {k: v for k, v in s.items() if k in TRAINER_KEYS or k.startswith("gc_")}
             if s.get("peak_allocated_bytes"):
                 rec["peak_gib"] = round(s["peak_allocated_bytes"] / 2**30, 2)
+            if s.get("peak_reserved_bytes"):
+                rec["peak_reserved_gib"] = round(s["peak_reserved_bytes"] / 2**30, 2)
+            if s.get("graph_pool_bytes") is not None:  # --cuda-graphs: the pools' free part is
+                # where replays write activations, outside the allocated peak (metrics.graph_pool_bytes)
+                rec["graph_pool_free_gib"] = round(s["graph_pool_free_bytes"] / 2**30, 2)
             if rec.get("s_per_iter") and s.get("flops_per_token"):
                 rec["mfu_bf16_peak"] = round(rec["tokens_per_s"] * s["flops_per_token"] / 989e12, 4)
         elif line.startswith("[trainer] step ") and " gc_s=" in line:

@@ -24,6 +24,21 @@ from kfp_sagemaker_blackwell.catalog import logformat
 from kfp_sagemaker_blackwell.catalog.spec import ModelSpec
 
 
+def graph_pool_bytes() -> dict[str, int]:
+    """The CUDA graphs' private memory pools (``--cuda-graphs``), from the caching allocator's
+    segments (``torch.cuda.memory_snapshot``; the default pool's id is (0, 0)):
+    ``graph_pool_bytes`` reserved by them, ``graph_pool_free_bytes`` of it not held by a live
+    tensor. The free part is where each replay writes the blocks' activations: the allocator
+    counts it as reserved, not allocated, so ``torch.cuda.max_memory_allocated()`` leaves it out
+    and the memory a graphed step needs is the allocated peak plus this free part."""
+    total = free = 0
+    for seg in torch.cuda.memory_snapshot():
+        if tuple(seg.get("segment_pool_id", (0, 0))) != (0, 0):
+            total += int(seg["total_size"])
+            free += int(seg["total_size"]) - int(seg["allocated_size"])
+    return {"graph_pool_bytes": total, "graph_pool_free_bytes": free}
+
+
 def block_flops_per_token(spec: ModelSpec, seq_length: int) -> float:
     """Training FLOPs per token of the transformer blocks alone (no embedding, no LM head)."""
     return 6.0 * spec.num_layers * spec.block_params() + 12.0 * spec.num_layers * spec.hidden_size * seq_length

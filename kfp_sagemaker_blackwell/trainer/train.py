@@ -500,6 +500,8 @@ class Trainer:
             if world.device.type == "cuda":
                 out["peak_allocated_bytes"] = torch.cuda.max_memory_allocated()
                 out["peak_reserved_bytes"] = torch.cuda.max_memory_reserved()
+        if cfg.cuda_graphs and world.device.type == "cuda":
+            out.update(metrics.graph_pool_bytes())
         return out
 
     def _failed(self, reason: str, kind: str, *, measured: bool) -> TrainingFailed:
