@@ -178,8 +178,10 @@ class TrainConfig:
         "(te-fsdp-example, batch 8): 1.001-1.003x in fp8, 1.001x in bf16; 1b preset, batch 4, seq "
         "4096: 0.966x fp8, 1.016x bf16 against the default path, within its 4-5% spread; on an H100 "
         "(sessions v7 and v9) 0.97x there, and at batch 1, seq 2048, where the host's launches bound "
-        "the step, 2.0-2.2x fp8 and 1.6-1.8x bf16. Its peak memory was 11 GiB lower at 1b b4 s4096; "
-        "the memory estimate does not model the mode (it over-predicts it)")
+        "the step, 2.0-2.2x fp8 and 1.6-1.8x bf16. At 1b b4 s4096 (H100) its allocated peak was 11 GiB "
+        "lower but its reserved peak no lower (44.6-46.5 GiB against 44.2-46.3): the replays write the "
+        "activations into the graphs' private pool, which the allocated peak leaves out (the summary "
+        "reports the pool: graph_pool_free_bytes). The memory estimate does not model the mode")
     late_sync: bool = option(
         False, "read the step's loss and gradient norm on the host after the optimizer step, not "
         "before it (the GPU does not wait for the host between backward and the update; a "
