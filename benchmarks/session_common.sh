@@ -114,17 +114,22 @@ mstep() {
 
 # The torch-backend boundaries in the background (the bg stage), from a copy of the tree, while
 # TransformerEngine is carried and built: the te stage waits for them or stops them.
+# BG_TORCH_SET=1 runs the torch set (measure.py --split torch, no TE needed) first, in the same
+# background job: the GPU is otherwise idle while the wheel's parts are carried.
 start_background_boundaries() {
   if [ -f $S/bg.started ]; then say "bg: already started"; bundle; return 0; fi
   machine
-  if [ -z "$TORCH_BOUNDARY" ]; then say "bg: no torch boundaries asked for"; bundle; return 0; fi
+  local jobs=""
+  [ "${BG_TORCH_SET:-0}" = 1 ] && [ ! -f $S/torch.done ] && jobs="mstep torch torch ${BG_TORCH_SET_S:-150}; "
+  [ -n "$TORCH_BOUNDARY" ] && jobs="${jobs}torch_boundaries 600; "
+  if [ -z "$jobs" ]; then say "bg: nothing asked for (no torch set, no torch boundaries)"; bundle; return 0; fi
   rm -rf $S/tree && mkdir -p $S/tree
   tar --exclude=./.git --exclude=./.te -cf - . | (cd $S/tree && tar -xf -)
   touch $S/bg.started
   end=$(( $(date +%s) + ${BG_BUDGET:-600} ))
-  export -f step say left torch_boundaries; export S LOG end TORCH_BOUNDARY MEM_BYTES
-  (cd $S/tree && PYTHONPATH=$S/tree setsid bash -c 'torch_boundaries 600; echo $? > $S/bg.rc' < /dev/null > $S/bg.out 2>&1 &)
-  sleep 3; say "bg: started (session $GPU_SESSION_ID, GPU memory $MEM_MIB MiB)"; bundle
+  export -f step say left torch_boundaries mstep; export S LOG end TORCH_BOUNDARY MEM_BYTES MT
+  (cd $S/tree && PYTHONPATH=$S/tree setsid bash -c "$jobs echo \$? > $S/bg.rc" < /dev/null > $S/bg.out 2>&1 &)
+  sleep 3; say "bg: started: $jobs(session $GPU_SESSION_ID, GPU memory $MEM_MIB MiB)"; bundle
 }
 
 # one job on the GPU while timing: let the background boundaries end (at most BG_WAIT s), or stop them
@@ -135,7 +140,8 @@ wait_background() {
     if [ ! -f $S/bg.rc ]; then
       say "stopping the background torch boundaries (resumed at the end)"
       pkill -f "boundary.py --backend torch"; pkill -f "boundary.py --one"  # the run in flight too
-      for _ in $(seq 20); do pgrep -f "boundary.py" > /dev/null || break; sleep 1; done
+      pkill -f "measure.py .*--split torch"  # the torch set (BG_TORCH_SET): resumed by the te stage
+      for _ in $(seq 20); do pgrep -f "boundary.py|measure.py .*--split torch" > /dev/null || break; sleep 1; done
     else say "background torch boundaries: rc $(cat $S/bg.rc)"; fi
   fi
 }

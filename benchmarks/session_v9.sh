@@ -71,6 +71,8 @@ convergence() {
 
 case $stage in
   bg)
+    # an H200: the torch set (issue 36's torch bar) while the wheel's parts are carried
+    [[ "$GPU_NAME" == *H200* ]] && export BG_TORCH_SET=${BG_TORCH_SET:-1}
     start_background_boundaries
     ;;
   te)
