@@ -44,7 +44,7 @@ update_checks() {  # issue 40: does --quantized-model-init's step move the FP8 w
     --steps 2 -m kfp_sagemaker_blackwell.trainer -- --model-preset 1b --seq-length 1024 --batch-size 1 \
     --precision fp8 --backend te --max-steps 3 --log-every 1 --checkpoint-dir '' --model-dir '' \
     --output-data-dir '' --output-dir /tmp/uc_out"
-  step update_check_qinit 90 env TRAINER_EXPERIMENTAL_QUANTIZED_INIT=1 bash -c "$run --quantized-model-init"
+  step update_check_qinit 90 bash -c "$run --quantized-model-init"
   step update_check_fp8 90 bash -c "$run"
 }
 
@@ -62,7 +62,7 @@ convergence() {
     run="python3 -m torch.distributed.run --standalone --nproc-per-node 1 -m kfp_sagemaker_blackwell.trainer \
       --model-preset 1b --vocab-size ${CONV_VOCAB:-8192} --seq-length 1024 --batch-size 8 --backend te \
       --max-steps ${CONV_STEPS:-300} --log-every 10 --seed $seed --checkpoint-dir '' --model-dir ''"
-    step conv_fp8_qinit_$seed 170 env TRAINER_EXPERIMENTAL_QUANTIZED_INIT=1 bash -c "$run --precision fp8 \
+    step conv_fp8_qinit_$seed 170 bash -c "$run --precision fp8 \
       --quantized-model-init --output-data-dir $S/conv_fp8_qinit_$seed --output-dir /tmp/conv_out"
     step conv_fp8_$seed 170 bash -c "$run --precision fp8 --output-data-dir $S/conv_fp8_$seed --output-dir /tmp/conv_out"
     step conv_bf16_$seed 170 bash -c "$run --precision bf16 --output-data-dir $S/conv_bf16_$seed --output-dir /tmp/conv_out"

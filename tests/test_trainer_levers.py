@@ -100,7 +100,7 @@ def test_a_source_that_fails_while_prefetching_fails_the_step_that_needs_it(monk
 ])
 def test_unsupported_lever_combinations_are_refused_with_the_fix(kw, field):
     with pytest.raises(config.ConfigError) as err:
-        config.make("tiny", **kw).validate(env={})
+        config.make("tiny", **kw).validate()
     assert err.value.name == field and "Fix:" in str(err.value)
 
 
@@ -189,7 +189,6 @@ def test_materialise_initialises_every_parameter_te_does_not(monkeypatch, quanti
     # Session v7 (one H100): with --quantized-model-init the token embedding was materialised
     # empty and never initialised, and the first loss was NaN. TE's own modules keep the values
     # their reset_parameters drew (and quantised) only under quantized_model_init.
-    monkeypatch.setenv("TRAINER_EXPERIMENTAL_QUANTIZED_INIT", "1")
     cfg = config.make("tiny", precision="fp8", quantized_model_init=quantized)
     model = _MetaModel(cfg.model.vocab_size, 64)
     with torch.no_grad():
@@ -231,7 +230,6 @@ def test_te_blocks_draw_the_trainers_initialisation(monkeypatch, quantized):
     # default normal(0, 0.023) and no depth scaling, so the output projections started 6.5x
     # larger than the control's and the loss did not move in 16 steps. TE's blocks now get
     # init_weights' distributions: normal(0, 0.02), proj and fc2 by 1/sqrt(2 * layers).
-    monkeypatch.setenv("TRAINER_EXPERIMENTAL_QUANTIZED_INIT", "1")
     _stand_in_te(monkeypatch)
     cfg = config.make("tiny", precision="fp8", quantized_model_init=quantized)
     model = te_backend.TECausalLM(cfg, set(), device="meta")

@@ -132,7 +132,6 @@ def table(batch: int, ac: bool) -> list[Run]:
 
 
 CANDIDATES = ("sbhd", "keep-params", "sbhd,keep-params")
-QINIT = {"TRAINER_EXPERIMENTAL_QUANTIZED_INIT": "1"}
 
 
 def best_levers(results: dict) -> str:
@@ -257,7 +256,7 @@ SMALL_LEVERS = {  # name: (trainer flags, environment)
     "graphs": (["--no-single-gpu-fsdp", "--cuda-graphs"], {}),
     "unsharded": (["--no-single-gpu-fsdp"], {}),
     "fp8-head": (["--no-high-precision-lm-head"], {}),
-    "qinit": (["--quantized-model-init"], QINIT),
+    "qinit": (["--quantized-model-init"], {}),
     # the next batch made while the GPU runs the update (session v8's profiles: the GPU waited
     # 4.6-24.6 ms a step for the host's synthetic batch; session v9: no gain with one host thread)
     "prefetch": (["--data-prefetch"], {}),
@@ -440,7 +439,7 @@ def stages(results: dict) -> dict[str, list[Run]]:
             Run("b8-noac/trainer-torch/bf16+compile", "trainer", 8, False, "bf16", "torch",
                 flags=["--compile"], timeout=300),
             Run("b8-noac/trainer-te/fp8+quantized-init", "trainer", 8, False, "fp8", "te",
-                flags=["--quantized-model-init"], env=QINIT),
+                flags=["--quantized-model-init"]),
         ],
         "1b": [
             Run("1b-b4/trainer-te/bf16", "trainer", 4, False, "bf16", "te", **b1),
