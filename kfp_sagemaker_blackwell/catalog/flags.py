@@ -158,15 +158,19 @@ class TrainConfig:
         "eager (F.cross_entropy on an fp32 copy); on a CPU both run eager", choices=LOSS_KERNELS)
     # Speed levers (issue 26), measured like for like on one H200 on 2026-12-02 (te-fsdp-example
     # batch 8, seq 8192, no checkpointing, unless stated; benchmarks/trainer/README.md). No
-    # default changed: the one that wins, --no-single-gpu-fsdp, costs memory the estimate does
-    # not model. Not measured with any lever: batch 16 with activation checkpointing.
+    # default changed: the one that wins, --no-single-gpu-fsdp, costs memory (the estimate
+    # models it since session v15: TrainingSetup.single_gpu_fsdp) and the throughput model's
+    # calibration grids ran the default. Not measured with any lever: batch 16 with activation
+    # checkpointing.
     single_gpu_fsdp: bool = option(
         True, "one GPU (world size 1): wrap the model in FSDP2 as on many (false: a plain module "
         "with the same numerics, fp32 weights and gradients and bf16 compute under torch.autocast, "
         "without FSDP2's per-layer copy-in/out and reduce copies; more GPUs always use FSDP2). "
         "Measured on an H200 (te-fsdp-example, batch 8, seq 8192, no checkpointing; not measured "
-        "with checkpointing), false: 1.017x the speed in fp8, 1.011x in bf16, 1.8 GiB more peak "
-        "memory, which the memory estimate does not model (why true stays the default)")
+        "with checkpointing), false: 1.017x the speed in fp8, 1.011x in bf16; on an H100 (1b, batch 4, "
+        "seq 4096) 1.05x in fp8. False holds every block's weight copy from its forward to its "
+        "backward: 1.7 GiB more peak memory there, which the memory estimate models "
+        "(single_gpu_fsdp)")
     fp8_weight_cache: bool = option(
         False, "TE backend, FP8/FP4 with grad-accum-steps > 1: quantise each weight once per "
         "optimizer step, on the first micro-batch (TE's is_first_microbatch), not once per "

@@ -173,6 +173,31 @@ class _Terms:
         self.block_rs_buffer = self.p_block * r
         self.root_grad_unsharded = self.p_root * self.c
         self.root_rs_buffer = self.p_root * r
+        self.root_copy = self.block_copy = 0.0
+        if s.unsharded:
+            # --no-single-gpu-fsdp (trainer/parallel.py ``prepare``): the plain module, its
+            # fp32 weights used under torch.autocast. Nothing is gathered or reduce-scattered;
+            # the weights' compute copies live instead, each from its forward to its backward:
+            # - the root's (embedding / LM head): autocast's cached 16-bit cast, saved by the
+            #   head's forward (FSDP2's gathered root is as large, but only for the head's
+            #   backward);
+            # - every block's linear weights: TE casts them to 16 bits, or quantises them (FP8
+            #   data and, on Hopper, its transpose: ``q_weight``), and saves the copy for the
+            #   dgrad GEMM until that block's backward. Already quantised weights
+            #   (quantized_model_init) need no copy; 16-bit stored weights none in 16 bits.
+            # Checked against the rows of benchmarks/trainer/small_steps.json (H100, 1b b4 s4096,
+            # unsharded): bf16 43.21 GiB predicted / 43.25 measured, fp8 41.21 / 41.25, fp8 +
+            # quantized_model_init 42.20 / 41.25 (benchmarks/memory/README.md).
+            self.block_gathered, self.root_gathered = 0.0, 0
+            self.block_rs_buffer = self.root_rs_buffer = 0.0
+            self.root_copy = self.p_root * self.c
+            te_low = s.backend == "te" and s.low_precision
+            if s.quantized_model_init:
+                self.block_copy = 0.0
+            elif te_low:
+                self.block_copy = self.p_block_linear * self.q_weight
+            elif stored != self.c:
+                self.block_copy = self.p_block_linear * self.c
 
     def _activations_and_loss(self, blackwell: bool) -> None:
         """Saved activations, the loss's tensors and the GEMM workspaces."""
@@ -215,6 +240,13 @@ class _Terms:
         (FSDPParam.unsharded_accumulated_grad), through the next micro-batches:
         P x reduce bytes, not divided by the world size. Unmeasured here."""
         return self.p_total * self.reduce_bytes if self.s.gradient_accumulation_steps > 1 else 0.0
+
+    def _live_copies(self, saved_blocks: int) -> float:
+        """The unsharded model's weight copies (``root_copy``, ``block_copy``) while
+        ``saved_blocks`` blocks hold theirs; with checkpointing the forward saves none and
+        only the recomputed block holds one."""
+        blocks = 1 if self.s.activation_checkpointing else saved_blocks
+        return self.root_copy + blocks * self.block_copy
 
     def _live_quant(self, block: int) -> float:
         """TE's quantised weight copies live while block ``block`` runs its backward.
@@ -270,7 +302,7 @@ class _Terms:
                         base,
                         gradients=held_grads + head_grad,
                         fsdp_buffers=root + last_block,
-                        quantized_weights=0.0,
+                        quantized_weights=self._live_copies(self.layers),
                         activations=fwd_acts,
                         logits_and_loss=loss,
                     ),
@@ -298,7 +330,7 @@ class _Terms:
                 fsdp_buffers=self.root_gathered
                 + gathered
                 + (self.block_rs_buffer if i < self.layers - 1 else 0.0),
-                quantized_weights=self._live_quant(i),
+                quantized_weights=self._live_copies(i + 1) if self.s.unsharded else self._live_quant(i),
                 # The final norm's and LM head's saved inputs are freed before the
                 # blocks' backward; token ids and targets remain.
                 activations=acts + self.act_work + self.tokens * 16,

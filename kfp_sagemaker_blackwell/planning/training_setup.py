@@ -65,6 +65,10 @@ class TrainingSetup:
     fsdp_version: int = 2
     reduce_dtype: str = "fp32"
     quantized_model_init: bool = TRAINER_DEFAULTS["quantized_model_init"]
+    # One GPU (world size 1) with FSDP2 (the trainer's default) or, false, the plain module
+    # (the trainer's --no-single-gpu-fsdp): fp32 weights cast under autocast, every block's
+    # compute copy kept from its forward to its backward, no FSDP buffers (``unsharded``).
+    single_gpu_fsdp: bool = TRAINER_DEFAULTS["single_gpu_fsdp"]
     optimizer: str = "adamw-fused"
     gradient_accumulation_steps: int = TRAINER_DEFAULTS["grad_accum_steps"]
     # Hidden dropout probability of the blocks (this trainer: none; TE's fsdp.py: 0.1,
@@ -91,6 +95,11 @@ class TrainingSetup:
         return COMPUTE_DTYPE.get(self.precision, "bf16")
 
     @property
+    def unsharded(self) -> bool:
+        """One GPU without FSDP2 (``single_gpu_fsdp`` off; more GPUs always shard)."""
+        return self.world_size == 1 and self.fsdp_version == 2 and not self.single_gpu_fsdp
+
+    @property
     def low_precision(self) -> bool:
         return self.precision in LOW_PRECISIONS
 
@@ -104,6 +113,7 @@ class TrainingSetup:
             "fsdp_version": self.fsdp_version,
             "reduce_dtype": self.reduce_dtype,
             "quantized_model_init": self.quantized_model_init,
+            "single_gpu_fsdp": self.single_gpu_fsdp,
             "optimizer": self.optimizer,
             "gradient_accumulation_steps": self.gradient_accumulation_steps,
             "dropout": self.dropout,
@@ -122,6 +132,10 @@ class TrainingSetup:
                 raise UserError(name, f"={value!r} must be a positive integer.", "")
         if isinstance(self.dropout, bool) or not isinstance(self.dropout, (int, float)) or not 0 <= self.dropout < 1:
             raise UserError("dropout", f"={self.dropout!r} must be a probability in [0, 1).", "use e.g. 0.1 or 0.")
+        if not isinstance(self.single_gpu_fsdp, bool):
+            raise UserError("single_gpu_fsdp", f"={self.single_gpu_fsdp!r} must be true or false.",
+                            "true: FSDP2 on one GPU as on many (the trainer's default); false: "
+                            "the plain module (--no-single-gpu-fsdp).")
         if not isinstance(self.expandable_segments, bool):
             raise UserError("expandable_segments", f"={self.expandable_segments!r} must be true or "
                             "false.", "true: the trainer's default allocator setting; false: the "

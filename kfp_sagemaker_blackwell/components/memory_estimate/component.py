@@ -36,6 +36,7 @@ def memory_estimate(
     optimizer_state_dtype: str = "fp32",
     fsdp_version: int = 2,
     quantized_model_init: bool = False,
+    single_gpu_fsdp: bool = True,
     optimizer: str = "adamw-fused",
     dropout: float = 0.0,
     expandable_segments: bool = True,
@@ -80,6 +81,9 @@ def memory_estimate(
         optimizer_state_dtype: AdamW moment dtype (fp32 or bf16).
         fsdp_version: 2 (fully_shard) or 1 (FullyShardedDataParallel).
         quantized_model_init: TE quantized_model_init (weights stored quantised).
+        single_gpu_fsdp: World size 1 only: FSDP2 as on many GPUs (the trainer's default), or
+            false for the plain module (the trainer's --no-single-gpu-fsdp), which holds every
+            block's 16-bit or quantised weight copy from its forward to its backward.
         optimizer: adamw-fused (AdamW(fused=True), in place: this project's trainer) or
             adamw-foreach (torch.optim.Adam's default on CUDA, one state-sized temporary:
             TE's examples/pytorch/fsdp/fsdp.py).

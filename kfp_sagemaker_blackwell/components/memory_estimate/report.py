@@ -14,7 +14,7 @@ _LABELS = {
     "gradients": "gradients",
     "optimizer_states": "optimizer states (sharded)",
     "fsdp_buffers": "FSDP gathered weights / reduce buffers",
-    "quantized_weights": "TE quantised weight copies",
+    "quantized_weights": "TE quantised / cast weight copies",
     "activations": "activations",
     "logits_and_loss": "logits and loss",
     "workspaces": "cuBLAS / TE workspaces",
@@ -39,12 +39,15 @@ def markdown(result: PlanResult, probed: Comparison | None = None) -> str:
         f"{plan.instance_type} ({hw.gpus_per_node} x {plan.gpu})" if plan.instance_type else plan.gpu
     )
     t = plan.training
+    sharding = ("one GPU without FSDP (the plain module)"
+                if plan.world_size == 1 and t["fsdp_version"] == 2 and not t.get("single_gpu_fsdp", True)
+                else f"FSDP{t['fsdp_version']} over {plan.world_size} GPU(s)")
     lines = [
         f"### Memory estimate: {m.total_params() / 1e9:.2f} B parameters on {where}",
         "",
         f"{m.num_layers} layers, hidden {m.hidden_size}, {m.num_heads} heads "
         f"({m.num_kv_heads} KV), FFN {m.ffn_hidden_size} ({m.mlp}), vocab {m.vocab_size}; "
-        f"sequence {plan.seq_length}; FSDP{t['fsdp_version']} over {plan.world_size} GPU(s); "
+        f"sequence {plan.seq_length}; {sharding}; "
         f"{t['backend']} backend; parameters {t['param_dtype']}"
         f"{', fp32 master weights' if t['master_weights'] and t['param_dtype'] != 'fp32' else ''}; "
         f"AdamW states {t['optimizer_state_dtype']}. GPU memory {gib(plan.gpu_memory_bytes):.1f} GiB, "
