@@ -135,13 +135,13 @@ start_background_boundaries() {
 # one job on the GPU while timing: let the background boundaries end (at most BG_WAIT s), or stop them
 wait_background() {
   if [ -f $S/bg.started ] && [ ! -f $S/bg.rc ]; then  # one job on the GPU while timing: let it end
-    say "waiting for the background torch boundaries (at most ${BG_WAIT:-300} s)"
+    say "waiting for the background job (torch set, torch boundaries; at most ${BG_WAIT:-300} s)"
     for _ in $(seq $(( ${BG_WAIT:-300} / 5 ))); do [ -f $S/bg.rc ] && break; sleep 5; done
     if [ ! -f $S/bg.rc ]; then
-      say "stopping the background torch boundaries (resumed at the end)"
+      say "stopping the background job (the te stage resumes it)"
       pkill -f "boundary.py --backend torch"; pkill -f "boundary.py --one"  # the run in flight too
       pkill -f "measure.py .*--split torch"  # the torch set (BG_TORCH_SET): resumed by the te stage
       for _ in $(seq 20); do pgrep -f "boundary.py|measure.py .*--split torch" > /dev/null || break; sleep 1; done
-    else say "background torch boundaries: rc $(cat $S/bg.rc)"; fi
+    else say "background job: rc $(cat $S/bg.rc)"; fi
   fi
 }
