@@ -187,9 +187,9 @@ class _Terms:
             #   (quantized_model_init) need no copy; 16-bit stored weights none in 16 bits.
             # Checked against the rows of benchmarks/trainer/small_steps.json (H100, 1b b4 s4096,
             # unsharded): bf16 43.21 GiB predicted / 43.25 measured, fp8 41.21 / 41.25, fp8 +
-            # quantized_model_init 42.20 / 41.25 (benchmarks/memory/README.md).
+            # quantized_model_init 42.19 / 41.25 (benchmarks/memory/README.md).
             self.block_gathered, self.root_gathered = 0.0, 0
-            self.block_rs_buffer = self.root_rs_buffer = 0.0
+            self.block_rs_buffer, self.root_rs_buffer = 0.0, 0
             self.root_copy = self.p_root * self.c
             te_low = s.backend == "te" and s.low_precision
             if s.quantized_model_init:
