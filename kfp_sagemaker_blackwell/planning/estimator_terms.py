@@ -189,7 +189,7 @@ class _Terms:
             # unsharded): bf16 43.21 GiB predicted / 43.25 measured, fp8 41.21 / 41.25, fp8 +
             # quantized_model_init 42.19 / 41.25 (benchmarks/memory/README.md).
             self.block_gathered, self.root_gathered = 0.0, 0
-            self.block_rs_buffer, self.root_rs_buffer = 0.0, 0
+            self.block_rs_buffer, self.root_rs_buffer = 0, 0
             self.root_copy = self.p_root * self.c
             te_low = s.backend == "te" and s.low_precision
             if s.quantized_model_init:
