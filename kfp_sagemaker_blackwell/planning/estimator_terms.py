@@ -106,10 +106,10 @@ class _Terms:
         self.p_total = m.total_params()
         blackwell = gpu.compute_capability >= (10, 0)
         qtable = _QUANT_WEIGHT_BYTES_BLACKWELL if blackwell else _QUANT_WEIGHT_BYTES_PRE_BLACKWELL
-        te_low = s.backend == "te" and s.low_precision
+        self.te_low = s.backend == "te" and s.low_precision
         # Linear weights of one block (what TE quantises); norms and biases stay 16-bit.
         self.p_block_linear = _block_linear_weights(m)
-        self.q_weight = qtable[s.precision] if te_low else 0.0
+        self.q_weight = qtable[s.precision] if self.te_low else 0.0
         self._sharded_states()
         self._gathered_buffers()
         self._activations_and_loss(blackwell)
@@ -191,10 +191,9 @@ class _Terms:
             self.block_gathered, self.root_gathered = 0.0, 0
             self.block_rs_buffer, self.root_rs_buffer = 0, 0
             self.root_copy = self.p_root * self.c
-            te_low = s.backend == "te" and s.low_precision
             if s.quantized_model_init:
                 self.block_copy = 0.0
-            elif te_low:
+            elif self.te_low:
                 self.block_copy = self.p_block_linear * self.q_weight
             elif stored != self.c:
                 self.block_copy = self.p_block_linear * self.c

@@ -40,7 +40,7 @@ def markdown(result: PlanResult, probed: Comparison | None = None) -> str:
     )
     t = plan.training
     sharding = ("one GPU without FSDP (the plain module)"
-                if plan.world_size == 1 and t["fsdp_version"] == 2 and not t.get("single_gpu_fsdp", True)
+                if req.setup(req.precisions[0], 1, False).unsharded  # TrainingSetup's one rule
                 else f"FSDP{t['fsdp_version']} over {plan.world_size} GPU(s)")
     lines = [
         f"### Memory estimate: {m.total_params() / 1e9:.2f} B parameters on {where}",
