@@ -227,7 +227,10 @@ def test_small_step_runs_use_flags_and_shapes_the_trainer_accepts(tools):
     runs = lfl.small({})
     assert len({r.id for r in runs}) == len(runs)
     assert runs[0].id == "S/1b-b4-s4096/bf16" and runs[1].id == "S/1b-b4-s4096/fp8"  # the bar's pair first
-    for run in runs:
+    memory = lfl.small_memory({})  # the new modes' memory on the other shapes
+    assert len({r.id for r in memory}) == len(memory)
+    assert {r.id.split("/")[1] for r in memory if "+graphs" in r.id} >= {"1b-b2-s4096", "te-b2-s2048", "1b-b2-s8192"}
+    for run in runs + memory:
         cmd = run.command()
         args = cmd[cmd.index("--levers") + 3:]
         cfg = config.parse(args, env=run.env)
@@ -273,7 +276,8 @@ def test_a_graphed_runs_row_carries_the_reserved_peak_and_the_graph_pools_free_p
     assert (rec["peak_gib"], rec["peak_reserved_gib"], rec["graph_pool_free_gib"]) == (30.0, 45.0, 12.0)
     rec.update(run=asdict(run), median_s=0.2, rc=0)
     row = lfl.small_steps_rows({run.id: rec})[0]
-    assert (row["peak_allocated_gib"], row["peak_reserved_gib"], row["graph_pool_free_gib"]) == (30.0, 45.0, 12.0)
+    assert (row["peak_allocated_gib"], row["peak_reserved_gib"], row["graph_pool_gib"],
+            row["graph_pool_free_gib"]) == (30.0, 45.0, 14.0, 12.0)
 
 
 def test_host_time_sums_the_launching_threads_outermost_ranges_per_iteration(tools):

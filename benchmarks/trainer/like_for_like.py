@@ -251,7 +251,7 @@ def levers2_best(results: dict) -> list[Run]:
 SMALL_SHAPES = (("1b-b4-s4096", "1b", 4, 4096, 31), ("1b-b1-s2048", "1b", 1, 2048, 26),
                 ("1b-b2-s4096", "1b", 2, 4096, 28), ("1b-b4-s2048", "1b", 4, 2048, 28),
                 ("te-b1-s2048", "te-fsdp-example", 1, 2048, 30), ("te-b2-s2048", "te-fsdp-example", 2, 2048, 32),
-                ("te-b4-s2048", "te-fsdp-example", 4, 2048, 34))
+                ("te-b4-s2048", "te-fsdp-example", 4, 2048, 34), ("1b-b2-s8192", "1b", 2, 8192, 32))
 SMALL_LEVERS = {  # name: (trainer flags, environment)
     "graphs": (["--no-single-gpu-fsdp", "--cuda-graphs"], {}),
     "unsharded": (["--no-single-gpu-fsdp"], {}),
@@ -305,6 +305,21 @@ def small(results: dict) -> list[Run]:
     return runs
 
 
+def small_memory(results: dict) -> list[Run]:
+    """Issue 40's new modes' memory on shapes other than the bar's (the only one the unsharded
+    estimate was checked on, session v15): the unsharded model and the graphs (whose private pool
+    the allocated peak leaves out), bf16 and fp8, the plain FSDP2 pair where no session ran it
+    (the new sequence length), qinit with both at one shape. Rows of ``small_steps.json``."""
+    runs = []
+    for shape in ("1b-b2-s4096", "te-b2-s2048", "1b-b1-s2048", "1b-b4-s2048", "te-b4-s2048", "1b-b2-s8192"):
+        plain = [_small(shape, p) for p in ("bf16", "fp8")] if shape == "1b-b2-s8192" else []
+        graphs = [] if shape == "1b-b1-s2048" else [_small(shape, p, ("graphs",)) for p in ("bf16", "fp8")]
+        runs += [_small(shape, p, ("unsharded",)) for p in ("bf16", "fp8")] + graphs + plain
+        if shape == "te-b2-s2048":  # qinit's unsharded estimate: +2.3% at the bar's shape
+            runs += [_small("1b-b2-s4096", "fp8", ("qinit", lv)) for lv in ("unsharded", "graphs")]
+    return runs
+
+
 def small_steps_rows(results: dict, session: str = "", gpu: str = "") -> list[dict]:
     """``benchmarks/trainer/small_steps.json``'s rows (issue 40): one per ``S/`` run that timed.
     ``gpu`` names the card every row was timed on (the state file does not record it)."""
@@ -325,7 +340,8 @@ def small_steps_rows(results: dict, session: str = "", gpu: str = "") -> list[di
                      "spread": rec.get("spread"), "mfu_bf16_peak": rec.get("mfu_bf16_peak"),
                      "mfu_precision_peak": (rec.get("trainer") or {}).get("mfu"),
                      "peak_allocated_gib": rec.get("peak_gib"),
-                     **{k: rec[k] for k in ("peak_reserved_gib", "graph_pool_free_gib") if k in rec},
+                     **{k: rec[k] for k in ("peak_reserved_gib", "graph_pool_gib", "graph_pool_free_gib")
+                        if k in rec},
                      "rc": rec.get("rc")})
     return rows
 
@@ -469,6 +485,7 @@ def stages(results: dict) -> dict[str, list[Run]]:
         "levers2": levers2(results),
         "levers2-best": levers2_best(results),
         "small": small(results),
+        "small-memory": small_memory(results),
     }
 
 
@@ -533,6 +550,7 @@ def parse(out: str, run: Run) -> dict:
             if s.get("graph_pool_bytes") is not None:  # --cuda-graphs: the pools' free part is
                 # where replays write activations, outside the allocated peak (metrics.graph_pool_bytes)
                 rec["graph_pool_free_gib"] = round(s["graph_pool_free_bytes"] / 2**30, 2)
+                rec["graph_pool_gib"] = round(s["graph_pool_bytes"] / 2**30, 2)
             if rec.get("s_per_iter") and s.get("flops_per_token"):
                 rec["mfu_bf16_peak"] = round(rec["tokens_per_s"] * s["flops_per_token"] / 989e12, 4)
         elif line.startswith("[trainer] step ") and " gc_s=" in line:
