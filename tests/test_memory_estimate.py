@@ -211,6 +211,60 @@ def test_the_unsharded_one_gpu_model_is_priced_within_the_bars_of_the_trainers_r
         estimate(eight, "H100").peak_allocated_bytes
 
 
+def test_cuda_graphs_are_priced_never_under_the_trainers_graphed_footprint():
+    """--cuda-graphs: a replay writes the activations into the graphs' private pool, which the
+    allocated peak leaves out; what a graphed step needs is the allocated peak plus the pool's
+    free part. Against every graphed row that recorded its pool (benchmarks/trainer/
+    small_steps.json): never more than 3% under; and above the eager unsharded estimate by the
+    blocks' static weight gradients in the steps before the backward."""
+    from pathlib import Path
+
+    rows = json.loads((Path(__file__).parents[1] / "benchmarks/trainer/small_steps.json").read_text())
+    checked = set()
+    for row in rows:
+        levers = set(row["levers"])
+        if "graphs" not in levers or row.get("graph_pool_free_gib") is None:
+            continue
+        setup = TrainingSetup(model=preset(row["model_preset"]), batch_size=row["batch_size"],
+                              seq_length=row["seq_length"], precision=row["precision"],
+                              quantized_model_init="qinit" in levers, single_gpu_fsdp=False, cuda_graphs=True)
+        predicted = estimate(setup, "H100").peak_allocated_bytes / 2**30
+        footprint = row["peak_allocated_gib"] + row["graph_pool_free_gib"]
+        assert predicted / footprint - 1 >= -0.03, (row["id"], predicted, footprint)
+        checked.add((row["model_preset"], row["batch_size"], row["seq_length"], row["precision"]))
+    assert len(checked) >= 4
+    eager = TrainingSetup(model=preset("1b"), batch_size=4, seq_length=4096, precision="fp8", single_gpu_fsdp=False)
+    graphed = estimate(dataclasses.replace(eager, cuda_graphs=True), "H100")
+    blocks = preset("1b").num_layers * preset("1b").block_params() * 4  # fp32 weight gradients
+    assert graphed.peak_allocated_bytes == pytest.approx(estimate(eager, "H100").peak_allocated_bytes + blocks, rel=1e-6)
+    assert graphed.phase == estimate(eager, "H100").phase
+
+
+@pytest.mark.parametrize("change, field", [
+    (dict(world_size=8), "world_size"),
+    (dict(single_gpu_fsdp=True), "single_gpu_fsdp"),
+    (dict(activation_checkpointing=True), "activation_checkpointing"),
+    (dict(backend="torch"), "backend"),
+])
+def test_cuda_graphs_are_refused_where_the_trainer_cannot_capture_them(change, field):
+    setup = TrainingSetup(model=preset("1b"), batch_size=1, seq_length=2048, precision="fp8",
+                          single_gpu_fsdp=False, cuda_graphs=True)
+    with pytest.raises(UserError) as exc:
+        estimate(dataclasses.replace(setup, **change), "H100")
+    assert exc.value.field == field and "cuda_graphs" in str(exc.value)
+
+
+def test_cuda_graphs_plan_without_checkpointing_and_refuse_it_when_asked():
+    out = _run_component(model_preset="1b", gpu="H100", world_size=1, seq_length=4096, precisions=["fp8"],
+                         single_gpu_fsdp=False, cuda_graphs=True)
+    entry = json.loads(out.plan)["precisions"]["fp8"]
+    assert entry["activation_checkpointing"] is False and entry["batch_size"] >= 1
+    with pytest.raises(UserError) as exc:
+        _run_component(model_preset="1b", gpu="H100", world_size=1, seq_length=4096, precisions=["fp8"],
+                       single_gpu_fsdp=False, cuda_graphs=True, activation_checkpointing="on")
+    assert exc.value.field == "activation_checkpointing"
+
+
 def test_an_estimate_takes_under_10_ms_and_imports_no_torch():
     s = TrainingSetup(PRESETS["64b"], 4, 8192, precision="mxfp8", world_size=16)
     gpu = hardware.gpu("B200")
@@ -576,8 +630,8 @@ def test_component_training_parameters_are_training_setup_fields_with_its_defaul
     fields["param_dtype"] = "fp32"  # None in TrainingSetup: fp32, its stored_param_dtype
     knobs = run.training_parameters(declared)
     assert set(knobs) == {"backend", "param_dtype", "master_weights", "optimizer_state_dtype",
-                          "fsdp_version", "quantized_model_init", "single_gpu_fsdp", "optimizer",
-                          "dropout", "expandable_segments"}
+                          "fsdp_version", "quantized_model_init", "single_gpu_fsdp", "cuda_graphs",
+                          "optimizer", "dropout", "expandable_segments"}
     assert knobs == {k: fields[k] for k in knobs}
 
 

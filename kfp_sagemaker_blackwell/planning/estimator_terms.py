@@ -240,6 +240,18 @@ class _Terms:
         P x reduce bytes, not divided by the world size. Unmeasured here."""
         return self.p_total * self.reduce_bytes if self.s.gradient_accumulation_steps > 1 else 0.0
 
+    def _graph_grads(self) -> float:
+        """``cuda_graphs``: every block's weight gradients, through the whole step.
+
+        ``te.make_graphed_callables`` captures each block's backward with its weight
+        gradients as the graph's static outputs, in the graphs' private pool, and keeps them
+        (the trainer's ``.grad`` aliases them): they exist from the first forward on, where
+        the eager step has none before its backward. Not a fit: the four graphed footprints
+        measured (allocated peak + the pool's free part, H100, 1b b4 s4096 and b1 s2048, bf16
+        and fp8) exceed the unsharded eager estimate by 1.3-3.4 GiB, under these 3.6 GiB
+        (benchmarks/memory/README.md, "CUDA graphs")."""
+        return self.layers * self.grads_block if self.s.cuda_graphs else 0.0
+
     def _live_copies(self, saved_blocks: int) -> float:
         """The unsharded model's weight copies (``root_copy``, ``block_copy``) while
         ``saved_blocks`` blocks hold theirs; with checkpointing the forward saves none and
@@ -282,7 +294,7 @@ class _Terms:
         saved_per_layer = self.act_ckpt_layer if s.activation_checkpointing else self.act_layer
         fwd_acts = self.layers * saved_per_layer + self.act_root
         last_block = self.block_gathered if s.fsdp_version == 2 else 0.0
-        held_grads = self._held_grads()
+        held_grads = self._held_grads() + self._graph_grads()
         out = []
         for name, loss, head_grad, root in (
             ("loss forward", self.loss_fwd, 0.0, 0.0),
@@ -321,7 +333,7 @@ class _Terms:
             f"backward of block {i}",
             dict(
                 base,
-                gradients=(self._held_grads() or done * self.grads_block)
+                gradients=(self._held_grads() or max(done * self.grads_block, self._graph_grads()))
                 + self.root_grad_unsharded * self._head_share()
                 + self.block_grad_unsharded,
                 # Block i+1's reduce-scatter input is still in flight (FSDP2 waits on it

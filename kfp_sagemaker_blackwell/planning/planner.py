@@ -183,7 +183,7 @@ class Request:
         # Check one setup so that model / training errors surface here, named: the others
         # differ from it only in what was just checked (precision, batch, checkpointing).
         checked = replace(self, precisions=parsed)
-        checked.setup(parsed[0], max(1, max(self.batch_sizes)), False).validate()
+        checked.setup(parsed[0], max(1, max(self.batch_sizes)), self.activation_checkpointing == "on").validate()
         return checked
 
     def setup(self, precision: str, batch_size: int, checkpointing: bool) -> TrainingSetup:
@@ -263,6 +263,8 @@ def largest_fitting(fits: Callable[[int], bool]) -> int:
 
 
 def _modes(request: Request) -> tuple[bool, ...]:
+    if request.training.get("cuda_graphs"):  # the graphs refuse checkpointing: auto is off
+        return {"auto": (False,), "on": (True,), "off": (False,)}[request.activation_checkpointing]
     return {"auto": (False, True), "on": (True,), "off": (False,)}[request.activation_checkpointing]
 
 

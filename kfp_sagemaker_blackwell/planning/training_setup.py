@@ -69,6 +69,10 @@ class TrainingSetup:
     # (the trainer's --no-single-gpu-fsdp): fp32 weights cast under autocast, every block's
     # compute copy kept from its forward to its backward, no FSDP buffers (``unsharded``).
     single_gpu_fsdp: bool = TRAINER_DEFAULTS["single_gpu_fsdp"]
+    # The trainer's --cuda-graphs (the unsharded model only, no checkpointing, TE): each
+    # block's forward and backward replayed from CUDA graphs, whose static weight gradients
+    # live through the whole step.
+    cuda_graphs: bool = TRAINER_DEFAULTS["cuda_graphs"]
     optimizer: str = "adamw-fused"
     gradient_accumulation_steps: int = TRAINER_DEFAULTS["grad_accum_steps"]
     # Hidden dropout probability of the blocks (this trainer: none; TE's fsdp.py: 0.1,
@@ -114,6 +118,7 @@ class TrainingSetup:
             "reduce_dtype": self.reduce_dtype,
             "quantized_model_init": self.quantized_model_init,
             "single_gpu_fsdp": self.single_gpu_fsdp,
+            "cuda_graphs": self.cuda_graphs,
             "optimizer": self.optimizer,
             "gradient_accumulation_steps": self.gradient_accumulation_steps,
             "dropout": self.dropout,
@@ -136,6 +141,24 @@ class TrainingSetup:
             raise UserError("single_gpu_fsdp", f"={self.single_gpu_fsdp!r} must be true or false.",
                             "true: FSDP2 on one GPU as on many (the trainer's default); false: "
                             "the plain module (--no-single-gpu-fsdp).")
+        if not isinstance(self.cuda_graphs, bool):
+            raise UserError("cuda_graphs", f"={self.cuda_graphs!r} must be true or false.",
+                            "true: the trainer's --cuda-graphs; false: the blocks run eagerly.")
+        if self.cuda_graphs:
+            why = ("the trainer captures the blocks of the plain module on one GPU (world_size 1, "
+                   "single_gpu_fsdp false, fsdp_version 2), on the te backend, without activation "
+                   "checkpointing")
+            for name, ok, fix in (
+                ("world_size", self.world_size == 1, "plan one GPU (world_size 1)"),
+                ("single_gpu_fsdp", not self.single_gpu_fsdp, "set single_gpu_fsdp false"),
+                ("fsdp_version", self.fsdp_version == 2, "set fsdp_version 2"),
+                ("backend", self.backend == "te", "use backend te"),
+                ("activation_checkpointing", not self.activation_checkpointing,
+                 "set activation_checkpointing off"),
+            ):
+                if not ok:
+                    raise UserError(name, f"={getattr(self, name)!r} cannot run with cuda_graphs: {why}.",
+                                    f"{fix}, or turn cuda_graphs off.")
         if not isinstance(self.expandable_segments, bool):
             raise UserError("expandable_segments", f"={self.expandable_segments!r} must be true or "
                             "false.", "true: the trainer's default allocator setting; false: the "

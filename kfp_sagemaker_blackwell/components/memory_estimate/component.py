@@ -37,6 +37,7 @@ def memory_estimate(
     fsdp_version: int = 2,
     quantized_model_init: bool = False,
     single_gpu_fsdp: bool = True,
+    cuda_graphs: bool = False,
     optimizer: str = "adamw-fused",
     dropout: float = 0.0,
     expandable_segments: bool = True,
@@ -84,6 +85,9 @@ def memory_estimate(
         single_gpu_fsdp: World size 1 only: FSDP2 as on many GPUs (the trainer's default), or
             false for the plain module (the trainer's --no-single-gpu-fsdp), which holds every
             block's 16-bit or quantised weight copy from its forward to its backward.
+        cuda_graphs: The trainer's --cuda-graphs (one GPU, single_gpu_fsdp false, te backend,
+            no checkpointing: "auto" plans without): every block's weight gradients live
+            through the whole step, as the graphs' static outputs.
         optimizer: adamw-fused (AdamW(fused=True), in place: this project's trainer) or
             adamw-foreach (torch.optim.Adam's default on CUDA, one state-sized temporary:
             TE's examples/pytorch/fsdp/fsdp.py).
