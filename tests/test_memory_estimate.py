@@ -238,6 +238,10 @@ def test_cuda_graphs_are_priced_never_under_the_trainers_graphed_footprint():
     blocks = preset("1b").num_layers * preset("1b").block_params() * 4  # fp32 weight gradients
     assert graphed.peak_allocated_bytes == pytest.approx(estimate(eager, "H100").peak_allocated_bytes + blocks, rel=1e-6)
     assert graphed.phase == estimate(eager, "H100").phase
+    # accumulating micro-batches, TE clones each returned gradient: both copies are held
+    accum = dataclasses.replace(eager, gradient_accumulation_steps=2)
+    assert estimate(dataclasses.replace(accum, cuda_graphs=True), "H100").peak_allocated_bytes == \
+        pytest.approx(estimate(accum, "H100").peak_allocated_bytes + blocks, rel=1e-6)
 
 
 @pytest.mark.parametrize("change, field", [

@@ -252,6 +252,13 @@ class _Terms:
         (benchmarks/memory/README.md, "CUDA graphs")."""
         return self.layers * self.grads_block if self.s.cuda_graphs else 0.0
 
+    def _with_graph_grads(self, eager: float) -> float:
+        """The eager step's gradients ``eager`` with the graphs' static ones: the same memory
+        with one micro-batch per step (``.grad`` aliases them), beside it when accumulating
+        micro-batches (TE clones each returned gradient: ``clone_param_grads_on_return``)."""
+        graphs = self._graph_grads()
+        return eager + graphs if self._held_grads() else max(eager, graphs)
+
     def _live_copies(self, saved_blocks: int) -> float:
         """The unsharded model's weight copies (``root_copy``, ``block_copy``) while
         ``saved_blocks`` blocks hold theirs; with checkpointing the forward saves none and
@@ -294,7 +301,7 @@ class _Terms:
         saved_per_layer = self.act_ckpt_layer if s.activation_checkpointing else self.act_layer
         fwd_acts = self.layers * saved_per_layer + self.act_root
         last_block = self.block_gathered if s.fsdp_version == 2 else 0.0
-        held_grads = self._held_grads() + self._graph_grads()
+        held_grads = self._with_graph_grads(self._held_grads())
         out = []
         for name, loss, head_grad, root in (
             ("loss forward", self.loss_fwd, 0.0, 0.0),
@@ -333,7 +340,7 @@ class _Terms:
             f"backward of block {i}",
             dict(
                 base,
-                gradients=(self._held_grads() or max(done * self.grads_block, self._graph_grads()))
+                gradients=self._with_graph_grads(self._held_grads() or done * self.grads_block)
                 + self.root_grad_unsharded * self._head_share()
                 + self.block_grad_unsharded,
                 # Block i+1's reduce-scatter input is still in flight (FSDP2 waits on it
@@ -357,7 +364,7 @@ class _Terms:
                 "end of backward",
                 dict(
                     base,
-                    gradients=(self._held_grads() or (self.layers * self.grads_block))
+                    gradients=self._with_graph_grads(self._held_grads() or (self.layers * self.grads_block))
                     + self.root_grad_unsharded,
                     # Measured (spot_checks_h200.json, 8b x 4 layers, peak here): the first
                     # block's reduce-scatter input is gone by the root's copy-in.
@@ -367,7 +374,8 @@ class _Terms:
             ),
             (
                 "optimizer step",
-                dict(base, gradients=self.grads_full, fsdp_buffers=self.optimizer_temp),
+                dict(base, gradients=self.grads_full + (self._graph_grads() if self._held_grads() else 0.0),
+                     fsdp_buffers=self.optimizer_temp),
             ),
         ]
 
