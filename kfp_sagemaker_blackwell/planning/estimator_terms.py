@@ -246,9 +246,9 @@ class _Terms:
         ``te.make_graphed_callables`` captures each block's backward with its weight
         gradients as the graph's static outputs, in the graphs' private pool, and keeps them
         (the trainer's ``.grad`` aliases them): they exist from the first forward on, where
-        the eager step has none before its backward. Not a fit: the four graphed footprints
-        measured (allocated peak + the pool's free part, H100, 1b b4 s4096 and b1 s2048, bf16
-        and fp8) exceed the unsharded eager estimate by 1.3-3.4 GiB, under these 3.6 GiB
+        the eager step has none before its backward. Not a fit: the five graphed footprints
+        measured (allocated peak + the pool's free part, H100, 1b b4 s4096 and b1 s2048, bf16,
+        fp8 and fp8 + qinit) exceed the unsharded eager estimate by 1.3-3.4 GiB, under these 3.6 GiB
         (benchmarks/memory/README.md, "CUDA graphs")."""
         return self.layers * self.grads_block if self.s.cuda_graphs else 0.0
 

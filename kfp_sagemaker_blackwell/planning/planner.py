@@ -263,8 +263,8 @@ def largest_fitting(fits: Callable[[int], bool]) -> int:
 
 
 def _modes(request: Request) -> tuple[bool, ...]:
-    if request.training.get("cuda_graphs"):  # the graphs refuse checkpointing: auto is off
-        return {"auto": (False,), "on": (True,), "off": (False,)}[request.activation_checkpointing]
+    if request.training.get("cuda_graphs") and request.activation_checkpointing == "auto":
+        return (False,)  # the graphs refuse checkpointing ("on" is refused by validate)
     return {"auto": (False, True), "on": (True,), "off": (False,)}[request.activation_checkpointing]
 
 
