@@ -200,6 +200,56 @@ def compare(path: Path, split: str | None = None) -> list[Row]:
     return rows
 
 
+# The trainer's one-GPU rows of issue 40 (benchmarks/trainer/like_for_like.py's small-step
+# stages, one per timed run): the levers the estimator has settings for. Other levers
+# (prefetch, the host pool, an FP8 head...) are left out.
+SMALL_STEPS = ROOT / "benchmarks" / "trainer" / "small_steps.json"
+SMALL_STEP_LEVERS = frozenset({"unsharded", "qinit", "graphs"})
+
+
+def small_step_setup(row: dict[str, Any]) -> training_setup.TrainingSetup | None:
+    """The setup of a ``small_steps.json`` row (the trainer's defaults, checkpointing off as
+    like_for_like.py runs it), or None where a lever is not an estimator setting.
+    ``--cuda-graphs`` runs on the unsharded module (``--no-single-gpu-fsdp``)."""
+    from kfp_sagemaker_blackwell.catalog.spec import preset
+
+    levers = set(row["levers"])
+    if levers - SMALL_STEP_LEVERS:
+        return None
+    return training_setup.TrainingSetup(
+        model=preset(row["model_preset"]), batch_size=int(row["batch_size"]),
+        seq_length=int(row["seq_length"]), precision=row["precision"], activation_checkpointing=False,
+        quantized_model_init="qinit" in levers, single_gpu_fsdp=not levers & {"unsharded", "graphs"},
+        cuda_graphs="graphs" in levers)
+
+
+def small_steps(path: Path = SMALL_STEPS) -> list[Row]:
+    """The rows of ``small_steps.json`` the estimator describes, measured against predicted.
+    A graphed step's replays write into the graphs' private pool, which the allocated peak
+    leaves out: its measure is the footprint, the allocated peak plus the pool's free part (rows
+    that did not record the pool, before session v15, are left out)."""
+    out = []
+    for r in json.loads(Path(path).read_text()):
+        s = small_step_setup(r)
+        if s is None or not r.get("peak_allocated_gib"):
+            continue
+        graphs = s.cuda_graphs
+        if graphs and r.get("graph_pool_free_gib") is None:
+            continue
+        gpu = hardware.gpu(r["gpu"])
+        e = estimator.estimate(s, gpu)
+        measured = (r["peak_allocated_gib"] + (r["graph_pool_free_gib"] if graphs else 0)) * 2**30
+        levers = "+".join(sorted(r["levers"])) or "FSDP2"
+        label = (f"{r['model_preset']} {s.precision} b{s.batch_size} s{s.seq_length} {levers} "
+                 f"{gpu.name} {r.get('session_id', '')}".rstrip())
+        out.append(Row(label, "ok", int(measured), int((r.get("peak_reserved_gib") or 0) * 2**30),
+                       e.peak_allocated_bytes, e.peak_bytes, gpu.memory_bytes, e.phase,
+                       e.peak_reserved_bytes, family_of(s, r["model_preset"]),
+                       source=Path(path).name, batch_size=s.batch_size,
+                       context_bytes=e.breakdown["cuda_context"]))
+    return out
+
+
 # Every grid that records the peak reserved memory of runs that ran, and the out-of-memory
 # boundaries measured on an H200 (benchmarks/memory/boundary.py).
 BOUNDARY = HERE / "boundary_h200.json"
@@ -652,7 +702,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fit-expandable", action="store_true",
                     help="fit the reserve under expandable segments on the H100 boundaries (each "
                     "backend held out in turn), the unsqueezed cache, and the speed at the edge")
+    ap.add_argument("--small-steps", nargs="?", type=Path, const=SMALL_STEPS, metavar="JSON",
+                    help="the trainer's one-GPU rows (issue 40: FSDP2, the unsharded module, "
+                    "qinit, CUDA graphs as their footprint) against the estimate; default "
+                    f"benchmarks/trainer/{SMALL_STEPS.name}")
     args = ap.parse_args(argv)
+    if args.small_steps:
+        print(f"### {args.small_steps.name}\n")
+        print(markdown(small_steps(args.small_steps)), end="")
+        return 0
     if args.fit_expandable:
         print(expandable_report(), end="")
         return 0
