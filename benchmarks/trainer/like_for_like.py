@@ -251,8 +251,7 @@ def levers2_best(results: dict) -> list[Run]:
 SMALL_SHAPES = (("1b-b4-s4096", "1b", 4, 4096, 31), ("1b-b1-s2048", "1b", 1, 2048, 26),
                 ("1b-b2-s4096", "1b", 2, 4096, 28), ("1b-b4-s2048", "1b", 4, 2048, 28),
                 ("te-b1-s2048", "te-fsdp-example", 1, 2048, 30), ("te-b2-s2048", "te-fsdp-example", 2, 2048, 32),
-                ("te-b4-s2048", "te-fsdp-example", 4, 2048, 34), ("1b-b2-s8192", "1b", 2, 8192, 32),
-                ("te-b2-s4096", "te-fsdp-example", 2, 4096, 34))
+                ("te-b4-s2048", "te-fsdp-example", 4, 2048, 34), ("1b-b2-s8192", "1b", 2, 8192, 32))
 SMALL_LEVERS = {  # name: (trainer flags, environment)
     "graphs": (["--no-single-gpu-fsdp", "--cuda-graphs"], {}),
     "unsharded": (["--no-single-gpu-fsdp"], {}),
@@ -260,8 +259,7 @@ SMALL_LEVERS = {  # name: (trainer flags, environment)
     "qinit": (["--quantized-model-init"], {}),
     # TE's FP8 attention (recipe.fp8_dpa): the attention, 45 ms of the 1b b4 s4096 step on an
     # H100 in bf16 and fp8 alike (session v12's profile), is the largest part fp8 leaves in bf16,
-    # and unlike the one-GPU levers it applies on eight GPUs too. Hopper trains it at head size
-    # 128 only (the trainer refuses the 1b preset's 64 there): measured on te-fsdp-example
+    # and unlike the one-GPU levers it applies on eight GPUs too
     "fp8-attn": (["--fp8-attention"], {}),
     # the next batch made while the GPU runs the update (session v8's profiles: the GPU waited
     # 4.6-24.6 ms a step for the host's synthetic batch; session v9: no gain with one host thread)
@@ -286,8 +284,7 @@ def small(results: dict) -> list[Run]:
     """Issue 40's table, most important first: the 1b batch-4 seq-4096 pair (the bar: fp8 >=
     1.30x bf16), each lever on it (qinit first: it ran 1.05x faster in session v9 but did not
     learn until session v12's fix; then with the unsharded model and the graphs; then TE's FP8
-    attention on te-fsdp-example at 4,096 tokens, whose head size Hopper trains in FP8; then
-    the pool),
+    attention, alone and with qinit; then the pool),
     the other small shapes (1b b1-b4 s2048-4096, te-fsdp-example b1-b4 s2048) bf16 and fp8 with
     the graphs on the smallest, then the bar's pair again."""
     key = "1b-b4-s4096"
@@ -295,10 +292,8 @@ def small(results: dict) -> list[Run]:
             _small(key, "fp8", ("qinit",)),
             # qinit learns since session v12 (1.261x bf16 on an H100): with the one-GPU levers
             _small(key, "fp8", ("qinit", "unsharded")), _small(key, "fp8", ("qinit", "graphs")),
-            # FP8 attention (never measured; head size 128, the 1b preset's 64 is Blackwell's
-            # only): its fp8 base, the lever, and bf16 for the ratio, at a GPU-bound shape
-            _small("te-b2-s4096", "fp8"), _small("te-b2-s4096", "fp8", ("fp8-attn",)),
-            _small("te-b2-s4096", "bf16"),
+            # FP8 attention (never measured): alone, and with qinit, the levers that apply on 8 GPUs
+            _small(key, "fp8", ("fp8-attn",)), _small(key, "fp8", ("qinit", "fp8-attn")),
             _small(key, "fp8", ("pool",)), _small(key, "bf16", ("pool",)),
             _small(key, "fp8", ("graphs",)), _small(key, "bf16", ("graphs",)),
             _small(key, "fp8", ("fp8-head",)), _small(key, "fp8", ("unsharded",)),

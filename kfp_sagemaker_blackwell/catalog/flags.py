@@ -150,8 +150,7 @@ class TrainConfig:
         False, "TE backend: run the attention's dot products in FP8 too (TE's fp8_dpa, a beta "
         "feature of TE 2.20, in cuDNN's fused attention; the projections keep the precision's "
         "recipe). fp8 on Hopper and Blackwell; fp8-current and mxfp8 on Blackwell only; TE has "
-        "none for fp8-block or nvfp4. cuDNN trains it at head size 128 only on Hopper (not the 1b "
-        "preset's 64), up to 128 on Blackwell. Not measured yet, neither its speed nor its convergence: "
+        "none for fp8-block or nvfp4. Not measured yet, neither its speed nor its convergence: "
         "check a model with the precision sweep's convergence comparison before relying on it")
     # TE checks no bound (recipe.DelayedScaling, delayed_scaling.cu): each FP8 module keeps a
     # float32 [len, 3 per GEMM] history on the GPU and the scale update walks it every step,

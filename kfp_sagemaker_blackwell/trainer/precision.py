@@ -133,10 +133,12 @@ def check_levers(cfg, backend: str, world_size: int, capability: tuple[int, int]
     if cfg.fp8_attention and backend != "te":
         raise ConfigError(f"fp8-attention: TE's FP8 attention needs backend=te, not {backend}",
                           "fp8-attention", "use backend=te on a GPU, or leave it off")
-    if cfg.fp8_attention and capability is not None:
-        why = fp8_attention_problem(cfg.precision, (capability[0], capability[1]), cfg.model.head_dim)
-        if why:
-            raise ConfigError(f"fp8-attention: {why}", "fp8-attention", "leave it off")
+    least = FP8_ATTENTION_MIN_CC.get(cfg.precision)
+    if cfg.fp8_attention and capability is not None and least is not None and tuple(capability) < least:
+        raise ConfigError(f"fp8-attention: TE 2.20 runs FP8 attention with precision={cfg.precision} "
+                          f"from compute capability {least[0]}.{least[1]} (this GPU: "
+                          f"{capability[0]}.{capability[1]})", "fp8-attention",
+                          "leave it off, or use precision=fp8 (delayed scaling) on this GPU")
     if cfg.fp8_weight_cache and backend != "te":
         raise ConfigError("fp8-weight-cache: TE's FP8 weight cache needs backend=te, not "
                           f"{backend}", "fp8-weight-cache", "use backend=te on a GPU, or leave it off")
@@ -147,21 +149,3 @@ def check_levers(cfg, backend: str, world_size: int, capability: tuple[int, int]
         raise ConfigError(f"cuda-graphs: one GPU only (world size {world_size} shards the model "
                           "with FSDP2, whose all-gathers the graphs cannot capture)", "cuda-graphs",
                           "run on one GPU, or leave it off")
-
-
-def fp8_attention_problem(precision: str, capability: tuple[int, int], head_dim: int) -> str:
-    """Why TE 2.20 has no FP8 attention kernel for training this (``""``: it has one). Its
-    only backend is cuDNN's fused attention (TE's nvte_get_fused_attn_backend, cuDNN >= 9.7):
-    in training, head size 128 exactly below Blackwell, up to 128 (a multiple of 16) from it;
-    the recipes per compute capability are FP8_ATTENTION_MIN_CC's."""
-    least = FP8_ATTENTION_MIN_CC.get(precision)
-    cc = f"{capability[0]}.{capability[1]}"
-    if least is not None and capability < least:
-        return (f"TE 2.20 runs FP8 attention with precision={precision} from compute capability "
-                f"{least[0]}.{least[1]} (this GPU: {cc}); precision=fp8 runs it from 9.0")
-    if capability < (10, 0) and head_dim != 128:
-        return (f"cuDNN trains FP8 attention below Blackwell (this GPU: {cc}) with head size 128 "
-                f"only; this model's is {head_dim}")
-    if capability >= (10, 0) and (head_dim > 128 or head_dim % 16):
-        return f"cuDNN trains FP8 attention with head sizes up to 128, multiples of 16; this model's is {head_dim}"
-    return ""
