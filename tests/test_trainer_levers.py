@@ -97,9 +97,6 @@ def test_a_source_that_fails_while_prefetching_fails_the_step_that_needs_it(monk
     (dict(cuda_graphs=True), "cuda-graphs"),  # FSDP2 on one GPU is the default
     (dict(cuda_graphs=True, single_gpu_fsdp=False, activation_checkpointing=True), "cuda-graphs"),
     (dict(late_sync=True, precision="fp16"), "late-sync"),
-    (dict(fp8_attention=True, precision="bf16"), "fp8-attention"),
-    (dict(fp8_attention=True, precision="fp8-block"), "fp8-attention"),  # TE 2.20 has none
-    (dict(fp8_attention=True, precision="nvfp4"), "fp8-attention"),
 ])
 def test_unsupported_lever_combinations_are_refused_with_the_fix(kw, field):
     with pytest.raises(config.ConfigError) as err:
@@ -108,48 +105,11 @@ def test_unsupported_lever_combinations_are_refused_with_the_fix(kw, field):
 
 
 @pytest.mark.parametrize("kw", [dict(fp8_weight_cache=True, precision="fp8"),
-                                dict(cuda_graphs=True, single_gpu_fsdp=False),
-                                dict(fp8_attention=True, precision="fp8")])
+                                dict(cuda_graphs=True, single_gpu_fsdp=False)])
 def test_te_only_levers_are_refused_on_the_torch_backend_before_any_work(kw):
     with pytest.raises(config.ConfigError) as err:
         train.run(config.make("tiny", backend="torch", device="cpu", checkpoint_dir="", **NO_OUTPUTS, **kw))
     assert "backend=te" in str(err.value) and "Fix:" in str(err.value)
-
-
-@pytest.mark.parametrize("prec, capability, refused", [
-    ("fp8", (9, 0), False), ("fp8", (8, 9), True),  # cuDNN's FP8 attention: Hopper on
-    ("fp8-current", (9, 0), True), ("fp8-current", (10, 0), False),  # current scaling: Blackwell on
-    ("mxfp8", (10, 0), False),
-])
-def test_fp8_attention_is_refused_on_a_gpu_whose_te_cannot_run_it(prec, capability, refused):
-    from kfp_sagemaker_blackwell.trainer import precision
-
-    cfg = config.make("tiny", precision=prec, fp8_attention=True).validate()
-    if not refused:
-        precision.check_levers(cfg, "te", 1, capability)
-        return
-    with pytest.raises(config.ConfigError) as err:
-        precision.check_levers(cfg, "te", 1, capability)
-    assert err.value.name == "fp8-attention" and f"{capability[0]}.{capability[1]}" in str(err.value)
-
-
-def test_fp8_attention_turns_on_the_recipes_fp8_dpa_and_nothing_else(monkeypatch):
-    from kfp_sagemaker_blackwell.trainer import precision
-
-    class Recipe:
-        def __init__(self, **kw):
-            self.kw = kw
-
-    fake = types.SimpleNamespace(Format=types.SimpleNamespace(HYBRID="hybrid"), DelayedScaling=Recipe,
-                                 Float8CurrentScaling=Recipe, Float8BlockScaling=Recipe,
-                                 MXFP8BlockScaling=Recipe, NVFP4BlockScaling=Recipe)
-    monkeypatch.setitem(sys.modules, "transformer_engine", types.ModuleType("transformer_engine"))
-    monkeypatch.setitem(sys.modules, "transformer_engine.common", types.SimpleNamespace(recipe=fake))
-    plain = precision.te_recipe("fp8", 1024)
-    with_dpa = precision.te_recipe("fp8", 1024, fp8_attention=True)
-    assert "fp8_dpa" not in plain.kw and with_dpa.kw == {**plain.kw, "fp8_dpa": True}
-    assert precision.te_recipe("mxfp8", 1024, True).kw == {"fp8_dpa": True}
-    assert precision.te_recipe("bf16", 1024, True) is None
 
 
 def test_the_weight_cache_marks_only_the_first_micro_batch_of_a_step():

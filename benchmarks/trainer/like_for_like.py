@@ -257,10 +257,6 @@ SMALL_LEVERS = {  # name: (trainer flags, environment)
     "unsharded": (["--no-single-gpu-fsdp"], {}),
     "fp8-head": (["--no-high-precision-lm-head"], {}),
     "qinit": (["--quantized-model-init"], {}),
-    # TE's FP8 attention (recipe.fp8_dpa): the attention, 45 ms of the 1b b4 s4096 step on an
-    # H100 in bf16 and fp8 alike (session v12's profile), is the largest part fp8 leaves in bf16,
-    # and unlike the one-GPU levers it applies on eight GPUs too
-    "fp8-attn": (["--fp8-attention"], {}),
     # the next batch made while the GPU runs the update (session v8's profiles: the GPU waited
     # 4.6-24.6 ms a step for the host's synthetic batch; session v9: no gain with one host thread)
     "prefetch": (["--data-prefetch"], {}),
@@ -283,8 +279,7 @@ def _small(shape: str, prec: str, levers: tuple[str, ...] = (), tag: str = "") -
 def small(results: dict) -> list[Run]:
     """Issue 40's table, most important first: the 1b batch-4 seq-4096 pair (the bar: fp8 >=
     1.30x bf16), each lever on it (qinit first: it ran 1.05x faster in session v9 but did not
-    learn until session v12's fix; then with the unsharded model and the graphs; then TE's FP8
-    attention, alone and with qinit; then the pool),
+    learn until session v12's fix; then with the unsharded model and the graphs; then the pool),
     the other small shapes (1b b1-b4 s2048-4096, te-fsdp-example b1-b4 s2048) bf16 and fp8 with
     the graphs on the smallest, then the bar's pair again."""
     key = "1b-b4-s4096"
@@ -292,8 +287,6 @@ def small(results: dict) -> list[Run]:
             _small(key, "fp8", ("qinit",)),
             # qinit learns since session v12 (1.261x bf16 on an H100): with the one-GPU levers
             _small(key, "fp8", ("qinit", "unsharded")), _small(key, "fp8", ("qinit", "graphs")),
-            # FP8 attention (never measured): alone, and with qinit, the levers that apply on 8 GPUs
-            _small(key, "fp8", ("fp8-attn",)), _small(key, "fp8", ("qinit", "fp8-attn")),
             _small(key, "fp8", ("pool",)), _small(key, "bf16", ("pool",)),
             _small(key, "fp8", ("graphs",)), _small(key, "bf16", ("graphs",)),
             _small(key, "fp8", ("fp8-head",)), _small(key, "fp8", ("unsharded",)),

@@ -28,7 +28,6 @@ from kfp_sagemaker_blackwell.catalog import spec
 from kfp_sagemaker_blackwell.catalog.bounds import Bounds, unknown, within
 from kfp_sagemaker_blackwell.catalog.errors import FieldError
 from kfp_sagemaker_blackwell.catalog.precisions import (
-    FP8_ATTENTION_MIN_CC,
     LOW_PRECISIONS,
     PRECISIONS,
     as_precision,
@@ -145,13 +144,6 @@ class TrainConfig:
         "1024, 300 steps, two seeds, within 0.24 nats of the data's entropy floor): final loss "
         "+0.04% against bf16, plain fp8 +0.07%. Longer runs are not measured: check a new model with "
         "the precision sweep's convergence comparison")
-    # TE 2.20's FP8 attention (recipe.fp8_dpa, a beta feature): precisions.FP8_ATTENTION_MIN_CC.
-    fp8_attention: bool = option(
-        False, "TE backend: run the attention's dot products in FP8 too (TE's fp8_dpa, a beta "
-        "feature of TE 2.20, in cuDNN's fused attention; the projections keep the precision's "
-        "recipe). fp8 on Hopper and Blackwell; fp8-current and mxfp8 on Blackwell only; TE has "
-        "none for fp8-block or nvfp4. Not measured yet, neither its speed nor its convergence: "
-        "check a model with the precision sweep's convergence comparison before relying on it")
     # TE checks no bound (recipe.DelayedScaling, delayed_scaling.cu): each FP8 module keeps a
     # float32 [len, 3 per GEMM] history on the GPU and the scale update walks it every step,
     # so 1e9 is 12 GB per GEMM at the first forward. 1024 is TE's default and its largest
@@ -278,10 +270,6 @@ class TrainConfig:
             raise ConfigError("data-dir: token files need a language model (vocab-size > 0)")
         if self.quantized_model_init and self.precision not in LOW_PRECISIONS:
             raise ConfigError(f"quantized-model-init: needs an FP8/FP4 precision, not {self.precision}")
-        if self.fp8_attention and self.precision not in FP8_ATTENTION_MIN_CC:
-            raise ConfigError(f"fp8-attention: TE runs FP8 attention with {', '.join(FP8_ATTENTION_MIN_CC)}"
-                              f", not precision={self.precision}", "fp8-attention",
-                              "leave it off, or use precision=fp8")
         if self.fp8_weight_cache and self.precision not in LOW_PRECISIONS:
             raise ConfigError(f"fp8-weight-cache: caches FP8/FP4 weights; precision={self.precision} has "
                               "none", "fp8-weight-cache", "leave it off, or use an FP8/FP4 precision")

@@ -44,12 +44,6 @@ MIN_CC: dict[str, tuple[int, int]] = {
     "nvfp4": (10, 0),
 }
 EXCLUDED_CC: dict[str, tuple[tuple[int, int], ...]] = {"mxfp8": ((12, 0), (12, 1))}
-# TE 2.20's FP8 attention (recipe.fp8_dpa, the trainer's --fp8-attention) per recipe: the
-# least compute capability where cuDNN's fused attention, its only backend, runs it
-# (transformer_engine/pytorch/attention/dot_product_attention/utils.py,
-# get_attention_backend: delayed scaling from sm90, current scaling and MXFP8 from sm100);
-# fp8-block and nvfp4 have none.
-FP8_ATTENTION_MIN_CC: dict[str, tuple[int, int]] = {"fp8": (9, 0), "fp8-current": (10, 0), "mxfp8": (10, 0)}
 
 # Lowest first, the article's order: start with FP8; block formats need newer kernels;
 # NVFP4 needs real engineering (validated recipes, Megatron Core).

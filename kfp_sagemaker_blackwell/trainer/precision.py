@@ -11,7 +11,6 @@ from kfp_sagemaker_blackwell.catalog import hardware
 from kfp_sagemaker_blackwell.catalog.flags import ConfigError
 from kfp_sagemaker_blackwell.catalog.precisions import (
     ALL_PRECISIONS,
-    FP8_ATTENTION_MIN_CC,
     parse_precision,
 )
 
@@ -106,39 +105,26 @@ def plan(precision: str, backend: str, device_type: str) -> Plan:
                 param_dtype, gpu_name, gpu_spec)
 
 
-def te_recipe(precision: str, amax_history_len: int, fp8_attention: bool = False):
-    """The TE recipe of a low precision (None for the others); ``fp8_attention``
-    (--fp8-attention, checked by TrainConfig.validate and check_levers): the recipe's fp8_dpa."""
+def te_recipe(precision: str, amax_history_len: int):
     from transformer_engine.common import recipe as r
 
-    dpa = {"fp8_dpa": True} if fp8_attention else {}
     if precision == "fp8":
         return r.DelayedScaling(fp8_format=r.Format.HYBRID, amax_history_len=amax_history_len,
-                                amax_compute_algo="max", **dpa)
+                                amax_compute_algo="max")
     if precision == "fp8-current":
-        return r.Float8CurrentScaling(**dpa)
+        return r.Float8CurrentScaling()
     if precision == "fp8-block":
         return r.Float8BlockScaling()
     if precision == "mxfp8":
-        return r.MXFP8BlockScaling(**dpa)
+        return r.MXFP8BlockScaling()
     if precision == "nvfp4":
         return r.NVFP4BlockScaling()
     return None
 
 
-def check_levers(cfg, backend: str, world_size: int, capability: tuple[int, int] | None = None) -> None:
-    """The speed levers that need the resolved backend, the world size or the GPU's compute
-    ``capability`` (``TrainConfig.validate`` checks the rest): refused before the model is
-    built, with the fix."""
-    if cfg.fp8_attention and backend != "te":
-        raise ConfigError(f"fp8-attention: TE's FP8 attention needs backend=te, not {backend}",
-                          "fp8-attention", "use backend=te on a GPU, or leave it off")
-    least = FP8_ATTENTION_MIN_CC.get(cfg.precision)
-    if cfg.fp8_attention and capability is not None and least is not None and tuple(capability) < least:
-        raise ConfigError(f"fp8-attention: TE 2.20 runs FP8 attention with precision={cfg.precision} "
-                          f"from compute capability {least[0]}.{least[1]} (this GPU: "
-                          f"{capability[0]}.{capability[1]})", "fp8-attention",
-                          "leave it off, or use precision=fp8 (delayed scaling) on this GPU")
+def check_levers(cfg, backend: str, world_size: int) -> None:
+    """The speed levers that need the resolved backend or the world size (``TrainConfig.validate``
+    checks the rest): refused before the model is built, with the fix."""
     if cfg.fp8_weight_cache and backend != "te":
         raise ConfigError("fp8-weight-cache: TE's FP8 weight cache needs backend=te, not "
                           f"{backend}", "fp8-weight-cache", "use backend=te on a GPU, or leave it off")

@@ -49,7 +49,7 @@ class TECausalLM(nn.Module):
         self.high_precision_head = cfg.high_precision_lm_head
         self.checkpoint_blocks = cfg.activation_checkpointing
         norm = "RMSNorm" if spec.norm == "rmsnorm" else "LayerNorm"
-        recipe = te_recipe(cfg.precision, cfg.fp8_amax_history_len, cfg.fp8_attention)
+        recipe = te_recipe(cfg.precision, cfg.fp8_amax_history_len)
         # With FP8 primary weights FSDP2 casts nothing (no param_dtype), so every other parameter
         # (norms, biases, embeddings) is kept in the compute dtype, bf16, as TE's FusedAdam keeps
         # the fp32 masters of all of them: an fp32 LayerNorm weight meeting a bf16 input is
@@ -198,7 +198,7 @@ def graph_blocks(model: TECausalLM, cfg: TrainConfig, world: parallel.World, pla
     if parallel.shards(world, cfg.single_gpu_fsdp) or cfg.activation_checkpointing:
         raise ValueError("cuda graphs need the unsharded model without activation checkpointing "
                          "(TrainConfig.validate refuses the rest)")
-    recipe = te_recipe(cfg.precision, cfg.fp8_amax_history_len, cfg.fp8_attention)
+    recipe = te_recipe(cfg.precision, cfg.fp8_amax_history_len)
     dims = (cfg.seq_length, cfg.batch_size) if model.sequence_first else (cfg.batch_size, cfg.seq_length)
     dtype = plan.param_dtype or torch.float32
     n = len(model.blocks)
@@ -226,7 +226,7 @@ def autocast_factory(cfg: TrainConfig, plan: Plan):
     import torch.distributed as dist
     import transformer_engine.pytorch as te
 
-    recipe = te_recipe(cfg.precision, cfg.fp8_amax_history_len, cfg.fp8_attention)
+    recipe = te_recipe(cfg.precision, cfg.fp8_amax_history_len)
     if recipe is None:
         return contextlib.nullcontext
     group = dist.group.WORLD if cfg.precision == "fp8" and dist.get_world_size() > 1 else None

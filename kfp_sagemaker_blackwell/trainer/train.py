@@ -207,8 +207,7 @@ def run(cfg: TrainConfig, log_out=None) -> dict[str, Any]:
     plan = precision.plan(cfg.precision, cfg.backend, device_type)  # refuses before any work
     alloc = allocator.configure() if device_type == "cuda" else None  # before the first CUDA allocation
     world = parallel.init(device_type)
-    capability = torch.cuda.get_device_capability() if device_type == "cuda" else None
-    precision.check_levers(cfg, plan.backend, world.world_size, capability)
+    precision.check_levers(cfg, plan.backend, world.world_size)
     return Trainer(cfg, plan, world, _Log(world.is_main, log_out), alloc=alloc, t_start=t_start).run()
 
 
