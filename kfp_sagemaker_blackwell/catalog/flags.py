@@ -138,8 +138,9 @@ class TrainConfig:
                                         valid="[0, 1024]")
     quantized_model_init: bool = option(
         False, "TE backend, FP8/FP4: keep primary weights in FP8 (te.quantized_model_init). "
-        "Measured on an H100 (1b, batch 4, seq 4096, fp8): 1.05x plain fp8's speed, and with "
-        "--no-single-gpu-fsdp or --cuda-graphs 1.31-1.33x bf16's, in two sessions; 2.2 GiB more "
+        "Measured on an H100 (1b, batch 4, seq 4096, fp8): 1.05x plain fp8's speed in six sessions "
+        "(0.97x in a seventh), and with --no-single-gpu-fsdp or --cuda-graphs 1.31-1.33x bf16's, "
+        "in three sessions; 2.2 GiB more "
         "peak memory (the estimate models it). Convergence (1b, vocabulary 8,192, batch 8, seq "
         "1024, 300 steps, two seeds, within 0.24 nats of the data's entropy floor): final loss "
         "+0.04% against bf16, plain fp8 +0.07%. Longer runs are not measured: check a new model with "
@@ -188,7 +189,8 @@ class TrainConfig:
         "activations into the graphs' private pool, which the allocated peak leaves out (the summary "
         "reports the pool: graph_pool_free_bytes). The memory estimate models it (cuda_graphs: every "
         "block's weight gradients held through the step, 3.6 GiB at 1b): measured footprints "
-        "(allocated peak + the pool's free part) 0.6-11% under that estimate, none over")
+        "(allocated peak + the pool's free part, 21 runs of the 1b and te-fsdp-example presets) "
+        "0.6-15% under that estimate, none over")
     late_sync: bool = option(
         False, "read the step's loss and gradient norm on the host after the optimizer step, not "
         "before it (the GPU does not wait for the host between backward and the update; a "
