@@ -246,10 +246,11 @@ class _Terms:
         ``te.make_graphed_callables`` captures each block's backward with its weight
         gradients as the graph's static outputs, in the graphs' private pool, and keeps them
         (the trainer's ``.grad`` aliases them): they exist from the first forward on, where
-        the eager step has none before its backward. Not a fit: the five graphed footprints
-        measured (allocated peak + the pool's free part, H100, 1b b4 s4096 and b1 s2048, bf16,
-        fp8 and fp8 + qinit) exceed the unsharded eager estimate by 1.3-3.4 GiB, under these 3.6 GiB
-        (benchmarks/memory/README.md, "CUDA graphs")."""
+        the eager step has none before its backward. Not a fit: the 21 graphed footprints
+        measured (allocated peak + the pool's free part, H100, sessions v15 and v18, 1b and
+        te-fsdp-example, 2k-16k tokens, bf16, fp8 and fp8 + qinit) exceed the unsharded eager
+        estimate by 0.7-3.4 GiB, never by more than this term (3.6 GiB at 1b): an over-estimate
+        of up to 15% below 16k tokens (benchmarks/memory/README.md, "CUDA graphs")."""
         return self.layers * self.grads_block if self.s.cuda_graphs else 0.0
 
     def _with_graph_grads(self, eager: float) -> float:
