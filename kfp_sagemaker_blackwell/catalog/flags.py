@@ -139,8 +139,8 @@ class TrainConfig:
     quantized_model_init: bool = option(
         False, "TE backend, FP8/FP4: keep primary weights in FP8 (te.quantized_model_init). "
         "Measured on an H100 (1b, batch 4, seq 4096, fp8): 1.05x plain fp8's speed in six sessions "
-        "(0.97x in a seventh), and with --no-single-gpu-fsdp or --cuda-graphs 1.31-1.33x bf16's, "
-        "in three sessions; 2.2 GiB more "
+        "(0.97x and 1.00x in two more), and with --no-single-gpu-fsdp or --cuda-graphs 1.31-1.33x "
+        "bf16's, in four sessions; 2.2 GiB more "
         "peak memory (the estimate models it). Convergence (1b, vocabulary 8,192, batch 8, seq "
         "1024, 300 steps, two seeds, within 0.24 nats of the data's entropy floor): final loss "
         "+0.04% against bf16, plain fp8 +0.07%. Longer runs are not measured: check a new model with "
