@@ -5,7 +5,8 @@
 # the torch profiles and boundaries on an H100. This one ran issue 36's calibration on an H200 in
 # session v13 (CALIBRATE=1 runs it again); an H200 now gets issue 40's bar (the pair and qinit's
 # rows), qinit's convergence check, the torch set, the rest of the table and the profiles of
-# v13's worst misses; an H100 (session v14 ran its held-out families) the check and the table.
+# v13's worst misses; an H100 (sessions v18-v19 ran the whole table) the bar's first runs, the same
+# profiles and the host per block of every block kind, then the table.
 # Run from the repository root:
 #   bash benchmarks/session_v9.sh bg            # the machine's record; torch boundaries (TORCH_BOUNDARY) in
 #                                               # the background while TransformerEngine is carried and built
@@ -41,6 +42,14 @@ calibration() {  # issue 36 item 1: the reference at both ends, parts, grid, hel
   mstep heldout2 heldout2 130
   mstep ref_end reference-end 60
   mstep torch torch 150
+}
+
+host_profiles() {  # PROFILE_SHAPES' step profiles, then the host per block of every block kind
+  step profile 300 bash -c "python3 benchmarks/trainer/profile_step.py --shapes $PROFILE_SHAPES \
+    --precisions bf16,fp8 --iters 4 --time-budget \$BUDGET --out-dir $S"
+  # session v14's H100 sample of the layer part was too noisy to ship
+  step parts_layer 60 bash -c "python3 benchmarks/throughput/parts.py --sections layer \
+    --out $S/parts_layer.json --time-budget \$BUDGET"
 }
 
 update_checks() {  # issue 40: does --quantized-model-init's step move the FP8 weights? (with a control)
@@ -109,16 +118,18 @@ case $stage in
       [ "$CONVERGENCE" = 1 ] && convergence   # qinit against fp8 and bf16 near the floor, two seeds
       mstep torch torch 150   # issue 36's torch bar (resumed or skipped if the bg call ran it)
       small_steps 300
-      step profile 300 bash -c "python3 benchmarks/trainer/profile_step.py --shapes $PROFILE_SHAPES \
-        --precisions bf16,fp8 --iters 4 --time-budget \$BUDGET --out-dir $S"
-      # the host per block of every block kind (session v14's H100 sample was too noisy to ship)
-      step parts_layer 60 bash -c "python3 benchmarks/throughput/parts.py --sections layer \
-        --out $S/parts_layer.json --time-budget \$BUDGET"
+      host_profiles
     else  # an H100 (calibrated twice: v6 and v10; v11 measured the grid's 12 small-step runs; v12
       # the copy-in part, the profiles of the small-step shapes and qinit's update check; v14 the
       # held-out families with today's trainer, the layer part and the table's qinit rows; v15
-      # qinit's convergence check and 19 of the table's 32 runs): the table
+      # qinit's convergence check and 19 of the table's 32 runs; v18 and v19 the whole table and
+      # the memory set): the bar's first five runs again, then what no H100 lease has measured
+      # with today's trainer: the profiles of v13's worst H200 misses (where the te-fsdp-example
+      # block's host time goes: the model infers 1.5x the Llama block's from two step times) and
+      # the host per block of every block kind, then the table's rest
       [ "$CONVERGENCE" = 1 ] && convergence
+      small_steps 170
+      host_profiles
       small_steps 300
       [ "${TORCH_PROFILES:-0}" = 1 ] && torch_profiles
     fi
