@@ -12,7 +12,8 @@ say() { echo "[$(date -u +%H:%M:%S)] $*" | tee -a $LOG; }
 MEM_MIB=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null | head -1 | tr -d ' ')
 MEM_MIB=${MEM_MIB:-143771}
 MEM_BYTES=$(( MEM_MIB * 1048576 ))
-LFL="python3 benchmarks/trainer/like_for_like.py --stages ${LFL_STAGES:-small} --state $S/lfl_state.json --out $S/small_steps_raw.json --raw-log $S/small_steps_raw.log"
+# --out names the state itself: one results file (sessions up to v19 also wrote a byte copy, small_steps_raw.json)
+LFL="python3 benchmarks/trainer/like_for_like.py --stages ${LFL_STAGES:-small} --state $S/lfl_state.json --out $S/lfl_state.json --raw-log $S/small_steps_raw.log"
 
 bundle() {
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,power.draw,temperature.gpu \
