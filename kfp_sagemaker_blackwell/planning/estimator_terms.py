@@ -375,8 +375,7 @@ class _Terms:
             ),
             (
                 "optimizer step",
-                dict(base, gradients=self.grads_full + (self._graph_grads() if self._held_grads() else 0.0),
-                     fsdp_buffers=self.optimizer_temp),
+                dict(base, gradients=self._with_graph_grads(self.grads_full), fsdp_buffers=self.optimizer_temp),
             ),
         ]
 
