@@ -3,9 +3,9 @@
 # H200 session) and issue 40 (the 1b b4 s4096 fp8/bf16 pair and its levers), 2026-12-07 (fourth
 # session of the day): resumable across device calls. Session v8 (benchmarks/session_v8.sh) ran
 # the torch profiles and boundaries on an H100. This one ran issue 36's calibration on an H200 in
-# session v13 (CALIBRATE=1 runs it again); an H200 now gets issue 40's bar (the pair and qinit's
-# rows), qinit's convergence check, the torch set, the rest of the table and the profiles of
-# v13's worst misses; an H100 (sessions v18-v19 ran the whole table) the bar's first runs, the same
+# session v13 (CALIBRATE=1 runs it again) and issue 40's bar on an H200 in session v20; an H200
+# now gets issue 36's host per block of every block kind (the layer part), the profiles v20 left
+# and a calibration of the same session, then the table's rest; an H100 (sessions v18-v19 ran the whole table) the bar's first runs, the same
 # profiles and the host per block of every block kind, then the table.
 # Run from the repository root:
 #   bash benchmarks/session_v9.sh bg            # the machine's record; torch boundaries (TORCH_BOUNDARY) in
@@ -27,6 +27,8 @@ TORCH_BOUNDARY=${TORCH_BOUNDARY-}
 # +15%; 1b L6 b1 s1536: -25%, too slow; benchmarks/throughput/README.md "Session v13"), then the
 # bar's shape. Session v12 profiled 1b L2/L6 and 8b L2 at b1 s1536 on an H100.
 PROFILE_SHAPES=${PROFILE_SHAPES:-"te-fsdp-example:2:2048:12,8b:1:1024:4,1b:1:1536:6,1b:4:4096"}
+# session v20 profiled te-fsdp-example L12 b2 s2048 on an H200; the next H200 profiles the rest
+H200_PROFILE_SHAPES=${H200_PROFILE_SHAPES:-"8b:1:1024:4,1b:1:1536:6"}
 PROFILE_TORCH_SHAPES=${PROFILE_TORCH_SHAPES:-"8b:1:2048:4,14b:1:4096:3,1b:4:4096"}
 GPU_NAME=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
 # issue 40's runs (like_for_like.py's stages): the table first (the bar is an H200's), then the
@@ -112,13 +114,22 @@ case $stage in
         --precisions bf16,fp8 --iters 4 --time-budget \$BUDGET --out-dir $S"
       update_checks
     elif [[ "$GPU_NAME" == *H200* ]]; then
-      # issue 40's bar is an H200's: the pair and qinit's rows first (the table's first five
-      # runs, about 165 s), then the gate, then issue 36's torch set, then the rest
-      small_steps 170
-      [ "$CONVERGENCE" = 1 ] && convergence   # qinit against fp8 and bf16 near the floor, two seeds
-      mstep torch torch 150   # issue 36's torch bar (resumed or skipped if the bg call ran it)
+      # issue 40's bar was measured on an H200 in session v20 (1.304x), and so was the torch set
+      # with today's trainer. What issue 36 still lacks is the host per block of each block kind
+      # (te-fsdp-example's block: the profile of v20 shows its step 68-78% host-bound), measured
+      # beside a calibration of the same session: the layer part first (about 60 s), the
+      # profiles v20 left (H200_PROFILE_SHAPES), then the calibration without the torch set,
+      # then the table's rest
+      step parts_layer 60 bash -c "python3 benchmarks/throughput/parts.py --sections layer \
+        --out $S/parts_layer.json --time-budget \$BUDGET"
+      PROFILE_SHAPES=$H200_PROFILE_SHAPES host_profiles
+      mstep ref_start reference-start 60
+      step parts 130 bash -c "python3 benchmarks/throughput/parts.py --out $S/parts.json --time-budget \$BUDGET"
+      mstep grid all 330
+      mstep heldout heldout 220
+      mstep heldout2 heldout2 130
+      mstep ref_end reference-end 60
       small_steps 300
-      host_profiles
     else  # an H100 (calibrated twice: v6 and v10; v11 measured the grid's 12 small-step runs; v12
       # the copy-in part, the profiles of the small-step shapes and qinit's update check; v14 the
       # held-out families with today's trainer, the layer part and the table's qinit rows; v15
