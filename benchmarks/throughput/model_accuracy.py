@@ -17,6 +17,9 @@
     python benchmarks/throughput/model_accuracy.py --profile DIR/profile_shapes_torch.json --gpu H100
         # a profiled step (benchmarks/trainer/profile_step.py --shapes) part by part: its kernels'
         # ms per step beside the model's parts for the same setup (issue 36 item 2)
+    python benchmarks/throughput/model_accuracy.py --torch-lofo h200_torch_grid.json raw/session_v20_h200/torch.json
+        # a study: the torch backend's three residuals refitted once per torch family on the
+        # other families' runs of these files (JSON; session v20's numbers in the README)
 
 Reads ``h200_grid.json`` beside this file (records with the configuration, ``status``,
 ``tokens_per_s_per_gpu`` and ``split``: ``calibration`` or ``validation``), predicts each
@@ -503,6 +506,38 @@ def evaluate_held_out(path: Path, constants: throughput.Constants = throughput.D
     return out
 
 
+def torch_lofo(paths: tuple[Path, ...]) -> dict[str, Any]:
+    """A study of the torch backend's residuals (FIT_TORCH) on the torch runs of ``paths``:
+    one fit per torch family on the other families' runs, the left-out family predicted, the
+    TE residuals held at the shipped H200 fit (which has seen TE runs only). Per file: median,
+    worst and worst too-fast error; the fit on every run beside the shipped values."""
+    union = load_union(paths)
+    doc = dict(union, results=[r for r in union["results"]
+                               if r.get("status") == "ok" and backend_of(r) == "torch"])
+    x = current_values()
+    runs = []
+    for fam in _families(doc):
+        c = with_values(x, torch_x=fit_torch(doc, x, lambda r, fam=fam: family(r) != fam))
+        runs += [{"file": r.record["file"], "session": r.record["session"], "label": r.label,
+                  "measured": r.measured, "predicted": r.predicted, "error": r.error}
+                 for r in rows(doc, None, c) if family(r.record) == fam]
+
+    def brief(rs: list[dict[str, Any]]) -> dict[str, Any]:
+        return {"runs": len(rs), "median_abs_error": statistics.median(abs(r["error"]) for r in rs),
+                "worst_abs_error": max(abs(r["error"]) for r in rs),
+                "worst_too_fast": max(r["error"] for r in rs)}
+
+    return {"what": "torch-backend leave-one-family-out over the torch runs of the files (a "
+                    "study: model_accuracy.py --torch-lofo FILE...), TE residuals held at the "
+                    "shipped fit",
+            "files": [union_name(p) for p in paths],
+            "shipped": dict(zip(FIT_TORCH, torch_values(), strict=True)),
+            "fit_on_every_run": dict(zip(FIT_TORCH, fit_torch(doc, x), strict=True)),
+            "all": brief(runs),
+            "by_file": {f: brief([r for r in runs if r["file"] == f]) for f in sorted({r["file"] for r in runs})},
+            "runs": runs}
+
+
 # ---- v4: every measured trainer run, leave-one-family-out over their union ----------------
 HELD_OUT_FILE = Path(__file__).with_name("h200_heldout.json")
 # Session v13 (2026-12-07, one H200, today's trainer: one host thread per GPU process): its grid
@@ -519,6 +554,8 @@ def _finite(x: Any) -> Any:
     """JSON without NaN (a backend without speed-up pairs: null)."""
     if isinstance(x, dict):
         return {k: _finite(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_finite(v) for v in x]
     return None if isinstance(x, float) and math.isnan(x) else x
 
 
@@ -1109,9 +1146,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--misses-in-ms", action="store_true",
                     help="the held-out misses by measured step time, in ms (the H200's LOFO and "
                     "the H100 sessions' evaluations; session v10 in the README)")
+    ap.add_argument("--torch-lofo", type=Path, nargs="+", metavar="FILE",
+                    help="a study: the torch backend's residuals refitted leave-one-family-out on "
+                         "the torch runs of these files (TE residuals held at the shipped fit); "
+                         "prints JSON")
     ap.add_argument("--reproducibility", type=Path, nargs=2, metavar=("FIRST", "SECOND"),
                     help="two session directories: the runs both measured, SECOND / FIRST tokens/s")
     args = ap.parse_args(argv)
+    if args.torch_lofo:
+        print(json.dumps(torch_lofo(tuple(args.torch_lofo)), indent=1))
+        return 0
     if args.reproducibility:
         print(json.dumps(session_reproducibility(*args.reproducibility), indent=1))
         return 0
@@ -1171,7 +1215,7 @@ def main(argv: list[str] | None = None) -> int:
                       else [doc] + ([torch_doc] if torch_doc else []))
             c = v3_constants() if args.v3 else throughput.constants_for(gpu)
             out.append(evaluate_held_out(p, c, fitted_on=fitted))
-        print(json.dumps(out, indent=1))
+        print(json.dumps(_finite(out), indent=1))
         return 0
     if args.leave_one_family_out:
         lofo = leave_one_family_out(doc, torch_doc)
