@@ -457,3 +457,40 @@ def test_the_results_page_quotes_the_h200_bar_as_the_recorded_rows_give_it():
     assert f"**{unsharded:.3f}x** bf16" in page and f"at {graphs:.3f}x" in page
     assert f"{by[('fp8', ('qinit', 'unsharded'))]:,.0f} and {by[('fp8', ('graphs', 'qinit'))]:,.0f} against {bf16:,.0f}" in page
     assert unsharded >= 1.30  # the issue's bar, met by the median of one lever set
+
+
+def test_shape_profiles_resume_and_say_when_the_budget_left_runs_out(tools, tmp_path, monkeypatch, capsys):
+    """A call cut by its budget names the runs it left in its last line (session_common.sh's
+    step() then does not mark the profiles done), and the next call into the same folder keeps
+    what was profiled and runs only the rest."""
+    import subprocess as sp
+    import types
+
+    _, prof = tools
+    earlier = json.loads((BENCH / "raw" / "session_v20_h200" / "profile_shapes.json").read_text())
+    done = "te-fsdp-example-2-2048-12/trainer/bf16"
+    (tmp_path / "profile_shapes.json").write_text(json.dumps({done: earlier[done]}))
+    clock, ran = [1000.0], []
+
+    def fake_run(cmd, **kw):  # each run takes 30 s of the budget and leaves no trace
+        ran.append(cmd)
+        clock[0] += 30
+        return sp.CompletedProcess(cmd, 1, "", "")
+
+    monkeypatch.setattr(prof.subprocess, "run", fake_run)
+    monkeypatch.setattr(prof, "time", types.SimpleNamespace(time=lambda: clock[0]))
+    argv = ["profile_step.py", "--shapes", "te-fsdp-example:2:2048:12,8b:1:1024:4", "--precisions", "bf16,fp8",
+            "--out-dir", str(tmp_path), "--time-budget", "75"]
+    monkeypatch.setattr(sys, "argv", argv)
+    assert prof.main() == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert f"[profile] {done}: profiled earlier" in lines
+    assert len(ran) == 2  # te fp8 and 8b bf16; 8b fp8 finds 15 s of 75 left
+    assert lines[-1] == "[profile] time budget reached: 1 runs left (8b-1-1024-4/trainer/fp8)"
+    kept = json.loads((tmp_path / "profile_shapes.json").read_text())
+    assert kept[done] == earlier[done] and kept["8b-1-1024-4/trainer/bf16"]["rc"] == 1
+    # the next call: the failed runs again (no trace), the profiled one not; all fit: no budget line
+    ran.clear()
+    monkeypatch.setattr(sys, "argv", argv[:-1] + ["200"])
+    assert prof.main() == 0
+    assert len(ran) == 3 and "time budget reached" not in capsys.readouterr().out

@@ -24,7 +24,10 @@ by the CPU ranges open when it was launched (its ancestors: the op that launched
 It writes ``profile_step.json`` (each side: ms per iteration per category, the GPU idle fraction
 = 1 - the union of kernel intervals / the window's wall time, the top kernels per category) and
 ``profile_step.md`` (the table per precision: fsdp.py, trainer, trainer - fsdp.py) to
-``--out-dir`` (default $OUT): two small files; the traces stay in /tmp.
+``--out-dir`` (default $OUT): two small files; the traces stay in /tmp. Resumable: a run already
+in the out-dir's JSON with its analysis is kept, not profiled again, and a call whose budget
+left runs unprofiled ends with ``[profile] time budget reached: N runs left (...)``, which the
+session drivers' ``step`` reads as "resume in the next call".
 """
 
 from __future__ import annotations
@@ -421,13 +424,21 @@ def main() -> int:
     if a.time_budget <= 0:
         p.error("--time-budget SECONDS is required (or --dry-run / --analyse)")
     end = time.time() + a.time_budget
-    results: dict = {}
     out_dir = Path(a.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    name = ("profile_shapes" + ("" if a.backend == "te" else f"_{a.backend}")) if a.shapes else "profile_step"
+    # resumable: a run an earlier call of the same out-dir profiled (rc 0) is kept, not rerun
+    earlier = out_dir / f"{name}.json"
+    results: dict = json.loads(earlier.read_text()) if earlier.exists() else {}
+    left_for_time = []
     for run in todo:
+        if results.get(run.id, {}).get("rc") == 0 and "gpu_idle_fraction" in results[run.id]:
+            print(f"[profile] {run.id}: profiled earlier", flush=True)
+            continue
         left = end - time.time()
         if left < run.expect_s:
             print(f"[profile] {run.id}: skipped, {left:.0f} s left", flush=True)
+            left_for_time.append(run.id)
             continue
         t0 = time.time()
         try:
@@ -446,11 +457,13 @@ def main() -> int:
         else:
             rec["error_tail"] = [ln[:300] for ln in text.splitlines() if lfl.KEEP.search(ln)][-15:]
         results[run.id] = rec
-        name = ("profile_shapes" + ("" if a.backend == "te" else f"_{a.backend}")) if a.shapes else "profile_step"
         (out_dir / f"{name}.json").write_text(json.dumps(results, indent=1))
         (out_dir / f"{name}.md").write_text(shapes_table(results) if a.shapes else table(results))
         print(f"[profile] {run.id}: rc={rc} wall={rec['wall_s']} s idle={rec.get('gpu_idle_fraction')}", flush=True)
     print(shapes_table(results) if a.shapes else table(results))
+    if left_for_time:  # the session drivers' step() resumes a call whose log ends with this
+        print(f"[profile] time budget reached: {len(left_for_time)} runs left ({', '.join(left_for_time)})",
+              flush=True)
     return 0
 
 
