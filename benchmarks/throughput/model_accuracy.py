@@ -20,6 +20,9 @@
     python benchmarks/throughput/model_accuracy.py --torch-lofo h200_torch_grid.json raw/session_v20_h200/torch.json
         # a study: the torch backend's three residuals refitted once per torch family on the
         # other families' runs of these files (JSON; session v20's numbers in the README)
+    python benchmarks/throughput/model_accuracy.py --small-steps
+        # the shipped calibration against issue 40's one-GPU table (full-depth presets, small
+        # steps, no lever), per GPU: a check on configurations no fit has seen
 
 Reads ``h200_grid.json`` beside this file (records with the configuration, ``status``,
 ``tokens_per_s_per_gpu`` and ``split``: ``calibration`` or ``validation``), predicts each
@@ -536,6 +539,43 @@ def torch_lofo(paths: tuple[Path, ...]) -> dict[str, Any]:
             "all": brief(runs),
             "by_file": {f: brief([r for r in runs if r["file"] == f]) for f in sorted({r["file"] for r in runs})},
             "runs": runs}
+
+
+SMALL_STEPS = ROOT / "benchmarks" / "trainer" / "small_steps.json"
+
+
+def small_steps_check(path: Path = SMALL_STEPS) -> str:
+    """The shipped calibration of each GPU against issue 40's one-GPU table (the presets at full
+    depth, micro-batch 1-4, sequence 2048-8192, the trainer's defaults: rows without a lever),
+    which no fit has seen: per configuration the median over the sessions that ran it, the
+    predicted tokens/s and the error, and the fp8/bf16 speed-up error per shape (Markdown)."""
+    recs = json.loads(path.read_text())
+    lines = []
+    for gpu_name in sorted({r["gpu"] for r in recs}):
+        gpu = hardware.gpu(gpu_name)
+        c = throughput.constants_for(gpu.name)
+        by: dict[tuple, list[float]] = {}
+        for r in recs:
+            if r["gpu"] == gpu_name and not (r["levers"] or r["trainer_flags"] or r["env"]) and r["rc"] == 0:
+                name = {"te": "te-fsdp-example"}.get(r["model_preset"], r["model_preset"])
+                by.setdefault((name, r["batch_size"], r["seq_length"], r["precision"]), []).append(
+                    r["tokens_per_s_per_gpu_median"])
+        res = {}
+        for (name, b, seq, prec), ms in sorted(by.items()):
+            setup = TrainingSetup(preset(name), b, seq, prec, False, 1, backend="te", loss_kernel="compiled")
+            res[(name, b, seq, prec)] = (statistics.median(ms), len(ms),
+                                         throughput.predict(setup, gpu, constants=c).tokens_per_s_per_gpu)
+        errs = [p / m - 1 for m, _, p in res.values()]
+        lines += [f"{gpu.name}: {len(res)} configurations, median {statistics.median(map(abs, errs)):.1%}, "
+                  f"worst too fast {max(errs):+.1%}, worst too slow {min(errs):+.1%}", "",
+                  "| preset | micro-batch | sequence | precision | runs | measured tokens/s (median) | predicted | "
+                  "error | fp8/bf16 measured | predicted |", "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|"]
+        for (name, b, seq, prec), (m, n, p) in res.items():
+            twin = res.get((name, b, seq, "bf16"))
+            sp = f"{m / twin[0]:.3f} | {p / twin[2]:.3f}" if twin and prec != "bf16" else " | "
+            lines.append(f"| {name} | {b} | {seq} | {prec} | {n} | {m:,.0f} | {p:,.0f} | {p / m - 1:+.1%} | {sp} |")
+        lines.append("")
+    return "\n".join(lines)
 
 
 # ---- v4: every measured trainer run, leave-one-family-out over their union ----------------
@@ -1146,6 +1186,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--misses-in-ms", action="store_true",
                     help="the held-out misses by measured step time, in ms (the H200's LOFO and "
                     "the H100 sessions' evaluations; session v10 in the README)")
+    ap.add_argument("--small-steps", action="store_true",
+                    help="the shipped calibration against issue 40's one-GPU table "
+                         "(benchmarks/trainer/small_steps.json, rows without a lever): Markdown")
     ap.add_argument("--torch-lofo", type=Path, nargs="+", metavar="FILE",
                     help="a study: the torch backend's residuals refitted leave-one-family-out on "
                          "the torch runs of these files (TE residuals held at the shipped fit); "
@@ -1153,6 +1196,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reproducibility", type=Path, nargs=2, metavar=("FIRST", "SECOND"),
                     help="two session directories: the runs both measured, SECOND / FIRST tokens/s")
     args = ap.parse_args(argv)
+    if args.small_steps:
+        print(small_steps_check())
+        return 0
     if args.torch_lofo:
         print(json.dumps(torch_lofo(tuple(args.torch_lofo)), indent=1))
         return 0
