@@ -406,9 +406,6 @@ def _measured_host(s: TrainingSetup, gpu: hardware.GPU, c: Constants) -> tuple[f
         if recipe not in table.recipes():
             recipe = c.host_recipe_alias.get(recipe, recipe)
         layer = table.layer_host_s(recipe, s.model.block_kind)
-        bf16 = table.layer_host_s("bf16", s.model.block_kind) if recipe != "bf16" else None
-        if layer is not None and bf16 is not None and c.low_precision_host_share != 1.0:
-            layer = (bf16[0] + c.low_precision_host_share * (layer[0] - bf16[0]), layer[1])
     if layer is None:
         raise ValueError(f"no measured host time for {recipe} on {gpu.name} nor on the host "
                          f"reference {c.host_reference_gpu!r}: its parts table lacks the "

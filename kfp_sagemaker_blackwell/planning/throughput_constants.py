@@ -325,11 +325,6 @@ class Constants:
     # past 300 (a hard maximum); 40 is shipped (at most 1.7% above the maximum, where host
     # and GPU balance; the grid's in-sample median moves 1.1% -> 1.2%).
     host_overlap_exponent: float = _cal("host_overlap_exponent")
-    # A study's switch (benchmarks/throughput/model_accuracy.py --variant; not a calibrated
-    # value): the share of a low-precision block's extra host time over bf16's (the stacks'
-    # per-block slope difference) that the trainer pays. 1.0 is the stacks' difference as
-    # measured, which every shipped prediction uses.
-    low_precision_host_share: float = 1.0
     # FSDP2's reduce-scatter copy-in on the host (torch._chunk_cat builds one int64 of
     # metadata per 2 KiB of the unsharded gradients on the CPU before its one kernel), seconds
     # per parameter, once per optimizer step (the trainer syncs gradients on the last
