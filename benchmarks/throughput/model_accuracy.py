@@ -544,13 +544,13 @@ def torch_lofo(paths: tuple[Path, ...]) -> dict[str, Any]:
 SMALL_STEPS = ROOT / "benchmarks" / "trainer" / "small_steps.json"
 
 
-def small_steps_check(path: Path = SMALL_STEPS) -> str:
-    """The shipped calibration of each GPU against issue 40's one-GPU table (the presets at full
-    depth, micro-batch 1-4, sequence 2048-8192, the trainer's defaults: rows without a lever),
-    which no fit has seen: per configuration the median over the sessions that ran it, the
-    predicted tokens/s and the error, and the fp8/bf16 speed-up error per shape (Markdown)."""
+def small_steps_predicted(path: Path = SMALL_STEPS) -> dict[str, dict[tuple, tuple[float, int, float]]]:
+    """Issue 40's one-GPU table (the presets at full depth, micro-batch 1-4, sequence
+    2048-8192, the trainer's defaults: rows without a lever), which no fit has seen, against
+    the shipped calibration of each GPU: {GPU: {(preset, micro-batch, sequence, precision):
+    (measured tokens/s, the median over the runs of every session; runs; predicted)}}."""
     recs = json.loads(path.read_text())
-    lines = []
+    out: dict[str, dict[tuple, tuple[float, int, float]]] = {}
     for gpu_name in sorted({r["gpu"] for r in recs}):
         gpu = hardware.gpu(gpu_name)
         c = throughput.constants_for(gpu.name)
@@ -560,16 +560,25 @@ def small_steps_check(path: Path = SMALL_STEPS) -> str:
                 name = {"te": "te-fsdp-example"}.get(r["model_preset"], r["model_preset"])
                 by.setdefault((name, r["batch_size"], r["seq_length"], r["precision"]), []).append(
                     r["tokens_per_s_per_gpu_median"])
-        res = {}
+        out[gpu.name] = {}
         for (name, b, seq, prec), ms in sorted(by.items()):
             setup = TrainingSetup(preset(name), b, seq, prec, False, 1, backend="te", loss_kernel="compiled")
-            res[(name, b, seq, prec)] = (statistics.median(ms), len(ms),
-                                         throughput.predict(setup, gpu, constants=c).tokens_per_s_per_gpu)
+            out[gpu.name][(name, b, seq, prec)] = (statistics.median(ms), len(ms),
+                                                   throughput.predict(setup, gpu, constants=c).tokens_per_s_per_gpu)
+    return out
+
+
+def small_steps_check(path: Path = SMALL_STEPS) -> str:
+    """small_steps_predicted() as Markdown: per GPU the error of each configuration and the
+    fp8/bf16 speed-up, measured and predicted, per shape."""
+    lines = []
+    for gpu, res in small_steps_predicted(path).items():
         errs = [p / m - 1 for m, _, p in res.values()]
-        lines += [f"{gpu.name}: {len(res)} configurations, median {statistics.median(map(abs, errs)):.1%}, "
+        lines += [f"{gpu}: {len(res)} configurations, median {statistics.median(map(abs, errs)):.1%}, "
                   f"worst too fast {max(errs):+.1%}, worst too slow {min(errs):+.1%}", "",
-                  "| preset | micro-batch | sequence | precision | runs | measured tokens/s (median) | predicted | "
-                  "error | fp8/bf16 measured | predicted |", "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|"]
+                  "| preset | micro-batch | sequence | precision | runs | measured tokens/s (median) | "
+                  "predicted | error | fp8/bf16 measured | predicted |",
+                  "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|"]
         for (name, b, seq, prec), (m, n, p) in res.items():
             twin = res.get((name, b, seq, "bf16"))
             sp = f"{m / twin[0]:.3f} | {p / twin[2]:.3f}" if twin and prec != "bf16" else " | "
