@@ -36,22 +36,33 @@ GPU_NAME=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head 
 LFL_STAGES=${LFL_STAGES:-small,small-memory}
 source "$(dirname "$0")/session_common.sh"
 
-calibration() {  # issue 36 item 1: the reference at both ends, parts, grid, held-out, the torch set
+calibration_te() {  # issue 36 item 1: the reference at both ends, parts, grid, held-out families
   mstep ref_start reference-start 60
   step parts 130 bash -c "python3 benchmarks/throughput/parts.py --out $S/parts.json --time-budget \$BUDGET"
   mstep grid all 330
   mstep heldout heldout 220
   mstep heldout2 heldout2 130
   mstep ref_end reference-end 60
+}
+
+calibration() {  # the same and the torch set
+  calibration_te
   mstep torch torch 150
 }
 
-host_profiles() {  # PROFILE_SHAPES' step profiles, then the host per block of every block kind
-  step profile 300 bash -c "python3 benchmarks/trainer/profile_step.py --shapes $PROFILE_SHAPES \
+shape_profiles() {  # the step profiles of $1 (resumable: profile_step.py keeps what it profiled)
+  step profile 300 bash -c "python3 benchmarks/trainer/profile_step.py --shapes $1 \
     --precisions bf16,fp8 --iters 4 --time-budget \$BUDGET --out-dir $S"
-  # session v14's H100 sample of the layer part was too noisy to ship
+}
+
+layer_part() {  # the host per block of every block kind (session v14's H100 sample was too noisy to ship)
   step parts_layer 60 bash -c "python3 benchmarks/throughput/parts.py --sections layer \
     --out $S/parts_layer.json --time-budget \$BUDGET"
+}
+
+host_profiles() {  # PROFILE_SHAPES' step profiles, then the host per block of every block kind
+  shape_profiles "$PROFILE_SHAPES"
+  layer_part
 }
 
 update_checks() {  # issue 40: does --quantized-model-init's step move the FP8 weights? (with a control)
@@ -110,8 +121,7 @@ case $stage in
       calibration
       small_steps 300   # the bar's pair, qinit, qinit with the unsharded model and the graphs, the levers
       convergence       # qinit over 300 steps against fp8 and bf16 (the gate)
-      step profile 300 bash -c "python3 benchmarks/trainer/profile_step.py --shapes $PROFILE_SHAPES \
-        --precisions bf16,fp8 --iters 4 --time-budget \$BUDGET --out-dir $S"
+      shape_profiles "$PROFILE_SHAPES"
       update_checks
     elif [[ "$GPU_NAME" == *H200* ]]; then
       # issue 40's bar was measured on an H200 in session v20 (1.304x), and so was the torch set
@@ -120,15 +130,9 @@ case $stage in
       # beside a calibration of the same session: the layer part first (about 60 s), the
       # profiles v20 left (H200_PROFILE_SHAPES), then the calibration without the torch set,
       # then the table's rest
-      step parts_layer 60 bash -c "python3 benchmarks/throughput/parts.py --sections layer \
-        --out $S/parts_layer.json --time-budget \$BUDGET"
-      PROFILE_SHAPES=$H200_PROFILE_SHAPES host_profiles
-      mstep ref_start reference-start 60
-      step parts 130 bash -c "python3 benchmarks/throughput/parts.py --out $S/parts.json --time-budget \$BUDGET"
-      mstep grid all 330
-      mstep heldout heldout 220
-      mstep heldout2 heldout2 130
-      mstep ref_end reference-end 60
+      layer_part
+      shape_profiles "$H200_PROFILE_SHAPES"
+      calibration_te   # the torch set runs in the bg call's background
       small_steps 300
     else  # an H100 (calibrated twice: v6 and v10; v11 measured the grid's 12 small-step runs; v12
       # the copy-in part, the profiles of the small-step shapes and qinit's update check; v14 the
