@@ -549,22 +549,23 @@ def small_steps_predicted(path: Path = SMALL_STEPS) -> dict[str, dict[tuple, tup
     2048-8192, the trainer's defaults: rows without a lever), which no fit has seen, against
     the shipped calibration of each GPU: {GPU: {(preset, micro-batch, sequence, precision):
     (measured tokens/s, the median over the runs of every session; runs; predicted)}}."""
-    recs = json.loads(path.read_text())
+    # the rows' setups, as the memory check reads them
+    from benchmarks.memory.compare import small_step_setup
+
+    by: dict[str, dict[tuple, list[float]]] = {}
+    setups: dict[tuple, TrainingSetup] = {}
+    for r in json.loads(path.read_text()):
+        if r["levers"] or r["trainer_flags"] or r["env"] or r["rc"] != 0:
+            continue
+        key = (r["model_preset"], r["batch_size"], r["seq_length"], r["precision"])
+        setups[key] = small_step_setup(r)
+        by.setdefault(hardware.gpu(r["gpu"]).name, {}).setdefault(key, []).append(r["tokens_per_s_per_gpu_median"])
     out: dict[str, dict[tuple, tuple[float, int, float]]] = {}
-    for gpu_name in sorted({r["gpu"] for r in recs}):
-        gpu = hardware.gpu(gpu_name)
-        c = throughput.constants_for(gpu.name)
-        by: dict[tuple, list[float]] = {}
-        for r in recs:
-            if r["gpu"] == gpu_name and not (r["levers"] or r["trainer_flags"] or r["env"]) and r["rc"] == 0:
-                name = {"te": "te-fsdp-example"}.get(r["model_preset"], r["model_preset"])
-                by.setdefault((name, r["batch_size"], r["seq_length"], r["precision"]), []).append(
-                    r["tokens_per_s_per_gpu_median"])
-        out[gpu.name] = {}
-        for (name, b, seq, prec), ms in sorted(by.items()):
-            setup = TrainingSetup(preset(name), b, seq, prec, False, 1, backend="te", loss_kernel="compiled")
-            out[gpu.name][(name, b, seq, prec)] = (statistics.median(ms), len(ms),
-                                                   throughput.predict(setup, gpu, constants=c).tokens_per_s_per_gpu)
+    for gpu_name, runs in sorted(by.items()):
+        gpu, c = hardware.gpu(gpu_name), throughput.constants_for(gpu_name)
+        out[gpu_name] = {k: (statistics.median(ms), len(ms),
+                             throughput.predict(setups[k], gpu, constants=c).tokens_per_s_per_gpu)
+                         for k, ms in sorted(runs.items())}
     return out
 
 
