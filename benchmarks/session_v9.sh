@@ -136,16 +136,15 @@ case $stage in
       small_steps 300
     else  # an H100 (calibrated twice: v6 and v10; v11 measured the grid's 12 small-step runs; v12
       # the copy-in part, the profiles of the small-step shapes and qinit's update check; v14 the
-      # held-out families with today's trainer, the layer part and the table's qinit rows; v15
-      # qinit's convergence check and 19 of the table's 32 runs; v18 and v19 the whole table and
-      # the memory set): the bar's first five runs again, then what no H100 lease has measured
-      # with today's trainer: the profiles of v13's worst H200 misses (where the te-fsdp-example
-      # block's host time goes: the model infers 1.5x the Llama block's from two step times) and
-      # the host per block of every block kind, then the table's rest
+      # held-out families with today's trainer and a noisy layer part; v15-v19 issue 40's table).
+      # Issue 40 is resolved (v20), so an H100 now serves issue 36: the layer part (the host per
+      # block of every block kind), a calibration of the same session (reference at both ends,
+      # parts, grid, held-out families: does one session's fit hold off its grid?), then the
+      # profiles of v13's worst H200 misses, then the table's rest
       [ "$CONVERGENCE" = 1 ] && convergence
-      small_steps 170
-      host_profiles
-      small_steps 300
+      layer_part
+      calibration_te
+      shape_profiles "$PROFILE_SHAPES"
       [ "${TORCH_PROFILES:-0}" = 1 ] && torch_profiles
     fi
     torch_boundaries 300
