@@ -1054,19 +1054,26 @@ def misses_markdown(m: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _session_runs(directory: Path, backend: str | None = None) -> dict[str, dict[str, Any]]:
+    """The ok runs of a session directory's result files (or of one results file) by name
+    (one configuration each), of every backend or of ``backend``."""
+    out = {}
+    paths = [directory] if directory.is_file() else [directory / n for n in SESSION_FILES.values()]
+    for path in paths:
+        if path.exists():
+            for r in json.loads(path.read_text())["results"]:
+                if r.get("status") == "ok" and r.get("tokens_per_s_per_gpu") \
+                        and backend in (None, backend_of(r)):
+                    out[r["name"]] = r
+    return out
+
+
 def session_reproducibility(first: Path, second: Path) -> dict[str, Any]:
     """The runs two sessions both measured (same name: same configuration), second / first
     tokens/s: the median ratio, how many are within 1, 2 and 5%, and the runs furthest apart
     (session v10 against v6: the same H100 configurations a day apart)."""
     def ok(directory: Path) -> dict[str, float]:
-        out = {}
-        for name in SESSION_FILES.values():
-            path = directory / name
-            if path.exists():
-                for r in json.loads(path.read_text())["results"]:
-                    if r.get("status") == "ok" and r.get("tokens_per_s_per_gpu"):
-                        out[r["name"]] = float(r["tokens_per_s_per_gpu"])
-        return out
+        return {n: float(r["tokens_per_s_per_gpu"]) for n, r in _session_runs(directory).items()}
 
     a, b = ok(first), ok(second)
     ratios = sorted((b[n] / a[n], n) for n in set(a) & set(b))
@@ -1076,6 +1083,49 @@ def session_reproducibility(first: Path, second: Path) -> dict[str, Any]:
     return {"runs": len(rs), "median_ratio": statistics.median(rs),
             "within": {f"{k}%": sum(abs(r - 1) <= k / 100 for r in rs) for k in (1, 2, 5)},
             "furthest": [{"name": n, "ratio": r} for r, n in sorted(ratios, key=lambda x: -abs(x[0] - 1))[:10]]}
+
+
+# The step length that parts host-bound small steps from GPU-bound ones in the floor's report:
+# session v21's four H100 sessions measure the same TE configuration a median 10% apart below it
+# and 1% above it (benchmarks/throughput/README.md, "Session v21").
+FLOOR_STEP_S = 0.150
+
+
+def reproducibility_floor(directories: list[Path]) -> dict[str, Any]:
+    """What no model can beat: the TE configurations that two or more of these sessions measured
+    (same GPU type, same trainer, other days), each one's spread max / min tokens/s and its
+    floor (max - min) / (max + min), the smallest worst |error| any single prediction of the
+    configuration can have over those sessions (the harmonic mean's). By the fastest measured
+    step, below and above FLOOR_STEP_S: how many, the median spread, how many floors exceed 5%
+    and 10% (issue 36's held-out bars: median 5%, worst 10%); the configurations whose floor
+    exceeds 10%."""
+    if len(directories) < 2:
+        raise ValueError("the floor needs two or more session directories")
+    runs = [_session_runs(d, "te") for d in directories]
+    configs: list[dict[str, Any]] = []
+    for name in sorted(set().union(*runs)):
+        got = [(d.name, r[name]) for d, r in zip(directories, runs, strict=True) if name in r]
+        if len(got) < 2:
+            continue
+        tps = [float(r["tokens_per_s_per_gpu"]) for _, r in got]
+        hi, lo = max(tps), min(tps)
+        configs.append({"name": name, "sessions": len(got),
+                        "fastest_step_s": min(float(r["step_s"]) for _, r in got),
+                        "spread": hi / lo, "floor": (hi - lo) / (hi + lo),
+                        "tokens_per_s": {s: float(r["tokens_per_s_per_gpu"]) for s, r in got}})
+    if not configs:
+        raise ValueError(f"{', '.join(map(str, directories))} measured no TE run in common")
+    bins: dict[str, dict[str, Any]] = {}
+    for label, keep in ((f"steps under {FLOOR_STEP_S * 1e3:.0f} ms", lambda c: c["fastest_step_s"] < FLOOR_STEP_S),
+                        (f"steps of {FLOOR_STEP_S * 1e3:.0f} ms or more", lambda c: c["fastest_step_s"] >= FLOOR_STEP_S)):
+        part = [c for c in configs if keep(c)]
+        bins[label] = {"configurations": len(part),
+                       "median_spread": statistics.median(c["spread"] for c in part) if part else None,
+                       "floor_over_5pct": sum(c["floor"] > 0.05 for c in part),
+                       "floor_over_10pct": sum(c["floor"] > 0.10 for c in part)}
+    return {"sessions": [d.name for d in directories], "configurations": len(configs), "bins": bins,
+            "floor_over_10pct": [{k: c[k] for k in ("name", "sessions", "spread", "floor", "tokens_per_s")}
+                                 for c in sorted(configs, key=lambda c: -c["floor"]) if c["floor"] > 0.10]}
 
 
 # What a profiled step's kernels measure, by the model's part (profile_step.py --shapes categories).
@@ -1205,6 +1255,11 @@ def main(argv: list[str] | None = None) -> int:
                          "prints JSON")
     ap.add_argument("--reproducibility", type=Path, nargs=2, metavar=("FIRST", "SECOND"),
                     help="two session directories: the runs both measured, SECOND / FIRST tokens/s")
+    ap.add_argument("--floor", type=Path, nargs="+", metavar="SESSION_DIR",
+                    help="two or more sessions of one GPU type (a session directory, or a results "
+                         "file such as h200_grid.json): per TE configuration "
+                         "measured in several, its day-to-day spread and the smallest worst error "
+                         "any prediction of it can have (JSON)")
     args = ap.parse_args(argv)
     if args.small_steps:
         print(small_steps_check())
@@ -1214,6 +1269,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.reproducibility:
         print(json.dumps(session_reproducibility(*args.reproducibility), indent=1))
+        return 0
+    if args.floor:
+        print(json.dumps(reproducibility_floor(args.floor), indent=1))
         return 0
     if args.misses_in_ms:
         print(misses_markdown(misses_in_ms(held_out_steps())))
