@@ -543,6 +543,30 @@ def test_the_floor_names_what_day_to_day_spread_leaves_to_any_model(tmp_path):
     assert worst["name"] == "ho2-te-fsdp-example-L12-b2-s2048-noac-fp8" and worst["spread"] > 1.4
 
 
+def test_misses_are_grouped_by_how_alike_other_days_measured_their_configuration(tmp_path):
+    """model_accuracy.py --misses-by-floor: a held-out run whose configuration two sessions
+    measured 1% apart is the model's miss; one measured 30% apart is grouped apart, and a
+    configuration measured once has no floor."""
+    acc = _accuracy()
+    def run(name, session, measured, predicted):
+        return {"name": name, "session": session, "measured": measured, "predicted": predicted}
+    folds = [{"backend": "te", "runs": [run("alike", "d1", 100.0, 120.0), run("alike", "d2", 101.0, 120.0),
+                                         run("moved", "d1", 100.0, 90.0), run("moved", "d2", 130.0, 90.0),
+                                         run("once", "d2", 50.0, 51.0)]},
+             {"backend": "torch", "runs": [run("alike", "d1", 1.0, 9.0)]}]
+    path = tmp_path / "lofo.json"
+    path.write_text(json.dumps({"folds": folds}))
+    g = acc.misses_by_floor(path)["groups"]
+    assert set(g) == {"floor <= 3%", "floor > 10%", "measured once"}
+    alike = g["floor <= 3%"]
+    assert alike["runs"] == 2 and alike["too_fast_beyond_10pct"] == 2
+    assert alike["worst_too_fast"]["error"] == pytest.approx(0.2) and alike["worst_too_fast"]["session"] == "d1"
+    moved = g["floor > 10%"]
+    assert moved["worst_too_slow"]["error"] == pytest.approx(90 / 130 - 1) and moved["too_fast_beyond_10pct"] == 0
+    assert moved["worst_too_slow"]["floor"] == pytest.approx(30 / 230)
+    assert g["measured once"]["worst_too_fast"]["floor"] is None
+
+
 SMALL_STEPS_V11 = ROOT / "benchmarks" / "throughput" / "raw" / "session_v11_h100" / "smallcal.json"
 
 

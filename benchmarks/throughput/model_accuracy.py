@@ -1128,6 +1128,45 @@ def reproducibility_floor(directories: list[Path]) -> dict[str, Any]:
                                  for c in sorted(configs, key=lambda c: -c["floor"]) if c["floor"] > 0.10]}
 
 
+def misses_by_floor(lofo_path: Path = LOFO_ALL) -> dict[str, Any]:
+    """The union's held-out TE runs (``--union-lofo``'s folds) by how reproducible their
+    configuration is: the floor ((max - min) / (max + min) tokens/s) over the union's sessions
+    that measured it. Per group (floor at most 3%, 5%, 10%, above 10%, measured once): runs,
+    median |error|, how many miss by more than 10% (and how many of those too fast), the worst
+    too-fast and too-slow runs. A miss on a configuration measured
+    alike on other days is the model's; one on a configuration that moved more than the bar
+    between days is not only the model's."""
+    lofo = json.loads(lofo_path.read_text())
+    runs = [r for f in lofo["folds"] if f["backend"] == "te" for r in f["runs"]]
+    seen: dict[str, list[float]] = {}
+    for r in runs:
+        seen.setdefault(r["name"], []).append(float(r["measured"]))
+
+    def floor(name: str) -> float | None:
+        v = seen[name]
+        return (max(v) - min(v)) / (max(v) + min(v)) if len(v) > 1 else None
+
+    groups: dict[str, list[dict[str, Any]]] = {"floor <= 3%": [], "floor 3-5%": [], "floor 5-10%": [],
+                                               "floor > 10%": [], "measured once": []}
+    for r in runs:
+        f = floor(r["name"])
+        key = ("measured once" if f is None else "floor <= 3%" if f <= 0.03 else "floor 3-5%" if f <= 0.05
+               else "floor 5-10%" if f <= 0.10 else "floor > 10%")
+        groups[key].append(dict(r, error=r["predicted"] / r["measured"] - 1, floor=f))
+    out: dict[str, Any] = {"file": union_name(lofo_path), "groups": {}}
+    for key, rs in groups.items():
+        if not rs:
+            continue
+        fast, slow = max(rs, key=lambda r: r["error"]), min(rs, key=lambda r: r["error"])
+        out["groups"][key] = {
+            "runs": len(rs), "median_abs_error": statistics.median(abs(r["error"]) for r in rs),
+            "beyond_10pct": sum(abs(r["error"]) > 0.10 for r in rs),
+            "too_fast_beyond_10pct": sum(r["error"] > 0.10 for r in rs),
+            "worst_too_fast": {k: fast[k] for k in ("name", "session", "error", "floor")},
+            "worst_too_slow": {k: slow[k] for k in ("name", "session", "error", "floor")}}
+    return out
+
+
 # What a profiled step's kernels measure, by the model's part (profile_step.py --shapes categories).
 PROFILE_PARTS = {
     "gemm": ("gemm",), "attention": ("attention",), "quantization": ("fp8_cast_transpose_amax",),
@@ -1255,6 +1294,9 @@ def main(argv: list[str] | None = None) -> int:
                          "prints JSON")
     ap.add_argument("--reproducibility", type=Path, nargs=2, metavar=("FIRST", "SECOND"),
                     help="two session directories: the runs both measured, SECOND / FIRST tokens/s")
+    ap.add_argument("--misses-by-floor", action="store_true",
+                    help="the union's held-out TE misses (lofo_all_h200.json) grouped by how far "
+                         "their configuration's measurements moved between sessions (JSON)")
     ap.add_argument("--floor", type=Path, nargs="+", metavar="SESSION_DIR",
                     help="two or more sessions of one GPU type (a session directory, or a results "
                          "file such as h200_grid.json): per TE configuration "
@@ -1269,6 +1311,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.reproducibility:
         print(json.dumps(session_reproducibility(*args.reproducibility), indent=1))
+        return 0
+    if args.misses_by_floor:
+        print(json.dumps(misses_by_floor(), indent=1))
         return 0
     if args.floor:
         print(json.dumps(reproducibility_floor(args.floor), indent=1))
