@@ -107,10 +107,10 @@ torch_profiles() {  # the steps' parameter costs (optimizer, FSDP copies, loss) 
 
 # a measure.py split (benchmarks/throughput/measure.py), resumed from its own earlier partial file
 MT="python3 benchmarks/throughput/measure.py --max-predicted-gib $(( MEM_MIB * 9 / 10240 ))"
-mstep() {
-  local name=$1 split=$2 cap=$3 prev=""
+mstep() {  # name split cap [more measure.py flags]
+  local name=$1 split=$2 cap=$3 more=${4:-} prev=""
   [ -f $S/$name.json ] && cp $S/$name.json $S/$name.prev.json && prev="--resume $S/$name.prev.json"
-  step "$name" "$cap" bash -c "$MT --split $split --out $S/$name.json --raw-log $S/${name}_raw.log --time-budget \$BUDGET $prev"
+  step "$name" "$cap" bash -c "$MT --split $split --out $S/$name.json --raw-log $S/${name}_raw.log --time-budget \$BUDGET $prev $more"
 }
 
 # The torch-backend boundaries in the background (the bg stage), from a copy of the tree, while

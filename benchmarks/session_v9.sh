@@ -60,6 +60,11 @@ layer_part() {  # the host per block of every block kind (session v14's H100 sam
     --out $S/parts_layer.json --time-budget \$BUDGET"
 }
 
+depth_ladder() {  # the same from the trainer's own 512-token steps at three depths (session v21:
+  # two tiny-stack runs of one session put te-fsdp-example's block at 1.41x and 0.86x the Llama one)
+  mstep ladder ladder 150 "--steps 24 --warmup 4"
+}
+
 host_profiles() {  # PROFILE_SHAPES' step profiles, then the host per block of every block kind
   shape_profiles "$PROFILE_SHAPES"
   layer_part
@@ -130,6 +135,7 @@ case $stage in
       # beside a calibration of the same session: the layer part first (about 60 s), the
       # profiles v20 left (H200_PROFILE_SHAPES), then the calibration without the torch set,
       # then the table's rest
+      depth_ladder
       layer_part
       shape_profiles "$H200_PROFILE_SHAPES"
       calibration_te   # the torch set runs in the bg call's background
@@ -142,6 +148,7 @@ case $stage in
       # parts, grid, held-out families: does one session's fit hold off its grid?), then the
       # profiles of v13's worst H200 misses, then the table's rest
       [ "$CONVERGENCE" = 1 ] && convergence
+      depth_ladder
       layer_part
       calibration_te
       shape_profiles "$PROFILE_SHAPES"
@@ -162,7 +169,7 @@ case $stage in
     bundle
     ;;
   dry)
-    for s in reference-start all small-steps heldout heldout2 reference-end torch; do $MT --split $s --out /dev/null --dry-run | tail -1; done
+    for s in ladder reference-start all small-steps heldout heldout2 reference-end torch; do $MT --split $s --out /dev/null --dry-run | tail -1; done
     python3 benchmarks/throughput/parts.py --out /dev/null --dry-run | tail -2
     $LFL --dry-run | awk '{print $1, $2, $3}' | tail -3
     python3 benchmarks/trainer/update_check.py --help | head -1

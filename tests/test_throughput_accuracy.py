@@ -567,6 +567,33 @@ def test_misses_are_grouped_by_how_alike_other_days_measured_their_configuration
     assert g["measured once"]["worst_too_fast"]["floor"] is None
 
 
+def test_a_depth_ladder_gives_each_block_kind_its_time_per_block(tmp_path):
+    """model_accuracy.py --ladder on a measure.py --split ladder file: the slope of the step over
+    the depth per preset and precision (a kind's time per block), measured and predicted, and
+    each kind's slope over the 1b preset's."""
+    import dataclasses
+
+    from kfp_sagemaker_blackwell.catalog import spec as spec_mod
+    acc = _accuracy()
+    measure = importlib.import_module("benchmarks.throughput.measure")
+    records = []
+    per_block = {"te-fsdp-example": 0.009, "1b": 0.006, "8b": 0.0065}  # seconds, fp8: 1.2x
+    for c in measure.ladder():
+        model = dataclasses.asdict(dataclasses.replace(spec_mod.preset(c["preset"]), num_layers=c["num_layers"]))
+        step = 0.015 + c["num_layers"] * per_block[c["preset"]] * (1.2 if c["precision"] == "fp8" else 1.0)
+        records.append(dict(c, model=model, status="ok", step_s=step, tokens_per_s_per_gpu=512 / step))
+    path = tmp_path / "ladder.json"
+    path.write_text(json.dumps({"gpu": "H200", "results": records}))
+    lines = {(ln["preset"], ln["precision"]): ln for ln in acc.ladder_report(path)["lines"]}
+    assert len(lines) == 6 and lines[("8b", "bf16")]["depths"] == [2.0, 4.0, 6.0]
+    assert lines[("te-fsdp-example", "fp8")]["measured_ms_per_block"] == pytest.approx(10.8)
+    assert lines[("1b", "bf16")]["measured_ms_per_step"] == pytest.approx(15.0)
+    assert lines[("te-fsdp-example", "bf16")]["measured_over_1b"] == pytest.approx(1.5)
+    assert "measured_over_1b" not in lines[("1b", "fp8")]
+    for ln in lines.values():  # the model's line of the same steps: positive per block, host-bound
+        assert ln["predicted_ms_per_block"] > 1.0
+
+
 SMALL_STEPS_V11 = ROOT / "benchmarks" / "throughput" / "raw" / "session_v11_h100" / "smallcal.json"
 
 

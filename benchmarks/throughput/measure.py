@@ -230,6 +230,16 @@ HELDOUT2_TE = [
 REFERENCE = [("8b", 4, 1, 8192, False, "bf16"), ("8b", 4, 1, 8192, False, "fp8")]
 # The code path on a CPU, in seconds (tiny preset; times mean nothing).
 SMOKE = [("tiny", 2, 2, 64, False, "bf16"), ("tiny", 2, 2, 64, True, "bf16")]
+# The trainer's host time per block of each block kind, from its own steps (session v21: the
+# tiny-block stacks of parts.py put te-fsdp-example's block at 1.41x and then 0.86x the Llama
+# block's, two minutes apart). At 512 tokens a step is host-bound at every depth here, so the
+# slope of the step time over the depth is the host's time per block: te-fsdp-example's kind
+# (LayerNorm, GELU MLP, biases) and the Llama kind at two widths (1b, 8b: the host's work per
+# block should not depend on the width). Run with more steps than the grid (--steps 24
+# --warmup 4): these steps are 20-120 ms, and their spread is the host's.
+LADDER_DEPTHS = {"te-fsdp-example": (2, 6, 12), "1b": (2, 6, 12), "8b": (2, 4, 6)}
+LADDER = [(p, n, 1, 512, False, prec) for p, depths in LADDER_DEPTHS.items() for n in depths
+          for prec in ("bf16", "fp8")]
 
 
 def heldout() -> list[dict]:
@@ -245,6 +255,10 @@ def reference(when: str) -> list[dict]:
     return _named(f"ref-{when}", "reference", REFERENCE)
 
 
+def ladder() -> list[dict]:
+    return _named("ladder", "ladder", LADDER)
+
+
 def torch_sets() -> list[dict]:
     ho2 = [_cfg(f"torch-ho2-{p}{'-' + tag if tag else ''}-L{n}-b{b}-s{s}-{'ac' if ac else 'noac'}-bf16",
                 "heldout2-torch", p, n, b, s, ac, "bf16", "torch", o)
@@ -254,7 +268,7 @@ def torch_sets() -> list[dict]:
 
 
 SPLITS = ("calibration", "validation", "all", "heldout", "heldout2", "reference-start", "reference-end",
-          "small-steps", "torch", "smoke")
+          "small-steps", "ladder", "torch", "smoke")
 
 
 def configurations(split: str) -> list[dict]:
@@ -264,7 +278,7 @@ def configurations(split: str) -> list[dict]:
     combos = {"calibration": cal, "validation": val, "all": cal + val, "heldout": heldout(),
               "heldout2": heldout2(), "reference-start": reference("start"),
               "reference-end": reference("end"), "small-steps": small_step_calibration(),
-              "torch": torch_sets()}[split]
+              "ladder": ladder(), "torch": torch_sets()}[split]
     names = [c["name"] for c in combos]
     if len(names) != len(set(names)):
         raise SystemExit("measure.py: duplicate configuration names")
@@ -441,7 +455,8 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--split", choices=SPLITS, default="all",
                     help="calibration, validation, all (both), heldout (issue 25, TE backend), "
                          "small-steps (the calibration's 12 small-step runs alone: a session that adds "
-                         "them to an earlier grid), torch "
+                         "them to an earlier grid), ladder (the host per block of each block kind: 512-token "
+                         "steps at three depths; run with --steps 24 --warmup 4), torch "
                          "(the torch backend's calibration-torch + heldout-torch; never imports "
                          "transformer_engine), smoke (tiny, for --device cpu)")
     ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda",

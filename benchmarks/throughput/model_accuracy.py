@@ -1167,6 +1167,44 @@ def misses_by_floor(lofo_path: Path = LOFO_ALL) -> dict[str, Any]:
     return out
 
 
+def ladder_report(path: Path) -> dict[str, Any]:
+    """A depth ladder (``measure.py --split ladder``: 512-token steps of each block kind at three
+    depths, host-bound): per preset and precision, the line of the step time over the depth,
+    measured and as the shipped model predicts it (its GPU's constants), in ms. The measured slope
+    is the trainer's time per block where the host bounds the step; each kind's slope over the
+    1b preset's (the Llama kind) beside the model's ratio of the same."""
+    from kfp_sagemaker_blackwell.planning.measured_parts import line_fit
+
+    doc = load(path)
+    gpu = hardware.gpu(doc.get("gpu", "H200"))
+    lines: dict[tuple[str, str], dict[str, list[float]]] = {}
+    for r in doc["results"]:
+        if r.get("status") != "ok" or not r.get("step_s"):
+            continue
+        p = throughput.predict(setup_of(r), gpu)
+        pts = lines.setdefault((r["preset"], r["precision"]), {"layers": [], "measured": [], "predicted": []})
+        pts["layers"].append(float(r["num_layers"]))
+        pts["measured"].append(float(r["step_s"]) * 1e3)
+        pts["predicted"].append(p.step_seconds * 1e3)
+    out: dict[str, Any] = {"file": str(path), "gpu": gpu.name, "lines": []}
+    for (preset_name, precision), pts in sorted(lines.items()):
+        if len(set(pts["layers"])) < 2:
+            continue
+        m_slope, m_icpt = line_fit(pts["layers"], pts["measured"])
+        p_slope, p_icpt = line_fit(pts["layers"], pts["predicted"])
+        out["lines"].append({"preset": preset_name, "precision": precision, "depths": pts["layers"],
+                             "measured_ms_per_block": m_slope, "measured_ms_per_step": m_icpt,
+                             "predicted_ms_per_block": p_slope, "predicted_ms_per_step": p_icpt})
+    llama = {ln["precision"]: ln for ln in out["lines"] if ln["preset"] == "1b"}
+    for ln in out["lines"]:
+        ref = llama.get(ln["precision"])
+        if ref and ln is not ref:  # None where the 1b line is flat (no time per block to compare)
+            for k in ("measured", "predicted"):
+                b = ref[f"{k}_ms_per_block"]
+                ln[f"{k}_over_1b"] = ln[f"{k}_ms_per_block"] / b if b > 0 else None
+    return out
+
+
 # What a profiled step's kernels measure, by the model's part (profile_step.py --shapes categories).
 PROFILE_PARTS = {
     "gemm": ("gemm",), "attention": ("attention",), "quantization": ("fp8_cast_transpose_amax",),
@@ -1294,6 +1332,9 @@ def main(argv: list[str] | None = None) -> int:
                          "prints JSON")
     ap.add_argument("--reproducibility", type=Path, nargs=2, metavar=("FIRST", "SECOND"),
                     help="two session directories: the runs both measured, SECOND / FIRST tokens/s")
+    ap.add_argument("--ladder", type=Path, metavar="FILE",
+                    help="a depth ladder (measure.py --split ladder): the time per block of each "
+                         "block kind, measured and predicted (JSON)")
     ap.add_argument("--misses-by-floor", action="store_true",
                     help="the union's held-out TE misses (lofo_all_h200.json) grouped by how far "
                          "their configuration's measurements moved between sessions (JSON)")
@@ -1311,6 +1352,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.reproducibility:
         print(json.dumps(session_reproducibility(*args.reproducibility), indent=1))
+        return 0
+    if args.ladder:
+        print(json.dumps(ladder_report(args.ladder), indent=1))
         return 0
     if args.misses_by_floor:
         print(json.dumps(misses_by_floor(), indent=1))
