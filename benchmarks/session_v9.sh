@@ -3,10 +3,11 @@
 # H200 session) and issue 40 (the 1b b4 s4096 fp8/bf16 pair and its levers), 2026-12-07 (fourth
 # session of the day): resumable across device calls. Session v8 (benchmarks/session_v8.sh) ran
 # the torch profiles and boundaries on an H100. This one ran issue 36's calibration on an H200 in
-# session v13 (CALIBRATE=1 runs it again) and issue 40's bar on an H200 in session v20; an H200
-# now gets issue 36's host per block of every block kind (the layer part), the profiles v20 left
-# and a calibration of the same session, then the table's rest; an H100 (sessions v18-v19 ran the whole table) the bar's first runs, the same
-# profiles and the host per block of every block kind, then the table.
+# session v13 (CALIBRATE=1 runs it again) and issue 40's bar on an H200 in session v20. Either
+# GPU now starts with issue 36's host per block of every block kind (the depth ladder, then the
+# layer part); an H200 then gets the profiles v20 left and a calibration of the same session,
+# then the table's rest; an H100 (a same-session calibration in v21) a calibration, then the
+# profiles.
 # Run from the repository root:
 #   bash benchmarks/session_v9.sh bg            # the machine's record; torch boundaries (TORCH_BOUNDARY) in
 #                                               # the background while TransformerEngine is carried and built
