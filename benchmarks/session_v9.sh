@@ -6,8 +6,8 @@
 # session v13 (CALIBRATE=1 runs it again) and issue 40's bar on an H200 in session v20. Either
 # GPU now starts with issue 36's host per block of every block kind (the depth ladder, then the
 # layer part); an H200 then gets the profiles v20 left and a calibration of the same session,
-# then the table's rest; an H100 (a same-session calibration in v21) a calibration, then the
-# profiles.
+# then the table's rest; an H100 (a same-session calibration in v21) the profiles, then a
+# calibration.
 # Run from the repository root:
 #   bash benchmarks/session_v9.sh bg            # the machine's record; torch boundaries (TORCH_BOUNDARY) in
 #                                               # the background while TransformerEngine is carried and built
@@ -144,15 +144,15 @@ case $stage in
     else  # an H100 (calibrated twice: v6 and v10; v11 measured the grid's 12 small-step runs; v12
       # the copy-in part, the profiles of the small-step shapes and qinit's update check; v14 the
       # held-out families with today's trainer and a noisy layer part; v15-v19 issue 40's table).
-      # Issue 40 is resolved (v20), so an H100 now serves issue 36: the layer part (the host per
-      # block of every block kind), a calibration of the same session (reference at both ends,
-      # parts, grid, held-out families: does one session's fit hold off its grid?), then the
-      # profiles of v13's worst H200 misses, then the table's rest
+      # Issue 40 is resolved (v20), so an H100 now serves issue 36: the host per block of every
+      # block kind (the depth ladder, the layer part), the profiles of v13's worst H200 misses,
+      # then a calibration of the same session (v21 ran one: its fit was no better held out),
+      # then the table's rest
       [ "$CONVERGENCE" = 1 ] && convergence
       depth_ladder
       layer_part
+      shape_profiles "$PROFILE_SHAPES"   # v21 profiled te-fsdp-example's bf16 step only
       calibration_te
-      shape_profiles "$PROFILE_SHAPES"
       [ "${TORCH_PROFILES:-0}" = 1 ] && torch_profiles
     fi
     torch_boundaries 300
