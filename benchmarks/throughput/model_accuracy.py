@@ -23,6 +23,14 @@
     python benchmarks/throughput/model_accuracy.py --small-steps
         # the shipped calibration against issue 40's one-GPU table (full-depth presets, small
         # steps, no lever), per GPU: a check on configurations no fit has seen
+    python benchmarks/throughput/model_accuracy.py --floor benchmarks/throughput/raw/session_v{10,14,21}_h100
+        # the day-to-day spread of the configurations several sessions of one GPU type measured,
+        # and the smallest worst error any prediction of each can have (session v21)
+    python benchmarks/throughput/model_accuracy.py --misses-by-floor
+        # the H200 union's held-out misses (lofo_all_h200.json) grouped by that floor
+    python benchmarks/throughput/model_accuracy.py --ladder DIR/ladder.json
+        # a depth ladder (measure.py --split ladder): each block kind's time per block, measured
+        # and predicted
 
 Reads ``h200_grid.json`` beside this file (records with the configuration, ``status``,
 ``tokens_per_s_per_gpu`` and ``split``: ``calibration`` or ``validation``), predicts each
