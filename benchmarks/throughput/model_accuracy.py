@@ -1355,21 +1355,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.small_steps:
         print(small_steps_check())
         return 0
-    if args.torch_lofo:
-        print(json.dumps(torch_lofo(tuple(args.torch_lofo)), indent=1))
-        return 0
-    if args.reproducibility:
-        print(json.dumps(session_reproducibility(*args.reproducibility), indent=1))
-        return 0
-    if args.ladder:
-        print(json.dumps(ladder_report(args.ladder), indent=1))
-        return 0
-    if args.misses_by_floor:
-        print(json.dumps(misses_by_floor(), indent=1))
-        return 0
-    if args.floor:
-        print(json.dumps(reproducibility_floor(args.floor), indent=1))
-        return 0
+    json_reports = (  # the options that print one JSON report: (given, what to print)
+        (args.torch_lofo, lambda: torch_lofo(tuple(args.torch_lofo))),
+        (args.reproducibility, lambda: session_reproducibility(*args.reproducibility)),
+        (args.ladder, lambda: ladder_report(args.ladder)),
+        (args.misses_by_floor, misses_by_floor),
+        (args.floor, lambda: reproducibility_floor(args.floor)))
+    for given, report in json_reports:
+        if given:
+            print(json.dumps(report(), indent=1))
+            return 0
     if args.misses_in_ms:
         print(misses_markdown(misses_in_ms(held_out_steps())))
         return 0
