@@ -72,6 +72,18 @@ def write(doc: dict[str, Any], paths: list[str]) -> None:
         Path(p).write_text(text)
 
 
+def fresh_compile_state() -> None:
+    """Empty dynamo's caches before a configuration, as a user's job starts: each configuration
+    compiles its own graphs. Without it, one process compiles a function at most
+    ``torch._dynamo.config.recompile_limit`` (8) times and runs every later new shape eager:
+    before session v22, from the ninth loss shape of a split on, the trainer's compiled
+    cross-entropy ran eager (slower, and the fp32 logits in memory;
+    benchmarks/throughput/loss_kernels.py labels those runs from the logs)."""
+    import torch
+
+    torch._dynamo.reset()
+
+
 def failed(record: dict[str, Any], exc: Any) -> None:
     """A run the trainer ended with TrainingFailed: oom or error, its reason, the peaks so far.
 

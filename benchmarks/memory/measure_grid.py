@@ -75,6 +75,7 @@ def measure(combo: dict, num_layers: int | None, steps: int) -> dict:
                       batch_size=combo["batch_size"], seq_length=combo["seq_length"],
                       activation_checkpointing=combo["activation_checkpointing"], max_steps=steps,
                       log_every=steps, timing_warmup_steps=1, save_model=False, **overrides)
+    gpu_record.fresh_compile_state()  # the compiled loss of this shape, not eager after 8 shapes
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats()
     record = {"model": cfg.model.to_dict(), "preset": combo["preset"], "precision": combo["precision"],

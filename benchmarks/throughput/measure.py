@@ -6,7 +6,9 @@ backend) trains ``--steps`` steps on synthetic tokens; a global optimizer-step p
 (``torch.optim.optimizer.register_optimizer_step_post_hook``, as in
 benchmarks/trainer/steady_timer.py) synchronises CUDA and time-stamps every step, and the
 median of the step intervals after the first ``--warmup`` steps is the step time. Model,
-optimizer and caches are freed between configurations (as in benchmarks/memory/measure_grid.py).
+optimizer and caches are freed between configurations (as in benchmarks/memory/measure_grid.py),
+and dynamo's compile caches emptied (each configuration compiles its own loss, as a user's job
+does: ``gpu_record.fresh_compile_state``).
 
     # the calibration grid, then the validation configurations, stopping after 540 s
     python3 benchmarks/throughput/measure.py --out grid.json --split all --time-budget 540
@@ -398,6 +400,7 @@ def measure(combo: dict, steps: int, warmup: int, clock: StepClock, device: str 
 
     spec = spec_of(combo)
     backend = combo.get("backend", "te")
+    gpu_record.fresh_compile_state()
     cfg = config.make(combo["preset"], precision=combo["precision"], backend=backend, device=device,
                       batch_size=combo["batch_size"], seq_length=combo["seq_length"],
                       activation_checkpointing=combo["activation_checkpointing"], max_steps=steps,
