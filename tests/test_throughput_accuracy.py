@@ -284,15 +284,19 @@ HELD_OUT_H100 = ROOT / "benchmarks" / "throughput" / "heldout_eval_h100_v6.json"
 def test_the_h100_session_evaluation_is_what_the_model_predicts_now():
     """Issue 36 on the H100 session of 2026-12-06 (raw/session_v6_h100, session_v6.sh):
     heldout_eval_h100_v6.json (model_accuracy.py --session ... --session-out ...) re-predicted
-    here from its recorded fits, without refitting. Model v5: (a) the H200-fitted residuals
-    (session v13's union fit) with the H100's parts: TE held out median 6.4% (too slow: signed
-    median -4.6%), worst too fast +19.8% (session v12's H200 fit: 9.1%, -8.8%, +11.4%); (b) refitted on the session's grid (51 runs, 19 families),
-    predicting 51 runs in 24 families none of which is in the grid: median 4.2%, worst too
-    fast +15.0% (3b L4 bf16 b1 s8192; v4: 5.1%, +31.2%), worst too slow -34.6% (3b L6 fp8 b2
-    s1024), speed-up median 0.022, worst 0.187; torch refitted on its 6 calibration runs:
-    worst +48.9% (the base file's torch residuals: 36.7%); (c) the reference's drift (bf16
-    +12.4%, fp8 +17.5% over the TE block) explains none of it: taken out, the held-out median
-    grows to 10.0%."""
+    here from its recorded fits, without refitting. Model v5, every run predicted with the
+    cross-entropy it ran (session v22: 13 held-out runs ran eager in measure.py's process; before,
+    every run was predicted eager): (a) the H200-fitted residuals (session v13's union fit) with
+    the H100's parts: TE held out median 2.2%, worst too fast +20.2% (as recorded before the
+    relabelling: 6.4%, +19.8%); (b) refitted on the session's grid (51 runs, 19 families),
+    predicting 51 runs in 24 families none of which is in the grid: median 2.6%, worst too
+    fast +19.4% (3b L4 bf16 b1 s8192; before the relabelling 4.2%, +15.0%; v4: 5.1%, +31.2%),
+    worst too slow -34.0% (3b L6 fp8 b2 s1024), speed-up median 0.021, worst 0.180; torch
+    refitted on its 6 calibration runs: worst +42.3% (the base file's torch residuals: 28.8%);
+    (c) the reference's drift (bf16 +12.4%, fp8 +17.5% over the TE block) explains none of
+    it: taken out, the held-out median grows to 7.1%. (b) ships as the H100's calibration: its
+    worst too fast, which sets the margin, is (a)'s less 0.8 points; (a) is 0.4 points better
+    at the median."""
     import json
 
     acc = _accuracy()
@@ -312,16 +316,16 @@ def test_the_h100_session_evaluation_is_what_the_model_predicts_now():
     a, b, c = (ev[k]["te_heldout"] for k in ("a_v4_h200_residuals", "b_refit_on_session_grid",
                                              "c_drift_corrected"))
     assert a["rows"] == b["rows"] == 51 and ev["a_v4_h200_residuals"]["te_all"]["rows"] == 102
-    # the same-session refit predicts the held-out families better than the H200 residuals
-    # (whose misses are mostly too slow on this H100)
-    assert b["median_abs_error"] < a["median_abs_error"] and b["worst_too_fast"] < a["worst_too_fast"]
-    # (the speed-ups: alike, 0.022 against (a)'s 0.021; session v12's (a): 0.027)
-    assert b["median_abs_error"] <= 0.043 and b["worst_too_fast"] <= 0.151 and b["worst_abs_error"] <= 0.347
-    assert b["worst_speedup_error"] <= 0.19 and b["median_speedup_error"] <= 0.022
+    # the same-session refit misses the held-out families less at its worst than the H200
+    # residuals, and within half a point of them at the median
+    assert b["worst_too_fast"] < a["worst_too_fast"] and b["median_abs_error"] < a["median_abs_error"] + 0.005
+    # (the speed-ups: alike, 0.021 against (a)'s 0.021)
+    assert b["median_abs_error"] <= 0.026 and b["worst_too_fast"] <= 0.194 and b["worst_abs_error"] <= 0.34
+    assert b["worst_speedup_error"] <= 0.18 and b["median_speedup_error"] <= 0.021
     # the drift: measured at the start and the end of the TE block; not what the misses are
     assert ev["drift"]["bf16"]["growth"] == pytest.approx(0.124, abs=0.001)
     assert ev["drift"]["fp8"]["growth"] == pytest.approx(0.175, abs=0.001)
-    assert c["median_abs_error"] > b["median_abs_error"] and abs(b["drift_slope"]) < 0.1
+    assert c["median_abs_error"] > b["median_abs_error"] + 0.04 and abs(b["drift_slope"]) < 0.11
     torch_b = ev["b_refit_on_session_grid"]
     assert torch_b["torch_heldout"]["rows"] == 17
     assert torch_b["torch_heldout"]["worst_abs_error"] > torch_b["torch_heldout_v4_torch_residuals"]["worst_abs_error"]
@@ -348,12 +352,13 @@ def test_the_second_h100_session_checks_the_shipped_calibration_across_days():
     (68 runs), held-out families (53 runs, 25 families, none in the grid) and the reference at
     both ends of one session. heldout_eval_h100_v10.json is re-predicted here from its recorded
     fits, with the session's own parts (session_constants: parts and grid of one session).
-    What it shows (model v5, session v12): the shipped H100 calibration (session v6's parts and
-    fit, a day earlier) predicts the new day's held-out families within its own record (median
-    3.6%, worst too fast +12.5% against +15.0%: inside its 25% runtime margin), while this
-    session's own refit does worse held out (median 5.0%, worst too fast +22.1%; model v4:
-    4.4% / +31.4% shipped, 5.3% / +44.0% own): a new calibration is not shipped. The
-    reference moved under 1% over the TE block (v6: +12-18%)."""
+    What it shows (model v5, every run predicted with the cross-entropy it ran, session v22):
+    the shipped H100 calibration (session v6's parts and fit, a day earlier) predicts the new
+    day's held-out families within its own record (median 2.2%, worst too fast +9.5% against
+    +19.4%: inside its 29.4% runtime margin), while this session's own refit misses further at
+    its worst (median 1.8%, worst too fast +18.6%; before the relabelling 3.6% / +12.5% shipped,
+    5.0% / +22.1% own; model v4: 4.4% / +31.4% shipped, 5.3% / +44.0% own): a new calibration
+    is not shipped. The reference moved under 1% over the TE block (v6: +12-18%)."""
     import json
 
     acc = _accuracy()
@@ -365,10 +370,9 @@ def test_the_second_h100_session_checks_the_shipped_calibration_across_days():
     assert shipped["fitted_on"] == throughput.ACCURACY["H100"].record
     held = shipped["te_heldout"]
     assert held["rows"] == 53 and held["median_abs_error"] <= 0.045
-    assert held["worst_too_fast"] < throughput.ACCURACY["H100"].runtime_margin  # 12.5% < 25.0%
-    assert held["median_abs_error"] <= 0.037 and held["worst_too_fast"] <= 0.126
-    assert own["median_abs_error"] > held["median_abs_error"]
-    assert own["worst_too_fast"] > held["worst_too_fast"]
+    assert held["worst_too_fast"] < throughput.ACCURACY["H100"].worst_too_fast  # 9.5% < 19.4%
+    assert held["median_abs_error"] <= 0.023 and held["worst_too_fast"] <= 0.095
+    assert own["worst_too_fast"] > held["worst_too_fast"] + 0.05
 
 
 def test_a_session_is_evaluated_with_its_own_parts():
@@ -385,9 +389,12 @@ def test_a_session_is_evaluated_with_its_own_parts():
 def test_holding_the_fsdp_copies_at_their_formula_predicts_the_held_out_families_worse():
     """The study in benchmarks/throughput/README.md ("Prepared, not run"): evaluation (b) with
     one residual held. Held at its own fitted value it is (b); held at the formula's 1.0 (no
-    residual on the FSDP copies) the median and the speed-up's worst get worse (model v5:
-    7.3% vs 4.2%, 0.196 vs 0.187): every step is priced too slow (signed median -7.2%), which
-    lowers the worst too-fast miss (8.8% vs 15.0%) at the median's cost."""
+    residual on the FSDP copies) the median and the speed-up's worst get a little worse (model
+    v5, every run predicted with the loss it ran: 2.7% vs 2.6%, 0.182 vs 0.180) and the worst
+    too-fast miss a little better (18.4% vs 19.4%). Before session v22 relabelled the runs the
+    fit put the copies at 0.51 and the formula cost 3 points of median (7.3% vs 4.2%): the
+    copies' residual was absorbing the eager loss the model wrongly assumed. Fitted like for like
+    it is 0.80, where the trainer's profiles read 0.78-0.85."""
     import json
 
     acc = _accuracy()
@@ -400,9 +407,10 @@ def test_holding_the_fsdp_copies_at_their_formula_predicts_the_held_out_families
     formula = acc.session_variant(acc.SESSION_V6, {"fsdp_copy_scale": 1.0})
     assert "fsdp_copy_scale" not in formula["fitted"] and "fsdp_copy_scale" in acc.FIT  # restored
     h = formula["te_heldout"]
-    assert h["median_abs_error"] > b["median_abs_error"] + 0.015  # 7.3% vs 4.2%
+    assert b["median_abs_error"] < h["median_abs_error"] < b["median_abs_error"] + 0.005  # 2.7% vs 2.6%
     assert h["worst_speedup_error"] > b["worst_speedup_error"]
-    assert h["median_signed_error"] < -0.05 and h["worst_too_fast"] < b["worst_too_fast"]
+    assert h["worst_too_fast"] < b["worst_too_fast"]
+    assert 0.78 <= ev["fits"]["b"]["fsdp_copy_scale"] <= 0.85
 
 
 def test_session_runs_are_timed_from_the_driver_log():
@@ -475,10 +483,10 @@ def test_the_h100_is_predicted_with_its_own_fit_and_declares_its_own_accuracy():
     assert a.runtime_margin == round(a.worst_too_fast + throughput.RUNTIME_SAFETY_ALLOWANCE, 3)
     assert throughput.accuracy_for("H200") == throughput.ACCURACY["H200"]
     assert (throughput.HELD_OUT_MEDIAN_ERROR, throughput.HELD_OUT_WORST_TOO_FAST,
-            throughput.RUNTIME_MARGIN) == (0.047, 0.249, 0.349)
+            throughput.RUNTIME_MARGIN) == (0.03, 0.249, 0.349)
     assert throughput.accuracy_for("B200") is None
     assert "measured H100 parts" in throughput.predict(s, "H100").source
-    assert f"median error {a.median_error:.1%}, worst 15%" in throughput.H100_SOURCE
+    assert f"median error {a.median_error:.1%}, worst 19%" in throughput.H100_SOURCE
 
 
 def test_held_out_misses_read_in_milliseconds():
@@ -624,9 +632,10 @@ def test_the_h200_session_of_todays_trainer_checked_the_shipped_model_and_joined
     - Before the refit (raw/heldout_eval_h200_v13_before_refit.json, a record): session v12's
       shipped H200 calibration, which never saw a run of this session, predicted all 141 TE
       runs at median 7.6%, worst too fast +26.1%, inside its 37.7% margin.
-    - The session's own refit on its grid predicts its held-out families at median 3.4% but
-      worst too fast +38.3% (te-fsdp-example L12 bf16 b2 s2048): worse than the union's, so
-      the shipped refit is the union's (lofo_all_h200.json, 252 runs), with this session's parts.
+    - The session's own refit on its grid predicts its held-out families at median 2.3% but
+      worst too fast +34.1% (te-fsdp-example L12 bf16 b2 s2048; each run predicted with the
+      loss it ran, session v22; before, 3.4% and +38.3%): worse than the union's, so the
+      shipped refit is the union's (lofo_all_h200.json, 252 runs), with this session's parts.
     heldout_eval_h200_v13.json is re-predicted here from its recorded fits."""
     import json
 
@@ -639,7 +648,7 @@ def test_the_h200_session_of_todays_trainer_checked_the_shipped_model_and_joined
     assert ev["held_out_families_in_grid"] == [] and ev["held_out_families"] == 28
     assert ev["drift"] == {} and ev["b_refit_on_session_grid"]["torch_heldout"] is None
     own = ev["b_refit_on_session_grid"]["te_heldout"]
-    assert own["rows"] == 59 and own["median_abs_error"] <= 0.035 and own["worst_too_fast"] > 0.38
+    assert own["rows"] == 59 and own["median_abs_error"] <= 0.023 and own["worst_too_fast"] > 0.34
     union = json.loads(LOFO_ALL.read_text())["summaries"]["te"]
     assert own["worst_too_fast"] > union["2026-12-07"]["worst_abs_error"]
     # the shipped calibration is the union's, which holds this session's runs and parts
@@ -656,8 +665,9 @@ def test_the_h200_session_of_todays_trainer_checked_the_shipped_model_and_joined
 def test_the_h100_calibration_predicts_todays_trainer_on_another_h100_within_its_band():
     """Session v14 (benchmarks/throughput/heldout_eval_h100_v14.json): the shipped H100
     calibration, fitted on session v6's grid, predicts the 57 held-out runs of today's trainer on
-    another H100 (27 families, none in its grid) at median 2.5%, worst +4.3% too fast: inside the
-    H100 band's worst (15%) and margin. Re-predicted now, every run is as recorded."""
+    another H100 (27 families, none in its grid) at median 2.3%, worst +4.7% too fast: inside the
+    H100 band's worst (19.4%) and margin (each run predicted with the loss it ran, session v22;
+    before: 2.5%, +4.3%). Re-predicted now, every run is as recorded."""
     import json
 
     root = Path(__file__).resolve().parents[1] / "benchmarks" / "throughput"

@@ -31,9 +31,12 @@
     python benchmarks/throughput/model_accuracy.py --ladder DIR/ladder.json
         # a depth ladder (measure.py --split ladder): each block kind's time per block, measured
         # and predicted
-    python benchmarks/throughput/model_accuracy.py --union-lofo --loss-as-run --union-out /tmp/l.json
-        # any report or fit with each run predicted with the cross-entropy it ran
-        # (loss_kernels.py: measure.py ran some eager; session v22's numbers in the README)
+    python benchmarks/throughput/model_accuracy.py --union-repredict
+        # the committed folds of lofo_all_h200.json (their constants kept) re-predicted on the
+        # union as it is labelled now: how lofo_all_h200.json was re-recorded in session v22
+    python benchmarks/throughput/model_accuracy.py --union-lofo --eager-unlabelled --union-out /tmp/l.json
+        # any report or fit as before session v22: every run without a loss_kernel field
+        # predicted with the eager cross-entropy (to reproduce an older file)
 
 Reads ``h200_grid.json`` beside this file (records with the configuration, ``status``,
 ``tokens_per_s_per_gpu`` and ``split``: ``calibration`` or ``validation``), predicts each
@@ -146,10 +149,10 @@ class Row:
                 f"w{r.get('world_size', 1)}")
 
 
-# --loss-as-run: predict each run with the cross-entropy it ran (loss_kernels.py, session v22).
-# Off by default: the committed fits and records predate the labels (every run of a file
-# without a ``loss_kernel`` field predicted with the eager loss), and a test recomputes them.
-LOSS_AS_RUN = False
+# Predict each run with the cross-entropy it ran (loss_kernels.py, session v22). Off
+# (--eager-unlabelled): every run without a ``loss_kernel`` field predicted with the eager loss,
+# as every report and fit before session v22 did.
+LOSS_AS_RUN = True
 
 
 def load(path: Path = GRID) -> dict[str, Any]:
@@ -169,10 +172,8 @@ def load(path: Path = GRID) -> dict[str, Any]:
 def setup_of(r: dict[str, Any], loss_kernel: str = "eager") -> TrainingSetup:
     spec = ModelSpec(**{k: v for k, v in r["model"].items() if k in ModelSpec.__dataclass_fields__})
     extra = {k: r[k] for k in ("gradient_accumulation_steps",) if k in r}
-    # The grid predates the compiled loss: its runs used the eager cross-entropy; later
-    # files say which (h200_heldout.json, h200_torch_grid.json: compiled, the trainer's default;
-    # the other files' runs ran compiled too, except where loss_kernels.py says eager: only
-    # --loss-as-run predicts them so).
+    # load() labels every run of a measured file with the loss it ran (loss_kernels.py); a run
+    # without a label (a file it does not list, or --eager-unlabelled): the eager cross-entropy.
     return TrainingSetup(spec, r["batch_size"], r["seq_length"], r["precision"],
                          bool(r["activation_checkpointing"]), r.get("world_size", 1),
                          backend=r.get("backend", "te"), loss_kernel=r.get("loss_kernel", loss_kernel),
@@ -708,6 +709,22 @@ def union_lofo(union: dict[str, Any], workers: int = 2) -> dict[str, Any]:
             "model": ("v5 with " + json.dumps(VARIANT)) if VARIANT else ("v3" if _BASE else "v5"),
             "files": [union_name(p) for p in UNION_FILES],
             "fit": list(FIT), "fit_torch": list(FIT_TORCH), "folds": folds}
+
+
+def union_repredict(union: dict[str, Any], lofo: dict[str, Any]) -> dict[str, Any]:
+    """``lofo``'s folds, their constants kept, re-predicted on ``union`` (each run with the loss
+    it ran): the same leave-one-family-out, recorded again after the runs were relabelled."""
+    folds = []
+    for fold in lofo["folds"]:
+        fam, backend = tuple(fold["family"]), fold["backend"]
+        held = rows(_of_family(union, fam, backend), None, fold_constants(fold))
+        runs = [{"name": r.record.get("name"), "file": r.record["file"], "session": r.record["session"],
+                 "measured": r.measured, "predicted": r.predicted} for r in held]
+        folds.append(dict(fold, runs=runs))
+    out = dict(lofo, folds=folds, relabelled="session v22: the folds' constants as committed, every "
+               "run predicted with the cross-entropy it ran (loss_kernels.py)")
+    out["summaries"] = _finite(union_summaries(union, out))
+    return out
 
 
 def union_held_out_rows(union: dict[str, Any], lofo: dict[str, Any], backend: str) -> list[Row]:
@@ -1373,14 +1390,16 @@ def main(argv: list[str] | None = None) -> int:
                          "file such as h200_grid.json): per TE configuration "
                          "measured in several, its day-to-day spread and the smallest worst error "
                          "any prediction of it can have (JSON)")
-    ap.add_argument("--loss-as-run", action="store_true",
-                    help="predict each run with the cross-entropy it ran (loss_kernels.py: the runs "
-                         "measure.py's process ran eager after dynamo's recompile limit; the others "
-                         "of a file after 2026-12-01 compiled) instead of the eager loss for every "
-                         "unlabelled run; combine with any report or fit")
+    ap.add_argument("--eager-unlabelled", action="store_true",
+                    help="predict every run without a loss_kernel field with the eager cross-entropy, "
+                         "as before session v22 (by default each run is predicted with the loss it "
+                         "ran: loss_kernels.py); combine with any report or fit")
+    ap.add_argument("--union-repredict", action="store_true",
+                    help="re-predict the committed folds of --union-out (default lofo_all_h200.json) "
+                         "with their own constants on the union as labelled now, and rewrite it")
     args = ap.parse_args(argv)
     global LOSS_AS_RUN
-    LOSS_AS_RUN = LOSS_AS_RUN or args.loss_as_run
+    LOSS_AS_RUN = LOSS_AS_RUN and not args.eager_unlabelled
     if args.small_steps:
         print(small_steps_check())
         return 0
@@ -1422,7 +1441,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.blackwell:
         print(blackwell_markdown())
         return 0
-    if args.fit_union or args.union_lofo or args.union_table:
+    if args.fit_union or args.union_lofo or args.union_table or args.union_repredict:
         union = load_union()
         if variants:
             use_variant({k: json.loads(v) for k, v in variants.items()})
@@ -1432,9 +1451,13 @@ def main(argv: list[str] | None = None) -> int:
         out = args.union_out or (LOFO_ALL_V3 if args.v3 else LOFO_ALL)
         if args.v3:
             use_v3()
-        lofo = json.loads(out.read_text()) if args.union_table else union_lofo(union)
+        if args.union_repredict:
+            lofo = union_repredict(union, json.loads(out.read_text()))
+        else:
+            lofo = json.loads(out.read_text()) if args.union_table else union_lofo(union)
         if args.union_lofo:
             lofo["summaries"] = _finite(union_summaries(union, lofo))
+        if args.union_lofo or args.union_repredict:
             out.write_text(json.dumps(lofo, indent=1) + "\n")
         print(union_markdown(union, lofo))
         return 0
