@@ -1108,7 +1108,7 @@ def _session_runs(directory: Path, backend: str | None = None) -> dict[str, dict
     paths = [directory] if directory.is_file() else [directory / n for n in SESSION_FILES.values()]
     for path in paths:
         if path.exists():
-            for r in json.loads(path.read_text())["results"]:
+            for r in load(path)["results"]:
                 if r.get("status") == "ok" and r.get("tokens_per_s_per_gpu") \
                         and backend in (None, backend_of(r)):
                     out[r["name"]] = r
@@ -1138,6 +1138,22 @@ def session_reproducibility(first: Path, second: Path) -> dict[str, Any]:
 FLOOR_STEP_S = 0.150
 
 
+def _loss_ran(r: dict[str, Any]) -> str:
+    """The cross-entropy a measured run ran ("-": none, a bare block stack; every run "-" with
+    --eager-unlabelled, as the floor was read before session v22)."""
+    if not LOSS_AS_RUN or not r.get("model", {}).get("vocab_size"):
+        return "-"
+    return str(r.get("loss_kernel", "eager"))
+
+
+def _same_loss(got: list[tuple[str, dict[str, Any]]]) -> list[tuple[str, dict[str, Any]]]:
+    """The measurements of one configuration that ran the same cross-entropy (the most of them;
+    a tie: the compiled one users run): a run measure.py's process ran eager is another step."""
+    kernels = [_loss_ran(r) for _, r in got]
+    keep = max(set(kernels), key=lambda k: (kernels.count(k), k == "compiled")) if kernels else None
+    return [(s, r) for s, r in got if _loss_ran(r) == keep]
+
+
 def reproducibility_floor(directories: list[Path]) -> dict[str, Any]:
     """What no model can beat: the TE configurations that two or more of these sessions measured
     (same GPU type, same trainer, other days), each one's spread max / min tokens/s and its
@@ -1152,6 +1168,7 @@ def reproducibility_floor(directories: list[Path]) -> dict[str, Any]:
     configs: list[dict[str, Any]] = []
     for name in sorted(set().union(*runs)):
         got = [(d.name, r[name]) for d, r in zip(directories, runs, strict=True) if name in r]
+        got = _same_loss(got)
         if len(got) < 2:
             continue
         tps = [float(r["tokens_per_s_per_gpu"]) for _, r in got]
@@ -1185,18 +1202,25 @@ def misses_by_floor(lofo_path: Path = LOFO_ALL) -> dict[str, Any]:
     between days is not only the model's."""
     lofo = json.loads(lofo_path.read_text())
     runs = [r for f in lofo["folds"] if f["backend"] == "te" for r in f["runs"]]
-    seen: dict[str, list[float]] = {}
-    for r in runs:
-        seen.setdefault(r["name"], []).append(float(r["measured"]))
 
-    def floor(name: str) -> float | None:
-        v = seen[name]
+    measured = {(r["file"], r["name"]): r for r in load_union()["results"]}
+
+    def config(r: dict[str, Any]) -> tuple[str, str]:  # a configuration and the loss it ran
+        rec = measured.get((r.get("file"), r["name"]))
+        return r["name"], (_loss_ran(rec) if rec is not None else "-")
+
+    seen: dict[tuple[str, str], list[float]] = {}
+    for r in runs:
+        seen.setdefault(config(r), []).append(float(r["measured"]))
+
+    def floor(r: dict[str, Any]) -> float | None:
+        v = seen[config(r)]
         return (max(v) - min(v)) / (max(v) + min(v)) if len(v) > 1 else None
 
     groups: dict[str, list[dict[str, Any]]] = {"floor <= 3%": [], "floor 3-5%": [], "floor 5-10%": [],
                                                "floor > 10%": [], "measured once": []}
     for r in runs:
-        f = floor(r["name"])
+        f = floor(r)
         key = ("measured once" if f is None else "floor <= 3%" if f <= 0.03 else "floor 3-5%" if f <= 0.05
                else "floor 5-10%" if f <= 0.10 else "floor > 10%")
         groups[key].append(dict(r, error=r["predicted"] / r["measured"] - 1, floor=f))
