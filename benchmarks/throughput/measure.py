@@ -321,7 +321,9 @@ def family(combo: dict) -> tuple:
 # step_s: median 0.9 s, 2.2 s at the 95th percentile), and the one-offs of a process: the
 # first configuration 13-16 s (CUDA, cuBLAS, torch.compile of the loss), the first of each
 # FP8 recipe 4-6 s. Since session v22 every configuration compiles its loss (and TE's warm-ups)
-# again after gpu_record.fresh_compile_state: a cost not yet timed on a GPU, not in these.
+# again after gpu_record.fresh_compile_state, not in these: the loss about 1.5 s (the committed
+# logs: a new loss shape 2.3 s beyond the steps, a cached one 0.9 s, medians), TE's warm-ups
+# not timed.
 OVERHEAD_S, FIRST_S, FIRST_RECIPE_S = 1.5, 16.0, 6.0
 
 
