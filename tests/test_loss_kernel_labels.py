@@ -51,6 +51,16 @@ def test_the_ninth_loss_shape_of_a_process_ran_eager_and_the_log_says_so():
     assert two["eager"] == [] and two["problems"] == []
 
 
+def test_runs_measured_after_the_harness_fix_count_compiled():
+    """measure.py marks each run it measured after emptying dynamo's caches ("compile_state":
+    "fresh"): however many shapes came before, the run compiled its loss."""
+    k = _kernels()
+    runs = [dict(_run(f"r{i}", 1, 1024 * (i + 1)), compile_state="fresh") for i in range(12)]
+    got = k.replay({"results": runs}, _log(runs, warn_before=None))
+    assert got["eager"] == [] and got["compiled"] == 12 and got["problems"] == []
+    assert k.label_without_log({"results": runs})["eager"] == []
+
+
 def test_a_replay_that_disagrees_with_the_log_is_reported_not_labelled():
     k = _kernels()
     runs = [_run(f"r{i}", 1, 1024 * (i + 1)) for i in range(10)]

@@ -17,7 +17,8 @@ did, and labels every run; the label is checked against the log: each process's 
 run must be the one whose output carries the warning, and no warning may be left unexplained.
 ``loss_kernel_runs.json`` beside this file holds the result for every measured file, and
 ``model_accuracy.py`` predicts each run with the loss it ran. measure.py resets dynamo before
-each configuration since session v22, so later files need no label.
+each configuration since session v22 and marks its runs ``"compile_state": "fresh"``; the
+replay counts those compiled.
 
     python benchmarks/throughput/loss_kernels.py             # write loss_kernel_runs.json
     python benchmarks/throughput/loss_kernels.py --check     # exit 1 if it is out of date
@@ -103,6 +104,10 @@ def replay(data: dict[str, Any], log_text: str) -> dict[str, Any]:
             shape = _shape(rec)
             if shape is None:
                 continue
+            if rec.get("compile_state") == "fresh":  # measure.py emptied dynamo's caches first
+                cache = [shape]
+                compiled += 1
+                continue
             if shape in cache or len(cache) < RECOMPILE_LIMIT:
                 if shape not in cache:
                     cache.append(shape)
@@ -120,7 +125,7 @@ def replay(data: dict[str, Any], log_text: str) -> dict[str, Any]:
 def label_without_log(data: dict[str, Any]) -> dict[str, Any] | None:
     """A file measure.py wrote in one process per invocation whose runs have at most
     RECOMPILE_LIMIT distinct loss shapes never ran eager; None where that cannot be told."""
-    shapes = {_shape(r) for r in data["results"]} - {None}
+    shapes = {_shape(r) for r in data["results"] if r.get("compile_state") != "fresh"} - {None}
     if len(shapes) > RECOMPILE_LIMIT:
         return None
     return {"eager": [], "compiled": sum(1 for r in data["results"] if _shape(r)), "unlogged": [],

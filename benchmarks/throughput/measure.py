@@ -69,6 +69,9 @@ SCHEMA = {
     "mfu_bf16_peak": "tflops_per_gpu / the bf16 peak (comparable across precisions)",
     "peak_allocated_bytes / peak_reserved_bytes": "torch.cuda.max_memory_allocated / reserved over the run",
     "seconds": "wall time of the configuration, model build included",
+    "compile_state": "'fresh': dynamo's caches were emptied before the configuration (since session "
+                     "v22), so it ran the trainer's compiled loss as a user's job does; absent in "
+                     "older files, whose runs benchmarks/throughput/loss_kernels.py labels from the logs",
 }
 
 TRAINER_SETTINGS = {
@@ -413,7 +416,7 @@ def measure(combo: dict, steps: int, warmup: int, clock: StepClock, device: str 
     if device == "cuda":
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
-    record = {**combo, "model": spec.to_dict(), "backend": backend, "world_size": 1,
+    record = {**combo, "model": spec.to_dict(), "backend": backend, "world_size": 1, "compile_state": "fresh",
               "flops_per_token": spec.flops_per_token(combo["seq_length"], include_lm_head=True)}
     clock.stamps.clear()
     t0 = time.perf_counter()
