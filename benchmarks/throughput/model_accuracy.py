@@ -676,6 +676,12 @@ def _te_fold(fam: tuple) -> list[float]:
     return fit_families(_UNION, lambda r: family(r) != fam)
 
 
+def _fold_runs(held: list[Row]) -> list[dict[str, Any]]:
+    """A fold's held-out runs as lofo_all_h200.json records them."""
+    return [{"name": r.record.get("name"), "file": r.record["file"], "session": r.record["session"],
+             "measured": r.measured, "predicted": r.predicted} for r in held]
+
+
 def union_lofo(union: dict[str, Any], workers: int = 2) -> dict[str, Any]:
     """One TE fit per family of the union on every other family's TE runs; one torch fit per
     torch family on the other torch families' runs, the TE residuals held at the fold's own
@@ -699,9 +705,7 @@ def union_lofo(union: dict[str, Any], workers: int = 2) -> dict[str, Any]:
                     "constants": values_of(with_values(x, torch_x=t))}
             held = [r for r in rows(union, None, fold_constants(fold))
                     if family(r.record) == fam and backend_of(r.record) == backend]
-            fold["runs"] = [{"name": r.record.get("name"), "file": r.record["file"],
-                             "session": r.record["session"], "measured": r.measured,
-                             "predicted": r.predicted} for r in held]
+            fold["runs"] = _fold_runs(held)
             folds.append(fold)
             print(f"{backend} {fam}: " + ", ".join(f"{r.error:+.1%}" for r in held), file=sys.stderr)
     return {"what": "leave-one-family-out over every measured H200 trainer run "
@@ -718,9 +722,7 @@ def union_repredict(union: dict[str, Any], lofo: dict[str, Any]) -> dict[str, An
     for fold in lofo["folds"]:
         fam, backend = tuple(fold["family"]), fold["backend"]
         held = rows(_of_family(union, fam, backend), None, fold_constants(fold))
-        runs = [{"name": r.record.get("name"), "file": r.record["file"], "session": r.record["session"],
-                 "measured": r.measured, "predicted": r.predicted} for r in held]
-        folds.append(dict(fold, runs=runs))
+        folds.append(dict(fold, runs=_fold_runs(held)))
     out = dict(lofo, folds=folds, relabelled="session v22: the folds' constants as committed, every "
                "run predicted with the cross-entropy it ran (loss_kernels.py)")
     out["summaries"] = _finite(union_summaries(union, out))
